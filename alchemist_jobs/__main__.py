@@ -1,0 +1,7 @@
+"""`python -m alchemist_jobs` is the `alchemist` command."""
+
+import sys
+
+from alchemist_jobs.cli import main
+
+sys.exit(main())

@@ -1,0 +1,1 @@
+"""Subcommands of the `alchemist` CLI, one module per concern."""
