@@ -1,0 +1,102 @@
+"""The one contract between infra/ and jobs: the typed shape of the stack output `alchemist`.
+
+infra/ builds this output and its tests validate it against `StackOutput`; the job library
+parses a stack's output with `StackOutput.parse` and reads nothing else about a stack.
+The kubeconfig is a `SecretStr`, so printing or logging a parsed output never shows it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+
+from alchemist_jobs.errors import UserError
+
+PROVIDERS = ("kind", "onprem", "existing", "aws")
+SHARED_FS_KINDS = ("efs", "fsx-lustre", "nfs", "hostpath")
+
+# Labels every job pod carries. The platform's PodMonitor and NetworkPolicy select on them,
+# so they are part of the contract (the stack exports the scrape label in
+# `monitoring.pod_monitor_labels`; these two are fixed).
+MANAGED_BY_LABEL = ("app.kubernetes.io/managed-by", "alchemist")
+RUN_LABEL = "alchemist.io/run"
+# Name of the container port on which a worker serves Prometheus metrics at /metrics.
+METRICS_PORT_NAME = "metrics"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class EksAccess(_Strict):
+    """How to reach an EKS cluster without a kubeconfig: a boto3-built token."""
+
+    cluster_name: str
+    region: str
+    endpoint: str | None = None  # API server URL; looked up with boto3 when absent
+    certificate_authority: str | None = None  # base64 CA data; looked up when absent
+
+
+class SharedFs(_Strict):
+    """A POSIX path every pod sees: a ReadWriteMany PVC in the job namespace."""
+
+    kind: Literal["efs", "fsx-lustre", "nfs", "hostpath"]
+    pvc: str
+    mount_path: str = Field(pattern=r"^/")
+
+
+class Images(_Strict):
+    """Image references, pinned by digest (`repo@sha256:...`) where the registry gives one."""
+
+    train: str
+    interactive: str
+
+
+class Gpu(_Strict):
+    """How a pod asks for GPUs on this stack."""
+
+    resource: str = "nvidia.com/gpu"
+    node_selector: dict[str, str] = {}
+    tolerations: list[dict[str, Any]] = []
+    per_node: int = Field(0, ge=0)  # GPUs on the largest GPU node; 0 means no GPU nodes
+
+
+class Monitoring(_Strict):
+    prometheus_url: str
+    grafana_url: str
+    tensorboard_url: str
+    pod_monitor_labels: dict[str, str]
+
+
+class StackOutput(_Strict):
+    """The stack output `alchemist`, exactly as DESIGN.md's table gives it."""
+
+    stack: str
+    provider: Literal["kind", "onprem", "existing", "aws"]
+    kubeconfig: SecretStr | None = None
+    eks: EksAccess | None = None
+    namespace: str
+    queue: str
+    shared_fs: SharedFs
+    images: Images
+    gpu: Gpu
+    monitoring: Monitoring
+
+    @classmethod
+    def parse(cls, data: Any, source: str) -> "StackOutput":
+        """Validate a stack's `alchemist` output; a break of the contract is one UserError line."""
+        try:
+            out = cls.model_validate(data)
+        except ValidationError as e:
+            err = e.errors()[0]
+            where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+            raise UserError(
+                f"{source}: stack output `alchemist` breaks the contract at {where}: {err['msg']}"
+            ) from None
+        if out.kubeconfig is None and out.eks is None:
+            raise UserError(
+                f"{source}: stack output `alchemist` has neither `kubeconfig` nor `eks`; "
+                "one of them is needed to reach the cluster"
+            )
+        return out
