@@ -1,0 +1,326 @@
+"""The `local` stack: a job runs as torchrun agents and their worker processes on this machine.
+
+One torchrun agent per node (`nodes` > 1 simulates several nodes with c10d rendezvous on
+127.0.0.1), each starting `procs_per_node` workers through the bootstrap. torchrun gives the
+semantics: rendezvous, `RANK`/`WORLD_SIZE`..., restarts up to `max_restarts`. The run
+directory under the local shared-file-system root holds everything about the run.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator
+
+import alchemist_jobs
+from alchemist_jobs.errors import UserError
+from alchemist_jobs.rundir import RunDir, all_runs, find_run, new_run_id, runs_root
+from alchemist_jobs.scheduler import (CANCELLED, FAILED, FINAL_STATES, LOST, RUNNING, SUCCEEDED,
+                                      Request, RunStatus, Scheduler)
+from alchemist_jobs.spec import JobSpec
+
+CANCEL_GRACE_S = 10.0
+_PKG_PARENT = str(Path(alchemist_jobs.__file__).resolve().parent.parent)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def worker_target(spec: JobSpec, spec_dir: Path) -> list[str]:
+    """What each worker runs after the bootstrap: the same words on every stack."""
+    t = spec.task
+    if t.builtin:
+        return ["builtin"]
+    if t.script:
+        return ["script", t.script, *t.args]
+    return ["module", t.module, *t.args]
+
+
+@dataclass
+class LocalProcess:
+    """One torchrun agent (one simulated node)."""
+
+    node: int
+    argv: list[str]
+    env: dict[str, str]
+    cwd: str
+    log: Path
+
+    def shell(self) -> str:
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items()))
+        return f"cd {shlex.quote(self.cwd)} && {env} {shlex.join(self.argv)}"
+
+
+@dataclass
+class LocalRequest(Request):
+    run_id: str
+    run: RunDir
+    spec: JobSpec
+    processes: list[LocalProcess]
+    rdzv_port: int | None = None
+
+    def describe(self) -> str:
+        head = [f"# run {self.run_id} on stack local: {self.spec.nodes} node(s) x "
+                f"{self.spec.procs_per_node} worker(s), run directory {self.run.path}"]
+        return "\n".join(head + [p.shell() for p in self.processes])
+
+
+@dataclass
+class LocalRun:
+    request: LocalRequest
+    procs: list[subprocess.Popen] = field(default_factory=list)
+
+    @property
+    def run(self) -> RunDir:
+        return self.request.run
+
+
+def _set_pdeathsig_term() -> None:  # runs in the child between fork and exec
+    if sys.platform == "linux":
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").prctl(1, signal.SIGTERM)
+
+
+class LocalScheduler(Scheduler):
+    stack = "local"
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+
+    # -- dryrun / schedule --------------------------------------------------------------------
+
+    def dryrun(self, spec: JobSpec, spec_dir: Path, run_id: str | None = None) -> LocalRequest:
+        """The agents' command lines; creates nothing. A multi-node run's rendezvous port is
+        picked at schedule time (shown here as PORT)."""
+        run_id = run_id or new_run_id(spec.name)
+        run = RunDir(runs_root(self.root) / run_id)
+        target = worker_target(spec, spec_dir)
+        base_env = {
+            "ALCHEMIST_RUN_DIR": str(run.path),
+            "ALCHEMIST_SHARED_ROOT": str(self.root),
+            "ALCHEMIST_STACK": "local",
+            "PYTHONPATH": os.pathsep.join(
+                [_PKG_PARENT] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])),
+            "PYTHONUNBUFFERED": "1",
+            # Workers get their own store per attempt: with the agent's shared TCPStore, a
+            # restarted group reads the last attempt's keys and hangs in init_process_group
+            # (pytorch/pytorch#135712; reproduced here with torch 2.13 and gloo).
+            "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
+            # One thread per worker unless the spec says otherwise: workers share the cores.
+            "OMP_NUM_THREADS": str(max(1, int(spec.resources.cpu))),
+            **spec.env,
+        }
+        procs = []
+        for node in range(spec.nodes):
+            argv = [sys.executable, "-m", "torch.distributed.run",
+                    f"--nnodes={spec.nodes}", f"--nproc-per-node={spec.procs_per_node}",
+                    f"--max-restarts={spec.max_restarts}", "--rdzv-backend=c10d",
+                    f"--rdzv-id={run_id}"]
+            if spec.nodes == 1:
+                argv.append("--rdzv-endpoint=localhost:0")  # as --standalone: a free port, race-free
+            else:
+                argv += ["--rdzv-endpoint=127.0.0.1:PORT", "--local-addr=127.0.0.1",
+                         f"--rdzv-conf=is_host={int(node == 0)},join_timeout=120"]
+            argv += ["-m", "alchemist_jobs.runtime.bootstrap", *target]
+            env = dict(base_env, ALCHEMIST_NODE=f"{socket.gethostname()}-node{node}"
+                       if spec.nodes > 1 else socket.gethostname())
+            procs.append(LocalProcess(node=node, argv=argv, env=env,
+                                      cwd=str(Path(spec_dir).resolve()), log=run.agent_log(node)))
+        return LocalRequest(run_id=run_id, run=run, spec=spec, processes=procs)
+
+    def schedule(self, request: LocalRequest) -> LocalRun:
+        run, spec = request.run, request.spec
+        run.create()
+        run.spec.write_text(spec.to_yaml())
+        if spec.nodes > 1:
+            request.rdzv_port = free_port()
+        run.update_state(run_id=request.run_id, name=spec.name, stack="local", state=RUNNING,
+                         created=time.time(), launcher_pid=os.getpid(), workers=spec.world_size,
+                         nodes=spec.nodes, agents=[])
+        handle = LocalRun(request)
+        try:
+            for p in request.processes:
+                argv = [a.replace("PORT", str(request.rdzv_port)) if "127.0.0.1:PORT" in a else a
+                        for a in p.argv]
+                with open(p.log, "ab") as log:
+                    handle.procs.append(subprocess.Popen(
+                        argv, cwd=p.cwd, env={**os.environ, **p.env}, stdout=log,
+                        stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                        start_new_session=True, preexec_fn=_set_pdeathsig_term))
+        except BaseException:
+            self._stop(handle, grace=2.0)
+            run.update_state(state=FAILED, ended=time.time(), message="could not start torchrun")
+            raise
+        run.update_state(agents=[pr.pid for pr in handle.procs])
+        return handle
+
+    def wait(self, handle: LocalRun, tick: Callable[[], None] | None = None,
+             poll: float = 0.1) -> RunStatus:
+        """Block until every agent exits (calling `tick` each poll); record the outcome."""
+        run = handle.run
+        while True:
+            codes = [p.poll() for p in handle.procs]
+            if any(c not in (None, 0) for c in codes) and any(c is None for c in codes):
+                # One node failed for good: the others would wait for it until timeout.
+                self._stop(handle, grace=CANCEL_GRACE_S)
+                codes = [p.poll() for p in handle.procs]
+            if all(c is not None for c in codes):
+                break
+            if tick:
+                tick()
+            time.sleep(poll)
+        if tick:
+            tick()
+        state = run.state()
+        if state.get("state") != CANCELLED:
+            ok = all(c == 0 for c in codes)
+            state = run.update_state(state=SUCCEEDED if ok else FAILED, ended=time.time(),
+                                     exit_codes=codes)
+        self._kill_leftover_workers(run)
+        return self.status(run.run_id)
+
+    def interrupt(self, handle: LocalRun) -> RunStatus:
+        """Ctrl-C: stop every agent and worker; the run is cancelled."""
+        handle.run.update_state(state=CANCELLED, ended=time.time(), message="interrupted")
+        self._stop(handle, grace=CANCEL_GRACE_S)
+        self._kill_leftover_workers(handle.run)
+        return self.status(handle.run.run_id)
+
+    # -- status / logs / cancel / list -----------------------------------------------------------
+
+    def _run(self, ref: str) -> RunDir:
+        run = find_run(self.root, ref)
+        if run is None:
+            known = [r.run_id for r in all_runs(self.root)][-5:]
+            hint = f"; recent runs: {', '.join(known)}" if known else "; there are no runs yet"
+            raise UserError(f"run {ref!r}: no such run on stack local (under {runs_root(self.root)})"
+                            f"{hint}")
+        return run
+
+    def status(self, run_id: str) -> RunStatus:
+        run = self._run(run_id)
+        st = run.state()
+        state = st.get("state", "pending")
+        if state == RUNNING and not _alive(st.get("launcher_pid")) and \
+                not any(_alive(p) for p in st.get("agents", [])):
+            state = LOST  # the launcher died without recording an outcome
+        prog = run.progress() or {}
+        res = run.result() or {}
+        return RunStatus(
+            run_id=run.run_id, name=st.get("name", ""), stack="local", state=state,
+            created=st.get("created"), ended=st.get("ended"), workers=st.get("workers", 0),
+            restarts=res.get("restarts", prog.get("restarts", 0)), step=prog.get("step"),
+            total_steps=prog.get("total_steps"), message=st.get("message", ""),
+            extra=dict(run_dir=str(run.path), result=res, progress=prog,
+                       exit_codes=st.get("exit_codes")))
+
+    def logs(self, run_id: str, rank: int = 0, follow: bool = False) -> Iterator[str]:
+        run = self._run(run_id)
+        path = run.rank_log(rank)
+        n = run.state().get("workers", 0)
+        if not 0 <= rank < max(n, 1):
+            raise UserError(f"--rank {rank}: run {run.run_id} has ranks 0..{n - 1}")
+        deadline = time.time() + 30
+        while not path.exists():
+            if not follow or self.status(run.run_id).finished or time.time() > deadline:
+                raise UserError(f"run {run.run_id}: rank {rank} has written no log yet ({path})")
+            time.sleep(0.2)
+        with open(path, errors="replace") as f:
+            while True:
+                line = f.readline()
+                if line:
+                    yield line
+                    continue
+                if not follow or self.status(run.run_id).finished:
+                    rest = f.read()
+                    if rest:
+                        yield rest
+                    return
+                time.sleep(0.2)
+
+    def cancel(self, run_id: str) -> RunStatus:
+        run = self._run(run_id)
+        st = run.state()
+        if st.get("state") in FINAL_STATES:
+            return self.status(run.run_id)
+        run.update_state(state=CANCELLED, ended=time.time(), message="cancelled")
+        agents = [p for p in st.get("agents", []) if _alive(p)]
+        for pid in agents:
+            _signal_group(pid, signal.SIGTERM)  # torchrun stops its workers on SIGTERM
+        deadline = time.time() + CANCEL_GRACE_S
+        while any(_alive(p) for p in agents) and time.time() < deadline:
+            time.sleep(0.1)
+        for pid in agents:
+            _signal_group(pid, signal.SIGKILL)
+        self._kill_leftover_workers(run)
+        return self.status(run.run_id)
+
+    def list(self) -> list[RunStatus]:
+        return [self.status(r.run_id) for r in all_runs(self.root)]
+
+    # -- process hygiene -------------------------------------------------------------------------
+
+    def _stop(self, handle: LocalRun, grace: float) -> None:
+        live = [p for p in handle.procs if p.poll() is None]
+        for p in live:
+            _signal_group(p.pid, signal.SIGTERM)
+        deadline = time.time() + grace
+        for p in live:
+            try:
+                p.wait(timeout=max(0.0, deadline - time.time()))
+            except subprocess.TimeoutExpired:
+                _signal_group(p.pid, signal.SIGKILL)
+                p.wait()
+
+    def _kill_leftover_workers(self, run: RunDir) -> None:
+        """Workers die with their agent (PDEATHSIG); this catches any that did not."""
+        for rec in run.worker_records():
+            pid = rec.get("pid")
+            if pid and _alive(pid) and _belongs_to(pid, run):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+
+
+def _alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie is dead for our purposes
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def _belongs_to(pid: int, run: RunDir) -> bool:
+    """Guard against pid reuse: only signal a process whose environment names this run."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return f"ALCHEMIST_RUN_DIR={run.path}".encode() in f.read().split(b"\0")
+    except OSError:
+        return False
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass

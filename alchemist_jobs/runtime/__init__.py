@@ -1,0 +1,1 @@
+"""The worker runtime: what runs inside each torchrun worker of a built-in task."""

@@ -1,0 +1,105 @@
+"""Every worker process starts here, under torchrun, before the task's own code.
+
+    python -m alchemist_jobs.runtime.bootstrap builtin
+    python -m alchemist_jobs.runtime.bootstrap script PATH [ARGS...]
+    python -m alchemist_jobs.runtime.bootstrap module NAME [ARGS...]
+
+It sends the worker's stdout and stderr to `logs/rank-<RANK>.log` in the run directory
+(appending, one header per attempt), records the worker's pid, asks the kernel to kill the
+worker if its launcher dies (no orphans, whatever happens to the launcher), then runs the
+target. A user script runs unmodified, as `python PATH ARGS` would run it.
+"""
+
+from __future__ import annotations
+
+import os
+import runpy
+import signal
+import sys
+import time
+from pathlib import Path
+
+
+def _die_with_parent() -> None:
+    """PR_SET_PDEATHSIG: the kernel sends SIGKILL to this worker if torchrun dies."""
+    if sys.platform != "linux":
+        return
+    import ctypes
+
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
+    except OSError:
+        pass
+    if os.getppid() == 1:  # the launcher died before prctl took effect
+        os._exit(1)
+
+
+def _redirect_output(log: Path, rank: int) -> None:
+    log.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    os.write(fd, (f"=== rank {rank} attempt {int(restart) + 1} pid {os.getpid()} "
+                  f"at {time.strftime('%Y-%m-%d %H:%M:%S')} ===\n").encode())
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
+def _record(run_dir: Path, rank: int, kind: str) -> None:
+    """Builtin workers write a fuller record (with the metrics port) themselves."""
+    from alchemist_jobs.rundir import write_json_atomic
+
+    workers = run_dir / "workers"
+    workers.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(workers / f"rank-{rank}.json", dict(
+        rank=rank, local_rank=int(os.environ.get("LOCAL_RANK", 0)), pid=os.getpid(),
+        node=os.environ.get("ALCHEMIST_NODE", ""), role="worker", task=kind,
+        restart=int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)), started=time.time()))
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] not in ("builtin", "script", "module"):
+        print("usage: python -m alchemist_jobs.runtime.bootstrap builtin|script PATH|module NAME",
+              file=sys.stderr)
+        return 2
+    kind, rest = argv[0], argv[1:]
+    rank = int(os.environ.get("RANK", 0))
+    run_dir = Path(os.environ["ALCHEMIST_RUN_DIR"])
+    _die_with_parent()
+    if os.environ.get("ALCHEMIST_LOG_TO_CONSOLE") != "1":
+        _redirect_output(run_dir / "logs" / f"rank-{rank}.log", rank)
+    _record(run_dir, rank, kind)
+
+    if kind == "builtin":
+        from alchemist_jobs.runtime import trainer
+
+        try:
+            code = trainer.main()
+        except BaseException:
+            import traceback
+
+            traceback.print_exc()
+            code = 1
+        # A prompt exit without interpreter teardown: gloo's destructors can abort after a
+        # finished job (see MACHINE.md); everything worth keeping is flushed already.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+    # A user program: exactly what `python PATH ARGS` / `python -m NAME ARGS` would do.
+    target, args = rest[0], rest[1:]
+    if kind == "script":
+        sys.argv = [target, *args]
+        sys.path[0] = str(Path(target).resolve().parent)
+        runpy.run_path(target, run_name="__main__")
+    else:
+        sys.argv = [target, *args]
+        sys.path[0] = os.getcwd()
+        runpy.run_module(target, run_name="__main__", alter_sys=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

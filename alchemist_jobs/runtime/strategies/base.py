@@ -1,0 +1,132 @@
+"""The strategy interface: what a training paradigm does after backward and every tau steps.
+
+The training loop (runtime/trainer.py) is the same for every algorithm:
+
+    strategy.setup(model)                 -> the module to run forward/backward on
+    for each optimizer step:
+        with strategy.accumulate(micro):  gradients of one micro-batch (no sync but the last)
+            loss.backward()
+        strategy.after_backward(step)     exchange gradients (async: push to / pull from PS)
+        optimizer.step()
+        strategy.after_step(step)         exchange models every tau steps (bmuf, easgd)
+    strategy.finish()                     leave every rank with the model to evaluate and save
+
+Strategies count their own communication in `ctx.comm` (bytes, seconds, rounds), which the
+loop turns into the contract's metrics.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Iterator
+
+if TYPE_CHECKING:
+    import torch
+
+    from alchemist_jobs.runtime.metrics import WorkerMetrics
+    from alchemist_jobs.spec import JobSpec
+
+
+@dataclass
+class CommStats:
+    """Running totals of this process's communication; the loop reads deltas per step.
+
+    Bytes count the payload a ring all-reduce moves: 2*(n-1)/n times the tensor size in
+    each direction, the same accounting for every strategy so their traffic compares.
+    """
+
+    sent_bytes: float = 0.0
+    received_bytes: float = 0.0
+    seconds: float = 0.0
+    rounds: int = 0
+    _window_start: float | None = None
+    _window_end: float | None = None
+
+    def allreduce(self, nbytes: int, world: int) -> None:
+        moved = 2.0 * (world - 1) / world * nbytes if world > 1 else 0.0
+        self.sent_bytes += moved
+        self.received_bytes += moved
+
+    def window(self, start: float, end: float) -> None:
+        """Record one exchange in flight from start to end (overlapping ones merge)."""
+        self._window_start = start if self._window_start is None else min(self._window_start, start)
+        self._window_end = end if self._window_end is None else max(self._window_end, end)
+
+    def close_window(self) -> float:
+        """Seconds of the merged window since the last call; added to `seconds`."""
+        if self._window_start is None:
+            return 0.0
+        spent = max(0.0, self._window_end - self._window_start)
+        self._window_start = self._window_end = None
+        self.seconds += spent
+        return spent
+
+    @contextlib.contextmanager
+    def timed(self) -> Iterator[None]:
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.window(t0, time.perf_counter())
+
+
+@dataclass
+class WorkerContext:
+    """Everything a strategy may need about its process and its job."""
+
+    spec: "JobSpec"
+    rank: int
+    world_size: int
+    local_rank: int
+    device: "torch.device"
+    metrics: "WorkerMetrics"
+    comm: CommStats = field(default_factory=CommStats)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Strategy:
+    """Base class: plain local SGD with no communication (what every strategy reduces to
+    with one worker). Subclasses override the hooks they need."""
+
+    name = "base"
+    # True when every rank takes part in each checkpoint (a collective gather); a strategy
+    # whose workers do not move in lock-step (async) sets False and checkpoints elsewhere.
+    collective_checkpoint = True
+    # True when all ranks hold the same model after finish() (what tests check for sync).
+    replicas_identical = True
+
+    def __init__(self, ctx: WorkerContext):
+        self.ctx = ctx
+        self.model: "torch.nn.Module | None" = None
+
+    def setup(self, model: "torch.nn.Module") -> "torch.nn.Module":
+        """Take the freshly built (and possibly checkpoint-restored) model; return the
+        module the loop runs forward/backward on."""
+        self.model = model
+        return model
+
+    @contextlib.contextmanager
+    def accumulate(self, last: bool) -> Iterator[None]:
+        """Context for one micro-batch's backward; `last` is the step's final micro-batch."""
+        yield
+
+    def after_backward(self, step: int) -> None:
+        """Gradients are ready; the optimizer has not stepped yet."""
+
+    def after_step(self, step: int) -> None:
+        """The optimizer stepped; `step` is the number of steps done (1-based)."""
+
+    def finish(self) -> None:
+        """Training is over: leave the model every rank should evaluate and save."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """Strategy state to checkpoint (block momentum, centre variable...)."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass
+
+    def close(self) -> None:
+        """Release connections and threads; called on every exit path."""

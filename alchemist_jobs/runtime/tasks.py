@@ -1,0 +1,135 @@
+"""Built-in tasks: data sets on the shared file system and the models that learn them.
+
+`digits` is scikit-learn's bundled 8x8 digits set; `synthetic` is generated classification
+data with a model whose parameter count the spec sets. Both are prepared once into
+`<shared root>/<data.path>/` (under a file lock, written atomically) and then loaded by every
+worker as tensors, so workers never import scikit-learn after the first run.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
+
+    from alchemist_jobs.spec import JobSpec, TaskSpec
+
+DIGITS_SAMPLES = 1797
+DIGITS_TEST = 360  # sklearn's train_test_split(test_size=0.2) of 1797
+_FORMAT = 1  # bump when the prepared files change shape
+
+
+def train_set_size(task: "TaskSpec") -> int:
+    """Training samples of a built-in task, known without building it."""
+    if task.builtin == "digits":
+        return DIGITS_SAMPLES - DIGITS_TEST
+    if task.builtin == "synthetic":
+        return task.synthetic.samples
+    raise ValueError(f"not a built-in task: {task.kind}")
+
+
+@dataclass
+class TaskData:
+    x_train: "torch.Tensor"
+    y_train: "torch.Tensor"
+    x_test: "torch.Tensor"
+    y_test: "torch.Tensor"
+    classes: int
+
+    @property
+    def features(self) -> int:
+        return int(self.x_train.shape[1])
+
+
+def _prepare_digits(seed: int) -> dict:
+    import numpy as np
+    import torch
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    x, y = load_digits(return_X_y=True)
+    x_tr, x_te, y_tr, y_te = train_test_split(
+        x, y, test_size=DIGITS_TEST, random_state=seed, stratify=y
+    )
+    mean, std = x_tr.mean(axis=0), x_tr.std(axis=0) + 1e-6  # standardise on train stats only
+    f = lambda a: torch.from_numpy(((a - mean) / std).astype(np.float32))  # noqa: E731
+    return dict(x_train=f(x_tr), y_train=torch.from_numpy(y_tr).long(),
+                x_test=f(x_te), y_test=torch.from_numpy(y_te).long(), classes=10)
+
+
+def _prepare_synthetic(task: "TaskSpec", seed: int) -> dict:
+    """Gaussian inputs labelled by a fixed random two-layer teacher: learnable, not trivial."""
+    import torch
+
+    s = task.synthetic
+    g = torch.Generator().manual_seed(seed + 1)
+    n_test = max(s.samples // 4, s.classes)
+    x = torch.randn(s.samples + n_test, s.features, generator=g)
+    w1 = torch.randn(s.features, 64, generator=g) / math.sqrt(s.features)
+    w2 = torch.randn(64, s.classes, generator=g) / 8.0
+    y = (torch.tanh(x @ w1) @ w2).argmax(dim=1)
+    return dict(x_train=x[: s.samples].contiguous(), y_train=y[: s.samples].contiguous(),
+                x_test=x[s.samples:].contiguous(), y_test=y[s.samples:].contiguous(),
+                classes=s.classes)
+
+
+def _data_file(spec: "JobSpec", root: Path) -> Path:
+    t = spec.task
+    if t.builtin == "digits":
+        name = f"digits-v{_FORMAT}-seed{spec.hyper.seed}.pt"
+    else:
+        s = t.synthetic
+        name = f"synthetic-v{_FORMAT}-{s.samples}x{s.features}-c{s.classes}-seed{spec.hyper.seed}.pt"
+    return root / spec.data.path / name
+
+
+def load_task_data(spec: "JobSpec", shared_root: Path) -> TaskData:
+    """Load the task's data set, preparing it first if no worker has yet (atomic, locked)."""
+    import torch
+
+    path = _data_file(spec, shared_root)
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path.with_suffix(".lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # one preparer; the others wait, then load
+            if not path.exists():
+                data = (_prepare_digits(spec.hyper.seed) if spec.task.builtin == "digits"
+                        else _prepare_synthetic(spec.task, spec.hyper.seed))
+                tmp = path.with_suffix(f".tmp{os.getpid()}")
+                torch.save(data, tmp)
+                os.replace(tmp, path)
+    return TaskData(**torch.load(path, weights_only=True))
+
+
+def build_model(spec: "JobSpec", data: TaskData) -> "torch.nn.Module":
+    """An MLP: digits uses `task.digits.hidden`; synthetic sizes its hidden width so the
+    model has about `task.synthetic.params` parameters."""
+    import torch.nn as nn
+
+    if spec.task.builtin == "digits":
+        widths = list(spec.task.digits.hidden)
+    else:
+        s = spec.task.synthetic
+        widths = [synthetic_width(s.params, data.features, s.classes, s.layers)] * s.layers
+    layers: list[nn.Module] = []
+    prev = data.features
+    for w in widths:
+        layers += [nn.Linear(prev, w), nn.ReLU()]
+        prev = w
+    layers.append(nn.Linear(prev, data.classes))
+    return nn.Sequential(*layers)
+
+
+def synthetic_width(params: int, features: int, classes: int, layers: int) -> int:
+    """Hidden width h with features*h + (layers-1)*h^2 + h*classes (+ biases) ~= params."""
+    a = layers - 1
+    b = features + classes + layers
+    if a == 0:
+        return max(1, round((params - classes) / b))
+    return max(1, round((-b + math.sqrt(b * b + 4 * a * max(params - classes, 1))) / (2 * a)))

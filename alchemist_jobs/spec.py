@@ -1,0 +1,338 @@
+"""The job spec: one typed config tree, from the YAML file to every worker and checkpoint.
+
+Each field is documented once, here, where it is declared. `load_spec` turns a YAML file
+(plus `--set key.path=value` overrides) into a `JobSpec`, or raises a `UserError` whose one
+line names the file, the field path, the bad value and what is accepted.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from alchemist_jobs.errors import UserError
+
+BUILTIN_TASKS = ("digits", "synthetic")
+_QUANTITY = r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$"
+
+
+class _Node(BaseModel):
+    # Unknown fields are errors: a misspelled key must never be silently ignored.
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+# --- what to train ---------------------------------------------------------------------
+
+
+class SyntheticTask(_Node):
+    """Generated classification data with a model of a chosen size (for communication-heavy
+    runs and benchmarks)."""
+
+    params: int = Field(1_000_000, ge=100, description="approximate model parameter count")
+    samples: int = Field(8192, ge=16, description="training samples (test set is 1/4 of this)")
+    features: int = Field(256, ge=2, description="input dimension")
+    classes: int = Field(10, ge=2, description="number of classes")
+    layers: int = Field(2, ge=1, le=16, description="hidden layers of the MLP")
+
+
+class DigitsTask(_Node):
+    """scikit-learn's bundled 8x8 digits (1797 images, 10 classes), split 80/20."""
+
+    hidden: list[Annotated[int, Field(ge=1)]] = Field(
+        default_factory=lambda: [64], description="hidden layer widths of the MLP"
+    )
+
+
+class TaskSpec(_Node):
+    """Exactly one of `builtin`, `script` or `module`."""
+
+    builtin: Literal["digits", "synthetic"] | None = None
+    script: str | None = Field(None, description="path of a torchrun-compatible script")
+    module: str | None = Field(None, description="a module run as `python -m MODULE`")
+    args: list[str] = Field(default_factory=list, description="arguments for script/module")
+    digits: DigitsTask = Field(default_factory=DigitsTask)
+    synthetic: SyntheticTask = Field(default_factory=SyntheticTask)
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> "TaskSpec":
+        given = [k for k in ("builtin", "script", "module") if getattr(self, k)]
+        if len(given) != 1:
+            raise ValueError(
+                f"needs exactly one of builtin ({'|'.join(BUILTIN_TASKS)}), script or module; "
+                f"got {', '.join(given) or 'none'}"
+            )
+        if self.module is not None and not re.fullmatch(r"[A-Za-z_][\w.]*", self.module):
+            raise ValueError(f"module {self.module!r} is not a dotted Python module name")
+        return self
+
+    @property
+    def kind(self) -> str:
+        return self.builtin or ("script" if self.script else "module")
+
+
+# --- how to train: the algorithm ---------------------------------------------------------
+
+
+class SyncAlgo(_Node):
+    """Synchronous SGD: gradients all-reduced every step (DistributedDataParallel)."""
+
+    name: Literal["sync"] = "sync"
+    grad_accum: int = Field(1, ge=1, description="micro-batches accumulated per optimizer step")
+    compression: Literal["none", "fp16", "bf16", "powersgd"] = Field(
+        "none", description="DDP communication hook applied to gradient buckets"
+    )
+    powersgd_rank: int = Field(2, ge=1, description="matrix rank for PowerSGD compression")
+    bucket_mb: float = Field(25.0, gt=0, description="DDP gradient bucket size, MiB")
+
+
+class AsyncAlgo(_Node):
+    """Asynchronous SGD through a parameter server that applies each update on arrival."""
+
+    name: Literal["async"] = "async"
+    servers: int = Field(1, ge=1, le=64, description="parameter-server shards")
+    staleness_bound: int | None = Field(
+        None, ge=0, description="max steps a worker may run ahead of the slowest (SSP); none = unbounded"
+    )
+
+
+class BmufAlgo(_Node):
+    """Blockwise model-update filtering (Chen & Huo, 2016)."""
+
+    name: Literal["bmuf"] = "bmuf"
+    tau: int = Field(8, ge=1, description="local steps per block")
+    block_momentum: float = Field(0.9, ge=0, lt=1, description="eta: block momentum")
+    block_lr: float = Field(1.0, gt=0, description="zeta: block learning rate")
+    nesterov: bool = Field(True, description="restart workers from W_t + eta * Delta_t")
+
+
+class EasgdAlgo(_Node):
+    """Elastic averaging SGD (Zhang, Choromanska & LeCun, 2015), synchronous variant."""
+
+    name: Literal["easgd"] = "easgd"
+    tau: int = Field(8, ge=1, description="local steps between elastic exchanges")
+    alpha: float = Field(0.1, gt=0, lt=1, description="moving rate of the elastic force")
+    variant: Literal["sync", "async"] = Field("sync", description="all-reduce or parameter server")
+
+
+Algorithm = Annotated[
+    Union[SyncAlgo, AsyncAlgo, BmufAlgo, EasgdAlgo], Field(discriminator="name")
+]
+
+
+# --- hyper-parameters ---------------------------------------------------------------------
+
+
+class Hyper(_Node):
+    batch_size: int = Field(32, ge=1, description="per-worker batch size")
+    lr: float = Field(0.1, gt=0, description="learning rate at the reference batch")
+    epochs: float | None = Field(None, gt=0, description="passes over the training set")
+    steps: int | None = Field(None, ge=1, description="optimizer steps (overrides epochs)")
+    seed: int = Field(0, ge=0, description="seed of every random generator")
+    optimizer: Literal["sgd", "adam", "adamw", "lars"] = "sgd"
+    momentum: float = Field(0.9, ge=0, lt=1)
+    weight_decay: float = Field(0.0, ge=0)
+    lr_scaling: Literal["none", "linear", "sqrt"] = Field(
+        "none", description="scale lr by global batch / reference_batch (linear) or its sqrt"
+    )
+    reference_batch: int = Field(32, ge=1, description="batch the lr was tuned for")
+    warmup_epochs: float = Field(0.0, ge=0, description="linear lr warm-up length in epochs")
+    warmup_steps: int = Field(0, ge=0, description="linear lr warm-up length in steps")
+    lars_eta: float = Field(0.001, gt=0, description="LARS trust coefficient")
+    schedule: Literal["constant", "cosine", "step"] = Field("constant", description="lr decay after warm-up")
+
+    @model_validator(mode="after")
+    def _length(self) -> "Hyper":
+        if self.epochs is None and self.steps is None:
+            self.__dict__["epochs"] = 10.0
+        return self
+
+
+class DataSpec(_Node):
+    path: str = Field(
+        "data", description="where the data set lives, relative to the shared file system root"
+    )
+    loader_workers: int = Field(0, ge=0, le=32, description="DataLoader worker processes")
+
+
+class CheckpointSpec(_Node):
+    every_steps: int = Field(100, ge=1, description="write a checkpoint every N optimizer steps")
+    keep: int = Field(3, ge=1, description="newest checkpoints kept")
+    resume: bool = Field(True, description="a (re)started worker resumes from the newest one")
+
+
+_Quantity = Annotated[str, Field(pattern=_QUANTITY)]
+
+
+class Resources(_Node):
+    """Per process on local runs; per node (pod) on cluster stacks."""
+
+    cpu: float = Field(1.0, gt=0)
+    memory: _Quantity = "2Gi"
+    gpu: int = Field(0, ge=0, description="GPUs per node; 0 trains on CPU with gloo")
+
+
+class JobSpec(_Node):
+    """One training job. Saved, resolved, in the run directory and in every checkpoint."""
+
+    name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?$")
+    task: TaskSpec
+    nodes: int = Field(1, ge=1, le=1024)
+    procs_per_node: int = Field(1, ge=1, le=256)
+    resources: Resources = Field(default_factory=Resources)
+    algorithm: Algorithm = Field(default_factory=SyncAlgo)
+    hyper: Hyper = Field(default_factory=Hyper)
+    data: DataSpec = Field(default_factory=DataSpec)
+    checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
+    env: dict[str, str] = Field(default_factory=dict, description="extra environment variables")
+    image: str | None = Field(None, description="container image on cluster stacks")
+    max_restarts: int = Field(3, ge=0, le=100, description="worker-group restarts before failing")
+    metrics: bool = Field(True, description="serve Prometheus metrics from every worker")
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.procs_per_node
+
+    @property
+    def global_batch(self) -> int:
+        return self.world_size * self.hyper.batch_size
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "JobSpec":
+        if self.algorithm.name == "async" and self.algorithm.servers > self.world_size:
+            raise ValueError(
+                f"algorithm.servers={self.algorithm.servers} exceeds the {self.world_size} workers"
+            )
+        for key in self.env:
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+                raise ValueError(f"env key {key!r} is not a valid environment variable name")
+        return self
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
+
+
+# --- loading -----------------------------------------------------------------------------
+
+
+def apply_override(raw: dict, assignment: str, source: str = "--set") -> None:
+    """Apply one `key.path=value` to the raw spec dict; the value is parsed as YAML."""
+    if "=" not in assignment:
+        raise UserError(f"{source} {assignment!r}: expected KEY.PATH=VALUE, e.g. hyper.lr=0.05")
+    path, _, text = assignment.partition("=")
+    keys = path.strip().split(".")
+    if not all(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k) for k in keys):
+        raise UserError(f"{source} {assignment!r}: {path!r} is not a dotted field path")
+    try:
+        value = yaml.safe_load(text) if text.strip() else ""
+    except yaml.YAMLError:
+        value = text
+    node = raw
+    for i, key in enumerate(keys[:-1]):
+        child = node.get(key)
+        if child is None:
+            child = node[key] = {}
+        elif not isinstance(child, dict):
+            raise UserError(
+                f"{source} {assignment!r}: {'.'.join(keys[: i + 1])} is a value, not a section"
+            )
+        node = child
+    node[keys[-1]] = value
+
+
+def _describe_error(err: dict) -> tuple[str, str]:
+    """(field path, what is accepted) for one pydantic error, in the spec's own words."""
+    loc = [str(p) for p in err["loc"]]
+    # Discriminated unions put the tag in the path (algorithm.bmuf.tau): drop it.
+    if len(loc) >= 2 and loc[0] == "algorithm" and loc[1] in ("sync", "async", "bmuf", "easgd"):
+        loc = [loc[0]] + loc[2:]
+    kind, ctx, msg = err["type"], err.get("ctx") or {}, err["msg"]
+    accepted = {
+        "extra_forbidden": "no such field (check the spelling; see examples/ for every field)",
+        "missing": "a value is required",
+        "union_tag_invalid": "one of sync, async, bmuf, easgd",
+        "union_tag_not_found": "a `name` of sync, async, bmuf or easgd",
+    }.get(kind)
+    if accepted is None:
+        if kind == "literal_error":
+            accepted = "one of " + ctx.get("expected", "").replace("'", "")
+        elif kind in ("greater_than_equal", "greater_than", "less_than", "less_than_equal"):
+            op = {"greater_than_equal": ">=", "greater_than": ">", "less_than": "<",
+                  "less_than_equal": "<="}[kind]
+            bound = next(iter(ctx.values()))
+            accepted = f"a number {op} {bound}"
+        elif kind == "string_pattern_mismatch":
+            accepted = f"a string matching {ctx.get('pattern')}"
+        elif kind == "value_error":
+            accepted = msg.removeprefix("Value error, ")
+        else:
+            accepted = msg[0].lower() + msg[1:]
+    return ".".join(loc) or "(top level)", accepted
+
+
+def _check_task(spec: JobSpec, spec_dir: Path, source: str) -> None:
+    """Checks that need the task: the script exists; the batch fits the data set."""
+    if spec.task.script is not None:
+        script = (spec_dir / spec.task.script).resolve()
+        if not script.is_file():
+            raise UserError(
+                f"{source}: task.script: {spec.task.script!r} not found "
+                f"(looked for {script}); accepted: a path to a Python file, relative to the spec"
+            )
+    if spec.task.builtin is not None:
+        from alchemist_jobs.runtime.tasks import train_set_size
+
+        n = train_set_size(spec.task)
+        if spec.global_batch > n:
+            raise UserError(
+                f"{source}: hyper.batch_size: {spec.hyper.batch_size} x {spec.world_size} workers "
+                f"= {spec.global_batch} exceeds the {n} training samples of task "
+                f"{spec.task.builtin}; accepted: batch_size <= {n // spec.world_size}"
+            )
+
+
+def parse_spec(raw: Any, source: str, spec_dir: Path | None = None) -> JobSpec:
+    """Validate a raw (already-YAML-parsed) spec; one UserError line on the first problem."""
+    if not isinstance(raw, dict):
+        raise UserError(f"{source}: the spec must be a YAML mapping, got {type(raw).__name__}")
+    try:
+        spec = JobSpec.model_validate(raw)
+    except ValidationError as e:
+        errors = e.errors()
+        field, accepted = _describe_error(errors[0])
+        value = errors[0].get("input")
+        shown = "(missing)" if errors[0]["type"] == "missing" else repr(value)
+        if isinstance(value, dict):
+            shown = "{...}"
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        raise UserError(f"{source}: {field}: {shown} is invalid; accepted: {accepted}{more}") from None
+    _check_task(spec, spec_dir or Path.cwd(), source)
+    return spec
+
+
+def load_spec(path: str | Path, overrides: list[str] = ()) -> JobSpec:
+    """Read a job spec file, apply `--set` overrides, validate. Raises UserError."""
+    path = Path(path)
+    source = str(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise UserError(f"{source}: no such job spec file") from None
+    except (IsADirectoryError, PermissionError) as e:
+        raise UserError(f"{source}: cannot read the job spec ({e.strerror})") from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(e, "problem", None) or "not valid YAML"
+        raise UserError(f"{source}:{where}: {problem}; accepted: a YAML mapping") from None
+    raw = {} if raw is None else raw
+    for assignment in overrides:
+        if not isinstance(raw, dict):
+            break
+        apply_override(raw, assignment)
+    return parse_spec(raw, source, path.parent)
