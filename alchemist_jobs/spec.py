@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from alchemist_jobs.errors import UserError
 
@@ -56,6 +56,15 @@ class TaskSpec(_Node):
     args: list[str] = Field(default_factory=list, description="arguments for script/module")
     digits: DigitsTask = Field(default_factory=DigitsTask)
     synthetic: SyntheticTask = Field(default_factory=SyntheticTask)
+
+    @field_validator("args", mode="before")
+    @classmethod
+    def _scalars_as_strings(cls, v: Any) -> Any:
+        # `args: [--epochs, 10]` is natural YAML; a command line is strings all the same.
+        if isinstance(v, list):
+            return [str(a).lower() if isinstance(a, bool) else str(a)
+                    if isinstance(a, (int, float)) else a for a in v]
+        return v
 
     @model_validator(mode="after")
     def _exactly_one(self) -> "TaskSpec":
@@ -304,9 +313,11 @@ def parse_spec(raw: Any, source: str, spec_dir: Path | None = None) -> JobSpec:
         errors = e.errors()
         field, accepted = _describe_error(errors[0])
         value = errors[0].get("input")
-        shown = "(missing)" if errors[0]["type"] == "missing" else repr(value)
-        if isinstance(value, dict):
-            shown = "{...}"
+        if errors[0]["type"] in ("union_tag_invalid", "union_tag_not_found"):
+            field, value = field + ".name", (errors[0].get("ctx") or {}).get("tag")
+        shown = "{...}" if isinstance(value, dict) else repr(value)
+        if errors[0]["type"] == "missing":
+            shown = "(missing)"
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
         raise UserError(f"{source}: {field}: {shown} is invalid; accepted: {accepted}{more}") from None
     _check_task(spec, spec_dir or Path.cwd(), source)

@@ -176,16 +176,28 @@ def _summary(status: RunStatus, wall: float, handle) -> None:
 
 
 def _failure_tail(run, n: int = 12) -> list[str]:
-    """The end of the first rank log that holds a traceback, else of agent 0's log."""
-    candidates = sorted(run.logs.glob("rank-*.log")) + [run.agent_log(0)]
-    for path in candidates:
+    """The end of the failing worker's last attempt: a rank log with a traceback or error
+    first, else any rank log with output, else agent 0's log."""
+    def last_attempt(path) -> list[str]:
         try:
-            text = path.read_text(errors="replace")
+            lines = path.read_text(errors="replace").rstrip().splitlines()
         except OSError:
-            continue
-        if "Traceback" in text or path == candidates[-1]:
-            return [f"[{path.name}] {line}" for line in text.rstrip().splitlines()[-n:]]
-    return []
+            return []
+        starts = [i for i, line in enumerate(lines) if line.startswith("=== rank ")]
+        return lines[starts[-1] + 1:] if starts else lines
+
+    ranked = []
+    for path in sorted(run.logs.glob("rank-*.log"), key=lambda p: int(p.stem.split("-")[1])):
+        body = last_attempt(path)
+        if body:
+            text = "\n".join(body)
+            ranked.append((0 if ("Traceback" in text or "Error" in text) else 1, path, body))
+    if ranked:
+        _, path, body = min(ranked, key=lambda t: t[0])
+    else:
+        path = run.agent_log(0)
+        body = last_attempt(path)
+    return [f"[{path.name}] {line}" for line in body[-n:]]
 
 
 # --- list / status / logs / cancel ----------------------------------------------------------------

@@ -1,0 +1,30 @@
+"""Shared fixtures: a private ALCHEMIST_HOME per test, and helpers to run the real CLI."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLES = REPO / "examples"
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A fresh local shared-file-system root: runs never collide with other tests' runs."""
+    h = tmp_path / "alchemist-home"
+    monkeypatch.setenv("ALCHEMIST_HOME", str(h))
+    return h
+
+
+def cli(*args: str, home: Path | None = None, timeout: float = 300, **kw) -> subprocess.CompletedProcess:
+    """Run `alchemist ARGS` as a real process (python -m alchemist_jobs)."""
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    if home is not None:
+        env["ALCHEMIST_HOME"] = str(home)
+    return subprocess.run([sys.executable, "-m", "alchemist_jobs", *args], cwd=kw.pop("cwd", REPO),
+                          env=env, capture_output=True, text=True, timeout=timeout, **kw)
