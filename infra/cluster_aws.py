@@ -14,6 +14,7 @@ import pulumi_kubernetes as kubernetes
 
 from infra.cluster import GPU_NODE_LABELS, GPU_TAINT, SYSTEM_NODE_LABELS, AwsNetwork, ClusterFacts, Registry
 from infra.config import AwsConfig, StackConfig
+from infra.policies import OPEN_ENDPOINTS_TAG
 from infra.shared_fs import irsa_trust_policy
 from infra.versions import CHARTS
 
@@ -24,9 +25,6 @@ NODE_POLICIES = (
     "arn:aws:iam::aws:policy/AmazonEC2ContainerRegistryReadOnly",
     "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore",
 )
-# Set on the EKS cluster only when the stack config says `allowOpenEndpoints: true`; the
-# open-endpoints policy reads it, so the pack and the tests judge the same resource.
-OPEN_ENDPOINTS_TAG = "alchemist.io/open-endpoints"
 AUTOSCALER_POLICY = {
     "Version": "2012-10-17",
     "Statement": [
@@ -98,6 +96,7 @@ class EksCluster(pulumi.ComponentResource):
             opts=on_aws,
         )
         tags = {"alchemist.io/stack": args.stack}
+        # The open-endpoints policy reads this tag, so the pack and the tests judge the same resource.
         if args.cfg.allow_open_endpoints:
             tags[OPEN_ENDPOINTS_TAG] = "allowed-by-stack-config"
         with_aws = pulumi.ResourceOptions(parent=self, providers={"aws": self.aws_provider})

@@ -138,7 +138,7 @@ class GpuPool(_Model):
     min_size: Size = 0
     max_size: Annotated[int, Field(ge=1, le=1000)] = 2
     desired_size: Size = 0
-    disk_size_gib: Annotated[int, Field(ge=50, le=16384)] = 200
+    disk_size_gib: Annotated[int, Field(ge=50, le=16384)] = Field(200, alias="diskSizeGiB")
     capacity_type: Literal["ON_DEMAND", "SPOT"] = "ON_DEMAND"
     require_imdsv2: bool = Field(True, description="true (policy imdsv2-on-gpu-nodes requires it)")
 
@@ -165,7 +165,9 @@ class EfsFs(_Model):
 
 class FsxLustreFs(_Model):
     kind: Literal["fsx-lustre"]
-    storage_capacity_gib: Annotated[int, Field(ge=1200, le=100800, multiple_of=1200)] = 1200
+    storage_capacity_gib: Annotated[int, Field(ge=1200, le=100800, multiple_of=1200)] = Field(
+        1200, alias="storageCapacityGiB"
+    )
     deployment_type: Literal["SCRATCH_2", "PERSISTENT_2"] = "SCRATCH_2"
     per_unit_storage_throughput: Literal[125, 250, 500, 1000] = 250
 

@@ -131,6 +131,7 @@ class Recorder:
 
         self.resources: list[dict[str, Any]] = []
         self.regions: dict[str, str] = {}  # aws provider URN -> region
+        self.pending_providers: dict[str, str] = {}  # a component's `providers` map, by package
         recorder = self
 
         class Mocks(pulumi.runtime.Mocks):
@@ -158,6 +159,7 @@ class Recorder:
                         "secret_inputs": secret_paths,
                         "additional_secret_outputs": list(request.additionalSecretOutputs),
                     })  # fmt: skip
+                    recorder.pending_providers = dict(request.providers)
                     if request.type == "pulumi:providers:aws":
                         recorder.regions[urn] = _jsonable(inputs.get("region", ""), "", [])
                 return super().RegisterResource(request)
@@ -177,7 +179,7 @@ class Recorder:
         t, name, inputs = args.typ, args.name, dict(args.inputs)
         out = dict(inputs)
         rid = f"{name}-id"
-        region = self._region(args.provider)
+        region = self._region(args.provider or self.pending_providers.get("aws"))
         if t.startswith("aws:"):
             service = t.split(":")[1].split("/")[0]
             out.setdefault("arn", f"arn:aws:{service}:{region}:{ACCOUNT}:{name}")
