@@ -40,7 +40,8 @@ def load_stack_config(path: Path, sets: dict[str, Any], secrets: dict[str, str]
     """
     doc = yaml.safe_load(path.read_text()) or {}
     raw: dict[str, Any] = dict(doc.get("config") or {})
-    raw.update(sets)
+    for dotted, value in sets.items():
+        set_path(raw, dotted, value)
     from infra.config import pulumi_value
 
     config: dict[str, str] = {}
@@ -54,6 +55,19 @@ def load_stack_config(path: Path, sets: dict[str, Any], secrets: dict[str, str]
         config[key] = value
         secret_keys.add(key)
     return config, secret_keys
+
+
+def set_path(config: dict[str, Any], dotted: str, value: Any) -> None:
+    """Set `alchemist:aws.gpuNodes.maxSize` in a stack's config; a None value removes the key."""
+    head, *rest = dotted.split(".")
+    node: Any = config
+    for part in [head, *rest][:-1]:
+        node = node.setdefault(part, {})
+    last = [head, *rest][-1]
+    if value is None:
+        node.pop(last, None)
+    else:
+        node[last] = value
 
 
 def _has_secure(value: Any) -> bool:
