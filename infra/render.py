@@ -26,6 +26,8 @@ from typing import Any
 import yaml
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+if str(REPO_ROOT) not in sys.path:  # the program imports alchemist_jobs (the contract's labels)
+    sys.path.append(str(REPO_ROOT))
 SECRET = "[secret]"
 PLACEHOLDER = "rendered-without-the-pulumi-cli-{key}"
 ACCOUNT = "123456789012"
