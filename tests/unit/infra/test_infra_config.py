@@ -59,7 +59,7 @@ BAD = {
     "missing provider section": ("aws-us-west-2", {"alchemist:aws": None},
                                  "alchemist:aws is missing; accepted: provider 'aws' needs an `aws` section"),
     "foreign provider section": ("dev", {"alchemist:aws": stack_config("aws-us-west-2")["alchemist:aws"]},
-                                 "alchemist:aws = \"{...}\" is not accepted; accepted: only the `kind` section"),
+                                 "alchemist:aws = '{...}' is not accepted; accepted: only the `kind` section"),
     "zone outside region": ("aws-us-west-2", {"alchemist:aws.availabilityZones": ["us-west-2a", "eu-west-1b"]},
                             "alchemist:aws.availabilityZones[1] = 'eu-west-1b' is not accepted; accepted: a zone of us-west-2"),
     "scaling bounds": ("aws-us-west-2", {"alchemist:aws.gpuNodes.desiredSize": 9},
