@@ -29,6 +29,7 @@ class Registry:
     user: pulumi.Input[str] | None = None
     password: pulumi.Input[str] | None = None  # a secret Output
     ecr_repositories: bool = False  # Images creates one ECR repository per image
+    ready: list[Any] = field(default_factory=list)  # what must exist before the first push
 
 
 @dataclass
@@ -62,7 +63,7 @@ class ClusterFacts:
     depends_on: list[Any] = field(default_factory=list)  # what k8s resources must wait for
 
 
-def make_cluster(stack: str, cfg: StackConfig, repo_root: str) -> ClusterFacts:
+def make_cluster(stack: str, cfg: StackConfig) -> ClusterFacts:
     """Create the stack's cluster component and return its facts."""
     if cfg.provider == "kind":
         from infra.cluster_kind import KindCluster, KindClusterArgs

@@ -11,7 +11,6 @@ import pulumi_kubernetes as kubernetes
 import yaml
 
 from infra.cluster import (
-    GPU_NODE_LABELS,
     KIND_SHARED_PATH,
     SYSTEM_NODE_LABELS,
     ClusterFacts,
@@ -121,7 +120,8 @@ class KindCluster(pulumi.ComponentResource):
             gpus_per_node=0,
             gpu_driver_by_operator=False,
             toolkit_by_operator=False,
-            registry=Registry(prefix=f"localhost:{port}/alchemist", host=f"localhost:{port}"),
+            registry=Registry(prefix=f"localhost:{port}/alchemist", host=f"localhost:{port}",
+                              ready=[self.registry]),
             depends_on=[self.registry_wiring],
         )
-        self.register_outputs({"kubeconfig": self.kubeconfig, "gpu_node_labels": GPU_NODE_LABELS})
+        self.register_outputs({"kubeconfig": self.kubeconfig, "cluster_name": cluster_name})

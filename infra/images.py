@@ -71,6 +71,7 @@ class Images(pulumi.ComponentResource):
                     image_tag_mutability="IMMUTABLE",  # tags carry the source hash
                     image_scanning_configuration={"scan_on_push": True},
                     encryption_configurations=[{"encryption_type": "AES256"}],
+                    force_delete=True,  # `pulumi destroy` removes the images with the repository
                     opts=on_aws,
                 )
                 for image in IMAGES

@@ -35,13 +35,13 @@ def run(stack: str, monitoring_dir: Path, repo_root: Path = REPO_ROOT) -> None:
     cfg = load_config(stack)
     load_monitoring_files(monitoring_dir)  # a bad dashboard or rule file stops us here too
 
-    facts = make_cluster(stack, cfg, str(repo_root))
+    facts = make_cluster(stack, cfg)
     on_cluster = pulumi.ResourceOptions(providers=[facts.provider])
     images = Images(
         "images",
         ImagesArgs(stack=stack, registry=facts.registry, repo_root=repo_root, version=__version__,
                    aws_provider=facts.aws.aws_provider if facts.aws else None),
-        opts=pulumi.ResourceOptions(depends_on=facts.depends_on),
+        opts=pulumi.ResourceOptions(depends_on=facts.registry.ready),
     )  # fmt: skip
     platform = Platform(
         "platform",

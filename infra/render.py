@@ -315,6 +315,64 @@ def render(stack_file: Path, stack: str | None = None, sets: dict[str, Any] | No
     return result
 
 
+def _preload() -> None:
+    """Import the SDK modules every render needs (most of a render's time) once, before forking."""
+    import importlib
+
+    for module in (
+        "pulumi", "pulumi_command.local", "pulumi_command.remote", "pulumi_eks",
+        "pulumi_kubernetes.core.v1", "pulumi_kubernetes.apps.v1", "pulumi_kubernetes.rbac.v1",
+        "pulumi_kubernetes.networking.v1", "pulumi_kubernetes.scheduling.v1", "pulumi_kubernetes.storage.v1",
+        "pulumi_kubernetes.apiextensions", "pulumi_kubernetes.helm.v3", "pulumi_kubernetes.helm.v4",
+        "pulumi_aws.ec2", "pulumi_aws.iam", "pulumi_aws.efs", "pulumi_aws.fsx", "pulumi_aws.ecr", "pulumi_aws.kms",
+        "infra.program", "infra.cluster_kind", "infra.cluster_onprem", "infra.cluster_aws", "infra.platform",
+        "infra.shared_fs", "infra.monitoring", "infra.images", "infra.output",
+    ):  # fmt: skip
+        importlib.import_module(module)
+
+
+def render_many(jobs: list[dict[str, Any]], parallel: int = 2) -> list[dict[str, Any]]:
+    """Render several stacks, each in its own forked process (the mocks are process-wide).
+
+    The SDKs are imported once in this process first, so each fork only runs the program.
+    """
+    import os
+    import tempfile
+    import traceback
+
+    _preload()
+    results: list[dict[str, Any]] = [{} for _ in jobs]
+    with tempfile.TemporaryDirectory() as tmp:
+        running: dict[int, int] = {}
+
+        def reap() -> None:
+            pid, _ = os.wait()
+            i = running.pop(pid)
+            path = Path(tmp) / f"{i}.json"
+            results[i] = json.loads(path.read_text()) if path.exists() else {"error": f"render {i} died"}
+
+        for i, job in enumerate(jobs):
+            while len(running) >= parallel:
+                reap()
+            sys.stdout.flush()
+            sys.stderr.flush()
+            pid = os.fork()
+            if pid == 0:  # the child renders one stack and leaves
+                code = 0
+                try:
+                    result = render(**job)
+                except BaseException:  # noqa: BLE001 - reported to the parent, never lost
+                    result, code = {"error": "render crashed: " + traceback.format_exc(limit=-3)}, 1
+                (Path(tmp) / f"{i}.json").write_text(json.dumps(result, sort_keys=True))
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+            running[pid] = i
+        while running:
+            reap()
+    return results
+
+
 def _pairs(items: list[str], flag: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for item in items:
@@ -327,12 +385,24 @@ def _pairs(items: list[str], flag: str) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m infra.render", description=__doc__.splitlines()[0])
-    parser.add_argument("stack_file", type=Path)
+    parser.add_argument("stack_file", type=Path, nargs="?")
+    parser.add_argument("--jobs", type=Path, help="a JSON list of render() keyword arguments: render each, print a list")
     parser.add_argument("--stack", help="stack name (default: from the file name)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=YAML")
     parser.add_argument("--secret", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--monitoring-dir", type=Path)
     args = parser.parse_args(argv)
+    if args.jobs is not None:
+        jobs = json.loads(args.jobs.read_text())
+        for job in jobs:
+            job["stack_file"] = Path(job["stack_file"])
+            if job.get("monitoring_dir"):
+                job["monitoring_dir"] = Path(job["monitoring_dir"])
+        json.dump(render_many(jobs), sys.stdout, sort_keys=True)
+        sys.stdout.write("\n")
+        return 0
+    if args.stack_file is None:
+        parser.error("a stack file or --jobs is needed")
     sets = {k: yaml.safe_load(v) for k, v in _pairs(args.set, "--set").items()}
     result = render(args.stack_file, args.stack, sets, _pairs(args.secret, "--secret"), args.monitoring_dir)
     json.dump(result, sys.stdout, indent=1, sort_keys=True)

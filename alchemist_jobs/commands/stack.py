@@ -8,7 +8,6 @@ subprocess (the `infra` extra), so no Pulumi CLI and no cloud account are needed
 from __future__ import annotations
 
 import argparse
-import concurrent.futures
 import json
 import subprocess
 import sys
@@ -214,20 +213,22 @@ def cmd_replicate(args: argparse.Namespace) -> int:
 # --- diff ---------------------------------------------------------------------------------
 
 
-def render(root: Path, path: Path) -> dict[str, Any]:
-    """Render one stack under Pulumi's mocks in its own process (mocks are process-wide)."""
+def render(root: Path, paths: list[Path]) -> list[dict[str, Any]]:
+    """Render stacks under Pulumi's mocks in a subprocess (one fork per stack: mocks are process-wide)."""
+    jobs = json.dumps([{"stack_file": str(p)} for p in paths])
     proc = subprocess.run(
-        [sys.executable, "-m", "infra.render", str(path)],
-        cwd=root, capture_output=True, text=True, timeout=600,
+        [sys.executable, "-m", "infra.render", "--jobs", "/dev/stdin"],
+        input=jobs, cwd=root, capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     try:
-        result = json.loads(proc.stdout)
+        results = json.loads(proc.stdout)
     except json.JSONDecodeError:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise UserError(f"{path.name}: rendering failed: {last}") from None
-    if result.get("error"):
-        raise UserError(result["error"])
-    return result
+        raise UserError(f"rendering {', '.join(p.name for p in paths)} failed: {last}") from None
+    for result in results:
+        if result.get("error"):
+            raise UserError(result["error"])
+    return results
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
@@ -237,8 +238,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
     if importlib.util.find_spec("pulumi") is None:
         raise UserError("alchemist stack diff: needs the Pulumi SDK; accepted: pip install 'alchemist[infra]'")
     a, b = stack_file(root, args.a), stack_file(root, args.b)
-    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
-        ra, rb = pool.map(lambda p: render(root, p), (a, b))
+    ra, rb = render(root, [a, b])
     _with_infra(root)
     from infra.stack_diff import compare
 

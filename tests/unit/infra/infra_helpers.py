@@ -42,9 +42,22 @@ def render(stack_file: Path, sets: dict[str, Any] | None = None, secrets: dict[s
 
 
 def render_many(jobs: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
-        futures = {name: pool.submit(render, **kw) for name, kw in jobs.items()}
-        return {name: f.result() for name, f in futures.items()}
+    """Render several stacks in one `python -m infra.render --jobs` process (one fork per stack)."""
+    names = list(jobs)
+    spec = []
+    for name in names:
+        job = {k: (str(v) if isinstance(v, Path) else v) for k, v in jobs[name].items()}
+        spec.append(job)
+    proc = subprocess.run([sys.executable, "-m", "infra.render", "--jobs", "/dev/stdin"], input=json.dumps(spec),
+                          cwd=REPO, capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads(proc.stdout)
+    out = {}
+    for name, result in zip(names, results):
+        # what this stack's render printed, and everything the batch logged
+        result["_stdout"], result["_stderr"] = json.dumps(result), proc.stderr
+        out[name] = result
+    return out
 
 
 def resources(result: dict[str, Any], type_: str | None = None) -> list[dict[str, Any]]:
