@@ -133,6 +133,28 @@ def _struct(message: Any) -> dict[str, Any]:
     return json_format.MessageToDict(message)
 
 
+def _refs_to_urns(value: Any) -> None:
+    """Replace resource references in a protobuf Struct/Value by their URN, in place.
+
+    The mock engine would otherwise rehydrate each referenced resource on a thread of its
+    own, racing the program's event loop; the mocks never need the referenced object.
+    """
+    if hasattr(value, "fields"):  # Struct
+        for item in value.fields.values():
+            _refs_to_urns(item)
+        return
+    kind = value.WhichOneof("kind")
+    if kind == "struct_value":
+        fields = value.struct_value.fields
+        if SIG in fields and fields[SIG].string_value == RESOURCE_SIG:
+            value.string_value = fields["urn"].string_value
+        else:
+            _refs_to_urns(value.struct_value)
+    elif kind == "list_value":
+        for item in value.list_value.values:
+            _refs_to_urns(item)
+
+
 def _fake_id(name: str, prefix: str) -> str:
     return f"{prefix}-{hashlib.sha256(name.encode()).hexdigest()[:17]}"
 
@@ -176,6 +198,7 @@ class Recorder:
                         "additional_secret_outputs": list(request.additionalSecretOutputs),
                     })  # fmt: skip
                     recorder.pending_providers = dict(request.providers)
+                    _refs_to_urns(request.object)
                     if request.type == "pulumi:providers:aws":
                         recorder.regions[urn] = _jsonable(inputs.get("region", ""), "", [])
                 return super().RegisterResource(request)
