@@ -2,11 +2,13 @@
 
     python -m infra.render stacks/Pulumi.dev.yaml [--set key=value] [--secret key=value]
                            [--monitoring-dir DIR] [--stack NAME]
+    python -m infra.render --jobs jobs.json      # a list of render() arguments -> a list
 
-prints one JSON document: every registered resource (type chain, name, parent, inputs with
-secret values replaced by "[secret]"), the stack outputs (secrets likewise, their paths
-listed), or the one-line config error (exit 2). Mocks are process-wide, so this is one
-stack per process; the tests and `alchemist stack diff` call it as a subprocess.
+prints JSON: every registered resource (type chain, name, parent, inputs with secret values
+replaced by "[secret]"), the stack outputs (secrets likewise, their paths listed), or the
+one-line config error (exit 2). Mocks are process-wide, so each stack renders in a process
+of its own (`--jobs` imports the SDKs once and forks one child per stack); the tests and
+`alchemist stack diff` call this as a subprocess.
 
 The mocks stand in for the Pulumi engine and the cloud providers only: they answer each
 registration with the inputs plus the few outputs a real provider would compute (ids, ARNs,

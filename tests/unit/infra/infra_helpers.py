@@ -7,7 +7,6 @@ itself runs for real. Renders are cached for the session and run two at a time.
 
 from __future__ import annotations
 
-import concurrent.futures
 import json
 import subprocess
 import sys
