@@ -169,7 +169,7 @@ class SharedFileSystem(pulumi.ComponentResource):
             values={
                 "controller": {"serviceAccount": {"create": True, "name": sa,
                                "annotations": {"eks.amazonaws.com/role-arn": role.arn}}},
-                "node": {"tolerateAllTaints": True},
+                "node": {"tolerations": [{"operator": "Exists"}]},  # run on tainted GPU nodes too
             },  # fmt: skip
             opts=pulumi.ResourceOptions(parent=self, depends_on=self.mount_targets),
         )
@@ -232,7 +232,7 @@ class SharedFileSystem(pulumi.ComponentResource):
             values={
                 "controller": {"serviceAccount": {"create": True, "name": sa,
                                "annotations": {"eks.amazonaws.com/role-arn": role.arn}}},
-                "node": {"tolerateAllTaints": True},
+                "node": {"tolerations": [{"operator": "Exists"}]},  # run on tainted GPU nodes too
             },  # fmt: skip
             opts=pulumi.ResourceOptions(parent=self),
         )
