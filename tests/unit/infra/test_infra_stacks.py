@@ -250,6 +250,7 @@ def test_efs_encrypted_with_mount_targets_and_csi_driver(renders, name):
                               "cidrBlocks": [stack_config(name)["alchemist:aws"]["vpcCidr"]]}]  # fmt: skip
     release = one(r, "kubernetes:helm.sh/v3:Release", "shared-fs-efs-csi")["inputs"]  # v3: the chart has hooks
     assert (release["chart"], release["version"]) == ("aws-efs-csi-driver", CHARTS["aws-efs-csi-driver"].version)
+    assert release["values"]["node"]["tolerations"] == [{"operator": "Exists"}]  # mounts on GPU nodes too
     sa = release["values"]["controller"]["serviceAccount"]
     assert sa["annotations"]["eks.amazonaws.com/role-arn"].startswith("arn:aws:iam::")
     sc = one(r, "kubernetes:storage.k8s.io/v1:StorageClass", "shared-fs-storageclass")["inputs"]
