@@ -1,0 +1,255 @@
+"""`alchemist stack list|replicate|diff`: see, copy and compare the Pulumi stacks in stacks/.
+
+Works from a checkout of the repository (where Pulumi.yaml is). `list` and `replicate`
+need only pydantic and PyYAML; `diff` renders each stack under Pulumi's mocks in a
+subprocess (the `infra` extra), so no Pulumi CLI and no cloud account are needed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from alchemist_jobs.errors import UserError
+
+EXIT_DIFFERS = 1
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    stack = subparsers.add_parser("stack", help="list, replicate and compare Pulumi stacks (stacks/)",
+                                  description=__doc__.splitlines()[0])  # fmt: skip
+    stack.add_argument("--root", type=Path, help="repository root (default: the one holding Pulumi.yaml)")
+    sub = stack.add_subparsers(dest="stack_command", metavar="SUBCOMMAND")
+    sub.required = True
+
+    p = sub.add_parser("list", help="the stacks and what each runs on")
+    p.set_defaults(func=cmd_list)
+
+    p = sub.add_parser("replicate", help="write stacks/Pulumi.DST.yaml from SRC with overrides")
+    p.add_argument("src", metavar="SRC")
+    p.add_argument("dst", metavar="DST")
+    p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a key, e.g. aws.region=eu-west-1 or aws.availabilityZones=[eu-west-1a,eu-west-1b]")
+    p.add_argument("--force", action="store_true", help="overwrite DST if it exists")
+    p.set_defaults(func=cmd_replicate)
+
+    p = sub.add_parser("diff", help="how two stacks' platforms differ (exit 1 if they do)")
+    p.add_argument("a", metavar="A", help="stack name or stack file")
+    p.add_argument("b", metavar="B", help="stack name or stack file")
+    p.add_argument("--all", action="store_true", help="also list the differences that are allowed")
+    p.set_defaults(func=cmd_diff)
+
+
+# --- where the stacks are -----------------------------------------------------------------
+
+
+def repo_root(explicit: Path | None) -> Path:
+    """The directory holding the project's Pulumi.yaml: --root, or the nearest one upward."""
+    if explicit is not None:
+        if not (explicit / "Pulumi.yaml").is_file():
+            raise UserError(f"--root {explicit}: no Pulumi.yaml there; accepted: the repository root")
+        return explicit.resolve()
+    here = Path.cwd().resolve()
+    for d in (here, *here.parents):
+        if (d / "Pulumi.yaml").is_file() and (d / "infra").is_dir():
+            return d
+    raise UserError(f"{here}: not inside an alchemist checkout (no Pulumi.yaml with infra/ above); "
+                    "run from the repository or pass --root")  # fmt: skip
+
+
+def stacks_dir(root: Path) -> Path:
+    import yaml
+
+    project = yaml.safe_load((root / "Pulumi.yaml").read_text()) or {}
+    return root / project.get("stackConfigDir", ".")
+
+
+def stack_file(root: Path, name_or_path: str) -> Path:
+    path = Path(name_or_path)
+    if path.suffix in (".yaml", ".yml") and path.is_file():
+        return path.resolve()
+    candidate = stacks_dir(root) / f"Pulumi.{name_or_path}.yaml"
+    if not candidate.is_file():
+        known = ", ".join(stack_names(root)) or "none"
+        raise UserError(f"stack {name_or_path!r}: no {candidate.relative_to(root)}; accepted: {known}")
+    return candidate
+
+
+def stack_names(root: Path) -> list[str]:
+    return sorted(p.name[len("Pulumi."):-len(".yaml")] for p in stacks_dir(root).glob("Pulumi.*.yaml"))
+
+
+def _load(path: Path) -> dict[str, Any]:
+    import yaml
+
+    try:
+        doc = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise UserError(f"{path}: not valid YAML: {str(e).splitlines()[0]}") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("config", {}), dict):
+        raise UserError(f"{path}: expected a mapping with a `config:` mapping")
+    return doc
+
+
+def _with_infra(root: Path) -> None:
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+
+
+# --- list ---------------------------------------------------------------------------------
+
+
+def _summary(config: dict[str, Any]) -> str:
+    provider = config.get("alchemist:provider", "?")
+    fs = (config.get("alchemist:sharedFs") or {}).get("kind", "?")
+    where = ""
+    if provider == "aws":
+        aws = config.get("alchemist:aws") or {}
+        gpu = aws.get("gpuNodes") or {}
+        where = f"{aws.get('region', '?')}, GPU nodes {','.join(gpu.get('instanceTypes', []))} x0..{gpu.get('maxSize', '?')}"
+    elif provider == "onprem":
+        hosts = (config.get("alchemist:onprem") or {}).get("hosts") or []
+        gpus = sum(int(h.get("gpus", 0)) for h in hosts)
+        where = f"{len(hosts)} hosts, {gpus} GPUs"
+    elif provider == "kind":
+        where = "kind on the local Docker"
+    elif provider == "existing":
+        where = "an existing cluster (kubeconfig secret)"
+    return f"{provider:<9} k8s {config.get('alchemist:kubernetesVersion', '?'):<5} {fs:<11} {where}"
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    root = repo_root(args.root)
+    print(f"{'local':<16} {'built-in':<9} {'':<9} {'directory':<11} processes on this machine, no Pulumi")
+    for name in stack_names(root):
+        config = _load(stacks_dir(root) / f"Pulumi.{name}.yaml").get("config", {})
+        print(f"{name:<16} {_summary(config)}")
+    return 0
+
+
+# --- replicate ----------------------------------------------------------------------------
+
+
+def _secure_keys(value: Any, key: str) -> list[str]:
+    if isinstance(value, dict):
+        if set(value) == {"secure"}:
+            return [key]
+        return [k for sub, v in value.items() for k in _secure_keys(v, f"{key}.{sub}")]
+    if isinstance(value, list):
+        return [k for i, v in enumerate(value) for k in _secure_keys(v, f"{key}[{i}]")]
+    return []
+
+
+def _set_path(config: dict[str, Any], dotted: str, value: Any) -> None:
+    """Set `aws.gpuNodes.maxSize` (namespace `alchemist:` implied) in a stack's config."""
+    head, *rest = dotted.split(".")
+    key = head if ":" in head else f"alchemist:{head}"
+    if not rest:
+        config[key] = value
+        return
+    node = config.setdefault(key, {})
+    for part in rest[:-1]:
+        if not isinstance(node, dict):
+            raise UserError(f"--set {dotted}: {part!r} is inside a value that is not a mapping")
+        node = node.setdefault(part, {})
+    if not isinstance(node, dict):
+        raise UserError(f"--set {dotted}: the parent of {rest[-1]!r} is not a mapping")
+    node[rest[-1]] = value
+
+
+def cmd_replicate(args: argparse.Namespace) -> int:
+    import yaml
+
+    root = repo_root(args.root)
+    src = stack_file(root, args.src)
+    dst = stacks_dir(root) / f"Pulumi.{args.dst}.yaml"
+    if dst.exists() and not args.force:
+        raise UserError(f"{dst.relative_to(root)} exists; accepted: a new stack name, or --force to overwrite")
+    config: dict[str, Any] = dict(_load(src).get("config") or {})
+    overridden: set[str] = set()
+    for item in args.sets:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise UserError(f"--set {item!r}: accepted: KEY=VALUE such as aws.region=eu-west-1")
+        _set_path(config, key, yaml.safe_load(raw) if raw else "")
+        overridden.add(key if ":" in key.split(".")[0] else f"alchemist:{key}")
+    # Encrypted values belong to SRC's secrets provider: they cannot be copied, only set anew.
+    secure = [k for key, v in config.items() for k in _secure_keys(v, key)]
+    if secure:
+        first = secure[0].split(":", 1)[1].split(".")[0]
+        raise UserError(
+            f"{src.relative_to(root)}: {', '.join(secure)} is encrypted with {args.src}'s secrets provider and "
+            f"cannot be re-encrypted for {args.dst}; accepted: leave it out with --set {first}= and then "
+            f"`pulumi config set --secret alchemist:{first} <value> -s {args.dst}`"
+        )
+    left_out = sorted(k for k, v in config.items() if v == "")
+    config = {k: v for k, v in config.items() if v != ""}
+    _with_infra(root)
+    from infra.config import SECRET_KEYS, StackConfigError, parse, pulumi_value
+
+    # Secrets left out are checked as if set, so the rest of the replica is validated now.
+    later = [k for k in left_out if k.split(":", 1)[1] in SECRET_KEYS]
+    raw = {k: pulumi_value(v) for k, v in config.items()}
+    raw.update({k: "set-later" for k in later})
+    try:
+        parse(raw, set(later), where=f"{dst.relative_to(root)}")
+    except StackConfigError as e:
+        raise UserError(str(e)) from None
+    sets = " ".join(f"--set {s}" for s in args.sets)
+    header = (f"# A replica of {args.src}: `alchemist stack replicate {args.src} {args.dst}"
+              f"{' ' + sets if sets else ''}`.\n")  # fmt: skip
+    dst.write_text(header + yaml.safe_dump({"config": config}, sort_keys=False, default_flow_style=False))
+    print(f"wrote {dst.relative_to(root)} ({len(overridden)} keys changed from {args.src}); "
+          f"`alchemist stack diff {args.src} {args.dst}` compares their platforms")  # fmt: skip
+    for key in later:
+        print(f"then set its secret: pulumi config set --secret {key} <value> -s {args.dst}")
+    return 0
+
+
+# --- diff ---------------------------------------------------------------------------------
+
+
+def render(root: Path, paths: list[Path]) -> list[dict[str, Any]]:
+    """Render stacks under Pulumi's mocks in a subprocess (one fork per stack: mocks are process-wide)."""
+    jobs = json.dumps([{"stack_file": str(p)} for p in paths])
+    proc = subprocess.run(
+        [sys.executable, "-m", "infra.render", "--jobs", "/dev/stdin"],
+        input=jobs, cwd=root, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    try:
+        results = json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise UserError(f"rendering {', '.join(p.name for p in paths)} failed: {last}") from None
+    for result in results:
+        if result.get("error"):
+            raise UserError(result["error"])
+    return results
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    import importlib.util
+
+    root = repo_root(args.root)
+    if importlib.util.find_spec("pulumi") is None:
+        raise UserError("alchemist stack diff: needs the Pulumi SDK; accepted: pip install 'alchemist[infra]'")
+    a, b = stack_file(root, args.a), stack_file(root, args.b)
+    ra, rb = render(root, [a, b])
+    _with_infra(root)
+    from infra.stack_diff import compare
+
+    report = compare(ra, rb)
+    a_name, b_name = ra["stack"], rb["stack"]
+    for d in report.differences:
+        print(d.line(a_name, b_name))
+    if args.all:
+        for d in report.allowed:
+            print(f"  (allowed: {d.allowed_because}) {d.line(a_name, b_name)}")
+    verdict = "differ" if report.platform_differs else "are identical"
+    print(f"platforms of {a_name} and {b_name} {verdict}: {len(report.differences)} difference(s), "
+          f"{len(report.allowed)} allowed provider-specific difference(s) (see infra/stack_diff.py)")  # fmt: skip
+    return EXIT_DIFFERS if report.platform_differs else 0

@@ -1,0 +1,1 @@
+"""Alchemist Pulumi program: one ComponentResource per concern, run as `main: infra/`."""

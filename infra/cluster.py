@@ -1,0 +1,82 @@
+"""What every cluster component hands the rest of the program, and the one place that picks it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pulumi
+
+from infra.config import StackConfig
+
+# GPU nodes carry the same label and taint on every provider, so a job's node selector and
+# tolerations (stack output `gpu`) and Kueue's GPU flavor are the same everywhere.
+GPU_NODE_LABELS = {"alchemist.io/pool": "gpu"}
+SYSTEM_NODE_LABELS = {"alchemist.io/pool": "system"}
+GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}
+GPU_TOLERATIONS = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+GPU_RESOURCE = "nvidia.com/gpu"
+# Where every kind node mounts the host's shared directory; the hostPath PV points here.
+KIND_SHARED_PATH = "/var/alchemist/shared"
+
+
+@dataclass
+class Registry:
+    """Where images are pushed: `prefix` + `/train`; credentials when the registry needs them."""
+
+    prefix: pulumi.Input[str]
+    host: pulumi.Input[str]
+    user: pulumi.Input[str] | None = None
+    password: pulumi.Input[str] | None = None  # a secret Output
+    ecr_repositories: bool = False  # Images creates one ECR repository per image
+    ready: list[Any] = field(default_factory=list)  # what must exist before the first push
+
+
+@dataclass
+class AwsNetwork:
+    """What the AWS shared file system needs from the cluster layer."""
+
+    aws_provider: Any
+    region: str
+    vpc_id: pulumi.Input[str]
+    vpc_cidr: str
+    private_subnet_ids: list[pulumi.Input[str]]
+    oidc_provider_arn: pulumi.Input[str]
+    oidc_provider_url: pulumi.Input[str]
+    node_security_group_id: pulumi.Input[str]
+
+
+@dataclass
+class ClusterFacts:
+    """The facts jobs and the platform need about a cluster, whatever made it."""
+
+    provider: Any  # kubernetes.Provider
+    kubeconfig: pulumi.Output[str] | None  # secret; None where `eks` is given
+    eks: dict[str, pulumi.Input[str]] | None
+    gpus_per_node: int
+    # The GPU Operator installs what the nodes lack: the driver unless the AMI/host has it,
+    # the container toolkit unless cluster creation already configured the runtime.
+    gpu_driver_by_operator: bool
+    toolkit_by_operator: bool
+    registry: Registry
+    aws: AwsNetwork | None = None
+    depends_on: list[Any] = field(default_factory=list)  # what k8s resources must wait for
+
+
+def make_cluster(stack: str, cfg: StackConfig) -> ClusterFacts:
+    """Create the stack's cluster component and return its facts."""
+    if cfg.provider == "kind":
+        from infra.cluster_kind import KindCluster, KindClusterArgs
+
+        return KindCluster("cluster", KindClusterArgs(stack=stack, cfg=cfg)).facts
+    if cfg.provider == "onprem":
+        from infra.cluster_onprem import K3sCluster, K3sClusterArgs
+
+        return K3sCluster("cluster", K3sClusterArgs(stack=stack, cfg=cfg)).facts
+    if cfg.provider == "existing":
+        from infra.cluster_onprem import ExistingCluster, ExistingClusterArgs
+
+        return ExistingCluster("cluster", ExistingClusterArgs(stack=stack, cfg=cfg)).facts
+    from infra.cluster_aws import EksCluster, EksClusterArgs
+
+    return EksCluster("cluster", EksClusterArgs(stack=stack, cfg=cfg)).facts

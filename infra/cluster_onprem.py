@@ -1,0 +1,222 @@
+"""On-prem clusters: k3s installed over SSH on a list of hosts (pulumi-command remote), or an existing cluster."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+import pulumi
+import pulumi_command as command
+import pulumi_kubernetes as kubernetes
+
+from infra.cluster import GPU_NODE_LABELS, GPU_TAINT, SYSTEM_NODE_LABELS, ClusterFacts, Registry
+from infra.config import OnpremConfig, OnpremHost, StackConfig
+from infra.versions import K3S_VERSIONS, NVIDIA_CONTAINER_TOOLKIT_VERSION
+
+
+def _labels(labels: dict[str, str]) -> str:
+    return " ".join(f"--node-label {k}={v}" for k, v in labels.items())
+
+
+def k3s_installer(version: str) -> str:
+    """The install script of exactly this k3s release (not whatever get.k3s.io serves today)."""
+    return f"https://raw.githubusercontent.com/k3s-io/k3s/{quote(version)}/install.sh"
+
+
+def server_script(version: str, host: OnpremHost, api: str, first: bool, ha: bool) -> str:
+    """Install a k3s server. Joining servers read the cluster token from stdin."""
+    flags = [
+        "server",
+        f"--node-name {host.name}",
+        f"--tls-san {api}",
+        "--disable traefik",
+        "--write-kubeconfig-mode 0600",
+        _labels(SYSTEM_NODE_LABELS),
+    ]
+    if first and ha:
+        flags.insert(1, "--cluster-init")
+    token = ""
+    if not first:
+        flags.insert(1, f"--server https://{api}:6443")
+        token = 'K3S_TOKEN="$(cat)" && '
+    env = f"INSTALL_K3S_VERSION='{version}'" + (' K3S_TOKEN="$K3S_TOKEN"' if not first else "")
+    return f"set -eu; {token}curl -sfL {k3s_installer(version)} | sudo {env} sh -s - {' '.join(flags)}"
+
+
+def agent_script(version: str, host: OnpremHost, api: str) -> str:
+    """Join a k3s agent (token on stdin). GPU agents get the GPU label, taint and nvidia runtime."""
+    flags = [f"--node-name {host.name}", f"--server https://{api}:6443"]
+    if host.gpus:
+        taint = f"{GPU_TAINT['key']}={GPU_TAINT['value']}:{GPU_TAINT['effect']}"
+        flags += [_labels(GPU_NODE_LABELS), f"--node-taint {taint}", "--default-runtime nvidia"]
+    else:
+        flags.append(_labels({"alchemist.io/pool": "cpu"}))
+    return (
+        'set -eu; K3S_TOKEN="$(cat)" && '
+        f"curl -sfL {k3s_installer(version)} | sudo INSTALL_K3S_VERSION='{version}' "
+        f"K3S_TOKEN=\"$K3S_TOKEN\" sh -s - agent {' '.join(flags)}"
+    )
+
+
+def nvidia_runtime_script(driver_on_host: bool) -> str:
+    """Install the NVIDIA container toolkit (Debian/Ubuntu) so k3s finds the nvidia runtime."""
+    v = NVIDIA_CONTAINER_TOOLKIT_VERSION
+    check = (
+        'command -v nvidia-smi >/dev/null || { echo "no NVIDIA driver on $(hostname): install it '
+        'or set alchemist:onprem.gpuDriver to operator" >&2; exit 1; }; '
+        if driver_on_host
+        else ""
+    )
+    keyring = "/usr/share/keyrings/nvidia-container-toolkit-keyring.gpg"
+    return (
+        f"set -eu; {check}"
+        f"curl -fsSL https://nvidia.github.io/libnvidia-container/gpgkey | sudo gpg --dearmor --yes -o {keyring}; "
+        "curl -fsSL https://nvidia.github.io/libnvidia-container/stable/deb/nvidia-container-toolkit.list"
+        f" | sed 's#deb https://#deb [signed-by={keyring}] https://#g'"
+        " | sudo tee /etc/apt/sources.list.d/nvidia-container-toolkit.list >/dev/null; "
+        "sudo apt-get update -q; "
+        f"sudo apt-get install -y -q nvidia-container-toolkit={v} nvidia-container-toolkit-base={v} "
+        f"libnvidia-container-tools={v} libnvidia-container1={v}"
+    )
+
+
+def registry_facts(cfg: StackConfig) -> Registry:
+    """A registry named in the config (on-prem and existing clusters)."""
+    prefix = cfg.images.registry or ""
+    password = cfg.registry_password
+    return Registry(
+        prefix=prefix,
+        host=prefix.split("/")[0],
+        user=cfg.images.registry_user,
+        password=pulumi.Output.secret(password.get_secret_value()) if password else None,
+    )
+
+
+@dataclass
+class K3sClusterArgs:
+    stack: str
+    cfg: StackConfig
+
+
+class K3sCluster(pulumi.ComponentResource):
+    """k3s over SSH: servers first, then agents; GPU agents with the NVIDIA container runtime."""
+
+    def __init__(self, name: str, args: K3sClusterArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("alchemist:infra:K3sCluster", name, None, opts)
+        onprem: OnpremConfig = args.cfg.onprem  # type: ignore[assignment]
+        version = K3S_VERSIONS[args.cfg.kubernetes_version]
+        key = args.cfg.ssh_private_key
+        private_key = pulumi.Output.secret(key.get_secret_value()) if key else None
+        servers = [h for h in onprem.hosts if h.role == "server"]
+        agents = [h for h in onprem.hosts if h.role == "agent"]
+        api = onprem.api_address or servers[0].address
+
+        def connection(host: OnpremHost) -> dict[str, Any]:
+            conn: dict[str, Any] = {"host": host.address, "port": onprem.ssh_port, "user": onprem.ssh_user}
+            if private_key is not None:
+                conn["private_key"] = private_key  # otherwise the deployer's ssh-agent
+            if host.host_key:
+                conn["host_key"] = host.host_key
+            return conn
+
+        first = servers[0]
+        self.first_server = command.remote.Command(
+            f"{name}-server-{first.name}",
+            connection=connection(first),
+            create=server_script(version, first, api, first=True, ha=len(servers) > 1),
+            delete="/usr/local/bin/k3s-uninstall.sh",
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        token_cmd = command.remote.Command(
+            f"{name}-token",
+            connection=connection(first),
+            create="sudo cat /var/lib/rancher/k3s/server/node-token",
+            logging=command.remote.Logging.NONE,
+            opts=pulumi.ResourceOptions(
+                parent=self, depends_on=[self.first_server], additional_secret_outputs=["stdout"]
+            ),
+        )
+        token = pulumi.Output.secret(token_cmd.stdout.apply(lambda s: s.strip()))
+        self.nodes: list[Any] = [self.first_server]
+        for host in servers[1:]:
+            self.nodes.append(command.remote.Command(
+                f"{name}-server-{host.name}",
+                connection=connection(host),
+                create=server_script(version, host, api, first=False, ha=True),
+                stdin=token,
+                delete="/usr/local/bin/k3s-uninstall.sh",
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[token_cmd]),
+            ))  # fmt: skip
+        for host in agents:
+            deps: list[Any] = [token_cmd]
+            if host.gpus:
+                deps.append(command.remote.Command(
+                    f"{name}-nvidia-runtime-{host.name}",
+                    connection=connection(host),
+                    create=nvidia_runtime_script(driver_on_host=onprem.gpu_driver == "host"),
+                    opts=pulumi.ResourceOptions(parent=self),
+                ))  # fmt: skip
+            self.nodes.append(command.remote.Command(
+                f"{name}-agent-{host.name}",
+                connection=connection(host),
+                create=agent_script(version, host, api),
+                stdin=token,
+                delete="/usr/local/bin/k3s-agent-uninstall.sh",
+                opts=pulumi.ResourceOptions(parent=self, depends_on=deps),
+            ))  # fmt: skip
+        kubeconfig_cmd = command.remote.Command(
+            f"{name}-kubeconfig",
+            connection=connection(first),
+            create="sudo cat /etc/rancher/k3s/k3s.yaml",
+            logging=command.remote.Logging.NONE,
+            opts=pulumi.ResourceOptions(
+                parent=self, depends_on=[self.first_server], additional_secret_outputs=["stdout"]
+            ),
+        )
+        self.kubeconfig = pulumi.Output.secret(
+            kubeconfig_cmd.stdout.apply(lambda s: s.replace("https://127.0.0.1:6443", f"https://{api}:6443"))
+        )
+        self.provider = kubernetes.Provider(
+            f"{name}-k8s", kubeconfig=self.kubeconfig, opts=pulumi.ResourceOptions(parent=self)
+        )
+        self.facts = ClusterFacts(
+            provider=self.provider,
+            kubeconfig=self.kubeconfig,
+            eks=None,
+            gpus_per_node=max((h.gpus for h in onprem.hosts), default=0),
+            gpu_driver_by_operator=onprem.gpu_driver == "operator",
+            toolkit_by_operator=False,  # configured over SSH before the agent joins
+            registry=registry_facts(args.cfg),
+            depends_on=list(self.nodes),
+        )
+        self.register_outputs({"kubeconfig": self.kubeconfig, "api": api})
+
+
+@dataclass
+class ExistingClusterArgs:
+    stack: str
+    cfg: StackConfig
+
+
+class ExistingCluster(pulumi.ComponentResource):
+    """A cluster a team already has: a kubernetes.Provider from the `kubeconfig` secret."""
+
+    def __init__(self, name: str, args: ExistingClusterArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("alchemist:infra:ExistingCluster", name, None, opts)
+        existing = args.cfg.existing
+        assert existing is not None and args.cfg.kubeconfig is not None  # checked by config.parse
+        self.kubeconfig = pulumi.Output.secret(args.cfg.kubeconfig.get_secret_value())
+        self.provider = kubernetes.Provider(
+            f"{name}-k8s", kubeconfig=self.kubeconfig, opts=pulumi.ResourceOptions(parent=self)
+        )
+        self.facts = ClusterFacts(
+            provider=self.provider,
+            kubeconfig=self.kubeconfig,
+            eks=None,
+            gpus_per_node=existing.gpus_per_node,
+            gpu_driver_by_operator=existing.gpu_driver == "operator",
+            toolkit_by_operator=existing.container_toolkit == "operator",
+            registry=registry_facts(args.cfg),
+        )
+        self.register_outputs({"kubeconfig": self.kubeconfig})

@@ -1,0 +1,449 @@
+"""The typed stack-config schema, checked before any resource is registered.
+
+A stack's config is the `alchemist:*` keys of `stacks/Pulumi.<stack>.yaml`. `parse` turns
+them into one frozen `StackConfig` or raises `StackConfigError`: one line naming the key,
+the bad value and what is accepted. Importing this module needs pydantic only (no pulumi),
+so `alchemist stack replicate` validates a replica with the same code as `pulumi up`.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+from pydantic.alias_generators import to_camel
+
+from infra.versions import KUBERNETES_VERSIONS
+
+NAMESPACE = "alchemist"
+# Keys whose values are secrets: they must be set with `pulumi config set --secret`, and no
+# message ever shows their value.
+SECRET_KEYS = ("kubeconfig", "sshPrivateKey", "registryPassword", "grafanaAdminPassword")
+# Namespaces the platform itself owns; a team may not take one of these names.
+SYSTEM_NAMESPACES = (
+    "default", "kube-system", "kube-public", "kube-node-lease",
+    "monitoring", "gpu-operator", "kueue-system",
+)  # fmt: skip
+
+DnsLabel = Annotated[str, Field(pattern=r"^[a-z]([-a-z0-9]{0,30}[a-z0-9])?$")]
+Quantity = Annotated[str, Field(pattern=r"^[1-9][0-9]*(Mi|Gi|Ti)$")]
+Size = Annotated[int, Field(ge=0, le=1000)]
+
+
+class StackConfigError(Exception):
+    """A bad stack config: one line naming the key, the value and what is accepted."""
+
+    def __init__(self, key: str, value: Any, accepted: str, *, missing: bool = False,
+                 unknown: bool = False) -> None:  # fmt: skip
+        self.key, self.value, self.accepted = key, value, accepted
+        if missing:
+            line = f"{key} is missing; accepted: {accepted}"
+        elif unknown:
+            line = f"{key} is not a known key; accepted keys here: {accepted}"
+        else:
+            line = f"{key} = {_show(key, value)} is not accepted; accepted: {accepted}"
+        super().__init__(line)
+
+
+def _show(key: str, value: Any) -> str:
+    """A value as the error shows it: secrets never, long values cut."""
+    if any(key == f"{NAMESPACE}:{s}" or key.startswith(f"{NAMESPACE}:{s}.") for s in SECRET_KEYS):
+        return "<secret>"
+    text = json.dumps(value) if not isinstance(value, str) else repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, alias_generator=to_camel, populate_by_name=True
+    )
+
+
+class Quota(_Model):
+    """What one team's jobs may use at once: Kueue nominal quota and the namespace's ResourceQuota."""
+
+    gpu: Size = Field(description="GPUs (nvidia.com/gpu), an integer >= 0")
+    cpu: Annotated[int, Field(ge=1, le=100000)] = Field(description="CPU cores, an integer >= 1")
+    memory: Quantity = Field(description="memory as a quantity such as 256Gi")
+
+
+class Team(_Model):
+    """A team: its namespace, LocalQueue and ClusterQueue all carry this name."""
+
+    name: DnsLabel = Field(description="a DNS label such as research (lower case, digits, '-')")
+    quota: Quota = Field(description="{gpu, cpu, memory}")
+    groups: list[str] = Field(
+        default_factory=list,
+        description="identity-provider groups allowed to submit jobs (default alchemist:<team>)",
+    )
+
+
+class KindConfig(_Model):
+    """A kind cluster on the user's Docker (stack `dev`)."""
+
+    workers: Annotated[int, Field(ge=0, le=8)] = 1
+    registry_port: Annotated[int, Field(ge=1024, le=65535)] = 5001
+    shared_dir: str = Field("~/.alchemist/kind-shared", description="host directory shared as /shared")
+
+
+class OnpremHost(_Model):
+    """One machine k3s is installed on over SSH."""
+
+    name: DnsLabel = Field(description="node name, a DNS label")
+    address: str = Field(min_length=1, description="IP address or DNS name reachable over SSH")
+    role: Literal["server", "agent"] = Field(description="'server' or 'agent'")
+    gpus: Size = Field(0, description="GPUs on this host; > 0 makes it a GPU agent")
+    host_key: str | None = Field(None, description="expected SSH host key (recommended)")
+
+
+class OnpremConfig(_Model):
+    """k3s over SSH on a list of hosts; GPU hosts join as agents with the NVIDIA runtime."""
+
+    ssh_user: str = Field(min_length=1, description="the SSH user (needs passwordless sudo)")
+    ssh_port: Annotated[int, Field(ge=1, le=65535)] = 22
+    hosts: list[OnpremHost] = Field(min_length=1, description="a list of {name, address, role, gpus}")
+    api_address: str | None = Field(None, description="address clients use for the API server")
+    gpu_driver: Literal["host", "operator"] = Field(
+        "host", description="'host' (driver preinstalled) or 'operator' (GPU Operator installs it)"
+    )
+
+
+class ExistingConfig(_Model):
+    """A cluster a team already runs, reached with the `kubeconfig` secret."""
+
+    gpus_per_node: Size = 0
+    gpu_driver: Literal["host", "operator"] = "host"
+    container_toolkit: Literal["host", "operator"] = "operator"
+
+
+class NodePool(_Model):
+    """An EKS managed node group's instance type and autoscaling bounds."""
+
+    instance_type: str = Field(min_length=1)
+    min_size: Size = 1
+    max_size: Annotated[int, Field(ge=1, le=1000)] = 3
+    desired_size: Size = 1
+
+
+class GpuPool(_Model):
+    """The GPU managed node group: NVIDIA AMI, tainted for GPU work, scaled by the autoscaler."""
+
+    instance_types: list[Annotated[str, Field(pattern=r"^(g|p)[0-9][a-z0-9-]*\.[0-9a-z]+$")]] = Field(
+        min_length=1, description="GPU instance types such as g5.12xlarge or p4d.24xlarge"
+    )
+    ami_type: Literal["AL2023_x86_64_NVIDIA", "BOTTLEROCKET_x86_64_NVIDIA"] = "AL2023_x86_64_NVIDIA"
+    gpus_per_node: Annotated[int, Field(ge=1, le=16)] = Field(description="GPUs per node, 1 to 16")
+    min_size: Size = 0
+    max_size: Annotated[int, Field(ge=1, le=1000)] = 2
+    desired_size: Size = 0
+    disk_size_gib: Annotated[int, Field(ge=50, le=16384)] = Field(200, alias="diskSizeGiB")
+    capacity_type: Literal["ON_DEMAND", "SPOT"] = "ON_DEMAND"
+    require_imdsv2: bool = Field(True, description="true (policy imdsv2-on-gpu-nodes requires it)")
+
+
+class AwsConfig(_Model):
+    """VPC + EKS (pulumi-eks) with a system and a GPU managed node group."""
+
+    region: str = Field(pattern=r"^[a-z]{2}(-gov)?-[a-z]+-[0-9]$", description="an AWS region such as us-west-2")
+    availability_zones: list[str] = Field(min_length=2, max_length=6, description="2 to 6 zones of the region")
+    vpc_cidr: ipaddress.IPv4Network = Field(description="an IPv4 /16 to /20 such as 10.40.0.0/16")
+    endpoint_public_access: bool = True
+    public_access_cidrs: list[ipaddress.IPv4Network] = Field(
+        default_factory=list, description="networks allowed to reach the public API endpoint"
+    )
+    system_nodes: NodePool = NodePool(instance_type="m6i.large", min_size=2, max_size=4, desired_size=2)
+    gpu_nodes: GpuPool = Field(description="{instanceTypes, gpusPerNode, minSize, maxSize, ...}")
+
+
+class EfsFs(_Model):
+    kind: Literal["efs"]
+    encrypted: bool = Field(True, description="true (policy storage-encrypted requires it)")
+    throughput_mode: Literal["elastic", "bursting"] = "elastic"
+
+
+class FsxLustreFs(_Model):
+    kind: Literal["fsx-lustre"]
+    storage_capacity_gib: Annotated[int, Field(ge=1200, le=100800, multiple_of=1200)] = Field(
+        1200, alias="storageCapacityGiB"
+    )
+    deployment_type: Literal["SCRATCH_2", "PERSISTENT_2"] = "SCRATCH_2"
+    per_unit_storage_throughput: Literal[125, 250, 500, 1000] = 250
+
+
+class NfsFs(_Model):
+    kind: Literal["nfs"]
+    server: str = Field(min_length=1, description="the NFS server's address")
+    share: str = Field(pattern=r"^/", description="the exported path, such as /export/alchemist")
+
+
+class HostPathFs(_Model):
+    kind: Literal["hostpath"]
+
+
+SharedFs = Annotated[Union[EfsFs, FsxLustreFs, NfsFs, HostPathFs], Field(discriminator="kind")]
+
+
+class ImagesConfig(_Model):
+    """Where the training and interactive images are pushed (ECR on AWS, kind's registry on dev)."""
+
+    registry: str | None = Field(None, description="a registry/prefix such as registry.lab:5000/alchemist")
+    registry_user: str | None = None
+
+
+class StackConfig(_Model):
+    """All `alchemist:*` keys of one stack."""
+
+    provider: Literal["kind", "onprem", "existing", "aws"] = Field(
+        description="'kind', 'onprem', 'existing' or 'aws'"
+    )
+    kubernetes_version: Literal[KUBERNETES_VERSIONS] = Field(  # type: ignore[valid-type]
+        description=" or ".join(repr(v) for v in KUBERNETES_VERSIONS) + " (a quoted string)"
+    )
+    teams: list[Team] = Field(min_length=1, description="a list of {name, quota: {gpu, cpu, memory}}")
+    pod_security: Literal["restricted", "baseline", "privileged"] = "baseline"
+    shared_fs: SharedFs = Field(description="{kind: efs|fsx-lustre|nfs|hostpath, ...}")
+    images: ImagesConfig = ImagesConfig()
+    allow_open_endpoints: bool = Field(
+        False, description="true only to let SSH or API endpoints accept 0.0.0.0/0"
+    )
+    kind: KindConfig | None = None
+    onprem: OnpremConfig | None = None
+    existing: ExistingConfig | None = None
+    aws: AwsConfig | None = None
+    kubeconfig: SecretStr | None = None
+    ssh_private_key: SecretStr | None = None
+    registry_password: SecretStr | None = None
+    grafana_admin_password: SecretStr | None = None
+
+    @property
+    def default_team(self) -> Team:
+        """Jobs go to the first team unless they name another."""
+        return self.teams[0]
+
+
+# Which shared file systems each provider can give every pod.
+SHARED_FS_BY_PROVIDER = {
+    "kind": ("hostpath",),
+    "onprem": ("nfs",),
+    "existing": ("nfs",),
+    "aws": ("efs", "fsx-lustre"),
+}
+
+
+def pulumi_value(value: Any) -> str:
+    """A YAML config value as the Pulumi engine hands it to a program: a string."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return str(value)
+    return json.dumps(value)
+
+
+def parse(config: dict[str, str], secret_keys: set[str] | frozenset[str] = frozenset(),
+          where: str = "") -> StackConfig:  # fmt: skip
+    """Validate raw engine config (`alchemist:key` -> string) into a StackConfig.
+
+    Raises StackConfigError (prefixed with `where`) for the first problem found.
+    """
+    try:
+        return _parse(config, set(secret_keys))
+    except StackConfigError as e:
+        if where:
+            e.args = (f"{where}: {e.args[0]}",)
+        raise
+
+
+def _parse(config: dict[str, str], secret_keys: set[str]) -> StackConfig:
+    fields = {f.alias: f for f in StackConfig.model_fields.values()}
+    data: dict[str, Any] = {}
+    for full_key, raw in sorted(config.items()):
+        ns, _, key = full_key.partition(":")
+        if ns == "pulumi":  # engine settings, not ours
+            continue
+        if ns != NAMESPACE or key not in fields:
+            raise StackConfigError(full_key, None, f"{NAMESPACE}:" + f", {NAMESPACE}:".join(fields),
+                                   unknown=True)  # fmt: skip
+        is_secret = full_key in secret_keys
+        if key in SECRET_KEYS and not is_secret:
+            raise StackConfigError(
+                full_key, "<plain text>",
+                f"a secret: `pulumi config set --secret {full_key} ...` (it is never stored in clear)",
+            )  # fmt: skip
+        if key not in SECRET_KEYS and is_secret:
+            raise StackConfigError(full_key, "<secret>", "a plain value; only "
+                                   + ", ".join(SECRET_KEYS) + " are secrets")  # fmt: skip
+        data[key] = _decode(full_key, raw) if key not in SECRET_KEYS else raw
+    try:
+        cfg = StackConfig.model_validate(data)
+    except ValidationError as e:
+        raise _one_line(e) from None
+    _check_consistency(cfg)
+    return cfg
+
+
+def _decode(key: str, raw: Any) -> Any:
+    """Objects and lists reach a program as JSON text; decode them, leave scalars as text."""
+    if isinstance(raw, str) and raw[:1] in ("{", "["):
+        try:
+            return json.loads(raw)
+        except json.JSONDecodeError:
+            raise StackConfigError(key, raw, "valid YAML (a mapping or list)") from None
+    return raw
+
+
+def _one_line(e: ValidationError) -> StackConfigError:
+    err = e.errors(include_url=False)[0]
+    loc = [p for p in err["loc"]]
+    # A discriminated union puts the tag in the location (sharedFs.nfs.server): drop it.
+    clean: list[str] = []
+    for i, p in enumerate(loc):
+        if i and loc[i - 1] == "sharedFs" and p in ("efs", "fsx-lustre", "nfs", "hostpath"):
+            continue
+        clean.append(f"[{p}]" if isinstance(p, int) else str(p))
+    key = f"{NAMESPACE}:" + ".".join(clean).replace(".[", "[")
+    kind = err["type"]
+    if kind == "missing":
+        return StackConfigError(key, None, _describe(loc), missing=True)
+    if kind == "extra_forbidden":
+        return StackConfigError(key, None, ", ".join(_aliases_at(loc[:-1])), unknown=True)
+    if kind == "union_tag_invalid":
+        tags = err.get("ctx", {}).get("expected_tags", "")
+        return StackConfigError(key + ".kind", err["input"].get("kind"), f"one of {tags}")
+    if kind == "union_tag_not_found":
+        return StackConfigError(key + ".kind", None, "efs, fsx-lustre, nfs or hostpath", missing=True)
+    msg = err["msg"]
+    if kind == "string_pattern_mismatch" and _describe(loc) != _NO_DESCRIPTION:
+        msg = _describe(loc)
+    for prefix in ("Input should be ", "Value error, "):
+        if msg.startswith(prefix):
+            msg = msg[len(prefix):]
+    return StackConfigError(key, err.get("input"), msg)
+
+
+def _model_at(loc: list[Any]) -> type[BaseModel] | None:
+    model: Any = StackConfig
+    for p in loc:
+        if isinstance(p, int) or model is None:
+            continue
+        field = next((f for f in model.model_fields.values() if f.alias == p), None)
+        if field is None:
+            # a discriminated-union tag such as "nfs"
+            model = {"efs": EfsFs, "fsx-lustre": FsxLustreFs, "nfs": NfsFs, "hostpath": HostPathFs}.get(p)
+            continue
+        model = _inner_model(field.annotation)
+    return model
+
+
+def _inner_model(annotation: Any) -> Any:
+    from typing import get_args
+
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in get_args(annotation):
+        found = _inner_model(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _aliases_at(loc: list[Any]) -> list[str]:
+    model = _model_at(loc)
+    return [f.alias for f in model.model_fields.values()] if model else []
+
+
+def _describe(loc: list[Any]) -> str:
+    model = _model_at(loc[:-1])
+    if model is not None:
+        for f in model.model_fields.values():
+            if f.alias == loc[-1] and f.description:
+                return f.description
+    return _NO_DESCRIPTION
+
+
+_NO_DESCRIPTION = "a value (see docs/infra.md)"
+
+
+def _check_consistency(cfg: StackConfig) -> None:
+    """Rules that span keys: the provider's section, its file system, its secrets."""
+    ns = NAMESPACE
+    provider = cfg.provider
+    for section in ("kind", "onprem", "existing", "aws"):
+        present = getattr(cfg, section) is not None
+        if section == provider and not present and section != "kind":
+            raise StackConfigError(f"{ns}:{section}", None,
+                                   f"provider {provider!r} needs an `{section}` section", missing=True)  # fmt: skip
+        if section != provider and present:
+            raise StackConfigError(f"{ns}:{section}", "{...}",
+                                   f"only the `{provider}` section with provider {provider!r}")  # fmt: skip
+    allowed_fs = SHARED_FS_BY_PROVIDER[provider]
+    if cfg.shared_fs.kind not in allowed_fs:
+        raise StackConfigError(f"{ns}:sharedFs.kind", cfg.shared_fs.kind,
+                               f"{' or '.join(allowed_fs)} with provider {provider!r}")  # fmt: skip
+    if provider == "existing" and cfg.kubeconfig is None:
+        raise StackConfigError(f"{ns}:kubeconfig", None,
+                               "the cluster's kubeconfig, set with `pulumi config set --secret "
+                               "alchemist:kubeconfig < kubeconfig.yaml`", missing=True)  # fmt: skip
+    if provider != "existing" and cfg.kubeconfig is not None:
+        raise StackConfigError(f"{ns}:kubeconfig", "<secret>",
+                               "no kubeconfig: only provider 'existing' reads one")  # fmt: skip
+    if provider != "onprem" and cfg.ssh_private_key is not None:
+        raise StackConfigError(f"{ns}:sshPrivateKey", "<secret>", "only with provider 'onprem'")
+    if provider in ("kind", "aws") and cfg.images.registry is not None:
+        where = "kind's local registry" if provider == "kind" else "ECR repositories"
+        raise StackConfigError(f"{ns}:images.registry", cfg.images.registry,
+                               f"no registry: provider {provider!r} pushes to {where} it creates")  # fmt: skip
+    if provider in ("onprem", "existing") and cfg.images.registry is None:
+        raise StackConfigError(f"{ns}:images.registry", None,
+                               "the registry the cluster pulls from, such as registry.lab:5000/alchemist",
+                               missing=True)  # fmt: skip
+    if cfg.registry_password is not None and cfg.images.registry_user is None:
+        raise StackConfigError(f"{ns}:images.registryUser", None,
+                               "the user that goes with alchemist:registryPassword", missing=True)  # fmt: skip
+    names = [t.name for t in cfg.teams]
+    for i, name in enumerate(names):
+        if name in SYSTEM_NAMESPACES:
+            raise StackConfigError(f"{ns}:teams[{i}].name", name,
+                                   "a name other than " + ", ".join(SYSTEM_NAMESPACES))  # fmt: skip
+        if name in names[:i]:
+            raise StackConfigError(f"{ns}:teams[{i}].name", name, "a name no other team has")
+    if cfg.onprem is not None:
+        _check_onprem(cfg.onprem)
+    if cfg.aws is not None:
+        _check_aws(cfg.aws)
+
+
+def _check_onprem(onprem: OnpremConfig) -> None:
+    key = f"{NAMESPACE}:onprem.hosts"
+    if not any(h.role == "server" for h in onprem.hosts):
+        raise StackConfigError(key, [h.name for h in onprem.hosts], "at least one host with role 'server'")
+    seen: set[str] = set()
+    for i, h in enumerate(onprem.hosts):
+        if h.gpus and h.role != "agent":
+            raise StackConfigError(f"{key}[{i}].role", h.role, "'agent' for a GPU host (gpus > 0)")
+        if h.name in seen or h.address in seen:
+            raise StackConfigError(f"{key}[{i}]", h.name, "a name and address no other host has")
+        seen.update((h.name, h.address))
+
+
+def _check_aws(aws: AwsConfig) -> None:
+    key = f"{NAMESPACE}:aws"
+    for i, zone in enumerate(aws.availability_zones):
+        if not (zone.startswith(aws.region) and len(zone) == len(aws.region) + 1):
+            raise StackConfigError(f"{key}.availabilityZones[{i}]", zone,
+                                   f"a zone of {aws.region}, such as {aws.region}a")  # fmt: skip
+    if not 16 <= aws.vpc_cidr.prefixlen <= 20:
+        raise StackConfigError(f"{key}.vpcCidr", str(aws.vpc_cidr), "a /16 to /20 network")
+    if aws.endpoint_public_access and not aws.public_access_cidrs:
+        raise StackConfigError(f"{key}.publicAccessCidrs", [],
+                               "the networks allowed to reach the public API endpoint "
+                               "(or endpointPublicAccess: false)")  # fmt: skip
+    for pool_key, pool in (("systemNodes", aws.system_nodes), ("gpuNodes", aws.gpu_nodes)):
+        if not pool.min_size <= pool.desired_size <= pool.max_size:
+            raise StackConfigError(f"{key}.{pool_key}",
+                                   {"minSize": pool.min_size, "desiredSize": pool.desired_size,
+                                    "maxSize": pool.max_size},
+                                   "minSize <= desiredSize <= maxSize")  # fmt: skip

@@ -1,0 +1,31 @@
+"""Names and labels the platform, monitoring and jobs agree on (the job-facing ones come from the contract)."""
+
+from __future__ import annotations
+
+from alchemist_jobs.contract import MANAGED_BY_LABEL, METRICS_PORT_NAME, RUN_LABEL
+
+MANAGED_BY = dict([MANAGED_BY_LABEL])  # {"app.kubernetes.io/managed-by": "alchemist"}
+SCRAPE_LABELS = {"alchemist.io/scrape": "true"}  # exported as monitoring.pod_monitor_labels
+METRICS_PORT = METRICS_PORT_NAME
+RUN_LABEL = RUN_LABEL  # re-exported: the PodMonitor copies it onto every series
+
+MONITORING_NAMESPACE = "monitoring"
+GPU_OPERATOR_NAMESPACE = "gpu-operator"
+KUEUE_NAMESPACE = "kueue-system"
+
+# kube-prometheus-stack's release name; its Prometheus selects ServiceMonitors, PodMonitors
+# and PrometheusRules carrying this label (set explicitly in the chart values).
+PROMETHEUS_RELEASE = "kube-prometheus-stack"
+PROMETHEUS_SELECTOR = {"release": PROMETHEUS_RELEASE}
+
+# The shared file system: the same PVC name and mount path on every stack.
+SHARED_PVC = "alchemist-shared"
+SHARED_STORAGE_CLASS = "alchemist-shared"
+MOUNT_PATH = "/shared"
+
+KUEUE_COHORT = "alchemist"
+PRIORITY_CLASSES = {
+    # name: (value, description)
+    "alchemist-interactive": (1000, "Interactive work (notebooks, debugging): admitted and scheduled first."),
+    "alchemist-batch": (100, "Batch training jobs: queue behind interactive work, preempted by it."),
+}

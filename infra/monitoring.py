@@ -1,0 +1,239 @@
+"""Monitoring, the same on every stack: kube-prometheus-stack, dashboards and alert rules from monitoring/, job scraping, TensorBoard."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pulumi
+import pulumi_command as command
+import pulumi_kubernetes as kubernetes
+import yaml
+
+from infra.config import StackConfigError
+from infra.labels import (
+    MANAGED_BY,
+    METRICS_PORT,
+    MONITORING_NAMESPACE,
+    MOUNT_PATH,
+    PROMETHEUS_RELEASE,
+    PROMETHEUS_SELECTOR,
+    RUN_LABEL,
+    SCRAPE_LABELS,
+    SHARED_PVC,
+)
+from infra.versions import CHARTS, GRAFANA_IMAGE_TAG
+
+DASHBOARD_LABEL = {"grafana_dashboard": "1"}  # what kube-prometheus-stack's Grafana sidecar loads
+PROMETHEUS_URL = f"http://{PROMETHEUS_RELEASE}-prometheus.{MONITORING_NAMESPACE}.svc:9090"
+GRAFANA_URL = f"http://{PROMETHEUS_RELEASE}-grafana.{MONITORING_NAMESPACE}.svc:80"
+TENSORBOARD_URL = f"http://tensorboard.{MONITORING_NAMESPACE}.svc:6006"
+TENSORBOARD_LABELS = {"app.kubernetes.io/name": "tensorboard", "app.kubernetes.io/part-of": "alchemist"}
+
+
+@dataclass(frozen=True)
+class MonitoringFiles:
+    """Dashboards (name -> JSON text) and rule files (name -> parsed `groups:` document)."""
+
+    dashboards: dict[str, str]
+    rules: dict[str, dict[str, Any]]
+
+
+def _k8s_name(stem: str) -> str:
+    return re.sub(r"[^a-z0-9-]+", "-", stem.lower()).strip("-")[:50]
+
+
+def load_monitoring_files(monitoring_dir: Path) -> MonitoringFiles:
+    """Read monitoring/dashboards/*.json and monitoring/rules/*.yaml; a bad file is one line."""
+    dashboards: dict[str, str] = {}
+    for path in sorted((monitoring_dir / "dashboards").glob("*.json")):
+        text = path.read_text()
+        try:
+            json.loads(text)
+        except json.JSONDecodeError as e:
+            raise StackConfigError(str(path), f"line {e.lineno}: {e.msg}", "a Grafana dashboard as JSON") from None
+        if len(text.encode()) > 900_000:
+            raise StackConfigError(str(path), f"{len(text.encode())} bytes", "under 900 kB (a ConfigMap holds 1 MiB)")
+        dashboards[_k8s_name(path.stem)] = text
+    rules: dict[str, dict[str, Any]] = {}
+    for path in sorted([*(monitoring_dir / "rules").glob("*.yaml"), *(monitoring_dir / "rules").glob("*.yml")]):
+        try:
+            doc = yaml.safe_load(path.read_text())
+        except yaml.YAMLError as e:
+            raise StackConfigError(str(path), str(e).splitlines()[0], "a Prometheus rule file (YAML)") from None
+        if not isinstance(doc, dict) or set(doc) != {"groups"} or not isinstance(doc["groups"], list):
+            keys = sorted(doc) if isinstance(doc, dict) else type(doc).__name__
+            raise StackConfigError(str(path), keys, "a Prometheus rule file: only a top-level `groups:` list")
+        rules[_k8s_name(path.stem)] = doc
+    return MonitoringFiles(dashboards, rules)
+
+
+def prometheus_stack_values() -> dict[str, Any]:
+    """kube-prometheus-stack values: explicit selectors, Grafana pinned to 11.6, its sidecar on."""
+    selector = {"matchLabels": dict(PROMETHEUS_SELECTOR)}
+    return {
+        "fullnameOverride": PROMETHEUS_RELEASE,
+        "grafana": {
+            "fullnameOverride": f"{PROMETHEUS_RELEASE}-grafana",
+            "image": {"tag": GRAFANA_IMAGE_TAG},
+            "admin": {"existingSecret": "grafana-admin", "userKey": "admin-user", "passwordKey": "admin-password"},
+            "sidecar": {"dashboards": {
+                "enabled": True,
+                "label": next(iter(DASHBOARD_LABEL)),
+                "labelValue": DASHBOARD_LABEL["grafana_dashboard"],
+                "searchNamespace": MONITORING_NAMESPACE,
+                "folderAnnotation": "grafana_folder",
+                "provider": {"foldersFromFilesStructure": True},
+            }},  # fmt: skip
+        },
+        "prometheus": {"prometheusSpec": {
+            "retention": "15d",
+            "serviceMonitorSelector": selector,
+            "serviceMonitorNamespaceSelector": {},
+            "podMonitorSelector": selector,
+            "podMonitorNamespaceSelector": {},
+            "ruleSelector": selector,
+            "ruleNamespaceSelector": {},
+            "storageSpec": {"volumeClaimTemplate": {"spec": {
+                "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "50Gi"}}}}},
+        }},  # fmt: skip
+    }
+
+
+def pod_monitor_spec(job_namespaces: list[str]) -> dict[str, Any]:
+    """Scrape every alchemist job pod's `metrics` port across the team namespaces."""
+    return {
+        "namespaceSelector": {"matchNames": list(job_namespaces)},
+        "selector": {"matchLabels": {**MANAGED_BY, **SCRAPE_LABELS}},
+        "podMetricsEndpoints": [{"port": METRICS_PORT, "path": "/metrics", "interval": "15s"}],
+        "podTargetLabels": [RUN_LABEL],
+    }
+
+
+def tensorboard_deployment(image: pulumi.Input[str]) -> dict[str, Any]:
+    """TensorBoard over the whole shared file system, read-only, restricted Pod Security."""
+    return {
+        "metadata": {"name": "tensorboard", "namespace": MONITORING_NAMESPACE, "labels": TENSORBOARD_LABELS},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": TENSORBOARD_LABELS},
+            "template": {
+                "metadata": {"labels": TENSORBOARD_LABELS},
+                "spec": {
+                    "securityContext": {"runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000,
+                                        "seccompProfile": {"type": "RuntimeDefault"}},  # fmt: skip
+                    "containers": [{
+                        "name": "tensorboard",
+                        "image": image,
+                        "command": ["tensorboard", "--logdir", MOUNT_PATH, "--bind_all", "--port", "6006"],
+                        "ports": [{"name": "http", "containerPort": 6006}],
+                        "readinessProbe": {"httpGet": {"path": "/", "port": "http"}, "periodSeconds": 10},
+                        "resources": {"requests": {"cpu": "250m", "memory": "1Gi"}, "limits": {"memory": "4Gi"}},
+                        "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                                            "capabilities": {"drop": ["ALL"]}},
+                        "volumeMounts": [{"name": "shared", "mountPath": MOUNT_PATH, "readOnly": True},
+                                         {"name": "tmp", "mountPath": "/tmp"}],
+                    }],  # fmt: skip
+                    "volumes": [
+                        {"name": "shared", "persistentVolumeClaim": {"claimName": SHARED_PVC, "readOnly": True}},
+                        {"name": "tmp", "emptyDir": {}},
+                    ],
+                },
+            },
+        },
+    }
+
+
+@dataclass
+class MonitoringArgs:
+    job_namespaces: list[str]
+    monitoring_dir: Path  # holds dashboards/*.json and rules/*.yaml
+    tensorboard_image: pulumi.Input[str]
+    grafana_admin_password: pulumi.Input[str] | None = None  # secret; generated once when absent
+    depends_on: list[Any] = field(default_factory=list)
+
+
+class Monitoring(pulumi.ComponentResource):
+    """kube-prometheus-stack, Grafana dashboards, alert rules, the job PodMonitor and TensorBoard."""
+
+    def __init__(self, name: str, args: MonitoringArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("alchemist:infra:Monitoring", name, None, opts)
+        files = load_monitoring_files(args.monitoring_dir)
+        child = pulumi.ResourceOptions(parent=self, depends_on=args.depends_on)
+        k8s = kubernetes
+
+        password = args.grafana_admin_password
+        if password is None:
+            # Generated once on the deployer and kept (secret) in the stack's state.
+            generated = command.local.Command(
+                f"{name}-grafana-password",
+                create="python3 -c 'import secrets; print(secrets.token_urlsafe(24), end=\"\")'",
+                logging=command.local.Logging.NONE,
+                opts=pulumi.ResourceOptions(parent=self, additional_secret_outputs=["stdout"]),
+            )
+            password = generated.stdout
+        self.grafana_secret = k8s.core.v1.Secret(
+            f"{name}-grafana-admin",
+            metadata={"name": "grafana-admin", "namespace": MONITORING_NAMESPACE},
+            string_data={"admin-user": "admin", "admin-password": pulumi.Output.secret(password)},
+            opts=child,
+        )
+        pin = CHARTS["kube-prometheus-stack"]
+        self.chart = k8s.helm.v4.Chart(
+            f"{name}-kube-prometheus-stack",
+            name=PROMETHEUS_RELEASE,
+            chart=pin.chart,
+            version=pin.version,
+            repository_opts={"repo": pin.repo},
+            namespace=MONITORING_NAMESPACE,
+            values=prometheus_stack_values(),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[*args.depends_on, self.grafana_secret]),
+        )
+        after_crds = pulumi.ResourceOptions(parent=self, depends_on=[self.chart])
+
+        self.dashboards = [
+            k8s.core.v1.ConfigMap(
+                f"{name}-dashboard-{stem}",
+                metadata={"name": f"alchemist-dashboard-{stem}", "namespace": MONITORING_NAMESPACE,
+                          "labels": DASHBOARD_LABEL, "annotations": {"grafana_folder": "Alchemist"}},
+                data={f"{stem}.json": text},
+                opts=child,
+            )  # fmt: skip
+            for stem, text in files.dashboards.items()
+        ]
+        self.rules = [
+            k8s.apiextensions.CustomResource(
+                f"{name}-rules-{stem}",
+                api_version="monitoring.coreos.com/v1",
+                kind="PrometheusRule",
+                metadata={"name": f"alchemist-{stem}", "namespace": MONITORING_NAMESPACE,
+                          "labels": dict(PROMETHEUS_SELECTOR)},
+                spec=doc,
+                opts=after_crds,
+            )  # fmt: skip
+            for stem, doc in files.rules.items()
+        ]
+        self.pod_monitor = k8s.apiextensions.CustomResource(
+            f"{name}-podmonitor-jobs",
+            api_version="monitoring.coreos.com/v1",
+            kind="PodMonitor",
+            metadata={"name": "alchemist-jobs", "namespace": MONITORING_NAMESPACE,
+                      "labels": dict(PROMETHEUS_SELECTOR)},
+            spec=pod_monitor_spec(args.job_namespaces),
+            opts=after_crds,
+        )  # fmt: skip
+        tb = tensorboard_deployment(args.tensorboard_image)
+        self.tensorboard = k8s.apps.v1.Deployment(
+            f"{name}-tensorboard", metadata=tb["metadata"], spec=tb["spec"], opts=child
+        )
+        k8s.core.v1.Service(
+            f"{name}-tensorboard-svc",
+            metadata={"name": "tensorboard", "namespace": MONITORING_NAMESPACE, "labels": TENSORBOARD_LABELS},
+            spec={"selector": TENSORBOARD_LABELS, "ports": [{"name": "http", "port": 6006, "targetPort": "http"}]},
+            opts=child,
+        )
+        self.urls = {"prometheus_url": PROMETHEUS_URL, "grafana_url": GRAFANA_URL, "tensorboard_url": TENSORBOARD_URL}
+        self.register_outputs({**self.urls, "dashboards": len(self.dashboards), "rules": len(self.rules)})

@@ -1,0 +1,80 @@
+"""The Pulumi program: check the stack config, then cluster -> platform -> shared FS -> monitoring, images."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pulumi
+
+from infra.cluster import make_cluster
+from infra.config import StackConfig, parse
+from infra.labels import MONITORING_NAMESPACE
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def load_config(stack: str) -> StackConfig:
+    """The stack's `alchemist:*` config as the engine passed it, validated before anything is built."""
+    from pulumi.runtime import config as runtime_config
+
+    raw = {**runtime_config.get_config_env(), **runtime_config.CONFIG.get()}
+    secret = {k for k in raw if runtime_config.is_config_secret(k)}
+    secret |= set(runtime_config.get_config_secret_keys_env())
+    return parse(raw, secret, where=f"stacks/Pulumi.{stack}.yaml")
+
+
+def run(stack: str, monitoring_dir: Path, repo_root: Path = REPO_ROOT) -> None:
+    """Register every resource of the stack and export `alchemist`. Bad input raises before any."""
+    from alchemist_jobs import __version__
+    from infra.images import Images, ImagesArgs
+    from infra.monitoring import Monitoring, MonitoringArgs, load_monitoring_files
+    from infra.output import build_output
+    from infra.platform import Platform, PlatformArgs
+    from infra.shared_fs import SharedFileSystem, SharedFileSystemArgs
+
+    cfg = load_config(stack)
+    load_monitoring_files(monitoring_dir)  # a bad dashboard or rule file stops us here too
+
+    facts = make_cluster(stack, cfg)
+    on_cluster = pulumi.ResourceOptions(providers=[facts.provider])
+    images = Images(
+        "images",
+        ImagesArgs(stack=stack, registry=facts.registry, repo_root=repo_root, version=__version__,
+                   aws_provider=facts.aws.aws_provider if facts.aws else None),
+        opts=pulumi.ResourceOptions(depends_on=facts.registry.ready),
+    )  # fmt: skip
+    platform = Platform(
+        "platform",
+        PlatformArgs(
+            teams=list(cfg.teams),
+            pod_security=cfg.pod_security,
+            gpu_driver_by_operator=facts.gpu_driver_by_operator,
+            toolkit_by_operator=facts.toolkit_by_operator,
+            depends_on=facts.depends_on,
+        ),
+        opts=on_cluster,
+    )
+    monitoring_ns = platform.system_namespaces[MONITORING_NAMESPACE]
+    shared = SharedFileSystem(
+        "shared-fs",
+        SharedFileSystemArgs(
+            fs=cfg.shared_fs,
+            namespaces={**platform.team_namespaces, MONITORING_NAMESPACE: monitoring_ns},
+            aws=facts.aws,
+            depends_on=facts.depends_on,
+        ),
+        opts=on_cluster,
+    )
+    password = cfg.grafana_admin_password
+    monitoring = Monitoring(
+        "monitoring",
+        MonitoringArgs(
+            job_namespaces=[t.name for t in cfg.teams],
+            monitoring_dir=monitoring_dir,
+            tensorboard_image=images.refs["train"],
+            grafana_admin_password=pulumi.Output.secret(password.get_secret_value()) if password else None,
+            depends_on=[monitoring_ns, shared.claims[MONITORING_NAMESPACE]],
+        ),
+        opts=on_cluster,
+    )
+    pulumi.export("alchemist", build_output(stack, cfg, facts, images.refs, monitoring.urls))

@@ -1,0 +1,135 @@
+"""How two stacks' platforms differ, beyond the keys documented here as meant to differ.
+
+Works on two renders (infra/render.py output). The platform and monitoring layers are every
+resource under the `Platform` and `Monitoring` components, plus the job-facing part of the
+stack output `alchemist`; each is compared input by input.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+LAYERS = ("alchemist:infra:Platform", "alchemist:infra:Monitoring")
+OUTPUT_KEY = ("stack output", "alchemist")
+
+
+@dataclass(frozen=True)
+class Allowed:
+    """A key that may differ between stacks, and why."""
+
+    type: str  # resource type, or "stack output"
+    name: str  # resource name pattern (`*` matches anything)
+    path: str  # input path pattern (`*` matches anything)
+    reason: str
+
+
+# The documented provider-specific keys. Everything else in the platform and monitoring
+# layers must be identical on every stack.
+ALLOWED: tuple[Allowed, ...] = (
+    Allowed("kubernetes:helm.sh/v4:Chart", "platform-gpu-operator", "values.driver.enabled",
+            "the EKS NVIDIA AMI and on-prem hosts bring the driver; elsewhere the operator installs it"),
+    Allowed("kubernetes:helm.sh/v4:Chart", "platform-gpu-operator", "values.toolkit.enabled",
+            "the container runtime is configured by the AMI or at cluster creation, or by the operator"),
+    Allowed("kubernetes:kueue.x-k8s.io/v1beta1:ClusterQueue", "*", "spec.resourceGroups[*].flavors[*].resources[*].nominalQuota",
+            "team quotas are sized to each stack's nodes"),
+    Allowed("kubernetes:core/v1:ResourceQuota", "*", "spec.hard*", "team quotas are sized to each stack's nodes"),
+    Allowed("kubernetes:apps/v1:Deployment", "monitoring-tensorboard", "spec.template.spec.containers[*].image",
+            "the same image, pushed to each stack's own registry"),
+    Allowed(*OUTPUT_KEY, "stack", "each stack's name"),
+    Allowed(*OUTPUT_KEY, "provider", "kind, onprem, existing or aws"),
+    Allowed(*OUTPUT_KEY, "kubeconfig", "each cluster's credentials"),
+    Allowed(*OUTPUT_KEY, "eks*", "each EKS cluster's name, region and endpoint"),
+    Allowed(*OUTPUT_KEY, "shared_fs.kind", "EFS, FSx, NFS or hostPath behind the same PVC and path"),
+    Allowed(*OUTPUT_KEY, "images*", "image references in each stack's registry"),
+    Allowed(*OUTPUT_KEY, "gpu.per_node", "GPUs per node of each stack's hardware"),
+)  # fmt: skip
+
+
+def _pattern(glob: str) -> re.Pattern[str]:
+    return re.compile("^" + ".*".join(re.escape(part) for part in glob.split("*")) + "$")
+
+
+def _key(k: str) -> str:
+    return k if re.fullmatch(r"[A-Za-z0-9_-]+", k) else json.dumps(k)
+
+
+def flatten(value: Any, path: str = "") -> dict[str, Any]:
+    """{"a": {"b": [1]}} -> {"a.b[0]": 1}; keys with dots or slashes are quoted."""
+    if isinstance(value, dict) and value:
+        out: dict[str, Any] = {}
+        for k, v in value.items():
+            out.update(flatten(v, f"{path}.{_key(k)}" if path else _key(k)))
+        return out
+    if isinstance(value, list) and value:
+        out = {}
+        for i, v in enumerate(value):
+            out.update(flatten(v, f"{path}[{i}]"))
+        return out
+    return {path: value}
+
+
+def layers(render: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
+    """(type, name) -> flattened inputs, for the platform and monitoring layers and the output."""
+    out = {
+        (r["type"], r["name"]): flatten(r["inputs"])
+        for r in render["resources"]
+        if r["types"][0] in LAYERS
+    }
+    out[OUTPUT_KEY] = flatten(render.get("outputs", {}).get("alchemist", {}))
+    return out
+
+
+@dataclass
+class Difference:
+    type: str
+    name: str
+    path: str  # "" when the whole resource is only on one side
+    a: Any
+    b: Any
+    allowed_because: str | None = None
+
+    def line(self, a_name: str, b_name: str) -> str:
+        if not self.path:
+            side = a_name if self.a is not None else b_name
+            return f"{'-' if self.a is not None else '+'} {self.type} {self.name}: only in {side}"
+        return f"~ {self.type} {self.name}: {self.path}: {json.dumps(self.a)} -> {json.dumps(self.b)}"
+
+
+@dataclass
+class Report:
+    differences: list[Difference] = field(default_factory=list)  # not allowed
+    allowed: list[Difference] = field(default_factory=list)
+
+    @property
+    def platform_differs(self) -> bool:
+        return bool(self.differences)
+
+
+def _allowed(type_: str, name: str, path: str) -> str | None:
+    for a in ALLOWED:
+        if a.type == type_ and _pattern(a.name).match(name) and _pattern(a.path).match(path):
+            return a.reason
+    return None
+
+
+def compare(a: dict[str, Any], b: dict[str, Any]) -> Report:
+    """Every difference between two renders' platform layers, split into allowed and not."""
+    la, lb = layers(a), layers(b)
+    report = Report()
+    for key in sorted(set(la) | set(lb)):
+        type_, name = key
+        if key not in la or key not in lb:
+            report.differences.append(Difference(type_, name, "", la.get(key) and True, lb.get(key) and True))
+            continue
+        fa, fb = la[key], lb[key]
+        for path in sorted(set(fa) | set(fb)):
+            va, vb = fa.get(path), fb.get(path)
+            if va == vb:
+                continue
+            reason = _allowed(type_, name, path)
+            diff = Difference(type_, name, path, va, vb, reason)
+            (report.allowed if reason else report.differences).append(diff)
+    return report

@@ -1,0 +1,51 @@
+"""Session fixtures of the infra tests: every stack (and policy-breaking variants) rendered once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from infra_helpers import KUBECONFIG, REGISTRY_PASSWORD, SHIPPED, SSH_KEY, STACKS, render_many, stack_config
+
+
+@pytest.fixture(scope="session")
+def existing_stack_file(tmp_path_factory) -> Path:
+    """The on-prem lab as an `existing` cluster: same lab, a kubeconfig instead of SSH."""
+    config = stack_config("onprem-lab")
+    config.pop("alchemist:onprem")
+    config["alchemist:provider"] = "existing"
+    config["alchemist:existing"] = {"gpusPerNode": 8, "gpuDriver": "host", "containerToolkit": "operator"}
+    config["alchemist:images"] = {"registry": "registry.lab.internal:5000/alchemist", "registryUser": "ci"}
+    path = tmp_path_factory.mktemp("stacks") / "Pulumi.onprem-existing.yaml"
+    path.write_text(yaml.safe_dump({"config": config}))
+    return path
+
+
+@pytest.fixture(scope="session")
+def renders(existing_stack_file) -> dict[str, dict[str, Any]]:
+    """Every shipped stack, plus the variants the policy and secret tests need, rendered once."""
+    jobs: dict[str, dict[str, Any]] = {name: {"stack_file": STACKS / f"Pulumi.{name}.yaml"} for name in SHIPPED}
+    aws = STACKS / "Pulumi.aws-us-west-2.yaml"
+    jobs.update({
+        # one config per policy that breaks exactly that policy
+        "break:storage-encrypted": {"stack_file": aws, "sets": {"alchemist:sharedFs.encrypted": False}},
+        "break:imdsv2-on-gpu-nodes": {"stack_file": aws, "sets": {"alchemist:aws.gpuNodes.requireImdsv2": False}},
+        "break:no-open-endpoints": {"stack_file": aws, "sets": {"alchemist:aws.publicAccessCidrs": ["0.0.0.0/0"]}},
+        "allowed:no-open-endpoints": {"stack_file": aws, "sets": {
+            "alchemist:aws.publicAccessCidrs": ["0.0.0.0/0"], "alchemist:allowOpenEndpoints": True}},
+        "break:team-pod-security": {"stack_file": STACKS / "Pulumi.dev.yaml",
+                                    "sets": {"alchemist:podSecurity": "privileged"}},
+        "fsx": {"stack_file": aws, "sets": {"alchemist:sharedFs": {"kind": "fsx-lustre", "deploymentType": "PERSISTENT_2",
+                                                                  "perUnitStorageThroughput": 250}}},
+        # secrets: an SSH key for k3s, a kubeconfig and a registry password for an existing cluster
+        "secret:onprem-ssh": {"stack_file": STACKS / "Pulumi.onprem-lab.yaml",
+                              "secrets": {"alchemist:sshPrivateKey": SSH_KEY}},
+        "secret:existing": {"stack_file": existing_stack_file, "secrets": {
+            "alchemist:kubeconfig": KUBECONFIG, "alchemist:registryPassword": REGISTRY_PASSWORD}},
+    })  # fmt: skip
+    results = render_many(jobs)
+    for name, result in results.items():
+        assert result["error"] is None, f"{name}: {result['error']}"
+    return results

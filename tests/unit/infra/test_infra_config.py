@@ -1,0 +1,146 @@
+"""Every class of bad stack config stops the program with one line naming key, value and what is accepted."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from infra_helpers import REPO, stack_config
+
+from infra.config import StackConfigError, parse, pulumi_value
+
+WHERE = "stacks/Pulumi.aws-us-west-2.yaml"
+
+
+def engine_config(name: str, changes: dict) -> dict[str, str]:
+    """A shipped stack's config as the engine hands it over, with dotted-key changes (None deletes)."""
+    config = json.loads(json.dumps(stack_config(name)))
+    for dotted, value in changes.items():
+        head, *rest = dotted.split(".")
+        node, key = config, head
+        for part in rest:
+            node, key = node[key], part
+        if value is None:
+            node.pop(key)
+        else:
+            node[key] = value
+    return {k: pulumi_value(v) for k, v in config.items()}
+
+
+# (stack, changes, what the one line must say)
+BAD = {
+    "unknown key": ("aws-us-west-2", {"alchemist:gpuNodes": 2},
+                    "alchemist:gpuNodes is not a known key; accepted keys here: alchemist:provider"),
+    "unknown nested key": ("aws-us-west-2", {"alchemist:aws.gpuNodes.instanceType": "g5.xlarge"},
+                           "alchemist:aws.gpuNodes.instanceType is not a known key; accepted keys here: instanceTypes"),
+    "other namespace": ("aws-us-west-2", {"aws:region": "us-west-2"}, "aws:region is not a known key"),
+    "missing key": ("aws-us-west-2", {"alchemist:kubernetesVersion": None},
+                    "alchemist:kubernetesVersion is missing; accepted: '1.30' or '1.31'"),
+    "missing nested key": ("aws-us-west-2", {"alchemist:aws.gpuNodes.gpusPerNode": None},
+                           "alchemist:aws.gpuNodes.gpusPerNode is missing; accepted: GPUs per node"),
+    "wrong choice": ("aws-us-west-2", {"alchemist:provider": "gcp"},
+                     "alchemist:provider = 'gcp' is not accepted; accepted: 'kind', 'onprem', 'existing' or 'aws'"),
+    "unsupported version": ("aws-us-west-2", {"alchemist:kubernetesVersion": "1.24"},
+                            "alchemist:kubernetesVersion = '1.24' is not accepted"),
+    "wrong type": ("aws-us-west-2", {"alchemist:aws.gpuNodes.maxSize": "many"},
+                   "alchemist:aws.gpuNodes.maxSize = 'many' is not accepted; accepted: a valid integer"),
+    "out of range": ("aws-us-west-2", {"alchemist:teams": [{"name": "research", "quota": {"gpu": -1, "cpu": 8, "memory": "8Gi"}}]},
+                     "alchemist:teams[0].quota.gpu = -1 is not accepted; accepted: greater than or equal to 0"),
+    "bad pattern": ("aws-us-west-2", {"alchemist:aws.gpuNodes.instanceTypes": ["m5.large"]},
+                    "alchemist:aws.gpuNodes.instanceTypes[0] = 'm5.large' is not accepted; accepted: String should match"),
+    "bad quantity": ("aws-us-west-2", {"alchemist:teams": [{"name": "research", "quota": {"gpu": 1, "cpu": 8, "memory": "8GB"}}]},
+                     "alchemist:teams[0].quota.memory = '8GB' is not accepted; accepted: memory as a quantity such as 256Gi"),
+    "unknown shared fs": ("aws-us-west-2", {"alchemist:sharedFs": {"kind": "ceph"}},
+                          "alchemist:sharedFs.kind = 'ceph' is not accepted; accepted: one of 'efs', 'fsx-lustre'"),
+    "fs not for provider": ("aws-us-west-2", {"alchemist:sharedFs": {"kind": "nfs", "server": "n", "share": "/x"}},
+                            "alchemist:sharedFs.kind = 'nfs' is not accepted; accepted: efs or fsx-lustre with provider 'aws'"),
+    "missing provider section": ("aws-us-west-2", {"alchemist:aws": None},
+                                 "alchemist:aws is missing; accepted: provider 'aws' needs an `aws` section"),
+    "foreign provider section": ("dev", {"alchemist:aws": stack_config("aws-us-west-2")["alchemist:aws"]},
+                                 "alchemist:aws = '{...}' is not accepted; accepted: only the `kind` section"),
+    "zone outside region": ("aws-us-west-2", {"alchemist:aws.availabilityZones": ["us-west-2a", "eu-west-1b"]},
+                            "alchemist:aws.availabilityZones[1] = 'eu-west-1b' is not accepted; accepted: a zone of us-west-2"),
+    "scaling bounds": ("aws-us-west-2", {"alchemist:aws.gpuNodes.desiredSize": 9},
+                       "alchemist:aws.gpuNodes = {\"minSize\": 0, \"desiredSize\": 9, \"maxSize\": 4} is not accepted"),
+    "public endpoint without cidrs": ("aws-us-west-2", {"alchemist:aws.publicAccessCidrs": []},
+                                      "alchemist:aws.publicAccessCidrs = [] is not accepted"),
+    "bad cidr": ("aws-us-west-2", {"alchemist:aws.vpcCidr": "10.40.0.0/33"}, "alchemist:aws.vpcCidr = '10.40.0.0/33'"),
+    "registry where none is used": ("aws-us-west-2", {"alchemist:images": {"registry": "r/x"}},
+                                    "alchemist:images.registry = 'r/x' is not accepted; accepted: no registry"),
+    "registry missing": ("onprem-lab", {"alchemist:images": None}, "alchemist:images.registry is missing"),
+    "reserved team name": ("dev", {"alchemist:teams": [{"name": "monitoring", "quota": {"gpu": 0, "cpu": 1, "memory": "1Gi"}}]},
+                           "alchemist:teams[0].name = 'monitoring' is not accepted; accepted: a name other than"),
+    "duplicate team": ("dev", {"alchemist:teams": [{"name": "a", "quota": {"gpu": 0, "cpu": 1, "memory": "1Gi"}}] * 2},
+                       "alchemist:teams[1].name = 'a' is not accepted; accepted: a name no other team has"),
+    "no teams": ("dev", {"alchemist:teams": []}, "alchemist:teams = [] is not accepted"),
+    "gpu host as server": ("onprem-lab", {"alchemist:onprem.hosts": [{"name": "g", "address": "1.2.3.4", "role": "server", "gpus": 8}]},
+                           "alchemist:onprem.hosts[0].role = 'server' is not accepted; accepted: 'agent' for a GPU host"),
+    "no server": ("onprem-lab", {"alchemist:onprem.hosts": [{"name": "g", "address": "1.2.3.4", "role": "agent"}]},
+                  "alchemist:onprem.hosts = [\"g\"] is not accepted; accepted: at least one host with role 'server'"),
+    "existing without kubeconfig": ("onprem-lab", {"alchemist:provider": "existing", "alchemist:onprem": None,
+                                                   "alchemist:existing": {}},
+                                    "alchemist:kubeconfig is missing; accepted: the cluster's kubeconfig"),
+    "secret in plain text": ("onprem-lab", {"alchemist:sshPrivateKey": "-----BEGIN KEY-----"},
+                             "alchemist:sshPrivateKey = <secret> is not accepted; accepted: a secret"),
+    "not YAML-shaped": ("dev", {"alchemist:kind": "{workers: 2"}, "alchemist:kind = '{workers: 2' is not accepted; accepted: valid YAML"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", BAD)
+def test_bad_config_is_one_line(case):
+    name, changes, expected = BAD[case]
+    with pytest.raises(StackConfigError) as e:
+        parse(engine_config(name, changes), where=WHERE)
+    message = str(e.value)
+    assert message.startswith(f"{WHERE}: {expected}"), message
+    assert "\n" not in message
+
+
+@pytest.mark.parametrize("name", ["dev", "onprem-lab", "aws-us-west-2", "aws-eu-west-1"])
+def test_shipped_configs_parse(name):
+    cfg = parse(engine_config(name, {}))
+    assert cfg.provider == stack_config(name)["alchemist:provider"]
+
+
+# Runs the real entry point (infra/__main__.py) under Pulumi's mocks for each bad config in one
+# process: a config error raises before any registration, so the mocks stay clean between cases.
+PROGRAM = r"""
+import json, runpy, sys
+import pulumi
+from infra.render import Recorder
+rec = Recorder()
+pulumi.runtime.set_mocks(rec.mocks, project="alchemist", stack="aws-us-west-2", preview=False, monitor=rec.monitor)
+results = []
+for config in json.loads(sys.stdin.read()):
+    pulumi.runtime.set_all_config(config, [])
+    try:
+        runpy.run_path("infra/__main__.py", run_name="__main__")
+        results.append({"error": None, "registered": len(rec.resources)})
+    except pulumi.RunError as e:
+        results.append({"error": str(e), "registered": len(rec.resources)})
+print(json.dumps(results))
+"""
+
+
+def test_program_stops_before_registering_anything():
+    cases = list(BAD)
+    configs = [engine_config(BAD[c][0], BAD[c][1]) for c in cases]
+    proc = subprocess.run([sys.executable, "-c", PROGRAM], input=json.dumps(configs), cwd=REPO,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads(proc.stdout)
+    for case, result in zip(cases, results):
+        assert result["registered"] == 0, f"{case}: resources were registered"
+        assert result["error"] and result["error"].startswith(f"stacks/Pulumi.aws-us-west-2.yaml: {BAD[case][2]}"), (case, result)
+        assert "\n" not in result["error"]
+
+
+def test_render_reports_a_bad_config_with_exit_2(tmp_path):
+    from infra_helpers import STACKS, render
+
+    result = render(STACKS / "Pulumi.dev.yaml", sets={"alchemist:podSecurity": "open"})
+    assert result["_returncode"] == 2 and result["resources"] == []
+    assert result["error"] == ("stacks/Pulumi.dev.yaml: alchemist:podSecurity = 'open' is not accepted; "
+                               "accepted: 'restricted', 'baseline' or 'privileged'")  # fmt: skip

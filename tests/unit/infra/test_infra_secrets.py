@@ -1,0 +1,77 @@
+"""Secrets (kubeconfigs, the SSH key, the registry password, join tokens) never appear in clear anywhere."""
+
+from __future__ import annotations
+
+import pytest
+from infra_helpers import KUBECONFIG, REGISTRY_PASSWORD, SHIPPED, SSH_KEY
+
+from infra.config import StackConfigError, parse
+
+MOCK_KUBECONFIG_KEY = "bW9jay1rZXk="  # the client key in the kubeconfig the mocked k3s/kind hands back
+MOCK_TOKEN = "mock-join-token"
+MOCK_ECR_PASSWORD = "mock-ecr-password"
+
+
+def _everything(render) -> str:
+    """All the render printed: resources, inputs, outputs, logs."""
+    return render["_stdout"] + render["_stderr"]
+
+
+@pytest.mark.parametrize("name", [*SHIPPED, "secret:onprem-ssh", "secret:existing"])
+def test_no_secret_in_clear(renders, name):
+    text = _everything(renders[name])
+    for secret in (SSH_KEY, SSH_KEY.splitlines()[1], KUBECONFIG, "kubeconfig-token-that-must-never-leak-4711",
+                   REGISTRY_PASSWORD, MOCK_KUBECONFIG_KEY, MOCK_TOKEN, MOCK_ECR_PASSWORD):  # fmt: skip
+        assert secret not in text, f"{name}: a secret appears in clear"
+
+
+def test_where_the_ssh_key_goes_it_is_secret(renders):
+    r = renders["secret:onprem-ssh"]
+    remote = [x for x in r["resources"] if x["type"] == "command:remote:Command"]
+    assert remote and all(x["inputs"]["connection"] == "[secret]" for x in remote)
+    assert r["outputs"]["alchemist"]["kubeconfig"] == "[secret]"
+
+
+def test_where_the_kubeconfig_and_registry_password_go_they_are_secret(renders):
+    r = renders["secret:existing"]
+    (provider,) = [x for x in r["resources"] if x["type"] == "pulumi:providers:kubernetes"]
+    assert provider["secret_inputs"] == ["kubeconfig"]
+    builds = [x for x in r["resources"] if x["name"].endswith("-build")]
+    assert builds and all("environment.REGISTRY_PASSWORD" in b["secret_inputs"] for b in builds)
+    assert r["secret_outputs"] == ["alchemist.kubeconfig"]
+
+
+def test_ecr_password_is_secret(renders):
+    builds = [x for x in renders["aws-us-west-2"]["resources"] if x["name"].endswith("-build")]
+    assert len(builds) == 2 and all("environment.REGISTRY_PASSWORD" in b["secret_inputs"] for b in builds)
+
+
+BASE = {
+    "alchemist:provider": "existing",
+    "alchemist:kubernetesVersion": "1.31",
+    "alchemist:existing": "{}",
+    "alchemist:images": '{"registry": "r.lab/x"}',
+    "alchemist:sharedFs": '{"kind": "nfs", "server": "s", "share": "/x"}',
+    "alchemist:teams": '[{"name": "research", "quota": {"gpu": 1, "cpu": 1, "memory": "1Gi"}}]',
+}
+
+
+@pytest.mark.parametrize("secret_keys,extra", [
+    (set(), {"alchemist:kubeconfig": KUBECONFIG}),  # a secret set in plain text
+    ({"alchemist:kubeconfig"}, {"alchemist:kubeconfig": KUBECONFIG, "alchemist:provider": "onprem",
+                                "alchemist:existing": None}),
+    ({"alchemist:sshPrivateKey", "alchemist:kubeconfig"}, {"alchemist:kubeconfig": KUBECONFIG,
+                                                          "alchemist:sshPrivateKey": SSH_KEY}),
+])  # fmt: skip
+def test_config_errors_never_show_a_secret(secret_keys, extra):
+    with pytest.raises(StackConfigError) as e:
+        parse({k: v for k, v in {**BASE, **extra}.items() if v is not None}, secret_keys)
+    message = str(e.value)
+    assert "kubeconfig-token" not in message and "OPENSSH" not in message and "\n" not in message
+
+
+def test_a_secret_set_in_plain_text_is_refused_without_echoing_it():
+    with pytest.raises(StackConfigError) as e:
+        parse({**BASE, "alchemist:kubeconfig": KUBECONFIG}, set())
+    assert str(e.value) == ("alchemist:kubeconfig = <secret> is not accepted; accepted: a secret: "
+                            "`pulumi config set --secret alchemist:kubeconfig ...` (it is never stored in clear)")
