@@ -52,7 +52,6 @@ def planted_root(tmp_path):
 
 
 def run_cli(monkeypatch, *argv):
-    monkeypatch.setattr(cli, "COMMAND_MODULES", ["alchemist_jobs.commands.stack"])
     return cli.main(list(argv))
 
 

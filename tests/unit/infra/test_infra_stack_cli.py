@@ -23,7 +23,6 @@ def root(tmp_path):
 
 
 def run(monkeypatch, root, *argv):
-    monkeypatch.setattr(cli, "COMMAND_MODULES", ["alchemist_jobs.commands.stack"])
     return cli.main(["stack", "--root", str(root), *argv])
 
 
@@ -92,7 +91,6 @@ def test_cli_help_and_stack_module_never_import_pulumi():
         "import sys\n"
         "import alchemist_jobs, alchemist_jobs.commands.stack\n"
         "from alchemist_jobs import cli\n"
-        "cli.COMMAND_MODULES = ['alchemist_jobs.commands.stack']\n"
         "cli.build_parser().format_help()\n"
         "heavy = [m for m in sys.modules if m.split('.')[0] in ('pulumi', 'pulumi_aws', 'pulumi_kubernetes', 'infra')]\n"
         "assert not heavy, heavy\n"
