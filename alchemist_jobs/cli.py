@@ -13,6 +13,7 @@ from alchemist_jobs.errors import JobFailed, UserError
 # run never import the heavier modules (kubernetes, pulumi, boto3) they do not use.
 COMMAND_MODULES = [
     "alchemist_jobs.commands.jobs",
+    "alchemist_jobs.commands.interactive",
 ]
 
 
