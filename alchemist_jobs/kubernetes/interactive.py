@@ -23,6 +23,7 @@ SESSION_LABEL = "alchemist.io/session"
 CONTAINER = "session"
 JUPYTER_PORT = 8888
 START_TIMEOUT_S = 900
+POLL_S = 2.0
 
 
 def session_name(user: str | None = None) -> str:
@@ -149,8 +150,7 @@ class Sessions:
                 raise ClusterError(f"session {name}: the old pod is still terminating")
             time.sleep(1.0)
 
-    def wait_running(self, name: str, say=print, poll: float = 2.0,
-                     timeout: float = START_TIMEOUT_S) -> dict:
+    def wait_running(self, name: str, say=print, timeout: float = START_TIMEOUT_S) -> dict:
         """Until the pod runs; reports what it waits for; one line if it cannot start."""
         deadline, last = time.monotonic() + timeout, ""
         while True:
@@ -170,7 +170,7 @@ class Sessions:
                 raise ClusterError(f"session {name}: not running after {timeout:.0f} s "
                                    f"({reason}); `alchemist interactive --stack "
                                    f"{self.out.stack} --stop` removes it")
-            time.sleep(poll)
+            time.sleep(POLL_S)
 
     def stop(self, name: str) -> bool:
         try:

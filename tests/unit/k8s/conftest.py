@@ -18,12 +18,14 @@ FIXTURES = REPO / "tests" / "fixtures" / "stack_outputs"
 def fake(monkeypatch: pytest.MonkeyPatch) -> FakeKube:
     """The fake Kubernetes API, standing in for the real client wherever the backend connects."""
     import alchemist_jobs.kubernetes.client as client
+    import alchemist_jobs.kubernetes.interactive as interactive
     import alchemist_jobs.kubernetes.scheduler as scheduler
 
     f = FakeKube()
     monkeypatch.setattr(client, "connect", f.connector)
     monkeypatch.setattr(scheduler, "POLL_S", 0.0)
     monkeypatch.setattr(scheduler, "PROGRESS_EVERY_S", 0.0)
+    monkeypatch.setattr(interactive, "POLL_S", 0.0)
     return f
 
 
