@@ -192,9 +192,15 @@ class KubernetesScheduler(Scheduler):
 
     # -- status / list / cancel ----------------------------------------------------------------
 
+    def _status(self, job: dict, pods: list[dict]) -> RunStatus:
+        st = run_status(job, pods, self.stack)
+        # Where the pods keep the run (checkpoints, TensorBoard, logs/torchrun): the shared FS.
+        st.extra["run_dir"] = mf.shared_paths(self.out, st.run_id)[1]
+        return st
+
     def status(self, run_id: str) -> RunStatus:
         job = self._job(run_id)
-        return run_status(job, self._pods(job["metadata"]["labels"][RUN_LABEL]), self.stack)
+        return self._status(job, self._pods(job["metadata"]["labels"][RUN_LABEL]))
 
     def list(self) -> list[RunStatus]:
         jobs = self._list("batch", "list_namespaced_job", self._managed())
@@ -202,8 +208,8 @@ class KubernetesScheduler(Scheduler):
         by_run: dict[str, list[dict]] = {}
         for p in pods:
             by_run.setdefault(p["metadata"]["labels"].get(RUN_LABEL, ""), []).append(p)
-        out = [run_status(j, by_run.get(j["metadata"]["labels"].get(RUN_LABEL, ""), []),
-                          self.stack) for j in jobs]
+        out = [self._status(j, by_run.get(j["metadata"]["labels"].get(RUN_LABEL, ""), []))
+               for j in jobs]
         return sorted(out, key=lambda s: s.created or 0)
 
     def cancel(self, run_id: str) -> RunStatus:

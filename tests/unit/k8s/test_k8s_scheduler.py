@@ -120,6 +120,7 @@ def test_status_running(fake, run_cli):
     code, out, err = run_cli("status", RUN, "--stack", "dev", "--outputs", outputs("dev"))
     assert code == 0, err
     assert "state      running" in out and "workers    2" in out
+    assert f"directory  /shared/runs/{RUN}" in out
 
 
 def test_status_restarting_then_running_again(fake):
