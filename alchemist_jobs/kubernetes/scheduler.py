@@ -55,9 +55,11 @@ class KubeRequest(Request):
 
     def describe(self) -> str:
         s = self.stack
+        servers = mf.parameter_servers(self.spec)
         head = [f"# run {self.run_id} on stack {s.stack}: {self.spec.nodes} pod(s) x "
-                f"{self.spec.procs_per_node} worker(s), namespace {s.namespace}, "
-                f"Kueue queue {s.queue}"]
+                f"{self.spec.procs_per_node} worker(s)"
+                + (f" + {servers} parameter-server pod(s)" if servers else "")
+                + f", namespace {s.namespace}, Kueue queue {s.queue}"]
         if self.code is not None:
             head.append(f"# code snapshot {self.code.digest}: {len(self.code.files)} file(s) "
                         f"from {self.code.root}, {len(self.code.tarball)} bytes packed")

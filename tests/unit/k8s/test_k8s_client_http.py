@@ -130,3 +130,20 @@ def test_the_real_client_sends_what_the_api_server_expects(api_server):
     job_delete = next(r for r in requests if r["method"] == "DELETE")
     assert job_delete["query"].get("propagationPolicy") == ["Background"] or \
         (job_delete["body"] or {}).get("propagationPolicy") == "Background"
+
+
+def test_an_unreachable_cluster_is_one_line(tmp_path, run_cli):
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = _out(f"http://127.0.0.1:{port}")
+    path = tmp_path / "dev.json"
+    data = out.model_dump(mode="json")
+    data["kubeconfig"] = out.kubeconfig.get_secret_value()
+    path.write_text(json.dumps(data))
+    code, stdout, stderr = run_cli("list", "--stack", "dev", "--outputs", path)
+    assert code == 1
+    assert stderr == "error: stack dev: cannot reach the cluster (MaxRetryError)\n"
+    assert TOKEN not in stdout + stderr
