@@ -303,7 +303,13 @@ class KubernetesScheduler(Scheduler):
         epochs = handle.spec.hyper.epochs if not handle.spec.hyper.steps else None
         try:
             while True:
-                st = self.status(run_id)
+                try:
+                    st = self.status(run_id)
+                except UserError as e:
+                    if "no such run" not in str(e):
+                        raise
+                    raise JobFailed(f"run {run_id} is gone from stack {self.stack} "
+                                    "(cancelled elsewhere?)") from None
                 line = f"  {st.state}: {st.message}"
                 if line != last:
                     say(line)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import threading
 
 import pytest
 
@@ -111,6 +110,3 @@ def test_local_interactive_is_a_shell_with_a_workers_environment(tmp_path):
     assert f"stack=local root={home} tcp=1" in res.stdout
     assert "importable" in res.stdout  # the package is on the worker's PYTHONPATH
 
-
-def test_threads_are_not_left_behind():
-    assert not [t for t in threading.enumerate() if t.name == "alchemist-logs"]

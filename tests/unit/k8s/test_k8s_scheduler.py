@@ -334,3 +334,13 @@ def test_submit_on_the_local_stack_is_refused(run_cli, tmp_path):
     code, out, err = run_cli("submit", "examples/digits.yaml", "--home", tmp_path)
     assert code == 2 and "accepted: `alchemist run` here, or a cluster stack" in err
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_run_deleted_while_watched_ends_the_watch(fake, run_cli):
+    def on_call(f, method):
+        if method == "list_namespaced_job" and threading.current_thread() is threading.main_thread():
+            f.objects.clear()  # someone else cancelled it
+    fake.on_call = on_call
+    code, out, err = run_cli("run", "examples/digits.yaml", "--stack", "dev", "--outputs",
+                             outputs("dev"))
+    assert code == 1 and "is gone from stack dev (cancelled elsewhere?)" in err

@@ -167,3 +167,13 @@ def test_local_needs_none_of_the_cluster_libraries(tmp_path):
                          cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)))
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == "[]"
+
+
+def test_an_unknown_stack_through_the_cli_creates_nothing(fake_pulumi, fake, run_cli):
+    code, out, err = run_cli("submit", "examples/digits.yaml", "--stack", "aws-us-west-3")
+    assert code == 2
+    assert err == ("error: --stack aws-us-west-3: no such stack; accepted: local, "
+                   "aws-eu-west-1, aws-us-west-2, dev, onprem-lab\n")
+    assert fake.calls == []
+    code, out, err = run_cli("submit", "examples/digits.yaml", "--stack", "dev")
+    assert code == 0 and [k for k, _ in fake.creates()] == ["ConfigMap", "Service", "Job"]
