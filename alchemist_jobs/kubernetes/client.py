@@ -43,7 +43,9 @@ class Cluster:
         try:
             return fn(_preload_content=False, **kw)
         except ApiException as e:
-            if e.status == 404:
+            # A missing object is an answer for reads and deletes; for a create or a list it
+            # means the namespace itself is missing: an error to report.
+            if e.status == 404 and method.startswith(("read_", "delete_", "patch_", "connect_")):
                 raise NotFound(method) from None
             raise ClusterError(f"stack {self.stack}: {method} was refused: "
                                f"{_api_reason(e)}") from None

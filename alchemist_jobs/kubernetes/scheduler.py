@@ -259,9 +259,12 @@ class KubernetesScheduler(Scheduler):
                 continue
             name = pod["metadata"]["name"]
             seen.add(name)
-            resp = self.cluster.raw("core", "read_namespaced_pod_log", name=name,
-                                    namespace=self.cluster.namespace, container=mf.CONTAINER,
-                                    follow=follow)
+            try:
+                resp = self.cluster.raw("core", "read_namespaced_pod_log", name=name,
+                                        namespace=self.cluster.namespace,
+                                        container=mf.CONTAINER, follow=follow)
+            except NotFound:  # deleted meanwhile: a replacement, if any, is found next round
+                continue
             for line in _lines(resp):
                 if line.startswith(prefix):
                     yield line[len(prefix):]

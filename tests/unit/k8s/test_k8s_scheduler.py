@@ -344,3 +344,13 @@ def test_a_run_deleted_while_watched_ends_the_watch(fake, run_cli):
     code, out, err = run_cli("run", "examples/digits.yaml", "--stack", "dev", "--outputs",
                              outputs("dev"))
     assert code == 1 and "is gone from stack dev (cancelled elsewhere?)" in err
+
+
+def test_a_missing_namespace_is_one_line(fake, run_cli):
+    fake.fail["create_namespaced_config_map"] = _api_error(
+        404, "NotFound", 'namespaces "research" not found')
+    code, out, err = run_cli("submit", "examples/digits.yaml", "--stack", "dev",
+                             "--outputs", outputs("dev"))
+    assert code == 1 and err.count("\n") == 1
+    assert 'create_namespaced_config_map was refused: 404 NotFound: namespaces "research"' in err
+    assert fake.deletes() == []
