@@ -243,10 +243,9 @@ class KubernetesScheduler(Scheduler):
                         follow: bool) -> Iterator[str]:
         seen: set[str] = set()
         while True:
-            job = self._job(run_id)
-            st = run_status(job, self._pods(run_id), self.stack)
-            pods = newest_pods(self._pods(run_id))
-            pod = pods.get(index)
+            job, all_pods = self._job(run_id), self._pods(run_id)
+            st = run_status(job, all_pods, self.stack)
+            pod = newest_pods(all_pods).get(index)
             started = pod is not None and pod["metadata"]["name"] not in seen and \
                 (pod.get("status") or {}).get("phase") in ("Running", "Succeeded", "Failed")
             if not started:
