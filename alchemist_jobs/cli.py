@@ -14,6 +14,7 @@ from alchemist_jobs.errors import JobFailed, UserError
 COMMAND_MODULES = [
     "alchemist_jobs.commands.jobs",
     "alchemist_jobs.commands.stack",
+    "alchemist_jobs.commands.interactive",
 ]
 
 

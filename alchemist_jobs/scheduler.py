@@ -15,6 +15,8 @@ from typing import Any, Iterator
 PENDING, RUNNING, SUCCEEDED, FAILED, CANCELLED, LOST = (
     "pending", "running", "succeeded", "failed", "cancelled", "lost")
 FINAL_STATES = (SUCCEEDED, FAILED, CANCELLED, LOST)
+# A cluster job replacing a lost or failed pod: not final, not yet running again.
+RESTARTING = "restarting"
 
 
 @dataclass

@@ -1,18 +1,32 @@
 """Stack resolution: a stack name becomes the scheduler that runs jobs there.
 
 `local` is built in and needs nothing but Python. Every other stack is a Pulumi stack whose
-output `alchemist` (alchemist_jobs/contract.py) describes its cluster.
+output `alchemist` (alchemist_jobs/contract.py) describes its cluster, read with
+`pulumi stack output alchemist --json --show-secrets --stack NAME` (in $ALCHEMIST_PULUMI_DIR,
+else the current directory, where Pulumi looks for the project), or from a JSON file given
+with `--outputs FILE`. The output holds the cluster's credentials: it is read into memory,
+never written, logged or shown.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import re
+import shutil
+import subprocess
 from pathlib import Path
 
+from alchemist_jobs.contract import StackOutput
 from alchemist_jobs.errors import UserError
 from alchemist_jobs.rundir import default_root
 from alchemist_jobs.scheduler import Scheduler
 
 LOCAL = "local"
+OUTPUT_NAME = "alchemist"
+PULUMI_TIMEOUT_S = 120
+# Pulumi stack names, optionally qualified as org/project/stack.
+_STACK_NAME = re.compile(r"[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+){0,2}")
 
 
 def get_scheduler(stack: str = LOCAL, home: Path | None = None,
@@ -25,7 +39,99 @@ def get_scheduler(stack: str = LOCAL, home: Path | None = None,
         from alchemist_jobs.local_backend import LocalScheduler
 
         return LocalScheduler(Path(home) if home else default_root())
-    raise UserError(
-        f"--stack {stack!r}: no such stack; accepted: local (cluster stacks need the "
-        "Kubernetes backend, which this build does not include yet)"
-    )
+    out = resolve(stack, outputs)
+    from alchemist_jobs.kubernetes.scheduler import KubernetesScheduler
+
+    return KubernetesScheduler(out)
+
+
+def resolve(stack: str, outputs: Path | None = None) -> StackOutput:
+    """The stack's `alchemist` output, validated against the contract; one line if not."""
+    if not _STACK_NAME.fullmatch(stack):
+        raise UserError(f"--stack {stack!r}: not a stack name; accepted: local or a Pulumi "
+                        "stack name (letters, digits, '-', '_', '.'; optionally org/project/)")
+    if outputs is not None:
+        data, source = _read_outputs_file(Path(outputs)), str(outputs)
+    else:
+        data, source = _pulumi_output(stack), f"stack {stack}"
+    out = StackOutput.parse(data, source)
+    short = stack.rsplit("/", 1)[-1]
+    if out.stack != short:
+        raise UserError(f"{source}: holds the outputs of stack {out.stack!r}, not of --stack "
+                        f"{stack!r}; accepted: the `alchemist` output of stack {short!r}")
+    return out
+
+
+def _read_outputs_file(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise UserError(f"--outputs {path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise UserError(f"--outputs {path}: cannot read it ({type(e).__name__})") from None
+    except json.JSONDecodeError as e:
+        raise UserError(f"--outputs {path}: line {e.lineno}: not JSON ({e.msg}); accepted: "
+                        f"the output of `pulumi stack output {OUTPUT_NAME} --json "
+                        "--show-secrets`") from None
+    # Either the `alchemist` output itself or all outputs (`pulumi stack output --json`).
+    if isinstance(data, dict) and OUTPUT_NAME in data and "stack" not in data:
+        data = data[OUTPUT_NAME]
+    return data
+
+
+def _first_error(stderr: str) -> str:
+    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+    err = next((ln for ln in lines if ln.lower().startswith("error:")), lines[0] if lines else "")
+    return err.removeprefix("error:").strip()[:300]
+
+
+def _pulumi(args: list[str]) -> subprocess.CompletedProcess:
+    exe = shutil.which("pulumi")
+    assert exe is not None
+    try:
+        return subprocess.run([exe, *args, "--non-interactive"], capture_output=True, text=True,
+                              timeout=PULUMI_TIMEOUT_S, stdin=subprocess.DEVNULL,
+                              cwd=os.environ.get("ALCHEMIST_PULUMI_DIR") or None)
+    except subprocess.TimeoutExpired:
+        raise UserError(f"`pulumi {' '.join(args[:2])}` did not answer within "
+                        f"{PULUMI_TIMEOUT_S} s (is the Pulumi backend reachable?)") from None
+
+
+def known_stacks() -> list[str]:
+    """Stack names `pulumi stack ls` knows, for error messages; empty if it cannot say."""
+    proc = _pulumi(["stack", "ls", "--json"])
+    try:
+        return [s["name"] for s in json.loads(proc.stdout)] if proc.returncode == 0 else []
+    except (ValueError, TypeError, KeyError):
+        return []
+
+
+def _pulumi_output(stack: str) -> dict:
+    if shutil.which("pulumi") is None:
+        raise UserError(
+            f"--stack {stack}: reading a stack's outputs needs the Pulumi CLI, and `pulumi` is "
+            "not on PATH; accepted: install it (https://www.pulumi.com/docs/install/), or pass "
+            f"--outputs FILE holding `pulumi stack output {OUTPUT_NAME} --json --show-secrets "
+            f"--stack {stack}`")
+    proc = _pulumi(["stack", "output", OUTPUT_NAME, "--json", "--show-secrets", "--stack", stack])
+    if proc.returncode != 0:
+        err = _first_error(proc.stderr)
+        if "no stack named" in err:
+            names = known_stacks()
+            accepted = ", ".join(["local", *names]) if names else \
+                "local, or a stack of this project (`pulumi stack ls`)"
+            raise UserError(f"--stack {stack}: no such stack; accepted: {accepted}")
+        if "does not have output property" in err:
+            raise UserError(f"--stack {stack}: the stack exports no output `{OUTPUT_NAME}`; "
+                            "accepted: a stack of Alchemist's infra/ that is up (`pulumi up "
+                            f"-s {stack}`)")
+        if "no Pulumi.yaml" in err:
+            raise UserError(f"--stack {stack}: Pulumi found no project here ({err}); accepted: "
+                            "run from the Alchemist repository, or set ALCHEMIST_PULUMI_DIR "
+                            "to it, or pass --outputs FILE")
+        raise UserError(f"--stack {stack}: `pulumi stack output` failed: {err}")
+    try:
+        return json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        raise UserError(f"--stack {stack}: `pulumi stack output {OUTPUT_NAME} --json` did not "
+                        "print JSON") from None

@@ -23,15 +23,21 @@ def _stack_args(p: argparse.ArgumentParser) -> None:
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("run", help="run a job spec on a stack and follow it to the end")
-    p.add_argument("spec", type=Path, help="job spec (YAML)")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a spec field, e.g. --set hyper.lr=0.05 (repeatable)")
-    p.add_argument("--dry-run", action="store_true",
-                   help="print what would be started (processes or manifests) and exit")
-    p.add_argument("--quiet", action="store_true", help="no progress display, only the summary")
-    _stack_args(p)
-    p.set_defaults(func=cmd_run)
+    for command, text in (("run", "run a job spec on a stack and follow it to the end"),
+                          ("submit", "submit a job spec to a cluster stack and return")):
+        p = sub.add_parser(command, help=text)
+        p.add_argument("spec", type=Path, help="job spec (YAML)")
+        p.add_argument("--set", dest="overrides", action="append", default=[],
+                       metavar="KEY=VALUE",
+                       help="override a spec field, e.g. --set hyper.lr=0.05 (repeatable)")
+        p.add_argument("--dry-run", action="store_true",
+                       help="print what would be started (processes or manifests) and exit")
+        p.add_argument("--quiet", action="store_true",
+                       help="no progress display, only the summary")
+        p.add_argument("--follow", "-f", action="store_true",
+                       help="cluster stacks: stream rank 0's log and progress until the end")
+        _stack_args(p)
+        p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("list", help="runs on a stack, with their state")
     _stack_args(p)
@@ -70,6 +76,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     # Everything is validated before anything starts or is written.
     spec = load_spec(args.spec, args.overrides)
     scheduler = _scheduler(args)
+    follow = getattr(scheduler, "follow", None)  # cluster stacks: the job runs on its own
+    if args.command == "submit" and follow is None:
+        raise UserError(f"submit --stack {args.stack}: jobs on this stack run as children of "
+                        "the command; accepted: `alchemist run` here, or a cluster stack")
     request = scheduler.dryrun(spec, args.spec.resolve().parent)
     if args.dry_run:
         print(request.describe())
@@ -77,6 +87,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     t0 = time.time()
     handle = scheduler.schedule(request)
+    if follow is not None:
+        print(f"submitted {request.run_id} to stack {scheduler.stack}", file=sys.stderr)
+        if args.command == "submit" and not args.follow:
+            return 0
+        return follow(handle, logs=args.follow, quiet=args.quiet)
     wait = getattr(scheduler, "wait", None)
     if wait is None:  # a backend that only submits (follow with `alchemist logs`)
         print(f"submitted {request.run_id} to stack {scheduler.stack}")

@@ -1,0 +1,134 @@
+"""Talking to a stack's cluster: the `kubernetes` client built from the stack's kubeconfig (a
+secret) or from its `eks` facts (a boto3-made token), and one JSON-in, JSON-out call helper.
+
+Every call goes through `Cluster.call`, which asks the client for the raw response
+(`_preload_content=False`) and decodes the JSON itself: the backend handles the objects
+exactly as the API server sends them (the same dicts `manifests` builds), and API errors
+become one line. Secrets (kubeconfig, token) never appear in errors.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import tempfile
+from typing import Any, Callable
+
+from alchemist_jobs.contract import StackOutput
+from alchemist_jobs.errors import UserError
+
+
+class ClusterError(UserError):
+    """The cluster refused or could not be reached: one line, exit 1 (not bad input)."""
+
+    exit_code = 1
+
+
+class NotFound(Exception):
+    pass
+
+
+class Cluster:
+    """The two API groups the backend uses, bound to the stack's namespace."""
+
+    def __init__(self, core: Any, batch: Any, stack: str, namespace: str):
+        self.core, self.batch, self.stack, self.namespace = core, batch, stack, namespace
+
+    def raw(self, api: str, method: str, **kw: Any) -> Any:
+        """Call `<api>.<method>(**kw)` and return the raw (streamable) response."""
+        from kubernetes.client.exceptions import ApiException
+
+        fn = getattr(self.core if api == "core" else self.batch, method)
+        try:
+            return fn(_preload_content=False, **kw)
+        except ApiException as e:
+            # A missing object is an answer for reads and deletes; for a create or a list it
+            # means the namespace itself is missing: an error to report.
+            if e.status == 404 and method.startswith(("read_", "delete_", "patch_", "connect_")):
+                raise NotFound(method) from None
+            raise ClusterError(f"stack {self.stack}: {method} was refused: "
+                               f"{_api_reason(e)}") from None
+        except Exception as e:  # urllib3 / socket errors: the cluster is not reachable
+            if type(e).__module__.startswith(("urllib3", "socket", "ssl")) or isinstance(e, OSError):
+                raise ClusterError(f"stack {self.stack}: cannot reach the cluster "
+                                   f"({type(e).__name__})") from None
+            raise
+
+    def call(self, api: str, method: str, **kw: Any) -> dict:
+        resp = self.raw(api, method, **kw)
+        data = resp.data
+        return json.loads(data) if data else {}
+
+    def get(self, api: str, method: str, **kw: Any) -> dict | None:
+        """Like call, but None when the object does not exist."""
+        try:
+            return self.call(api, method, **kw)
+        except NotFound:
+            return None
+
+
+def _api_reason(e: Any) -> str:
+    """The API server's own message (a Status object), never request headers or bodies."""
+    try:
+        status = json.loads(e.body)
+        return f"{e.status} {status.get('reason', '')}: {status.get('message', '')}".strip()
+    except (TypeError, ValueError):
+        return f"{e.status} {e.reason}"
+
+
+def _private_file(content: bytes, suffix: str) -> str:
+    fd, path = tempfile.mkstemp(prefix="alchemist-", suffix=suffix)
+    with os.fdopen(fd, "wb") as f:
+        f.write(content)
+    atexit.register(lambda: os.path.exists(path) and os.unlink(path))
+    return path
+
+
+def _configuration(out: StackOutput) -> Any:
+    import base64
+
+    import yaml
+    from kubernetes import client, config
+
+    cfg = client.Configuration()
+    if out.kubeconfig is not None:
+        try:
+            kubeconfig = yaml.safe_load(out.kubeconfig.get_secret_value())
+            config.load_kube_config_from_dict(kubeconfig, client_configuration=cfg,
+                                              persist_config=False)
+        except Exception as e:  # the message could quote the file: name the type only
+            raise UserError(f"stack {out.stack}: its kubeconfig cannot be used "
+                            f"({type(e).__name__}); accepted: a kubeconfig with a current "
+                            "context (re-run `pulumi up` for the stack)") from None
+        return cfg
+    from alchemist_jobs.kubernetes.eks_auth import Token, describe_cluster
+
+    eks = out.eks
+    endpoint, ca = eks.endpoint, eks.certificate_authority
+    if not endpoint or not ca:
+        endpoint, ca = describe_cluster(eks.cluster_name, eks.region)
+    cfg.host = endpoint
+    cfg.ssl_ca_cert = _private_file(base64.b64decode(ca), ".crt")
+    token = Token(eks.cluster_name, eks.region)
+    cfg.api_key_prefix["authorization"] = "Bearer"
+
+    def refresh(c: Any) -> None:  # called before every request
+        c.api_key["authorization"] = token.value()
+
+    cfg.refresh_api_key_hook = refresh
+    return cfg
+
+
+def connect(out: StackOutput) -> Cluster:
+    """A client for the stack's cluster. Imports `kubernetes` (and boto3 on EKS) only now."""
+    try:
+        from kubernetes import client
+    except ImportError:
+        raise UserError(f"stack {out.stack}: the Kubernetes backend needs the `kubernetes` "
+                        "package; accepted: pip install 'alchemist[cluster]'") from None
+    api = client.ApiClient(_configuration(out))
+    return Cluster(client.CoreV1Api(api), client.BatchV1Api(api), out.stack, out.namespace)
+
+
+Connector = Callable[[StackOutput], Cluster]

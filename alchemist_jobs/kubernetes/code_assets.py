@@ -1,0 +1,162 @@
+"""Code assets: the spec's directory packed (honouring .gitignore and .alchemistignore),
+content-hashed, and shipped so that pods run exactly the code a job was submitted with.
+
+The CLI packs the directory into a deterministic gzip'd tar (sorted entries, zeroed times and
+owners), names the snapshot by a hash of the files' paths, modes and contents, and ships the
+tarball in the job's ConfigMap; the pod's init container (`pod_setup`) unpacks it once to
+`<shared root>/code/<hash>/`, which is then the workers' working directory. The same
+directory gives the same hash (and is unpacked only once); any change gives a new snapshot.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import os
+import stat
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from alchemist_jobs.errors import UserError
+
+IGNORE_FILES = (".gitignore", ".alchemistignore")  # read in every directory, in this order
+# Never shipped, whatever the ignore files say: VCS internals and bytecode of this machine.
+ALWAYS_IGNORED = (".git/", "__pycache__/", "*.py[cod]")
+# The tarball travels in a ConfigMap, whose data may not exceed 1 MiB; leave room for the spec.
+MAX_TARBALL_BYTES = 900 * 1024
+HASH_CHARS = 16
+CODE_DIR = "code"  # under the shared file system root
+
+
+@dataclass(frozen=True)
+class CodeSnapshot:
+    root: Path
+    files: tuple[str, ...]  # POSIX paths relative to root, sorted
+    digest: str  # HASH_CHARS hex characters of the content hash
+    tarball: bytes
+
+    def path_under(self, shared_root: str) -> str:
+        """Where the snapshot lies on the shared file system."""
+        return f"{shared_root.rstrip('/')}/{CODE_DIR}/{self.digest}"
+
+
+def _ignore_spec(directory: Path):
+    import pathspec  # only the packing side needs it, not pod_setup
+
+    lines: list[str] = []
+    for name in IGNORE_FILES:
+        try:
+            lines += (directory / name).read_text(errors="replace").splitlines()
+        except OSError:
+            pass
+    return pathspec.GitIgnoreSpec.from_lines(lines) if lines else None
+
+
+def list_files(root: Path) -> list[str]:
+    """Files under root that are shipped, as sorted POSIX paths relative to root.
+
+    Ignore files apply as git applies them: a pattern is relative to the directory of the file
+    that holds it, a deeper file overrides a shallower one, the last matching line wins, and
+    nothing is re-included below an ignored directory. Symbolic links are not shipped.
+    """
+    import pathspec
+
+    root = Path(root).resolve()
+    always = pathspec.GitIgnoreSpec.from_lines(ALWAYS_IGNORED)
+    specs: dict[str, object] = {}  # directory (relative, "" for root) -> its spec or None
+
+    def ignored(rel: str, is_dir: bool) -> bool:
+        probe = rel + "/" if is_dir else rel
+        if always.match_file(probe):
+            return True
+        parts = rel.split("/")
+        # Deepest directory first: its ignore file overrides the ones above it.
+        for depth in range(len(parts) - 1, -1, -1):
+            base = "/".join(parts[:depth])
+            spec = specs.get(base)
+            if spec is None:
+                continue
+            sub = "/".join(parts[depth:]) + ("/" if is_dir else "")
+            result = spec.check_file(sub)
+            if result.include is not None:
+                return bool(result.include)
+        return False
+
+    out: list[str] = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        here = Path(dirpath)
+        rel_dir = here.relative_to(root).as_posix()
+        rel_dir = "" if rel_dir == "." else rel_dir
+        specs[rel_dir] = _ignore_spec(here)
+        keep = []
+        for d in sorted(dirnames):
+            rel = f"{rel_dir}/{d}" if rel_dir else d
+            if not (here / d).is_symlink() and not ignored(rel, True):
+                keep.append(d)
+        dirnames[:] = keep  # prune: git never looks inside an ignored directory
+        for f in sorted(filenames):
+            rel = f"{rel_dir}/{f}" if rel_dir else f
+            p = here / f
+            if p.is_symlink() or not p.is_file() or ignored(rel, False):
+                continue
+            out.append(rel)
+    return sorted(out)
+
+
+def _executable(mode: int) -> bool:
+    return bool(mode & stat.S_IXUSR)
+
+
+def content_hash(root: Path, files: list[str] | tuple[str, ...]) -> str:
+    """A hash of each file's path, executable bit and content, in path order."""
+    h = hashlib.sha256()
+    for rel in sorted(files):
+        p = Path(root) / rel
+        data = p.read_bytes()
+        h.update(rel.encode() + b"\0" + (b"x" if _executable(p.stat().st_mode) else b"-"))
+        h.update(hashlib.sha256(data).digest())
+    return h.hexdigest()[:HASH_CHARS]
+
+
+def tree_hash(directory: Path) -> str:
+    """The content hash of every regular file under a directory (an unpacked snapshot)."""
+    directory = Path(directory)
+    files = [p.relative_to(directory).as_posix() for p in directory.rglob("*")
+             if p.is_file() and not p.is_symlink()]
+    return content_hash(directory, files)
+
+
+def _tarball(root: Path, files: list[str]) -> bytes:
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for rel in files:
+            p = root / rel
+            data = p.read_bytes()
+            info = tarfile.TarInfo(rel)
+            info.size = len(data)
+            info.mode = 0o755 if _executable(p.stat().st_mode) else 0o644
+            info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
+            tar.addfile(info, io.BytesIO(data))
+    # mtime=0 and no file name in the gzip header: the same files give the same bytes.
+    out = io.BytesIO()
+    with gzip.GzipFile(filename="", mode="wb", fileobj=out, mtime=0) as gz:
+        gz.write(raw.getvalue())
+    return out.getvalue()
+
+
+def pack(root: Path, source: str = "task") -> CodeSnapshot:
+    """Pack a directory for shipping; one UserError line if it is too large for a ConfigMap."""
+    root = Path(root).resolve()
+    files = list_files(root)
+    tarball = _tarball(root, files)
+    if len(tarball) > MAX_TARBALL_BYTES:
+        biggest = sorted(files, key=lambda f: (root / f).stat().st_size, reverse=True)[:3]
+        sizes = ", ".join(f"{f} ({(root / f).stat().st_size / 2**20:.1f} MiB)" for f in biggest)
+        raise UserError(
+            f"{source}: code directory {root} packs to {len(tarball) / 2**20:.1f} MiB "
+            f"compressed (largest: {sizes}); accepted: at most {MAX_TARBALL_BYTES // 1024} KiB; "
+            "list data and outputs in .alchemistignore (data belongs on the shared file system)")
+    return CodeSnapshot(root=root, files=tuple(files), digest=content_hash(root, files),
+                        tarball=tarball)

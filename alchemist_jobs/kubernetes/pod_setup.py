@@ -1,0 +1,93 @@
+"""The init container of every job pod: creates the run directory with `spec.yaml` and unpacks
+the code snapshot onto the shared file system, idempotently (every pod runs it, any order).
+
+    python -m alchemist_jobs.kubernetes.pod_setup --run-dir DIR --spec FILE
+                                                  [--code TARBALL --code-dir DIR]
+
+The CLI cannot reach the shared volume, so the job's ConfigMap carries the resolved spec and
+the code tarball, and each pod puts them in place before its workers start. Standard library
+and alchemist_jobs.rundir only: it runs before anything else in the pod.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import shutil
+import sys
+import tarfile
+from pathlib import Path
+
+from alchemist_jobs.rundir import RunDir
+
+
+def write_spec(run: RunDir, spec_text: str) -> None:
+    """spec.yaml, atomically; pods that come second find it in place and leave it alone."""
+    run.create()
+    try:
+        if run.spec.read_text() == spec_text:
+            return
+    except FileNotFoundError:
+        pass
+    tmp = run.spec.with_name(f".spec.yaml.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    tmp.write_text(spec_text)
+    os.replace(tmp, run.spec)
+
+
+def unpack_code(tarball: Path, code_dir: Path) -> bool:
+    """Unpack the snapshot to code_dir unless it is there already; True if this pod did it.
+
+    Pods race here: each unpacks into its own temporary sibling and renames it into place;
+    rename(2) of a directory onto an existing non-empty one fails, so exactly one wins and
+    the snapshot is never seen half-written.
+    """
+    from alchemist_jobs.kubernetes.code_assets import tree_hash
+
+    if code_dir.is_dir():
+        return False
+    code_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = code_dir.with_name(f".{code_dir.name}.{secrets.token_hex(4)}.tmp")
+    try:
+        with tarfile.open(tarball, "r:gz") as tar:
+            tar.extractall(tmp, filter="data")  # no absolute paths, links out or devices
+        got = tree_hash(tmp)
+        if got != code_dir.name:
+            raise SystemExit(f"pod_setup: code snapshot hash {got} does not match its name "
+                             f"{code_dir.name}; the ConfigMap is corrupt")
+        # Shipped code is read-only: a job cannot change what the next pod will run.
+        for p in tmp.rglob("*"):
+            if p.is_file():
+                p.chmod(p.stat().st_mode & 0o555)
+        try:
+            os.rename(tmp, code_dir)
+            return True
+        except OSError:
+            if code_dir.is_dir():  # another pod won the race
+                return False
+            raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="pod_setup", description=__doc__.splitlines()[0])
+    p.add_argument("--run-dir", type=Path, required=True)
+    p.add_argument("--spec", type=Path, required=True, help="the resolved spec (from the ConfigMap)")
+    p.add_argument("--code", type=Path, help="the code tarball (from the ConfigMap)")
+    p.add_argument("--code-dir", type=Path, help="where the snapshot lives on the shared FS")
+    args = p.parse_args(argv)
+    if (args.code is None) != (args.code_dir is None):
+        p.error("--code and --code-dir go together")
+    write_spec(RunDir(args.run_dir), args.spec.read_text())
+    print(f"pod_setup: run directory {args.run_dir} ready", flush=True)
+    if args.code is not None:
+        did = unpack_code(args.code, args.code_dir)
+        print(f"pod_setup: code snapshot {args.code_dir} "
+              f"{'unpacked' if did else 'already in place'}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,360 @@
+"""The Kubernetes backend behind the scheduler interface: a spec becomes manifests (`dryrun`,
+pure) and objects on the stack's cluster (`schedule`); `status`, `logs`, `cancel` and `list`
+read and act on them through the API. Runs are found by their `alchemist.io/run` label.
+
+A cluster job runs on its own: `schedule` returns once the objects exist, and `follow`
+(used by `alchemist run` and `submit --follow`) watches it without owning it; Ctrl-C
+detaches, `alchemist cancel` stops it.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+from alchemist_jobs.contract import MANAGED_BY_LABEL, RUN_LABEL, StackOutput
+from alchemist_jobs.errors import JobFailed, UserError
+from alchemist_jobs.kubernetes import manifests as mf
+from alchemist_jobs.kubernetes.client import ClusterError, Cluster, Connector, NotFound
+from alchemist_jobs.kubernetes.code_assets import CodeSnapshot, pack
+from alchemist_jobs.kubernetes.job_state import newest_pods, run_status
+from alchemist_jobs.rundir import new_run_id
+from alchemist_jobs.scheduler import (CANCELLED, RUNNING, SUCCEEDED, Request, RunStatus,
+                                      Scheduler)
+from alchemist_jobs.spec import JobSpec
+
+POLL_S = 2.0
+PROGRESS_EVERY_S = 10.0
+_CREATE = {"ConfigMap": ("core", "create_namespaced_config_map"),
+           "Service": ("core", "create_namespaced_service"),
+           "Job": ("batch", "create_namespaced_job")}
+_DELETE = {"ConfigMap": ("core", "delete_namespaced_config_map"),
+           "Service": ("core", "delete_namespaced_service"),
+           "Job": ("batch", "delete_namespaced_job")}
+_PATCH = {"ConfigMap": ("core", "patch_namespaced_config_map"),
+          "Service": ("core", "patch_namespaced_service")}
+_REF = re.compile(r"[A-Za-z0-9][-A-Za-z0-9_.]{0,62}")
+
+
+@dataclass
+class KubeRequest(Request):
+    run_id: str
+    stack: StackOutput
+    spec: JobSpec
+    manifests: list[dict]
+    code: CodeSnapshot | None = None
+
+    @property
+    def name(self) -> str:
+        return self.manifests[-1]["metadata"]["name"]
+
+    def describe(self) -> str:
+        s = self.stack
+        servers = mf.parameter_servers(self.spec)
+        head = [f"# run {self.run_id} on stack {s.stack}: {self.spec.nodes} pod(s) x "
+                f"{self.spec.procs_per_node} worker(s)"
+                + (f" + {servers} parameter-server pod(s)" if servers else "")
+                + f", namespace {s.namespace}, Kueue queue {s.queue}"]
+        if self.code is not None:
+            head.append(f"# code snapshot {self.code.digest}: {len(self.code.files)} file(s) "
+                        f"from {self.code.root}, {len(self.code.tarball)} bytes packed")
+        return "\n".join(head) + "\n" + mf.to_yaml(self.manifests)
+
+
+@dataclass
+class KubeHandle:
+    run_id: str
+    name: str
+    namespace: str
+    spec: JobSpec
+    created: list[tuple[str, str]] = field(default_factory=list)
+
+
+def rank_pod_index(rank: int, nodes: int, procs_per_node: int) -> int:
+    """The completion index of the pod that runs a global rank.
+
+    torchrun's c10d rendezvous numbers nodes in the order of their host names
+    (`<job>-<index>.<service>...`), which is text order, not number order: with 12 pods,
+    node 2 is pod 10. Each node's ranks are node * procs_per_node + local rank.
+    """
+    order = sorted(range(nodes), key=lambda i: f"{i}.")
+    return order[rank // procs_per_node]
+
+
+def _lines(resp: Any) -> Iterator[str]:
+    """Whole lines from a streamed log response."""
+    rest = ""
+    for chunk in resp.stream(4096, decode_content=True):
+        rest += chunk.decode("utf-8", errors="replace") if isinstance(chunk, bytes) else chunk
+        *whole, rest = rest.split("\n")
+        for line in whole:
+            yield line + "\n"
+    if rest:
+        yield rest
+
+
+class KubernetesScheduler(Scheduler):
+    def __init__(self, out: StackOutput, connector: Connector | None = None):
+        self.out = out
+        self.stack = out.stack
+        self._connector = connector
+        self._cluster: Cluster | None = None
+
+    @property
+    def cluster(self) -> Cluster:
+        if self._cluster is None:
+            if self._connector is None:
+                from alchemist_jobs.kubernetes.client import connect
+
+                self._connector = connect
+            self._cluster = self._connector(self.out)
+        return self._cluster
+
+    # -- dryrun / schedule --------------------------------------------------------------------
+
+    def dryrun(self, spec: JobSpec, spec_dir: Path, run_id: str | None = None) -> KubeRequest:
+        """The manifests; reads the code directory, touches no cluster."""
+        mf.check_fits(spec, self.out)  # cheap refusals before packing anything
+        code = None
+        if spec.task.script or spec.task.module:
+            code = pack(Path(spec_dir), source="task")
+            if spec.task.script:
+                _check_shipped(spec.task.script, code)
+        run_id = run_id or new_run_id(spec.name)
+        return KubeRequest(run_id=run_id, stack=self.out, spec=spec,
+                           manifests=mf.build(spec, self.out, run_id, code), code=code)
+
+    def schedule(self, request: KubeRequest) -> KubeHandle:
+        """ConfigMap, then the Service, then the Job (so pod 0's DNS name exists before it
+        starts); then the Job owns the other two, so its TTL removes them all. If anything
+        fails, what was created is deleted again."""
+        c = self.cluster
+        handle = KubeHandle(run_id=request.run_id, name=request.name, namespace=c.namespace,
+                            spec=request.spec)
+        try:
+            job = {}
+            for obj in request.manifests:
+                api, method = _CREATE[obj["kind"]]
+                job = c.call(api, method, namespace=c.namespace, body=obj)
+                handle.created.append((obj["kind"], obj["metadata"]["name"]))
+            owner = [{"apiVersion": "batch/v1", "kind": "Job", "name": handle.name,
+                      "uid": job["metadata"]["uid"], "blockOwnerDeletion": False}]
+            for kind, name in handle.created[:-1]:
+                api, method = _PATCH[kind]
+                c.call(api, method, name=name, namespace=c.namespace,
+                       body=[{"op": "add", "path": "/metadata/ownerReferences", "value": owner}])
+        except BaseException:
+            self._delete(handle.created)
+            raise
+        return handle
+
+    def _delete(self, objects: list[tuple[str, str]]) -> None:
+        for kind, name in reversed(objects):
+            api, method = _DELETE[kind]
+            kw = {"propagation_policy": "Background"} if kind == "Job" else {}
+            try:
+                self.cluster.call(api, method, name=name, namespace=self.cluster.namespace, **kw)
+            except NotFound:
+                pass
+
+    # -- finding runs -------------------------------------------------------------------------
+
+    def _list(self, api: str, method: str, selector: str) -> list[dict]:
+        return self.cluster.call(api, method, namespace=self.cluster.namespace,
+                                 label_selector=selector).get("items", [])
+
+    def _managed(self) -> str:
+        return f"{MANAGED_BY_LABEL[0]}={MANAGED_BY_LABEL[1]}"
+
+    def _job(self, ref: str) -> dict:
+        """A run's Job by run id, or by a unique prefix of one."""
+        if not _REF.fullmatch(ref):
+            raise UserError(f"run {ref!r}: not a run id; accepted: letters, digits, '-', '.', '_'")
+        jobs = self._list("batch", "list_namespaced_job", f"{RUN_LABEL}={ref}")
+        if not jobs:
+            every = self._list("batch", "list_namespaced_job", self._managed())
+            jobs = [j for j in every if j["metadata"]["labels"].get(RUN_LABEL, "").startswith(ref)]
+            if len(jobs) != 1:
+                recent = sorted(every, key=lambda j: j["metadata"].get("creationTimestamp", ""))
+                ids = [j["metadata"]["labels"].get(RUN_LABEL) for j in recent][-5:]
+                what = "matches several runs" if jobs else "no such run"
+                hint = f"; recent runs: {', '.join(ids)}" if ids else "; there are no runs"
+                raise UserError(f"run {ref!r}: {what} on stack {self.stack} (namespace "
+                                f"{self.cluster.namespace}; finished runs are removed after "
+                                f"{mf.TTL_AFTER_FINISHED_S // 86400} days){hint}")
+        return jobs[0]
+
+    def _pods(self, run_id: str) -> list[dict]:
+        return self._list("core", "list_namespaced_pod", f"{RUN_LABEL}={run_id}")
+
+    # -- status / list / cancel ----------------------------------------------------------------
+
+    def _status(self, job: dict, pods: list[dict]) -> RunStatus:
+        st = run_status(job, pods, self.stack)
+        # Where the pods keep the run (checkpoints, TensorBoard, logs/torchrun): the shared FS.
+        st.extra["run_dir"] = mf.shared_paths(self.out, st.run_id)[1]
+        return st
+
+    def status(self, run_id: str) -> RunStatus:
+        job = self._job(run_id)
+        return self._status(job, self._pods(job["metadata"]["labels"][RUN_LABEL]))
+
+    def list(self) -> list[RunStatus]:
+        jobs = self._list("batch", "list_namespaced_job", self._managed())
+        pods = self._list("core", "list_namespaced_pod", self._managed())
+        by_run: dict[str, list[dict]] = {}
+        for p in pods:
+            by_run.setdefault(p["metadata"]["labels"].get(RUN_LABEL, ""), []).append(p)
+        out = [self._status(j, by_run.get(j["metadata"]["labels"].get(RUN_LABEL, ""), []))
+               for j in jobs]
+        return sorted(out, key=lambda s: s.created or 0)
+
+    def cancel(self, run_id: str) -> RunStatus:
+        job = self._job(run_id)
+        st = run_status(job, self._pods(job["metadata"]["labels"][RUN_LABEL]), self.stack)
+        if st.finished:
+            return st
+        name = job["metadata"]["name"]
+        # The Job first: its pods stop (Background propagation), then what served them.
+        self._delete([("ConfigMap", name), ("Service", name), ("Job", name)])
+        st.state, st.ended = CANCELLED, time.time()
+        st.message = "cancelled: Job (and its pods), Service and ConfigMap deleted"
+        return st
+
+    # -- logs ----------------------------------------------------------------------------------
+
+    def logs(self, run_id: str, rank: int = 0, follow: bool = False) -> Iterator[str]:
+        """Rank N's lines from the pod that runs it (torchrun prefixes each with its rank)."""
+        job = self._job(run_id)
+        run_id = job["metadata"]["labels"][RUN_LABEL]
+        st = run_status(job, self._pods(run_id), self.stack)
+        if not 0 <= rank < max(st.workers, 1):
+            raise UserError(f"--rank {rank}: run {run_id} has ranks 0..{st.workers - 1}")
+        index = rank_pod_index(rank, st.extra["nodes"], st.extra["procs_per_node"])
+        prefix = mf.LOG_PREFIX_TEMPLATE.replace("${rank}", str(rank))
+        return self._follow_pod_log(run_id, index, prefix, follow)
+
+    def _follow_pod_log(self, run_id: str, index: int, prefix: str,
+                        follow: bool) -> Iterator[str]:
+        seen: set[str] = set()
+        while True:
+            job, all_pods = self._job(run_id), self._pods(run_id)
+            st = run_status(job, all_pods, self.stack)
+            pod = newest_pods(all_pods).get(index)
+            started = pod is not None and pod["metadata"]["name"] not in seen and \
+                (pod.get("status") or {}).get("phase") in ("Running", "Succeeded", "Failed")
+            if not started:
+                if st.finished or not follow:
+                    if seen:
+                        return
+                    raise UserError(f"run {run_id}: pod {index} has no log yet "
+                                    f"({st.state}: {st.message})")
+                time.sleep(POLL_S)
+                continue
+            name = pod["metadata"]["name"]
+            seen.add(name)
+            try:
+                resp = self.cluster.raw("core", "read_namespaced_pod_log", name=name,
+                                        namespace=self.cluster.namespace,
+                                        container=mf.CONTAINER, follow=follow)
+            except NotFound:  # deleted meanwhile: a replacement, if any, is found next round
+                continue
+            for line in _lines(resp):
+                if line.startswith(prefix):
+                    yield line[len(prefix):]
+            if not follow:
+                return
+            # The stream ends when the pod does; a replacement pod carries on, if any.
+
+    # -- following a run from the CLI ----------------------------------------------------------
+
+    def progress(self, st: RunStatus) -> dict | None:
+        """Rank 0's progress from its /metrics, through the API server's pod proxy."""
+        from alchemist_jobs.kubernetes.progress import parse
+
+        pod = st.extra["pods"].get(rank_pod_index(0, st.extra["nodes"] or 1, 1))
+        if pod is None:
+            return None
+        try:
+            resp = self.cluster.raw("core", "connect_get_namespaced_pod_proxy_with_path",
+                                    name=f"{pod}:{mf.METRICS_BASE_PORT}",
+                                    namespace=self.cluster.namespace, path="metrics")
+        except (NotFound, ClusterError):
+            return None
+        data = resp.data.decode() if isinstance(resp.data, bytes) else str(resp.data)
+        return parse(data, rank=0)
+
+    def follow(self, handle: KubeHandle, logs: bool = False, quiet: bool = False) -> int:
+        """Watch a run to its end: state changes and progress on stderr, rank 0's log on
+        stdout with `logs`. Ctrl-C detaches; the run goes on."""
+        from alchemist_jobs.kubernetes.progress import describe
+
+        run_id, say = handle.run_id, (lambda m: None) if quiet else \
+            (lambda m: print(m, file=sys.stderr, flush=True))
+        log_thread = None
+        if logs:
+            log_thread = threading.Thread(target=self._print_logs, args=(run_id,), daemon=True,
+                                          name="alchemist-logs")
+            log_thread.start()
+        last, last_progress, progress, t_progress = "", "", None, 0.0
+        epochs = handle.spec.hyper.epochs if not handle.spec.hyper.steps else None
+        try:
+            while True:
+                try:
+                    st = self.status(run_id)
+                except UserError as e:
+                    if "no such run" not in str(e):
+                        raise
+                    raise JobFailed(f"run {run_id} is gone from stack {self.stack} "
+                                    "(cancelled elsewhere?)") from None
+                line = f"  {st.state}: {st.message}"
+                if line != last:
+                    say(line)
+                    last = line
+                if st.finished:
+                    break
+                if st.state == RUNNING and time.monotonic() - t_progress >= PROGRESS_EVERY_S:
+                    t_progress = time.monotonic()
+                    progress = self.progress(st) or progress
+                    if progress and describe(progress, epochs) != last_progress:
+                        last_progress = describe(progress, epochs)
+                        say(f"  {last_progress}")
+                time.sleep(POLL_S)
+        except KeyboardInterrupt:
+            print(f"\ndetached: run {run_id} keeps running on stack {self.stack}; "
+                  f"`alchemist cancel {run_id} --stack {self.stack}` stops it", file=sys.stderr)
+            return 130
+        if log_thread is not None:  # its stream ends with the pod: let it print the rest
+            log_thread.join(timeout=30.0)
+        print(f"run {run_id}: {st.state}" + (f" ({last_progress})" if last_progress else ""))
+        if st.state == SUCCEEDED:
+            return 0
+        raise JobFailed(f"run {run_id} {st.state}: {st.message}; see `alchemist logs {run_id} "
+                        f"--stack {self.stack} --rank N`")
+
+    def _print_logs(self, run_id: str) -> None:
+        try:
+            for line in self.logs(run_id, rank=0, follow=True):
+                sys.stdout.write(line)
+                sys.stdout.flush()
+        except UserError as e:
+            print(f"  logs: {e}", file=sys.stderr)
+
+
+def _check_shipped(script: str, code: CodeSnapshot) -> None:
+    path = (code.root / script).resolve()
+    try:
+        rel = path.relative_to(code.root).as_posix()
+    except ValueError:
+        raise UserError(f"task.script: {script!r} lies outside {code.root}, the directory "
+                        "that ships to the cluster; accepted: a script inside the spec's "
+                        "directory") from None
+    if rel not in code.files:
+        raise UserError(f"task.script: {script!r} is excluded by .gitignore or "
+                        ".alchemistignore, so it would not ship; accepted: a script that is "
+                        "not ignored")

@@ -1,0 +1,158 @@
+"""The pods of a cluster job, run for real without a cluster: each pod of the Indexed Job is a
+network namespace with the pod's hostname and the /etc/hosts the kubelet and the headless
+Service would give it, and runs exactly the init-container and container commands and
+environment of the rendered manifests (only the ConfigMap's mount point is a directory here
+and `python`/`torchrun` are this environment's). Real torchrun, real c10d rendezvous at pod 0
+through the Service's DNS name, real gloo. The Kubernetes API is the fake client (the far
+edge), fed the pods' real logs, so `alchemist logs --rank` is checked on real output too.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from alchemist_jobs.contract import StackOutput
+from alchemist_jobs.kubernetes import manifests as mf
+from alchemist_jobs.kubernetes.scheduler import KubernetesScheduler, rank_pod_index
+from alchemist_jobs.spec import load_spec
+from tests.k8s_stacks import stack
+from tests.unit.k8s.fake_kube import FakeKube
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "examples"
+pytestmark = [
+    pytest.mark.netns,
+    pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("ip") or not shutil.which("unshare"),
+                       reason="needs root, ip and unshare (Linux network namespaces)"),
+]
+
+
+def _sh(*args: str) -> None:
+    subprocess.run(args, check=True, capture_output=True)
+
+
+@pytest.fixture
+def pods_network():
+    """Two network namespaces joined by a veth pair, torn down afterwards."""
+    tag = f"{os.getpid() % 100000}"
+    names = [f"alck8s-{tag}-{i}" for i in range(2)]
+    veths = [f"ak{tag}a", f"ak{tag}b"]
+    subnet = f"10.237.{os.getpid() % 250}"
+    ips = [f"{subnet}.1", f"{subnet}.2"]
+    try:
+        for n in names:
+            _sh("ip", "netns", "add", n)
+        _sh("ip", "link", "add", veths[0], "type", "veth", "peer", "name", veths[1])
+        for n, v, ip in zip(names, veths, ips):
+            _sh("ip", "link", "set", v, "netns", n)
+            _sh("ip", "-n", n, "addr", "add", f"{ip}/24", "dev", v)
+            _sh("ip", "-n", n, "link", "set", "lo", "up")
+            _sh("ip", "-n", n, "link", "set", v, "up")
+        yield names, ips
+    finally:
+        for n in names:
+            subprocess.run(["ip", "netns", "del", n], capture_output=True)
+            shutil.rmtree(f"/etc/netns/{n}", ignore_errors=True)
+
+
+def test_the_rendered_pods_train_together(tmp_path, pods_network):
+    names, ips = pods_network
+    shared = tmp_path / "shared"
+    data = stack("dev").output.model_dump(mode="json")
+    data["kubeconfig"] = "unused"
+    data["shared_fs"]["mount_path"] = str(shared)
+    out = StackOutput.parse(data, "emulated")
+    spec = load_spec(EXAMPLES / "script.yaml", ["nodes=2", "procs_per_node=1",
+                                                 "task.args=[--epochs, '3']"])
+    fake = FakeKube()
+    sched = KubernetesScheduler(out, connector=fake.connector)
+    request = sched.dryrun(spec, EXAMPLES)
+    cm, svc, job = request.manifests
+    name, ns = job["metadata"]["name"], out.namespace
+    pod = job["spec"]["template"]["spec"]
+
+    # The ConfigMap's volume.
+    config = tmp_path / "config"
+    config.mkdir()
+    (config / mf.SPEC_KEY).write_text(cm["data"][mf.SPEC_KEY])
+    (config / mf.CODE_KEY).write_bytes(base64.b64decode(cm["binaryData"][mf.CODE_KEY]))
+
+    # What the kubelet writes to /etc/hosts, plus what cluster DNS answers for the Service.
+    hosts = "127.0.0.1 localhost\n" + "".join(
+        f"{ip} {name}-{i}.{svc['metadata']['name']}.{ns}.svc.cluster.local "
+        f"{name}-{i}.{svc['metadata']['name']} {name}-{i}\n" for i, ip in enumerate(ips))
+    for n in names:
+        Path(f"/etc/netns/{n}").mkdir(parents=True, exist_ok=True)
+        Path(f"/etc/netns/{n}/hosts").write_text(hosts)
+
+    base_env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
+                "HOME": str(tmp_path), "LANG": "C.UTF-8",
+                "PYTHONPATH": str(REPO)}  # the image has the package installed
+
+    def pod_env(i: int) -> dict:
+        env = dict(base_env, JOB_COMPLETION_INDEX=str(i))
+        for e in pod["containers"][0]["env"]:
+            env[e["name"]] = e["value"] if "value" in e else f"{name}-{i}-emul{i}"
+        return env
+
+    def in_pod(i: int, argv: list[str]) -> list[str]:
+        return ["ip", "netns", "exec", names[i], "unshare", "--uts", "sh", "-c",
+                'hostname "$0" && exec "$@"', f"{name}-{i}", *argv]
+
+    # Init containers: every pod, idempotently.
+    init = [sys.executable if a == "python" else a.replace(mf.CONFIG_MOUNT, str(config))
+            for a in pod["initContainers"][0]["command"]]
+    for i in range(2):
+        subprocess.run(in_pod(i, init), env=base_env, check=True, capture_output=True, timeout=60)
+
+    # The containers, at once, as the Job controller starts them.
+    procs, logs = [], []
+    train = pod["containers"][0]
+    for i in range(2):
+        log = open(tmp_path / f"pod-{i}.log", "w")
+        logs.append(log)
+        procs.append(subprocess.Popen(in_pod(i, train["command"]), env=pod_env(i),
+                                      cwd=train["workingDir"], stdout=log,
+                                      stderr=subprocess.STDOUT, start_new_session=True))
+    try:
+        codes = [p.wait(timeout=240) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+        for log in logs:
+            log.close()
+    pod_logs = [(tmp_path / f"pod-{i}.log").read_text() for i in range(2)]
+    assert codes == [0, 0], pod_logs
+
+    # Rank 0's line, prefixed by torchrun with its global rank, in pod 0's log.
+    assert any(line.startswith("[rank0]: steps ") and "test accuracy" in line
+               for line in pod_logs[0].splitlines()), pod_logs[0]
+    # Where each rank ran, as the bootstrap recorded it: the pod rank_pod_index says.
+    run = shared / "runs" / request.run_id
+    for rank in range(2):
+        rec = json.loads((run / "workers" / f"rank-{rank}.json").read_text())
+        assert rec["node"].startswith(f"{name}-{rank_pod_index(rank, 2, 1)}-")
+    assert (run / "spec.yaml").read_text() == cm["data"][mf.SPEC_KEY]
+    assert list((run / "logs" / "torchrun").glob("*/attempt_0/0/stdout.log"))
+    code_dir = Path(train["workingDir"])
+    assert (code_dir / "plain_ddp.py").read_bytes() == (EXAMPLES / "plain_ddp.py").read_bytes()
+
+    # `alchemist logs --rank 0` on those pods' real logs (the API is the fake).
+    sched.schedule(request)
+    fake.set_job(name, spec={"suspend": False},
+                 status={"conditions": [{"type": "Complete", "status": "True"}]})
+    for i in range(2):
+        fake.add_pod(name, i, "Succeeded", log=pod_logs[i])
+    lines = list(sched.logs(request.run_id, rank=0))
+    assert any(line.startswith("steps ") for line in lines) and not any("[rank" in l for l in lines)

@@ -1,0 +1,179 @@
+"""A fake Kubernetes API at the client boundary (the far edge the standards allow faking).
+
+It stands in for `kubernetes.client.CoreV1Api` and `BatchV1Api`: the same method names and
+keyword arguments the backend passes to the real client, answered the way the API server
+answers (JSON bodies with uid and creationTimestamp, the client's real ApiException for 404
+and 409). Every call is recorded, so tests assert on what the backend asked the cluster to
+do. There is no controller: tests set Job status and pods themselves.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import uuid
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+
+from alchemist_jobs.contract import StackOutput
+from alchemist_jobs.kubernetes.client import Cluster
+
+KINDS = {"config_map": "ConfigMap", "service": "Service", "job": "Job", "pod": "Pod"}
+
+
+class FakeResponse:
+    """What the client returns with _preload_content=False: `.data` and `.stream()`."""
+
+    def __init__(self, data: bytes, chunks: list[bytes] | None = None):
+        self.data = data
+        self._chunks = chunks if chunks is not None else [data]
+
+    def stream(self, amt: int = 4096, decode_content: bool = True):
+        yield from self._chunks
+
+
+def _api_error(status: int, reason: str, message: str) -> ApiException:
+    e = ApiException(status=status, reason=reason)
+    e.body = json.dumps({"kind": "Status", "status": "Failure", "reason": reason,
+                         "message": message, "code": status})
+    return e
+
+
+def _selector_matches(selector: str | None, labels: dict) -> bool:
+    for term in filter(None, (selector or "").split(",")):
+        key, _, value = term.partition("=")
+        if labels.get(key) != value:
+            return False
+    return True
+
+
+class _Api:
+    def __init__(self, fake: "FakeKube", group: str):
+        self._fake, self._group = fake, group
+
+    def __getattr__(self, method: str):
+        def call(*args: Any, **kw: Any):
+            assert not args, f"{method}: the backend passes keyword arguments only"
+            assert kw.pop("_preload_content", True) is False, \
+                f"{method}: the backend must ask for the raw response"
+            self._fake.calls.append((method, copy.deepcopy(kw)))
+            return self._fake.handle(method, kw)
+        return call
+
+
+class FakeKube:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, dict]] = []
+        self.objects: dict[tuple[str, str], dict] = {}
+        self.pod_logs: dict[str, str] = {}  # pod name -> its log
+        self.metrics: dict[str, str] = {}  # "pod:port" -> /metrics text
+        self.fail: dict[str, ApiException] = {}  # method -> error to raise
+        self.core, self.batch = _Api(self, "core"), _Api(self, "batch")
+        self._clock = itertools.count(1)
+        self.on_call = None  # hook(fake, method) for scripted timelines
+
+    def connector(self, out: StackOutput) -> Cluster:
+        return Cluster(self.core, self.batch, out.stack, out.namespace)
+
+    # -- what tests look at -----------------------------------------------------------------
+
+    def methods(self) -> list[str]:
+        return [m for m, _ in self.calls]
+
+    def creates(self) -> list[tuple[str, str]]:
+        return [(KINDS[m.removeprefix("create_namespaced_")], kw["body"]["metadata"]["name"])
+                for m, kw in self.calls if m.startswith("create_namespaced_")]
+
+    def deletes(self) -> list[tuple[str, str]]:
+        return [(KINDS[m.removeprefix("delete_namespaced_")], kw["name"])
+                for m, kw in self.calls if m.startswith("delete_namespaced_")]
+
+    # -- what tests set up -------------------------------------------------------------------
+
+    def _stamp(self, obj: dict) -> dict:
+        meta = obj.setdefault("metadata", {})
+        meta.setdefault("uid", str(uuid.uuid4()))
+        meta.setdefault("creationTimestamp", f"2026-01-01T12:{next(self._clock) % 60:02d}:00Z")
+        return obj
+
+    def set_job(self, name: str, spec: dict | None = None, status: dict | None = None) -> dict:
+        job = self.objects[("Job", name)]
+        if spec:
+            job["spec"].update(spec)
+        if status is not None:
+            job["status"] = status
+        return job
+
+    def add_pod(self, job_name: str, index: int, phase: str = "Running", suffix: str = "",
+                status: dict | None = None, log: str = "", created: str | None = None) -> dict:
+        job = self.objects[("Job", job_name)]
+        labels = dict(job["spec"]["template"]["metadata"]["labels"])
+        labels["batch.kubernetes.io/job-completion-index"] = str(index)
+        name = f"{job_name}-{index}-{suffix or 'abcde'}"
+        pod = self._stamp({"apiVersion": "v1", "kind": "Pod", "metadata": {
+            "name": name, "namespace": job["metadata"]["namespace"], "labels": labels,
+            "annotations": {"batch.kubernetes.io/job-completion-index": str(index)},
+            **({"creationTimestamp": created} if created else {})},
+            "spec": copy.deepcopy(job["spec"]["template"]["spec"]),
+            "status": {"phase": phase, **(status or {})}})
+        self.objects[("Pod", name)] = pod
+        self.pod_logs[name] = log
+        return pod
+
+    # -- the API ------------------------------------------------------------------------------
+
+    def _ok(self, obj: Any) -> FakeResponse:
+        return FakeResponse(json.dumps(obj).encode())
+
+    def handle(self, method: str, kw: dict) -> FakeResponse:
+        if self.on_call:
+            self.on_call(self, method)
+        if method in self.fail:
+            raise self.fail[method]
+        verb, _, rest = method.partition("_namespaced_")
+        if method == "read_namespaced_pod_log":
+            name = kw["name"]
+            if ("Pod", name) not in self.objects:
+                raise _api_error(404, "NotFound", f'pods "{name}" not found')
+            text = self.pod_logs.get(name, "").encode()
+            # Chunks that split lines: the backend must join them.
+            return FakeResponse(text, [text[i:i + 7] for i in range(0, len(text), 7)])
+        if method == "connect_get_namespaced_pod_proxy_with_path":
+            text = self.metrics.get(kw["name"])
+            if text is None:
+                raise _api_error(503, "ServiceUnavailable", "no endpoints")
+            return FakeResponse(text.encode())
+        kind = KINDS[rest]
+        if verb == "create":
+            body = copy.deepcopy(kw["body"])
+            key = (kind, body["metadata"]["name"])
+            if key in self.objects:
+                raise _api_error(409, "AlreadyExists", f"{kind} {key[1]} already exists")
+            body["metadata"]["namespace"] = kw["namespace"]
+            self.objects[key] = self._stamp(body)
+            return self._ok(body)
+        if verb == "list":
+            items = [o for (k, _), o in self.objects.items() if k == kind
+                     and o["metadata"].get("namespace") == kw["namespace"]
+                     and _selector_matches(kw.get("label_selector"), o["metadata"].get("labels", {}))]
+            return self._ok({"kind": f"{kind}List", "items": items})
+        key = (kind, kw["name"])
+        if key not in self.objects:
+            raise _api_error(404, "NotFound", f'{kind.lower()}s "{kw["name"]}" not found')
+        if verb == "read":
+            return self._ok(self.objects[key])
+        if verb == "delete":
+            del self.objects[key]
+            return self._ok({"kind": "Status", "status": "Success"})
+        if verb == "patch":
+            for op in kw["body"]:  # JSON patch: only the `add` the backend uses
+                assert op["op"] == "add"
+                *parents, leaf = op["path"].strip("/").split("/")
+                node = self.objects[key]
+                for p in parents:
+                    node = node[p]
+                node[leaf] = op["value"]
+            return self._ok(self.objects[key])
+        raise AssertionError(f"the fake does not know {method}")

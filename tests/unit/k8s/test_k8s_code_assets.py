@@ -1,0 +1,145 @@
+"""Code assets: the same directory gives the same hash, ignored files are not shipped, a
+changed file gives a new snapshot; the pod side unpacks it once, read-only, and refuses a
+corrupt one. Real files, real tarballs, the real init-container entry point."""
+
+from __future__ import annotations
+
+import base64
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from alchemist_jobs.errors import UserError
+from alchemist_jobs.kubernetes import code_assets
+from alchemist_jobs.kubernetes.code_assets import list_files, pack, tree_hash
+from alchemist_jobs.kubernetes.scheduler import KubernetesScheduler
+from alchemist_jobs.spec import load_spec
+from tests.k8s_stacks import stack
+from tests.unit.k8s.conftest import EXAMPLES, REPO
+
+
+def _project(root: Path) -> Path:
+    files = {
+        "train.py": "print('train')\n",
+        "job.yaml": "name: mine\ntask: {script: train.py}\n",
+        "lib/model.py": "W = 1\n",
+        "lib/__pycache__/model.cpython-311.pyc": "bytecode",
+        "lib/.gitignore": "scratch.txt\n!keep.log\n",
+        "lib/scratch.txt": "lib's own ignore file\n",
+        "lib/keep.log": "re-included below by lib/.gitignore\n",
+        "data/big.bin": "x" * 1000,
+        "outputs/run1.txt": "result",
+        "notes.log": "ignored by the root .gitignore",
+        "secret.env": "TOKEN=abc",
+        ".gitignore": "*.log\noutputs/\n",
+        ".alchemistignore": "data/\nsecret.env\n",
+        ".git/HEAD": "ref: refs/heads/main\n",
+    }
+    for rel, text in files.items():
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+    (root / "train.py").chmod(0o755)
+    return root
+
+
+def test_ignored_files_are_not_shipped(tmp_path):
+    root = _project(tmp_path / "proj")
+    assert list_files(root) == [".alchemistignore", ".gitignore", "job.yaml", "lib/.gitignore",
+                                "lib/keep.log", "lib/model.py", "train.py"]
+
+
+def test_the_same_directory_gives_the_same_hash_and_bytes(tmp_path):
+    a = pack(_project(tmp_path / "a"))
+    b = pack(_project(tmp_path / "b"))  # another place, other mtimes: same content
+    assert a.digest == b.digest and a.tarball == b.tarball
+    assert len(a.digest) == code_assets.HASH_CHARS
+
+
+def test_a_changed_file_gives_a_new_snapshot(tmp_path):
+    root = _project(tmp_path / "p")
+    first = pack(root).digest
+    (root / "lib/model.py").write_text("W = 2\n")
+    second = pack(root).digest
+    assert second != first
+    (root / "train.py").chmod(0o644)  # the executable bit is part of the snapshot
+    assert pack(root).digest not in (first, second)
+    (root / "notes.log").write_text("an ignored file changes nothing")
+    (root / "lib/model.py").write_text("W = 1\n")
+    (root / "train.py").chmod(0o755)
+    assert pack(root).digest == first
+
+
+def test_a_directory_too_big_for_a_config_map_is_one_line(tmp_path):
+    root = _project(tmp_path / "p")
+    (root / "weights.pt").write_bytes(os.urandom(2 * 2**20))  # incompressible
+    with pytest.raises(UserError) as e:
+        pack(root, source="job.yaml")
+    msg = str(e.value)
+    assert "\n" not in msg and msg.startswith("job.yaml: code directory")
+    assert "weights.pt (2.0 MiB)" in msg and "accepted: at most 900 KiB" in msg
+
+
+def test_a_script_outside_or_ignored_is_refused(tmp_path):
+    root = _project(tmp_path / "p")
+    sched = KubernetesScheduler(stack("dev").output)
+    spec = load_spec(root / "job.yaml", ["task.script=notes.log"])
+    with pytest.raises(UserError, match=r"^task.script: 'notes.log' is excluded by .gitignore"):
+        sched.dryrun(spec, root)
+    (tmp_path / "outside.py").write_text("")
+    spec = load_spec(root / "job.yaml", ["task.script=../outside.py"])
+    with pytest.raises(UserError, match=r"^task.script: '../outside.py' lies outside"):
+        sched.dryrun(spec, root)
+
+
+def _pod_setup(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "alchemist_jobs.kubernetes.pod_setup", *args],
+                          capture_output=True, text=True, cwd=REPO)
+
+
+def test_pod_setup_places_the_run_directory_and_the_snapshot_once(tmp_path):
+    """What every job pod's init container does, with the ConfigMap's files."""
+    sched = KubernetesScheduler(stack("dev").output)
+    spec = load_spec(EXAMPLES / "script.yaml")
+    cm = sched.dryrun(spec, EXAMPLES, run_id="plain-ddp-1").manifests[0]
+    config = tmp_path / "config"
+    config.mkdir()
+    (config / "spec.yaml").write_text(cm["data"]["spec.yaml"])
+    (config / "code.tar.gz").write_bytes(base64.b64decode(cm["binaryData"]["code.tar.gz"]))
+    digest = sched.dryrun(spec, EXAMPLES).code.digest
+    shared = tmp_path / "shared"
+    args = ["--run-dir", shared / "runs/plain-ddp-1", "--spec", config / "spec.yaml",
+            "--code", config / "code.tar.gz", "--code-dir", shared / "code" / digest]
+    first = _pod_setup(*args)
+    assert first.returncode == 0, first.stderr
+    assert "unpacked" in first.stdout
+    second = _pod_setup(*args)  # the next pod: nothing to do
+    assert second.returncode == 0 and "already in place" in second.stdout
+    code_dir = shared / "code" / digest
+    assert sorted(p.name for p in code_dir.iterdir()) == ["digits.yaml", "plain_ddp.py",
+                                                          "script.yaml"]
+    assert (code_dir / "plain_ddp.py").read_bytes() == (EXAMPLES / "plain_ddp.py").read_bytes()
+    assert tree_hash(code_dir) == digest
+    assert not (code_dir / "plain_ddp.py").stat().st_mode & 0o222  # shipped code is read-only
+    run = shared / "runs/plain-ddp-1"
+    assert (run / "spec.yaml").read_text() == cm["data"]["spec.yaml"]
+    assert all((run / d).is_dir() for d in ("logs", "checkpoints", "workers", "tensorboard"))
+    assert not [p for p in (shared / "code").iterdir() if p.name.startswith(".")]
+
+
+def test_pod_setup_refuses_a_snapshot_that_does_not_match_its_name(tmp_path):
+    root = _project(tmp_path / "p")
+    snap = pack(root)
+    tarball = tmp_path / "code.tar.gz"
+    tarball.write_bytes(snap.tarball)
+    (tmp_path / "spec.yaml").write_text("name: x\n")
+    wrong = tmp_path / "shared/code" / ("0" * code_assets.HASH_CHARS)
+    res = _pod_setup("--run-dir", tmp_path / "shared/runs/x", "--spec", tmp_path / "spec.yaml",
+                     "--code", tarball, "--code-dir", wrong)
+    assert res.returncode != 0 and "does not match its name" in res.stderr
+    assert not wrong.exists() and not [p for p in wrong.parent.iterdir()]
+    shutil.rmtree(tmp_path / "shared")

@@ -1,0 +1,339 @@
+"""Manifests: valid against the real Kubernetes schema (kubernetes-validate, strict) for every
+stack and example spec; the same between stacks but for the stack-specific fields; and the
+shapes the issue asks for (Indexed Job, headless Service, Kueue, security, restarts, GPUs)."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+
+from alchemist_jobs.errors import UserError
+from alchemist_jobs.kubernetes import manifests as mf
+from alchemist_jobs.kubernetes.interactive import session_pod
+from alchemist_jobs.kubernetes.scheduler import KubernetesScheduler, rank_pod_index
+from alchemist_jobs.spec import load_spec
+from tests.k8s_stacks import SUPPORTED_KUBERNETES, stack, stack_outputs
+from tests.unit.k8s.conftest import EXAMPLES
+
+RUN = "digits-20260101-120000-ab12"
+EXAMPLE_SPECS = sorted(EXAMPLES.glob("*.yaml"))
+# Variants that exercise the parameter-server role and GPUs on every stack that has them.
+VARIANTS = {
+    "as-is": [],
+    "async-2x2-servers-2": ["algorithm.name=async", "algorithm.servers=2", "nodes=2",
+                            "procs_per_node=2"],
+    "gpu-1": ["resources.gpu=1", "procs_per_node=1"],
+}
+
+
+def _kinds(objs: list[dict]) -> list[str]:
+    return [o["kind"] for o in objs]
+
+
+def _job(objs: list[dict]) -> dict:
+    return next(o for o in objs if o["kind"] == "Job")
+
+
+def _render(s, spec_path: Path, overrides=(), run_id: str = RUN) -> list[dict]:
+    spec = load_spec(spec_path, list(overrides))
+    return KubernetesScheduler(s.output).dryrun(spec, spec_path.parent, run_id=run_id).manifests
+
+
+def test_there_are_stacks_and_examples():
+    assert {s.name for s in stack_outputs()} >= {"dev", "onprem-lab", "aws-us-west-2",
+                                                 "aws-eu-west-1"}
+    assert {p.name for p in EXAMPLE_SPECS} >= {"digits.yaml", "script.yaml"}
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_every_manifest_is_valid_for_every_stack_and_example(variant):
+    checked = 0
+    for s in stack_outputs():
+        for spec_path in EXAMPLE_SPECS:
+            spec = load_spec(spec_path, VARIANTS[variant])
+            if spec.resources.gpu > s.output.gpu.per_node:
+                with pytest.raises(UserError, match=r"^resources\.gpu: "):
+                    _render(s, spec_path, VARIANTS[variant])
+                continue
+            objs = _render(s, spec_path, VARIANTS[variant])
+            assert _kinds(objs) == ["ConfigMap", "Service", "Job"]
+            for obj in objs:
+                try:
+                    kubernetes_validate.validate(obj, s.schema_version, strict=True)
+                except kubernetes_validate.ValidationError as e:
+                    pytest.fail(f"{s.name} {spec_path.name} {obj['kind']}: {e}")
+                checked += 1
+    assert checked >= 3 * len(EXAMPLE_SPECS) * (1 if variant == "gpu-1" else 4)
+
+
+def test_session_pods_are_valid_for_every_stack():
+    for s in stack_outputs():
+        pod = session_pod(s.output, "alchemist-session-alice", gpus=s.output.gpu.per_node)
+        kubernetes_validate.validate(pod, s.schema_version, strict=True)
+
+
+@pytest.mark.parametrize("version", SUPPORTED_KUBERNETES)
+def test_valid_on_every_supported_kubernetes_minor(version):
+    for variant in VARIANTS.values():
+        for obj in _render(stack("aws-us-west-2"), EXAMPLES / "script.yaml", variant):
+            kubernetes_validate.validate(obj, f"{version}.0", strict=True)
+
+
+def test_strict_validation_would_catch_a_misspelled_field():
+    """The check above can fail: the same manifests with one typo are rejected."""
+    s = stack("dev")
+    job = _job(_render(s, EXAMPLES / "digits.yaml"))
+    job["spec"]["template"]["spec"]["containers"][0]["workingdir"] = "/tmp"
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(job, s.schema_version, strict=True)
+
+
+# --- same spec, different stacks -----------------------------------------------------------
+
+# Paths (with list indices and map keys as * where they vary) that may differ between stacks.
+STACK_FIELDS = (
+    "*.metadata.namespace",
+    "Job.metadata.labels.kueue.x-k8s.io/queue-name",
+    "Job.spec.template.spec.initContainers.*.image",
+    "Job.spec.template.spec.containers.*.image",
+    "Job.spec.template.spec.volumes.0.persistentVolumeClaim.claimName",
+    "Job.spec.template.spec.containers.*.env.*.value",  # ALCHEMIST_STACK
+    "Job.spec.template.metadata.labels.*",  # the stack's PodMonitor labels
+    "Job.spec.template.spec.nodeSelector.*",
+    "Job.spec.template.spec.tolerations.*",
+)
+
+
+def _flatten(obj, prefix=""):
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from _flatten(v, f"{prefix}.{k}" if prefix else k)
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            yield from _flatten(v, f"{prefix}.{i}")
+    else:
+        yield prefix, obj
+
+
+def _allowed(path: str) -> bool:
+    parts = path.split(".")
+    for pattern in STACK_FIELDS:
+        pp = pattern.split(".")
+        # map keys with dots in them (label names) are matched by the trailing *
+        if len(parts) >= len(pp) and all(a == "*" or a == b for a, b in zip(pp, parts)) \
+                and (len(parts) == len(pp) or pp[-1] == "*"):
+            return True
+    return False
+
+
+def _by_path(objs):
+    return {f"{o['kind']}.{p}": v for o in objs for p, v in _flatten(o)}
+
+
+@pytest.mark.parametrize("spec_name,overrides", [("digits.yaml", []), ("script.yaml", []),
+                                                 ("digits.yaml", ["resources.gpu=1",
+                                                                  "procs_per_node=1"])])
+def test_one_spec_differs_between_stacks_only_in_stack_fields(spec_name, overrides):
+    rendered = {s.name: _by_path(_render(s, EXAMPLES / spec_name, overrides))
+                for s in stack_outputs() if (1 if overrides else 0) <= s.output.gpu.per_node}
+    names = sorted(rendered)
+    assert len(names) >= 3
+    base = rendered[names[0]]
+    for other in names[1:]:
+        cur = rendered[other]
+        differing = {p for p in base.keys() | cur.keys() if base.get(p) != cur.get(p)}
+        assert differing, f"{names[0]} and {other} render identically: stack fields are lost"
+        stray = sorted(p for p in differing if not _allowed(p))
+        assert not stray, f"{names[0]} vs {other}: non-stack fields differ: {stray}"
+        # And ALCHEMIST_STACK is the one env value that differs.
+        envs = {p for p in differing if ".env." in p}
+        for p in envs:
+            name_path = p.rsplit(".", 1)[0] + ".name"
+            assert base[name_path] == "ALCHEMIST_STACK", p
+
+
+# --- shapes ---------------------------------------------------------------------------------
+
+
+def _env(container: dict) -> dict:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
+
+
+def test_indexed_job_headless_service_and_rendezvous_at_pod_0():
+    s = stack("aws-us-west-2")
+    cm, svc, job = _render(s, EXAMPLES / "digits.yaml", ["nodes=3", "procs_per_node=2",
+                                                          "max_restarts=5"])
+    name = job["metadata"]["name"]
+    spec = job["spec"]
+    assert spec["completionMode"] == "Indexed"
+    assert spec["completions"] == spec["parallelism"] == 3
+    assert spec["suspend"] is True
+    assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == s.output.queue
+    assert spec["backoffLimit"] == 5
+    rules = spec["podFailurePolicy"]["rules"]
+    assert rules[0] == {"action": "Ignore",
+                        "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
+    assert rules[1]["action"] == "FailJob" and rules[1]["onExitCodes"]["containerName"] == "train"
+    assert spec["ttlSecondsAfterFinished"] > 0
+    pod = spec["template"]["spec"]
+    assert pod["restartPolicy"] == "Never"
+    assert svc["spec"]["clusterIP"] == "None" and svc["spec"]["publishNotReadyAddresses"] is True
+    assert pod["subdomain"] == svc["metadata"]["name"] == name
+    labels = spec["template"]["metadata"]["labels"]
+    assert all(labels[k] == v for k, v in svc["spec"]["selector"].items())
+    assert labels["app.kubernetes.io/managed-by"] == "alchemist"
+    assert labels["alchemist.io/run"] == RUN
+    for k, v in s.output.monitoring.pod_monitor_labels.items():
+        assert labels[k] == v
+    script = pod["containers"][0]["command"][2]
+    torchrun = shlex.split(script.splitlines()[-1])
+    assert torchrun[:2] == ["exec", "torchrun"]
+    for flag in ("--nnodes=3", "--nproc-per-node=2", "--rdzv-backend=c10d",
+                 f"--rdzv-endpoint={name}-0.{name}:29500", f"--rdzv-id={RUN}",
+                 "--max-restarts=5"):
+        assert flag in torchrun
+    assert torchrun[-3:] == ["-m", "alchemist_jobs.runtime.bootstrap", "$@"]
+    assert any(a.startswith("--rdzv-conf=is_host=$host,") for a in torchrun)
+    assert pod["containers"][0]["command"][3:] == ["alchemist", "builtin"]
+    env = _env(pod["containers"][0])
+    assert env["ALCHEMIST_RUN_DIR"] == f"/shared/runs/{RUN}"
+    assert env["ALCHEMIST_SHARED_ROOT"] == "/shared"
+    assert env["ALCHEMIST_STACK"] == "aws-us-west-2"
+    assert env["ALCHEMIST_NODE"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    assert env["ALCHEMIST_METRICS_PORT"] == "9400"
+    assert env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
+    assert env["PYTHONUNBUFFERED"] == "1"
+    ports = {p["name"]: p["containerPort"] for p in pod["containers"][0]["ports"]}
+    assert ports["metrics"] == 9400 and ports["metrics-1"] == 9401 and "metrics-2" not in ports
+    mounts = {m["name"]: m["mountPath"] for m in pod["containers"][0]["volumeMounts"]}
+    assert mounts["shared"] == s.output.shared_fs.mount_path
+    assert pod["volumes"][0]["persistentVolumeClaim"]["claimName"] == s.output.shared_fs.pvc
+    # The run directory is made (spec.yaml from the ConfigMap) by every pod's init container.
+    setup = pod["initContainers"][0]
+    assert setup["command"][:3] == ["python", "-m", "alchemist_jobs.kubernetes.pod_setup"]
+    assert f"/shared/runs/{RUN}" in setup["command"]
+    assert "name: digits" in cm["data"]["spec.yaml"]
+
+
+def test_security_context_is_restricted():
+    job = _job(_render(stack("dev"), EXAMPLES / "digits.yaml"))
+    pod = job["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    for c in pod["containers"] + pod["initContainers"]:
+        sc = c["securityContext"]
+        assert sc["allowPrivilegeEscalation"] is False
+        assert sc["capabilities"] == {"drop": ["ALL"]}
+        assert sc.get("privileged") is False
+
+
+def test_gpus_request_limit_and_land_on_the_stacks_gpu_nodes():
+    s = stack("aws-us-west-2")
+    job = _job(_render(s, EXAMPLES / "digits.yaml", ["resources.gpu=4", "procs_per_node=4"]))
+    pod = job["spec"]["template"]["spec"]
+    res = pod["containers"][0]["resources"]
+    assert res["requests"]["nvidia.com/gpu"] == 4 and res["limits"]["nvidia.com/gpu"] == 4
+    assert pod["nodeSelector"] == s.output.gpu.node_selector
+    assert pod["tolerations"] == s.output.gpu.tolerations
+    cpu_job = _job(_render(s, EXAMPLES / "digits.yaml"))
+    cpu_pod = cpu_job["spec"]["template"]["spec"]
+    assert "nvidia.com/gpu" not in cpu_pod["containers"][0]["resources"]["requests"]
+    assert "nodeSelector" not in cpu_pod and "tolerations" not in cpu_pod
+
+
+def test_async_jobs_carry_their_parameter_servers():
+    s = stack("onprem-lab")
+    cm, svc, job = _render(s, EXAMPLES / "digits.yaml", VARIANTS["async-2x2-servers-2"])
+    name = job["metadata"]["name"]
+    assert job["spec"]["completions"] == job["spec"]["parallelism"] == 2 + 2
+    env = _env(job["spec"]["template"]["spec"]["containers"][0])
+    assert env["ALCHEMIST_PS_ADDRS"] == f"{name}-2.{name}:29600,{name}-3.{name}:29601"
+    assert {p["name"]: p["port"] for p in svc["spec"]["ports"]} == \
+        {"rdzv": 29500, "ps-0": 29600, "ps-1": 29601}
+
+
+def _run_pod_script(command: list[str], index: int, tmp_path: Path) -> str:
+    """Run a pod's shell script with stand-ins for torchrun and python that print how they
+    were called: what each completion index really executes."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    for tool in ("torchrun", "python"):
+        p = bin_dir / tool
+        p.write_text(f'#!/bin/sh\necho "{tool} $* shard=$ALCHEMIST_PS_SHARD port=$ALCHEMIST_PS_PORT"\n')
+        p.chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "JOB_COMPLETION_INDEX": str(index)}
+    return subprocess.run(command, env=env, capture_output=True, text=True, check=True).stdout
+
+
+def test_the_pod_script_branches_on_the_completion_index(tmp_path):
+    job = _job(_render(stack("dev"), EXAMPLES / "script.yaml", VARIANTS["async-2x2-servers-2"]))
+    command = job["spec"]["template"]["spec"]["containers"][0]["command"]
+    out = [_run_pod_script(command, i, tmp_path) for i in range(4)]
+    assert out[0].startswith("torchrun ") and "is_host=1" in out[0]
+    assert out[1].startswith("torchrun ") and "is_host=0" in out[1]
+    # The user's arguments arrive intact, after the bootstrap, without shell quoting games.
+    assert out[0].split(" shard=")[0].endswith(
+        "-m alchemist_jobs.runtime.bootstrap script plain_ddp.py --epochs 10")
+    assert out[2].strip() == "python -m alchemist_jobs.runtime.parameter_server shard=0 port=29600"
+    assert out[3].strip() == "python -m alchemist_jobs.runtime.parameter_server shard=1 port=29601"
+    sync = _job(_render(stack("dev"), EXAMPLES / "digits.yaml", ["nodes=2"]))
+    assert "parameter_server" not in sync["spec"]["template"]["spec"]["containers"][0]["command"][2]
+
+
+def test_script_tasks_run_from_their_code_snapshot():
+    cm, svc, job = _render(stack("dev"), EXAMPLES / "script.yaml")
+    digest = job["metadata"]["annotations"]["alchemist.io/code"]
+    train = job["spec"]["template"]["spec"]["containers"][0]
+    assert train["workingDir"] == f"/shared/code/{digest}"
+    assert "code.tar.gz" in cm["binaryData"]
+    setup = job["spec"]["template"]["spec"]["initContainers"][0]["command"]
+    assert setup[setup.index("--code-dir") + 1] == f"/shared/code/{digest}"
+    builtin = _job(_render(stack("dev"), EXAMPLES / "digits.yaml"))
+    assert "workingDir" not in builtin["spec"]["template"]["spec"]["containers"][0]
+
+
+def test_object_names_fit_pod_hostnames():
+    assert mf.object_name(RUN) == RUN
+    long_id = "a" * 40 + "-20260101-120000-ab12"
+    name = mf.object_name(long_id)
+    assert len(name) <= mf.MAX_NAME and len(f"{name}-1087") <= 63
+    assert name != mf.object_name("a" * 40 + "-20260101-120000-ab13")
+    assert mf.object_name("3d-unet-20260101-120000-ab12")[0].isalpha()
+
+
+def test_rank_to_pod_follows_torchruns_host_name_order():
+    # c10d ranks nodes by host name: <job>-0, <job>-1, <job>-10, <job>-11, <job>-2, ...
+    assert [rank_pod_index(r, 12, 1) for r in range(12)] == [0, 1, 10, 11, 2, 3, 4, 5, 6, 7, 8, 9]
+    assert [rank_pod_index(r, 2, 2) for r in range(4)] == [0, 0, 1, 1]
+    hosts = sorted(f"job-{i}.job.ns.svc.cluster.local" for i in range(12))
+    assert [int(h.split(".")[0].split("-")[1]) for h in hosts] == \
+        [rank_pod_index(r, 12, 1) for r in range(12)]
+
+
+def test_dry_run_prints_yaml_that_parses_back_to_the_manifests(run_cli):
+    import yaml
+
+    from tests.unit.k8s.conftest import outputs
+
+    code, out, err = run_cli("run", "examples/script.yaml", "--dry-run", "--stack",
+                             "aws-us-west-2", "--outputs", outputs("aws-us-west-2"))
+    assert code == 0, err
+    docs = [d for d in yaml.safe_load_all(out) if d]
+    assert _kinds(docs) == ["ConfigMap", "Service", "Job"]
+    s = stack("aws-us-west-2")
+    for d in docs:
+        kubernetes_validate.validate(d, s.schema_version, strict=True)
+    assert "fake-secret" not in out
+
+
+def test_environment_is_not_read(monkeypatch):
+    """Manifests are pure: the submitting machine's environment does not leak into them."""
+    monkeypatch.setenv("ALCHEMIST_HOME", "/nowhere")
+    monkeypatch.setenv("PYTHONPATH", "/also/nowhere")
+    objs = _render(stack("dev"), EXAMPLES / "digits.yaml")
+    assert "/nowhere" not in str(objs) and os.environ["PYTHONPATH"] not in str(objs)
