@@ -21,8 +21,17 @@ SHARED_FS_KINDS = ("efs", "fsx-lustre", "nfs", "hostpath")
 # `monitoring.pod_monitor_labels`; these two are fixed).
 MANAGED_BY_LABEL = ("app.kubernetes.io/managed-by", "alchemist")
 RUN_LABEL = "alchemist.io/run"
-# Name of the container port on which a worker serves Prometheus metrics at /metrics.
+# Worker local rank r serves Prometheus metrics at /metrics on container port
+# METRICS_BASE_PORT + r, named `metrics` (r = 0) or `metrics-<r>`. The platform's PodMonitor
+# scrapes and its NetworkPolicy admits that many slots: workers of local rank >= the slots
+# still train, but are not scraped.
 METRICS_PORT_NAME = "metrics"
+METRICS_BASE_PORT = 9400
+METRICS_PORT_SLOTS = 16
+
+
+def metrics_port_name(local_rank: int) -> str:
+    return METRICS_PORT_NAME if local_rank == 0 else f"{METRICS_PORT_NAME}-{local_rank}"
 
 
 class _Strict(BaseModel):

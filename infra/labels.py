@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from alchemist_jobs.contract import MANAGED_BY_LABEL, METRICS_PORT_NAME, RUN_LABEL
+from alchemist_jobs.contract import (  # noqa: F401  (re-exported for the components)
+    MANAGED_BY_LABEL, METRICS_BASE_PORT, METRICS_PORT_SLOTS, RUN_LABEL, metrics_port_name)
 
 MANAGED_BY = dict([MANAGED_BY_LABEL])  # {"app.kubernetes.io/managed-by": "alchemist"}
 SCRAPE_LABELS = {"alchemist.io/scrape": "true"}  # exported as monitoring.pod_monitor_labels
-METRICS_PORT = METRICS_PORT_NAME
 RUN_LABEL = RUN_LABEL  # re-exported: the PodMonitor copies it onto every series
 
 MONITORING_NAMESPACE = "monitoring"

@@ -16,7 +16,7 @@ import yaml
 from infra.config import StackConfigError
 from infra.labels import (
     MANAGED_BY,
-    METRICS_PORT,
+    METRICS_PORT_SLOTS,
     MONITORING_NAMESPACE,
     MOUNT_PATH,
     PROMETHEUS_RELEASE,
@@ -24,6 +24,7 @@ from infra.labels import (
     RUN_LABEL,
     SCRAPE_LABELS,
     SHARED_PVC,
+    metrics_port_name,
 )
 from infra.versions import CHARTS, GRAFANA_IMAGE_TAG
 
@@ -108,7 +109,9 @@ def pod_monitor_spec(job_namespaces: list[str]) -> dict[str, Any]:
     return {
         "namespaceSelector": {"matchNames": list(job_namespaces)},
         "selector": {"matchLabels": {**MANAGED_BY, **SCRAPE_LABELS}},
-        "podMetricsEndpoints": [{"port": METRICS_PORT, "path": "/metrics", "interval": "15s"}],
+        # One endpoint per worker slot of a pod: local rank r serves on port `metrics[-r]`.
+        "podMetricsEndpoints": [{"port": metrics_port_name(r), "path": "/metrics", "interval": "15s"}
+                                for r in range(METRICS_PORT_SLOTS)],
         "podTargetLabels": [RUN_LABEL],
     }
 

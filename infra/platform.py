@@ -20,7 +20,8 @@ from infra.labels import (
     KUEUE_COHORT,
     KUEUE_NAMESPACE,
     MANAGED_BY,
-    METRICS_PORT,
+    METRICS_BASE_PORT,
+    METRICS_PORT_SLOTS,
     MONITORING_NAMESPACE,
     PRIORITY_CLASSES,
     PROMETHEUS_SELECTOR,
@@ -113,7 +114,8 @@ def job_network_policy(namespace: str) -> dict[str, Any]:
                 {
                     "from": [{"namespaceSelector": {"matchLabels": {
                         "kubernetes.io/metadata.name": MONITORING_NAMESPACE}}}],  # fmt: skip
-                    "ports": [{"protocol": "TCP", "port": METRICS_PORT}],
+                    "ports": [{"protocol": "TCP", "port": METRICS_BASE_PORT,
+                               "endPort": METRICS_BASE_PORT + METRICS_PORT_SLOTS - 1}],
                 },
             ],
             "egress": [

@@ -22,14 +22,14 @@ import shlex
 from pathlib import PurePosixPath
 from typing import Any
 
-from alchemist_jobs.contract import MANAGED_BY_LABEL, METRICS_PORT_NAME, RUN_LABEL, StackOutput
+from alchemist_jobs.contract import (MANAGED_BY_LABEL, METRICS_BASE_PORT, RUN_LABEL, StackOutput,
+                                     metrics_port_name)
 from alchemist_jobs.errors import UserError
 from alchemist_jobs.kubernetes.code_assets import CodeSnapshot
 from alchemist_jobs.spec import JobSpec
 
 RDZV_PORT = 29500
 PS_BASE_PORT = 29600  # parameter-server shard k listens on PS_BASE_PORT + k
-METRICS_BASE_PORT = 9400  # local rank r serves /metrics on METRICS_BASE_PORT + r
 CONTAINER = "train"
 SETUP_CONTAINER = "setup"
 CONFIG_MOUNT = "/etc/alchemist"
@@ -280,7 +280,7 @@ def build(spec: JobSpec, stack: StackOutput, run_id: str,
         "volumeMounts": [{"name": "shared", "mountPath": root},
                          {"name": "config", "mountPath": CONFIG_MOUNT, "readOnly": True}],
     }
-    container_ports = [{"name": METRICS_PORT_NAME if r == 0 else f"{METRICS_PORT_NAME}-{r}",
+    container_ports = [{"name": metrics_port_name(r),
                         "containerPort": METRICS_BASE_PORT + r, "protocol": "TCP"}
                        for r in range(spec.procs_per_node)]
     container_ports.append({"name": "rdzv", "containerPort": RDZV_PORT, "protocol": "TCP"})

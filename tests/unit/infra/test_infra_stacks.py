@@ -130,7 +130,7 @@ def test_network_policy_lets_jobs_talk_and_prometheus_scrape(renders, name):
     assert jobs["podSelector"] == job_pods["podSelector"]
     assert {"from": [job_pods]} in jobs["ingress"]
     assert {"from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}],
-            "ports": [{"protocol": "TCP", "port": "metrics"}]} in jobs["ingress"]  # fmt: skip
+            "ports": [{"protocol": "TCP", "port": 9400, "endPort": 9415}]} in jobs["ingress"]  # fmt: skip
     assert {"to": [job_pods]} in jobs["egress"]
     dns = [e for e in jobs["egress"] if e.get("ports") == [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]]
     assert dns and dns[0]["to"][0]["podSelector"] == {"matchLabels": {"k8s-app": "kube-dns"}}
@@ -185,7 +185,9 @@ def test_prometheus_selects_podmonitor_dcgm_and_rules(renders, name):
     pm = one(r, "kubernetes:monitoring.coreos.com/v1:PodMonitor", "monitoring-podmonitor-jobs")["inputs"]
     assert pm["metadata"]["labels"] == selector
     assert pm["spec"]["selector"]["matchLabels"] == {**dict([MANAGED_BY_LABEL]), "alchemist.io/scrape": "true"}
-    assert {"port": "metrics", "path": "/metrics"}.items() <= pm["spec"]["podMetricsEndpoints"][0].items()
+    endpoints = pm["spec"]["podMetricsEndpoints"]
+    assert [e["port"] for e in endpoints] == ["metrics"] + [f"metrics-{r}" for r in range(1, 16)]
+    assert all(e["path"] == "/metrics" for e in endpoints)
     teams = {t["name"] for t in stack_config(name)["alchemist:teams"]}
     assert set(pm["spec"]["namespaceSelector"]["matchNames"]) == teams
     sidecar = charts["kube-prometheus-stack"]["grafana"]["sidecar"]["dashboards"]
