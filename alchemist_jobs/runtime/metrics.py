@@ -2,21 +2,18 @@
 
 Every series carries the contract's base labels (job, run, rank, node, algorithm). The
 port is `ALCHEMIST_METRICS_PORT + LOCAL_RANK` where the stack fixes one (Kubernetes), or a
-free port otherwise; either way it is recorded in the run directory for discovery.
+free port otherwise; either way it is recorded in the run directory for discovery. On the
+local stack the endpoint listens on 127.0.0.1 only; elsewhere on every interface (pods are
+scraped from other hosts). `ALCHEMIST_METRICS_ADDR` overrides either.
 """
 
 from __future__ import annotations
 
 import os
-import threading
 import time
 from typing import Any
 
-from alchemist_jobs.metric_contract import METRICS, Metric
-
-SYSTEM_METRICS = {"alchemist_process_cpu_ratio", "alchemist_process_memory_bytes",
-                  "alchemist_gpu_utilization_ratio", "alchemist_gpu_memory_used_bytes",
-                  "alchemist_gpu_power_watts"}
+from alchemist_jobs.metric_contract import BY_NAME, METRICS, SYSTEM_METRICS, Metric
 
 
 class _Null:
@@ -29,23 +26,30 @@ class _Null:
         return self
 
 
+_NULL = _Null()
+
+
 class WorkerMetrics:
     """Children of the contract's metrics, bound to this process's base labels."""
 
     def __init__(self, labels: dict[str, str], role: str = "worker", enabled: bool = True):
         self.labels = labels
+        self.role = role
         self.port: int | None = None
         self._server = None
         self._children: dict[str, Any] = {}
         self.registry = None
         if enabled:
-            from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+            from prometheus_client import (CollectorRegistry, Counter, Gauge, Histogram,
+                                           disable_created_metrics)
 
+            # `*_created` timestamps would double every scrape and nothing here reads them.
+            disable_created_metrics()
             self.registry = CollectorRegistry(auto_describe=True)
             kinds = {"counter": Counter, "gauge": Gauge, "histogram": Histogram}
             for m in METRICS:
                 if m.role not in (role, "both") or m.name in SYSTEM_METRICS:
-                    continue  # made by the system sampler (runtime/system_metrics.py)
+                    continue  # read on scrape by the system collector (runtime/system_metrics.py)
                 kw: dict[str, Any] = dict(registry=self.registry, labelnames=m.labels)
                 if m.type == "histogram":
                     kw["buckets"] = m.buckets
@@ -55,11 +59,11 @@ class WorkerMetrics:
 
     def __getitem__(self, name: str) -> Any:
         child = self._children.get(name)
-        if child is None:
-            if self.registry is not None and name not in {m.name for m in METRICS}:
-                raise KeyError(f"{name} is not in the metric contract")
-            return _Null()
-        return child
+        if child is not None:
+            return child
+        if name not in BY_NAME:
+            raise KeyError(f"{name} is not in the metric contract (alchemist_jobs/metric_contract.py)")
+        return _NULL  # metrics off, or a metric of the other role (e.g. a server's on a worker)
 
     def serve(self, local_rank: int = 0) -> int | None:
         """Start the /metrics HTTP server in a daemon thread; returns the port."""
@@ -69,20 +73,23 @@ class WorkerMetrics:
 
         base = os.environ.get("ALCHEMIST_METRICS_PORT")
         port = int(base) + local_rank if base else 0
-        addr = os.environ.get("ALCHEMIST_METRICS_ADDR", "0.0.0.0")
+        default_addr = "127.0.0.1" if os.environ.get("ALCHEMIST_STACK") == "local" else "0.0.0.0"
+        addr = os.environ.get("ALCHEMIST_METRICS_ADDR", default_addr)
         self._server, _thread = start_http_server(port, addr=addr, registry=self.registry)
         self.port = int(self._server.server_port)
         return self.port
 
-    def add_system_collector(self, interval: float = 5.0) -> None:
-        """Sample process CPU/memory (psutil) and, where present, GPUs (NVML) periodically."""
+    def add_system_collector(self, *_ignored: Any) -> None:
+        """Process CPU/memory (psutil) and, where this worker trains on a GPU, its NVML readings.
+
+        They are read when Prometheus scrapes, not sampled by a thread: nothing runs between
+        scrapes, and the values are as fresh as the scrape.
+        """
         if self.registry is None:
             return
-        from alchemist_jobs.runtime.system_metrics import SystemSampler
+        from alchemist_jobs.runtime.system_metrics import SystemCollector
 
-        sampler = SystemSampler(self.registry, self.labels)
-        threading.Thread(target=sampler.run_forever, args=(interval,), daemon=True,
-                         name="alchemist-system-metrics").start()
+        self.registry.register(SystemCollector(self.labels, role=self.role))
 
     def close(self) -> None:
         if self._server is not None:
