@@ -151,3 +151,11 @@ def test_queries_reject_a_metric_used_the_wrong_way():
         v(BY_NAME["alchemist_loss"], "bucket")
     with pytest.raises(ValueError):
         quantile(0.5, BY_NAME["alchemist_steps_total"], "job")
+
+
+def test_the_user_docs_cover_every_metric_and_alert():
+    docs = (ROOT / "docs" / "monitoring.md").read_text()
+    missing = [m.name for m in METRICS if f"`{m.name}`" not in docs]
+    missing += [r["alert"] for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]
+                if f"`{r['alert']}`" not in docs]
+    assert missing == [], f"docs/monitoring.md does not describe {missing}"
