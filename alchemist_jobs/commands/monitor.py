@@ -26,7 +26,7 @@ from pathlib import Path
 
 import alchemist_jobs
 from alchemist_jobs.errors import JobFailed, UserError
-from alchemist_jobs.rundir import all_runs, default_root, read_json, runs_root, write_json_atomic
+from alchemist_jobs.rundir import RunDir, default_root, read_json, runs_root, write_json_atomic
 
 MONITORING_DIR = Path(alchemist_jobs.__file__).resolve().parent.parent / "monitoring"
 INSTALL_HINT = ("install it with `sudo apt-get install -y --no-install-recommends prometheus` "
@@ -124,6 +124,7 @@ class TargetFinder:
     def __init__(self, root: Path):
         self.root = Path(root)
         self._algorithms: dict[str, str] = {}
+        self._done: set[str] = set()
 
     def _algorithm(self, run) -> str:
         if run.run_id not in self._algorithms:
@@ -139,23 +140,32 @@ class TargetFinder:
 
     def groups(self) -> list[dict]:
         from alchemist_jobs.local_backend import LocalScheduler
-        from alchemist_jobs.scheduler import RUNNING
+        from alchemist_jobs.scheduler import FINAL_STATES, RUNNING
 
+        base = runs_root(self.root)
+        if not base.is_dir():
+            return []
         sched = LocalScheduler(self.root)
         out = []
-        for run in all_runs(self.root):
+        for path in sorted(base.iterdir()):
+            if path.name in self._done:
+                continue  # a finished run never runs again: not even its state is read
+            run = RunDir(path)
             st = run.state()
-            # Cheap test first; status() then tells a live run from one whose launcher died.
+            if st.get("state") in FINAL_STATES:
+                self._done.add(path.name)
+                continue
+            # status() tells a live run from one whose launcher died without a word.
             if st.get("state") != RUNNING or sched.status(run.run_id).state != RUNNING:
                 continue
-            for path in sorted(run.workers.glob("*.json")):
-                rec = read_json(path)
+            for rec_path in sorted(run.workers.glob("*.json")):
+                rec = read_json(rec_path)
                 if not rec or not rec.get("metrics_port") or rec.get("finished"):
                     continue  # no endpoint (user scripts), or a worker that is done
                 out.append({"targets": [f"127.0.0.1:{int(rec['metrics_port'])}"],
                             "labels": {"job": st.get("name") or run.run_id.rsplit("-", 3)[0],
                                        "run": run.run_id,
-                                       "rank": str(rec.get("rank", path.stem)),
+                                       "rank": str(rec.get("rank", rec_path.stem)),
                                        "node": str(rec.get("node") or ""),
                                        "algorithm": self._algorithm(run)}})
         return out

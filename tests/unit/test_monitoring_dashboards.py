@@ -159,3 +159,11 @@ def test_the_user_docs_cover_every_metric_and_alert():
     missing += [r["alert"] for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]
                 if f"`{r['alert']}`" not in docs]
     assert missing == [], f"docs/monitoring.md does not describe {missing}"
+
+
+def test_dashboards_are_generated_with_the_sdk_flavour_of_the_deployed_grafana():
+    from importlib.metadata import version
+
+    # `1769699379!11.6.0`: the part after `!` is the Grafana version (the stacks deploy 11.6).
+    assert version("grafana_foundation_sdk").split("!")[-1].startswith("11.6.")
+    assert {json.loads(p.read_text())["schemaVersion"] for p in FILES} == {41}
