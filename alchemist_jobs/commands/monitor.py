@@ -2,7 +2,7 @@
 
 Prometheus comes from the system (`prometheus` on PATH, or $PROMETHEUS_BIN). Its config is
 generated from monitoring/prometheus/local.yml.tmpl: file-based service discovery reads a
-targets file that this command rewrites every couple of seconds from the run directories
+targets file that this command rewrites every second from the run directories
 (`<home>/runs/<run>/workers/*.json`), so running runs' workers appear and finished runs'
 disappear; the alert rules come from monitoring/rules/. Everything listens on 127.0.0.1 only.
 Ctrl-C (or SIGTERM) stops Prometheus and TensorBoard with it; they also die if it is killed.
@@ -32,7 +32,7 @@ MONITORING_DIR = Path(alchemist_jobs.__file__).resolve().parent.parent / "monito
 INSTALL_HINT = ("install it with `sudo apt-get install -y --no-install-recommends prometheus` "
                 "(Debian/Ubuntu), or download it from https://prometheus.io/download/ and set "
                 "PROMETHEUS_BIN=/path/to/prometheus")
-POLL_S = 2.0
+POLL_S = 1.0
 STOP_GRACE_S = 10.0
 _DURATION = re.compile(r"^([0-9]+)(ms|s|m|h)$")
 

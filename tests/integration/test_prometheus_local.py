@@ -1,6 +1,6 @@
 """`alchemist monitor` with a real Prometheus over a real 2-worker local job (examples/digits.yaml).
 
-One job serves every check, to keep CI lean: it trains 150 steps, then rank 0 stalls for 45 s
+One job serves every check, to keep CI lean: it trains 500 steps, then rank 0 stalls for 45 s
 (the documented fault knob ALCHEMIST_FAULT_STALL_AT_STEP, runtime/faults.py), then it finishes.
 While it runs, Prometheus (scrape and rule evaluation every second) finds its workers through
 the monitor's file-based discovery; then every dashboard panel's query and every alert rule's
@@ -37,7 +37,7 @@ from monitoring.promql import label_values_metric, metric_names
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED_RULES = ROOT / "monitoring" / "rules" / "alchemist.rules.yaml"
 DASHBOARDS = ROOT / "monitoring" / "dashboards"
-STALL_AT, STALL_S, STEPS = 150, 45, 300
+STALL_AT, STALL_S, STEPS = 500, 45, 600
 HAVE_PROMETHEUS = bool(os.environ.get("PROMETHEUS_BIN") or shutil.which("prometheus"))
 needs_prometheus = pytest.mark.skipif(
     not HAVE_PROMETHEUS, reason="no prometheus binary (apt-get install -y --no-install-recommends "
@@ -200,6 +200,9 @@ def test_dashboards_and_rules_run_against_the_scraped_job(stack):
     stack.eval_time = at = _wait("the injected stall", stalled, 120)
     steps = stack.query(f'alchemist_steps_total{{run="{run}"}}', at)
     assert sorted(float(r["value"][1]) for r in steps) == [STALL_AT, STALL_AT]
+    # Prometheus saw the run while it was still stepping (else rates would all be zero).
+    first = stack.query(f'min_over_time(alchemist_steps_total{{run="{run}"}}[5m])', at)
+    assert first and max(float(r["value"][1]) for r in first) < STALL_AT, first
 
     values = {"__rate_interval": "1m", "job": "digits", "run": run, "rank": ".*", "host": ".*",
               "cluster_queue": ".*"}
