@@ -1,14 +1,17 @@
 """What exporting metrics costs a training step: the same built-in run with `metrics: true`
-and `metrics: false`, alternating, several times; the ratio of their training steps/s.
+and `metrics: false`, alternating; target under 1%. Three figures, from steadiest to noisiest:
 
-    python bench/metrics_overhead.py [--spec examples/digits.yaml] [--repeats 6] [--steps 600]
+1. per-step CPU: the built-in loop of the spec's task, one worker in this process (no
+   launcher, no gloo), `--pairs` back-to-back on/off pairs; CPU time per optimizer step
+   (process time, so other processes' load on a shared machine hardly moves it).
+2. per-step metric updates: the loop's exact metric calls timed alone, against a step; and
+   the CPU a worker spends answering one scrape.
+3. end to end: the spec as is (digits: 2 workers under torchrun), `--repeats` on/off pairs,
+   each run's own training steps/s (rank 0's `steps_per_s`), workers scraped every
+   --scrape-every seconds as Prometheus would. On a busy machine pairs swing by tens of
+   percent; `--repeats 0` skips it.
 
-With metrics on, a scraper polls every worker's /metrics as Prometheus would (every
---scrape-every seconds), so the cost of serving scrapes is counted too. Steps/s is each run's
-own (rank 0's `steps_per_s` in result.json: optimizer steps over the training loop's wall
-time), so start-up does not dilute the difference. A second figure, steadier on a busy
-machine, times the loop's exact per-step metric updates in this process and divides by the
-measured step time. Target: overhead under 1%.
+    python bench/metrics_overhead.py [--spec examples/digits.yaml] [--pairs 8] [--repeats 4]
 """
 
 from __future__ import annotations
@@ -60,6 +63,23 @@ def _scrape(home: Path, before: set, stop: threading.Event, every: float) -> Non
                     pass
 
 
+def cpu_per_step(spec_path: Path, home: Path, metrics: bool, steps: int) -> float:
+    """CPU seconds per optimizer step of the built-in loop, one worker, in this process."""
+    from alchemist_jobs.rundir import RunDir, new_run_id
+    from alchemist_jobs.runtime import trainer
+    from alchemist_jobs.spec import load_spec
+
+    spec = load_spec(spec_path, [f"metrics={'true' if metrics else 'false'}", f"hyper.steps={steps}",
+                                 "nodes=1", "procs_per_node=1"])
+    os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", ALCHEMIST_STACK="local")
+    run = RunDir(home / "runs" / new_run_id(spec.name))
+    run.create()
+    run.spec.write_text(spec.to_yaml())
+    t0 = time.process_time()
+    res = trainer.train(spec, run, home)
+    return (time.process_time() - t0) / res["steps"]
+
+
 def per_step_update_seconds(n: int = 20000) -> float:
     """The loop's per-step metric calls (runtime/trainer.py), timed in this process."""
     from alchemist_jobs.runtime.metrics import WorkerMetrics
@@ -92,38 +112,72 @@ def per_step_update_seconds(n: int = 20000) -> float:
     return best
 
 
+def scrape_seconds(n: int = 200) -> float:
+    """CPU time a worker spends answering one scrape (collect and format every series)."""
+    from prometheus_client import generate_latest
+
+    from alchemist_jobs.runtime.metrics import WorkerMetrics
+
+    m = WorkerMetrics(dict(job="bench", run="bench-1", rank="0", node="n", algorithm="sync"))
+    m.add_system_collector()
+    t0 = time.process_time()
+    for _ in range(n):
+        generate_latest(m.registry)
+    return (time.process_time() - t0) / n
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--spec", type=Path, default=ROOT / "examples" / "digits.yaml")
-    ap.add_argument("--repeats", type=int, default=6)
+    ap.add_argument("--pairs", type=int, default=8, help="in-process on/off pairs")
+    ap.add_argument("--repeats", type=int, default=4, help="end-to-end on/off pairs (0: skip)")
     ap.add_argument("--steps", type=int, default=600)
     ap.add_argument("--scrape-every", type=float, default=5.0)
     args = ap.parse_args()
 
+    os.environ.setdefault("OMP_NUM_THREADS", "1")  # as the local stack sets for each worker
+    import torch
+
+    torch.set_num_threads(1)
+    cpu: dict[bool, list[float]] = {True: [], False: []}
+    with tempfile.TemporaryDirectory(prefix="alchemist-bench-") as tmp:
+        cpu_per_step(args.spec, Path(tmp), True, 50)  # warm-up: imports, data, first allocations
+        for i in range(args.pairs):
+            for metrics in ((True, False) if i % 2 == 0 else (False, True)):
+                cpu[metrics].append(cpu_per_step(args.spec, Path(tmp), metrics, args.steps))
+            print(f"pair {i + 1}/{args.pairs}  CPU per step  on {cpu[True][-1] * 1e3:.3f} ms  "
+                  f"off {cpu[False][-1] * 1e3:.3f} ms", flush=True)
+    cpu_pairs = [a / b for a, b in zip(cpu[True], cpu[False])]
+    cpu_ratio = statistics.median(cpu_pairs)
+    update = per_step_update_seconds()
+    scrape = scrape_seconds()
+    step_cpu = statistics.median(cpu[False])
+
     rates: dict[bool, list[float]] = {True: [], False: []}
-    step_s: list[float] = []
     with tempfile.TemporaryDirectory(prefix="alchemist-bench-") as tmp:
         for i in range(args.repeats):
             # Alternate the order too, so a slow phase of a busy machine hits both sides alike.
             for metrics in ((True, False) if i % 2 == 0 else (False, True)):
                 res = run_once(args.spec, Path(tmp), metrics, args.steps, args.scrape_every)
                 rates[metrics].append(res["steps_per_s"])
-                step_s.append(res["train_s"] / res["steps"])
                 print(f"repeat {i + 1}/{args.repeats}  metrics={'on ' if metrics else 'off'}  "
                       f"{res['steps_per_s']:8.1f} steps/s", flush=True)
-    on, off = statistics.median(rates[True]), statistics.median(rates[False])
-    # Each pair ran back to back, under the same load: their ratios are the fairer comparison.
-    pairs = [a / b for a, b in zip(rates[True], rates[False])]
-    paired = statistics.median(pairs)
-    update = per_step_update_seconds()
-    step = statistics.median(step_s)
-    print(f"\nspec {args.spec.relative_to(ROOT) if args.spec.is_relative_to(ROOT) else args.spec}, "
-          f"{args.steps} steps, {args.repeats} repeats each, scrape every {args.scrape_every:g} s")
-    print(f"median steps/s   metrics on {on:.1f}   off {off:.1f}")
-    print(f"steps/s ratio on/off, median of back-to-back pairs: {paired:.4f} "
-          f"(overhead {100 * (1 - paired):+.2f}%); pairs {', '.join(f'{p:.3f}' for p in pairs)}")
-    print(f"per-step metric updates {update * 1e6:.1f} us against a median step of {step * 1e3:.2f} ms: "
-          f"{100 * update / step:.2f}% of a step")
+
+    spec_name = args.spec.relative_to(ROOT) if args.spec.is_relative_to(ROOT) else args.spec
+    print(f"\n{spec_name}, {args.steps} steps per run")
+    print(f"1. CPU per step, one worker in process, median of {args.pairs} pairs: on/off "
+          f"{cpu_ratio:.4f} (overhead {100 * (cpu_ratio - 1):+.2f}%); pairs "
+          f"{', '.join(f'{p:.3f}' for p in cpu_pairs)}")
+    print(f"2. per-step metric updates {update * 1e6:.1f} us = {100 * update / step_cpu:.2f}% of a "
+          f"{step_cpu * 1e3:.2f} ms step (CPU); answering a scrape {scrape * 1e3:.2f} ms CPU, "
+          f"every {args.scrape_every:g} s = {100 * scrape / args.scrape_every:.3f}% of a core")
+    if rates[True]:
+        # Each pair ran back to back, under the same load: their ratios are the fairer comparison.
+        pairs = [a / b for a, b in zip(rates[True], rates[False])]
+        paired = statistics.median(pairs)
+        print(f"3. end to end, {args.repeats} pairs, scraped every {args.scrape_every:g} s: steps/s "
+              f"on/off {paired:.4f} (overhead {100 * (1 - paired):+.2f}%); pairs "
+              f"{', '.join(f'{p:.3f}' for p in pairs)}")
     return 0
 
 

@@ -175,3 +175,36 @@ def test_stall_knob_stalls_one_rank_after_its_step(monkeypatch):
     assert time.monotonic() - t0 < 0.1
     f.after_step(3)
     assert time.monotonic() - t0 >= 0.3
+
+
+def test_exposition_is_exactly_prometheus_clients_for_the_same_updates():
+    """The cheap children must expose what prometheus_client's own metric objects would."""
+    from prometheus_client import (CollectorRegistry, Counter, Gauge, Histogram,
+                                   disable_created_metrics, enable_created_metrics)
+
+    disable_created_metrics()  # ours never emit `*_created` timestamps
+    ref_registry, ref = CollectorRegistry(), {}
+    kinds = {"counter": Counter, "gauge": Gauge, "histogram": Histogram}
+    for m in METRICS:
+        if m.role in ("worker", "both") and m.name not in SYSTEM_METRICS:
+            kw = dict(registry=ref_registry, labelnames=m.labels)
+            if m.buckets:
+                kw["buckets"] = m.buckets
+            name = m.name.removesuffix("_total") if m.type == "counter" else m.name
+            ref[m.name] = kinds[m.type](name, m.help, **kw).labels(**LABELS)
+    wm = WorkerMetrics(LABELS)
+    for x in (ref, wm):
+        x["alchemist_steps_total"].inc()
+        x["alchemist_samples_total"].inc(64)
+        x["alchemist_loss"].set(0.25)
+        x["alchemist_loss"].set(float("nan"))
+        for s in (0.0005, 0.001, 0.3, 100.0):  # on a bound, inside, beyond the last
+            x["alchemist_step_seconds"].observe(s)
+        x["alchemist_staleness_steps"].observe(0)
+    lines = lambda reg: sorted(generate_latest(reg).decode().splitlines())  # noqa: E731
+    try:
+        assert lines(wm.registry) == lines(ref_registry)
+    finally:
+        enable_created_metrics()
+    with pytest.raises(ValueError):
+        wm["alchemist_steps_total"].inc(-1)
