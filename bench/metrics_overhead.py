@@ -11,7 +11,7 @@ and `metrics: false`, alternating; target under 1%. Three figures, from steadies
    --scrape-every seconds as Prometheus would. On a busy machine pairs swing by tens of
    percent; `--repeats 0` skips it.
 
-    python bench/metrics_overhead.py [--spec examples/digits.yaml] [--pairs 8] [--repeats 4]
+    python bench/metrics_overhead.py [--spec examples/digits.yaml] [--pairs 16] [--repeats 4]
 """
 
 from __future__ import annotations
@@ -129,7 +129,7 @@ def scrape_seconds(n: int = 200) -> float:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--spec", type=Path, default=ROOT / "examples" / "digits.yaml")
-    ap.add_argument("--pairs", type=int, default=8, help="in-process on/off pairs")
+    ap.add_argument("--pairs", type=int, default=16, help="in-process on/off pairs")
     ap.add_argument("--repeats", type=int, default=4, help="end-to-end on/off pairs (0: skip)")
     ap.add_argument("--steps", type=int, default=600)
     ap.add_argument("--scrape-every", type=float, default=5.0)
