@@ -15,6 +15,7 @@ COMMAND_MODULES = [
     "alchemist_jobs.commands.jobs",
     "alchemist_jobs.commands.stack",
     "alchemist_jobs.commands.interactive",
+    "alchemist_jobs.commands.monitor",
 ]
 
 

@@ -2,21 +2,27 @@
 
 Every series carries the contract's base labels (job, run, rank, node, algorithm). The
 port is `ALCHEMIST_METRICS_PORT + LOCAL_RANK` where the stack fixes one (Kubernetes), or a
-free port otherwise; either way it is recorded in the run directory for discovery.
+free port otherwise; either way it is recorded in the run directory for discovery. On the
+local stack the endpoint listens on 127.0.0.1 only; elsewhere on every interface (pods are
+scraped from other hosts). `ALCHEMIST_METRICS_ADDR` overrides either.
+
+The training loop updates a dozen metrics every step, so updates are plain attribute writes
+(counters and histograms under a lock, for writers on several threads), several times cheaper
+than prometheus_client's metric objects; a collector turns them into metric families only
+when Prometheus scrapes. Exposition is prometheus_client's, byte for byte the same format.
 """
 
 from __future__ import annotations
 
+import bisect
+import contextlib
+import math
 import os
 import threading
 import time
-from typing import Any
+from typing import Any, Iterator
 
-from alchemist_jobs.metric_contract import METRICS, Metric
-
-SYSTEM_METRICS = {"alchemist_process_cpu_ratio", "alchemist_process_memory_bytes",
-                  "alchemist_gpu_utilization_ratio", "alchemist_gpu_memory_used_bytes",
-                  "alchemist_gpu_power_watts"}
+from alchemist_jobs.metric_contract import BY_NAME, METRICS, SYSTEM_METRICS, Metric
 
 
 class _Null:
@@ -29,37 +35,134 @@ class _Null:
         return self
 
 
+_NULL = _Null()
+
+
+class Counter:
+    __slots__ = ("value", "_lock")
+
+    def __init__(self) -> None:
+        self.value = 0.0
+        self._lock = threading.Lock()
+
+    def inc(self, amount: float = 1.0) -> None:
+        if amount < 0:
+            raise ValueError("counters only go up; use a gauge")
+        with self._lock:
+            self.value += amount
+
+
+class Gauge:
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value = 0.0
+
+    def set(self, value: float) -> None:
+        self.value = float(value)  # one reference assignment: atomic, no lock needed
+
+    def inc(self, amount: float = 1.0) -> None:
+        self.value += amount
+
+    def dec(self, amount: float = 1.0) -> None:
+        self.value -= amount
+
+
+class Histogram:
+    __slots__ = ("bounds", "counts", "sum", "_lock")
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = tuple(float(b) for b in bounds)
+        self.counts = [0] * (len(self.bounds) + 1)  # the last one is +Inf
+        self.sum = 0.0
+        self._lock = threading.Lock()
+
+    def observe(self, value: float) -> None:
+        i = bisect.bisect_left(self.bounds, value)  # buckets are `le`: upper bound inclusive
+        with self._lock:
+            self.counts[i] += 1
+            self.sum += value
+
+    @contextlib.contextmanager
+    def time(self) -> Iterator[None]:
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.observe(time.perf_counter() - t0)
+
+    def snapshot(self) -> tuple[list[int], float]:
+        with self._lock:
+            return list(self.counts), self.sum
+
+
+class _ContractCollector:
+    """Reads the children at scrape time into prometheus_client metric families."""
+
+    def __init__(self, metrics: list[tuple[Metric, Any]], labels: dict[str, str]):
+        self.metrics = metrics
+        self.keys, self.values = list(labels), list(labels.values())
+
+    def describe(self) -> list:
+        return []
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily,
+                                            HistogramMetricFamily)
+
+        for m, child in self.metrics:
+            if m.type == "counter":
+                fam = CounterMetricFamily(m.name, m.help, labels=self.keys)
+                fam.add_metric(self.values, child.value)
+            elif m.type == "gauge":
+                fam = GaugeMetricFamily(m.name, m.help, labels=self.keys)
+                fam.add_metric(self.values, child.value)
+            else:
+                counts, total = child.snapshot()
+                cumulative, buckets = 0, []
+                for bound, n in zip((*child.bounds, math.inf), counts):
+                    cumulative += n
+                    buckets.append(("+Inf" if bound == math.inf else _le(bound), cumulative))
+                fam = HistogramMetricFamily(m.name, m.help, labels=self.keys)
+                fam.add_metric(self.values, buckets, total)
+            yield fam
+
+
+def _le(bound: float) -> str:
+    return repr(float(bound))  # prometheus_client's spelling: 0.005, 1.0, 10.0
+
+
 class WorkerMetrics:
     """Children of the contract's metrics, bound to this process's base labels."""
 
     def __init__(self, labels: dict[str, str], role: str = "worker", enabled: bool = True):
         self.labels = labels
+        self.role = role
         self.port: int | None = None
         self._server = None
         self._children: dict[str, Any] = {}
         self.registry = None
         if enabled:
-            from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+            from prometheus_client import CollectorRegistry
 
             self.registry = CollectorRegistry(auto_describe=True)
-            kinds = {"counter": Counter, "gauge": Gauge, "histogram": Histogram}
+            made = []
             for m in METRICS:
                 if m.role not in (role, "both") or m.name in SYSTEM_METRICS:
-                    continue  # made by the system sampler (runtime/system_metrics.py)
-                kw: dict[str, Any] = dict(registry=self.registry, labelnames=m.labels)
-                if m.type == "histogram":
-                    kw["buckets"] = m.buckets
-                # prometheus_client adds `_total` itself; give it the bare counter name.
-                name = m.name.removesuffix("_total") if m.type == "counter" else m.name
-                self._children[m.name] = kinds[m.type](name, m.help, **kw).labels(**labels)
+                    continue  # read on scrape by the system collector (runtime/system_metrics.py)
+                child = (Counter() if m.type == "counter" else Gauge() if m.type == "gauge"
+                         else Histogram(m.buckets))
+                self._children[m.name] = child
+                made.append((m, child))
+            self.registry.register(_ContractCollector(made, labels))
 
     def __getitem__(self, name: str) -> Any:
         child = self._children.get(name)
-        if child is None:
-            if self.registry is not None and name not in {m.name for m in METRICS}:
-                raise KeyError(f"{name} is not in the metric contract")
-            return _Null()
-        return child
+        if child is not None:
+            return child
+        if name not in BY_NAME:
+            raise KeyError(f"{name} is not in the metric contract (alchemist_jobs/metric_contract.py)")
+        return _NULL  # metrics off, or a metric of the other role (e.g. a server's on a worker)
 
     def serve(self, local_rank: int = 0) -> int | None:
         """Start the /metrics HTTP server in a daemon thread; returns the port."""
@@ -69,20 +172,23 @@ class WorkerMetrics:
 
         base = os.environ.get("ALCHEMIST_METRICS_PORT")
         port = int(base) + local_rank if base else 0
-        addr = os.environ.get("ALCHEMIST_METRICS_ADDR", "0.0.0.0")
+        default_addr = "127.0.0.1" if os.environ.get("ALCHEMIST_STACK") == "local" else "0.0.0.0"
+        addr = os.environ.get("ALCHEMIST_METRICS_ADDR", default_addr)
         self._server, _thread = start_http_server(port, addr=addr, registry=self.registry)
         self.port = int(self._server.server_port)
         return self.port
 
-    def add_system_collector(self, interval: float = 5.0) -> None:
-        """Sample process CPU/memory (psutil) and, where present, GPUs (NVML) periodically."""
+    def add_system_collector(self, *_ignored: Any) -> None:
+        """Process CPU/memory (psutil) and, where this worker trains on a GPU, its NVML readings.
+
+        They are read when Prometheus scrapes, not sampled by a thread: nothing runs between
+        scrapes, and the values are as fresh as the scrape.
+        """
         if self.registry is None:
             return
-        from alchemist_jobs.runtime.system_metrics import SystemSampler
+        from alchemist_jobs.runtime.system_metrics import SystemCollector
 
-        sampler = SystemSampler(self.registry, self.labels)
-        threading.Thread(target=sampler.run_forever, args=(interval,), daemon=True,
-                         name="alchemist-system-metrics").start()
+        self.registry.register(SystemCollector(self.labels, role=self.role))
 
     def close(self) -> None:
         if self._server is not None:

@@ -25,6 +25,7 @@ import torch.nn.functional as F
 
 from alchemist_jobs.rundir import RunDir, read_json, write_json_atomic
 from alchemist_jobs.runtime.checkpoint import Checkpointer
+from alchemist_jobs.runtime.faults import Faults
 from alchemist_jobs.runtime.metrics import WorkerMetrics
 from alchemist_jobs.runtime.optim import build_optimizer
 from alchemist_jobs.runtime.schedule import build_schedule
@@ -143,6 +144,7 @@ def train(spec: JobSpec, run: RunDir, shared_root: Path) -> dict[str, Any]:
                   started=time.time())
     write_json_atomic(worker_file, record)
     metrics["alchemist_restarts"].set(restarts)
+    faults = Faults(rank)  # off unless an ALCHEMIST_FAULT_* knob is set (runtime/faults.py)
 
     # Same seed everywhere: identical initial models; sampler shuffles by seed + epoch.
     seed_everything(spec.hyper.seed)
@@ -273,6 +275,7 @@ def train(spec: JobSpec, run: RunDir, shared_root: Path) -> dict[str, Any]:
                 metrics["alchemist_compute_seconds_total"].inc(max(0.0, t_step - t_comm - t_data))
                 metrics["alchemist_last_step_timestamp_seconds"].set(time.time())
                 _export_comm(metrics, ctx)
+                faults.after_step(step)
 
                 if spec.checkpoint.every_steps and step % spec.checkpoint.every_steps == 0 \
                         and strategy.collective_checkpoint:

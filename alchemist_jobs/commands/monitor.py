@@ -1,0 +1,333 @@
+"""`alchemist monitor`: a real Prometheus (and optionally TensorBoard) following local runs.
+
+Prometheus comes from the system (`prometheus` on PATH, or $PROMETHEUS_BIN). Its config is
+generated from monitoring/prometheus/local.yml.tmpl: file-based service discovery reads a
+targets file that this command rewrites every second from the run directories
+(`<home>/runs/<run>/workers/*.json`), so running runs' workers appear and finished runs'
+disappear; the alert rules come from monitoring/rules/. Everything listens on 127.0.0.1 only.
+Ctrl-C (or SIGTERM) stops Prometheus and TensorBoard with it; they also die if it is killed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import string
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import alchemist_jobs
+from alchemist_jobs.errors import JobFailed, UserError
+from alchemist_jobs.rundir import RunDir, default_root, read_json, runs_root, write_json_atomic
+
+MONITORING_DIR = Path(alchemist_jobs.__file__).resolve().parent.parent / "monitoring"
+INSTALL_HINT = ("install it with `sudo apt-get install -y --no-install-recommends prometheus` "
+                "(Debian/Ubuntu), or download it from https://prometheus.io/download/ and set "
+                "PROMETHEUS_BIN=/path/to/prometheus")
+POLL_S = 1.0
+STOP_GRACE_S = 10.0
+_DURATION = re.compile(r"^([0-9]+)(ms|s|m|h)$")
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("monitor", help="run a local Prometheus (and TensorBoard) over local runs")
+    p.add_argument("--home", type=Path, default=None,
+                   help="local stack's shared-file-system root (default: $ALCHEMIST_HOME or "
+                        "~/.alchemist)")
+    p.add_argument("--port", type=int, default=9090,
+                   help="Prometheus port on 127.0.0.1 (default 9090; 0 picks a free one)")
+    p.add_argument("--scrape-interval", default="5s",
+                   help="how often workers are scraped and rules evaluated (default 5s)")
+    p.add_argument("--retention", default="7d", help="how long Prometheus keeps samples (default 7d)")
+    p.add_argument("--rules", type=Path, default=None,
+                   help="a rule file or a directory of *.yaml rule files "
+                        "(default: monitoring/rules of this checkout)")
+    p.add_argument("--tensorboard", action="store_true",
+                   help="also start TensorBoard over <home>/runs")
+    p.add_argument("--tensorboard-port", type=int, default=6006,
+                   help="TensorBoard port on 127.0.0.1 (default 6006; 0 picks a free one)")
+    p.set_defaults(func=cmd_monitor)
+
+
+# --- pure parts: which binary, which targets, which config -------------------------------------
+
+
+def find_prometheus(environ: dict[str, str] | None = None) -> str:
+    env = os.environ if environ is None else environ
+    given = env.get("PROMETHEUS_BIN")
+    if given:
+        if os.path.isfile(given) and os.access(given, os.X_OK):
+            return given
+        raise UserError(f"PROMETHEUS_BIN={given!r} is not an executable file; accepted: the path "
+                        f"of a prometheus binary, or unset it to use `prometheus` from PATH; "
+                        f"{INSTALL_HINT}")
+    found = shutil.which("prometheus", path=env.get("PATH", os.defpath))
+    if found is None:
+        raise UserError(f"alchemist monitor: no Prometheus binary found (no `prometheus` on PATH, "
+                        f"PROMETHEUS_BIN unset); {INSTALL_HINT}")
+    return found
+
+
+def rule_files(given: Path | None) -> str:
+    """The `rule_files` glob for the config; a bad --rules is a UserError."""
+    if given is None:
+        rules = MONITORING_DIR / "rules"
+        if not rules.is_dir():
+            raise UserError(f"alchemist monitor: no alert rules at {rules} (monitoring/ sits next to "
+                            "the alchemist_jobs package in a checkout); accepted: run from a checkout "
+                            "of the repository, or pass --rules DIR")
+        return str(rules / "*.yaml")
+    path = given.resolve()
+    if path.is_file():
+        return str(path)
+    if path.is_dir() and any(path.glob("*.yaml")):
+        return str(path / "*.yaml")
+    raise UserError(f"--rules {str(given)!r}: no such rule file or directory with *.yaml files; "
+                    "accepted: a Prometheus rule file or a directory of them")
+
+
+def parse_interval(text: str, flag: str = "--scrape-interval") -> float:
+    m = _DURATION.match(text)
+    if not m or int(m.group(1)) == 0:
+        raise UserError(f"{flag} {text!r}: accepted: a Prometheus duration such as 500ms, 1s, 15s, 1m")
+    return int(m.group(1)) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600}[m.group(2)]
+
+
+def render_config(*, scrape_interval: str, rule_glob: str, targets_file: Path,
+                  self_address: str, template: Path | None = None) -> str:
+    """The Prometheus config from monitoring/prometheus/local.yml.tmpl."""
+    template = template or MONITORING_DIR / "prometheus" / "local.yml.tmpl"
+    try:
+        text = template.read_text()
+    except FileNotFoundError:
+        raise UserError(f"alchemist monitor: {template} is missing; accepted: run from a checkout "
+                        "of the repository") from None
+    seconds = parse_interval(scrape_interval)
+    timeout = scrape_interval if seconds <= 10 else "10s"  # a timeout may not exceed the interval
+    q = json.dumps  # a JSON string is a YAML string: paths with any character stay one value
+    return string.Template(text).substitute(
+        scrape_interval=scrape_interval, scrape_timeout=timeout, evaluation_interval=scrape_interval,
+        rule_files=q(rule_glob), targets_file=q(str(targets_file)), self_address=q(self_address))
+
+
+class TargetFinder:
+    """File-SD target groups for every metrics endpoint of every running local run."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+        self._algorithms: dict[str, str] = {}
+        self._done: set[str] = set()
+
+    def _algorithm(self, run) -> str:
+        if run.run_id not in self._algorithms:
+            import yaml
+
+            try:
+                spec = yaml.safe_load(run.spec.read_text()) or {}
+                algo = (spec.get("algorithm") or {}).get("name", "sync")
+            except (OSError, yaml.YAMLError, AttributeError):
+                algo = ""
+            self._algorithms[run.run_id] = str(algo)
+        return self._algorithms[run.run_id]
+
+    def groups(self) -> list[dict]:
+        from alchemist_jobs.local_backend import LocalScheduler
+        from alchemist_jobs.scheduler import FINAL_STATES, RUNNING
+
+        base = runs_root(self.root)
+        if not base.is_dir():
+            return []
+        sched = LocalScheduler(self.root)
+        out = []
+        for path in sorted(base.iterdir()):
+            if path.name in self._done:
+                continue  # a finished run never runs again: not even its state is read
+            run = RunDir(path)
+            st = run.state()
+            if st.get("state") in FINAL_STATES:
+                self._done.add(path.name)
+                continue
+            # status() tells a live run from one whose launcher died without a word.
+            if st.get("state") != RUNNING or sched.status(run.run_id).state != RUNNING:
+                continue
+            for rec_path in sorted(run.workers.glob("*.json")):
+                rec = read_json(rec_path)
+                if not rec or not rec.get("metrics_port") or rec.get("finished"):
+                    continue  # no endpoint (user scripts), or a worker that is done
+                out.append({"targets": [f"127.0.0.1:{int(rec['metrics_port'])}"],
+                            "labels": {"job": st.get("name") or run.run_id.rsplit("-", 3)[0],
+                                       "run": run.run_id,
+                                       "rank": str(rec.get("rank", rec_path.stem)),
+                                       "node": str(rec.get("node") or ""),
+                                       "algorithm": self._algorithm(run)}})
+        return out
+
+
+# --- the command -------------------------------------------------------------------------------
+
+
+def _port(port: int, flag: str) -> int:
+    """A free 127.0.0.1 port: the given one if free, any free one for 0."""
+    if not 0 <= port <= 65535:
+        raise UserError(f"{flag} {port}: accepted: a port number 0..65535 (0 picks a free one)")
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            raise UserError(f"{flag} {port}: 127.0.0.1:{port} is in use; accepted: a free port, "
+                            "or 0 to pick one") from None
+        return s.getsockname()[1]
+
+
+def _set_pdeathsig_term() -> None:  # in the child between fork and exec
+    if sys.platform == "linux":
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def _start(argv: list[str], log: Path) -> subprocess.Popen:
+    with open(log, "ab") as out:
+        # Own session: a terminal's Ctrl-C reaches only this command, which stops them in order.
+        return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True, preexec_fn=_set_pdeathsig_term)
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=1) as r:
+            return r.status == 200
+    except OSError:
+        return False
+
+
+def _tail(path: Path, n: int = 8) -> str:
+    try:
+        return " | ".join(path.read_text(errors="replace").strip().splitlines()[-n:])
+    except OSError:
+        return "(no log)"
+
+
+def _stop(procs: list[subprocess.Popen]) -> None:
+    live = [p for p in procs if p.poll() is None]
+    for p in live:
+        p.terminate()
+    deadline = time.monotonic() + STOP_GRACE_S
+    for p in live:
+        try:
+            p.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def _pid_alive(pid: object) -> bool:
+    try:
+        os.kill(int(pid), 0)  # type: ignore[arg-type]
+        return True
+    except (OSError, TypeError, ValueError):
+        return False
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def cmd_monitor(args: argparse.Namespace) -> int:
+    # Everything is checked before anything starts or is written.
+    prom_bin = find_prometheus()
+    rule_glob = rule_files(args.rules)
+    parse_interval(args.scrape_interval)
+    if not re.fullmatch(r"[0-9]+(ms|s|m|h|d|w|y)", args.retention):
+        raise UserError(f"--retention {args.retention!r}: accepted: a Prometheus duration such as 7d")
+    root = Path(args.home) if args.home else default_root()
+    state_dir = root / "monitor"
+    state_file = state_dir / "monitor.json"
+    other = read_json(state_file)
+    if other and _pid_alive(other.get("pid")) and other.get("pid") != os.getpid():
+        raise UserError(f"alchemist monitor: another monitor (pid {other['pid']}) already serves "
+                        f"{root} at {other.get('prometheus_url')}; stop it first")
+    port = _port(args.port, "--port")
+    tb_port = _port(args.tensorboard_port, "--tensorboard-port") if args.tensorboard else None
+
+    targets_file = state_dir / "targets.json"
+    config_text = render_config(scrape_interval=args.scrape_interval, rule_glob=rule_glob,
+                                targets_file=targets_file, self_address=f"127.0.0.1:{port}")
+
+    state_dir.mkdir(parents=True, exist_ok=True)
+    runs_root(root).mkdir(parents=True, exist_ok=True)
+    finder = TargetFinder(root)
+    groups = finder.groups()
+    write_json_atomic(targets_file, groups)
+    config = state_dir / "prometheus.yml"
+    config.write_text(config_text)
+
+    handled = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    previous = {sig: signal.getsignal(sig) for sig in handled}
+    for sig in (signal.SIGTERM, signal.SIGHUP):  # stop like Ctrl-C does
+        signal.signal(sig, _raise_interrupt)
+    procs: list[subprocess.Popen] = []
+    prom_url = f"http://127.0.0.1:{port}"
+    tb_url = f"http://127.0.0.1:{tb_port}" if tb_port else None
+    try:
+        prom_log = state_dir / "prometheus.log"
+        prom = _start([prom_bin, f"--config.file={config}", f"--storage.tsdb.path={state_dir / 'data'}",
+                       f"--storage.tsdb.retention.time={args.retention}",
+                       f"--web.listen-address=127.0.0.1:{port}"], prom_log)
+        procs.append(prom)
+        tb = None
+        if tb_port:
+            tb = _start([sys.executable, "-m", "tensorboard.main", "--logdir", str(runs_root(root)),
+                         "--host", "127.0.0.1", "--port", str(tb_port)], state_dir / "tensorboard.log")
+            procs.append(tb)
+        deadline = time.monotonic() + 60
+        while not _answers(f"{prom_url}/-/ready"):
+            if prom.poll() is not None:
+                raise JobFailed(f"Prometheus exited at start (code {prom.returncode}); "
+                                f"{prom_log}: {_tail(prom_log)}")
+            if time.monotonic() > deadline:
+                raise JobFailed(f"Prometheus did not become ready in 60 s; {prom_log}: {_tail(prom_log)}")
+            time.sleep(0.2)
+        write_json_atomic(state_file, dict(
+            pid=os.getpid(), prometheus_pid=prom.pid, prometheus_url=prom_url,
+            tensorboard_pid=tb.pid if tb else None, tensorboard_url=tb_url,
+            config=str(config), targets_file=str(targets_file), rules=rule_glob, started=time.time()))
+        print(f"Prometheus  {prom_url}  (scraping local runs under {runs_root(root)} every "
+              f"{args.scrape_interval}; alert rules {rule_glob})", flush=True)
+        if tb_url:
+            print(f"TensorBoard {tb_url}  (over {runs_root(root)})", flush=True)
+        print("Ctrl-C stops them.", flush=True)
+        last = groups
+        tb_reported = False
+        while True:
+            time.sleep(POLL_S)
+            if prom.poll() is not None:
+                raise JobFailed(f"Prometheus exited (code {prom.returncode}); {prom_log}: "
+                                f"{_tail(prom_log)}")
+            if tb is not None and tb.poll() is not None and not tb_reported:
+                tb_reported = True
+                print(f"warning: TensorBoard exited (code {tb.returncode}); see "
+                      f"{state_dir / 'tensorboard.log'}", file=sys.stderr, flush=True)
+            groups = finder.groups()
+            if groups != last:  # Prometheus re-reads the file when it changes
+                write_json_atomic(targets_file, groups)
+                last = groups
+    except KeyboardInterrupt:
+        print("stopping ...", file=sys.stderr, flush=True)
+        return 0
+    finally:
+        for sig in handled:
+            signal.signal(sig, signal.SIG_IGN)  # a second Ctrl-C must not cut the cleanup short
+        _stop(procs)
+        if (read_json(state_file) or {}).get("pid") == os.getpid():
+            state_file.unlink(missing_ok=True)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

@@ -1,0 +1,1 @@
+"""Dashboards as code, alert rules and the local Prometheus config, all from the metric contract."""
