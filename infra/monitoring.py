@@ -110,7 +110,11 @@ def pod_monitor_spec(job_namespaces: list[str]) -> dict[str, Any]:
         "namespaceSelector": {"matchNames": list(job_namespaces)},
         "selector": {"matchLabels": {**MANAGED_BY, **SCRAPE_LABELS}},
         # One endpoint per worker slot of a pod: local rank r serves on port `metrics[-r]`.
-        "podMetricsEndpoints": [{"port": metrics_port_name(r), "path": "/metrics", "interval": "15s"}
+        # honorLabels: workers label every series with `job` = the Alchemist job name (the
+        # metric contract); without it Prometheus renames that to `exported_job` and every
+        # dashboard's and alert's job filter comes back empty.
+        "podMetricsEndpoints": [{"port": metrics_port_name(r), "path": "/metrics", "interval": "15s",
+                                 "honorLabels": True}
                                 for r in range(METRICS_PORT_SLOTS)],
         "podTargetLabels": [RUN_LABEL],
     }

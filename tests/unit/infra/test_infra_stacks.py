@@ -187,7 +187,7 @@ def test_prometheus_selects_podmonitor_dcgm_and_rules(renders, name):
     assert pm["spec"]["selector"]["matchLabels"] == {**dict([MANAGED_BY_LABEL]), "alchemist.io/scrape": "true"}
     endpoints = pm["spec"]["podMetricsEndpoints"]
     assert [e["port"] for e in endpoints] == ["metrics"] + [f"metrics-{r}" for r in range(1, 16)]
-    assert all(e["path"] == "/metrics" for e in endpoints)
+    assert all(e["path"] == "/metrics" and e["honorLabels"] is True for e in endpoints)
     teams = {t["name"] for t in stack_config(name)["alchemist:teams"]}
     assert set(pm["spec"]["namespaceSelector"]["matchNames"]) == teams
     sidecar = charts["kube-prometheus-stack"]["grafana"]["sidecar"]["dashboards"]
