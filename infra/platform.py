@@ -141,10 +141,13 @@ def submitter_role(namespace: str) -> dict[str, Any]:
         "metadata": {"name": "alchemist-job-submitter", "namespace": namespace},
         "rules": [
             {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": [*read, "create", "delete", "patch"]},
-            {"apiGroups": [""], "resources": ["services", "configmaps"], "verbs": [*read, "create", "delete"]},
-            {"apiGroups": [""], "resources": ["pods"], "verbs": [*read, "delete"]},
+            # A job's Service and ConfigMap are patched to make the Job their owner.
+            {"apiGroups": [""], "resources": ["services", "configmaps"], "verbs": [*read, "create", "delete", "patch"]},
+            # Interactive sessions are bare pods; progress is read through the pod proxy.
+            {"apiGroups": [""], "resources": ["pods"], "verbs": [*read, "create", "delete"]},
             {"apiGroups": [""], "resources": ["pods/log", "events", "persistentvolumeclaims"], "verbs": read},
-            {"apiGroups": [""], "resources": ["pods/portforward"], "verbs": ["create"]},
+            {"apiGroups": [""], "resources": ["pods/proxy"], "verbs": ["get"]},
+            {"apiGroups": [""], "resources": ["pods/portforward", "pods/exec"], "verbs": ["create", "get"]},
             {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads", "localqueues"], "verbs": read},
         ],
     }

@@ -55,3 +55,34 @@ def test_rendered_stack_output_drives_valid_job_manifests(renders, name):
         assert mounts["shared"] == out.shared_fs.mount_path
         assert labels.get("kueue.x-k8s.io/queue-name") == out.queue or \
             job["metadata"]["labels"].get("kueue.x-k8s.io/queue-name") == out.queue
+
+
+# kubernetes-client method -> (API group, resource, verb) as RBAC names them.
+_VERBS = {"create": "create", "delete": "delete", "patch": "patch", "list": "list", "read": "get",
+          "connect_get": "get"}
+_RESOURCES = {"job": ("batch", "jobs"), "pod": ("", "pods"), "service": ("", "services"),
+              "config_map": ("", "configmaps"), "pod_log": ("", "pods/log"),
+              "pod_proxy_with_path": ("", "pods/proxy")}
+
+
+def test_the_submitter_role_allows_every_call_the_kubernetes_backend_makes(renders):
+    """Scan the backend for the API methods it calls and check each against the Role that
+    infra grants team members, so a new call cannot ship without its permission."""
+    import re
+
+    src = "\n".join(p.read_text() for p in
+                    (Path(__file__).resolve().parents[3] / "alchemist_jobs" / "kubernetes").glob("*.py"))
+    calls = set(re.findall(r'"(?:core|batch)", "([a-z_]+)"', src))
+    assert len(calls) >= 10, calls
+    role = next(x["inputs"] for x in resources(renders[SHIPPED[0]])
+                if x["type"] == "kubernetes:rbac.authorization.k8s.io/v1:Role"
+                and x["inputs"]["metadata"]["name"] == "alchemist-job-submitter")
+    allowed = {(g, res, v) for rule in role["rules"] for g in rule["apiGroups"]
+               for res in rule["resources"] for v in rule["verbs"]}
+    for call in sorted(calls):
+        m = re.fullmatch(r"(connect_get|create|delete|patch|list|read)_namespaced_(.+)", call)
+        assert m, f"unmapped API method {call}"
+        group, res = _RESOURCES[m[2]]
+        assert (group, res, _VERBS[m[1]]) in allowed, f"{call} needs {_VERBS[m[1]]} on {res}"
+    # Interactive sessions are reached with kubectl port-forward and exec.
+    assert ("", "pods/portforward", "create") in allowed and ("", "pods/exec", "create") in allowed
