@@ -36,7 +36,8 @@ def block_update(w_prev: torch.Tensor, w_avg: torch.Tensor, delta: torch.Tensor,
 def check_same_start(vec: torch.Tensor, comm: Any, what: str) -> None:
     """Fail early if the replicas do not start from the same model (it would silently skew
     every average): compare a checksum's min and max over ranks. 8 bytes of control traffic."""
-    s = torch.tensor([vec.double().sum().item(), -vec.double().sum().item()])
+    total = vec.double().sum().item()
+    s = torch.tensor([total, -total], dtype=torch.float64)
     dist.all_reduce(s, op=dist.ReduceOp.MAX)
     comm.allreduce(s.numel() * s.element_size(), dist.get_world_size())
     if abs(s[0].item() + s[1].item()) > 1e-6 * max(1.0, abs(s[0].item())):
