@@ -108,6 +108,9 @@ class BmufAlgo(_Node):
         None, ge=0, lt=1, description="eta: block momentum; none = 1 - 1/workers (Chen & Huo)")
     block_lr: float = Field(1.0, gt=0, description="zeta: block learning rate")
     nesterov: bool = Field(True, description="restart workers from W_t + eta * Delta_t")
+    reset_momentum: bool = Field(
+        True, description="clear the local optimizer's momentum after each block (as CNTK "
+                          "does): it points along the old local path, not the new model")
 
 
 class EasgdAlgo(_Node):

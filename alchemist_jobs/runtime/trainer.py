@@ -197,6 +197,7 @@ def train(spec: JobSpec, run: RunDir, shared_root: Path) -> dict[str, Any]:
         step, epoch, batch_in_epoch = payload["step"], payload["epoch"], payload["batch_in_epoch"]
     train_model = strategy.setup(model)
     optimizer = build_optimizer(spec.hyper, model.parameters())
+    strategy.bind_optimizer(optimizer)
     if loaded is not None:
         optimizer.load_state_dict(mine.get("optimizer", payload["optimizer"]))
         strategy.load_state_dict(payload.get("strategy", {}))
@@ -214,7 +215,7 @@ def train(spec: JobSpec, run: RunDir, shared_root: Path) -> dict[str, Any]:
     history: list[dict[str, Any]] = []
     last_progress, loss_value, samples_done, t_loop = 0.0, float("nan"), 0, time.perf_counter()
     compute_s = comm_s = data_s = 0.0
-    first_step, t_last_step = step, t_loop
+    first_step, t_last_step, train_started, epoch_ends = step, t_loop, time.time(), []
     slow = slowdown(rank)
 
     def save_checkpoint() -> None:
@@ -315,6 +316,7 @@ def train(spec: JobSpec, run: RunDir, shared_root: Path) -> dict[str, Any]:
             # on the model the strategy would hand out now (bmuf: the global model; easgd: the
             # centre variable).
             epoch, batch_in_epoch = epoch + 1, 0
+            epoch_ends.append(time.time())  # every rank: its own pace, for throughput studies
             if rank == 0:
                 with strategy.evaluation_model() as current:
                     _, acc = evaluate(current, data, device)
@@ -338,6 +340,7 @@ def train(spec: JobSpec, run: RunDir, shared_root: Path) -> dict[str, Any]:
         write_json_atomic(worker_file, dict(read_json(worker_file) or record,
                                             final_param_sha256=param_digest(model),
                                             train_steps=step - first_step, train_s=train_s,
+                                            train_started=train_started, epoch_ends=epoch_ends,
                                             finished=time.time()))
         result = dict(
             run=run.run_id, steps=step, epochs=step / steps_per_epoch, final_loss=loss_value,

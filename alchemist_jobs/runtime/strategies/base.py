@@ -113,6 +113,11 @@ class Strategy:
     def __init__(self, ctx: WorkerContext):
         self.ctx = ctx
         self.model: "torch.nn.Module | None" = None
+        self.optimizer: "torch.optim.Optimizer | None" = None
+
+    def bind_optimizer(self, optimizer: "torch.optim.Optimizer") -> None:
+        """The local optimizer, for strategies that reset its state (bmuf)."""
+        self.optimizer = optimizer
 
     def setup(self, model: "torch.nn.Module") -> "torch.nn.Module":
         """Take the freshly built (and possibly checkpoint-restored) model; return the

@@ -56,6 +56,7 @@ class BmufStrategy(Strategy):
         if eta is None:  # the paper's rule of thumb for N workers
             eta = 1.0 - 1.0 / self.ctx.world_size
         self.tau, self.eta, self.zeta, self.nesterov = algo.tau, eta, algo.block_lr, algo.nesterov
+        self.reset_momentum = algo.reset_momentum
         self.active = self.ctx.world_size > 1 and dist.is_initialized()
         self.global_model = parameters_to_vector(self.params).detach().clone()  # W_{t-1}
         self.delta = torch.zeros_like(self.global_model)
@@ -84,6 +85,9 @@ class BmufStrategy(Strategy):
             self.global_model, avg, self.delta, self.eta, self.zeta, self.nesterov)
         vector_to_parameters(start, self.params)
         self.pending = 0
+        if self.reset_momentum and self.optimizer is not None:
+            for state in self.optimizer.state.values():
+                state.pop("momentum_buffer", None)  # SGD and LARS start a fresh one
 
     @torch.no_grad()
     def finish(self) -> None:
