@@ -42,17 +42,20 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
     out = {}
     for name, over in ALGORITHMS.items():
         scrapes: list[dict[str, float]] = []
+        server_scrapes: list[dict[str, float]] = []
 
-        def tick(run: RunDir, scrapes=scrapes) -> None:
-            rec = read_json(run.worker_file(0)) or {}
-            if rec.get("metrics_port") and "finished" not in rec:
-                try:
-                    scrapes.append(scrape(rec["metrics_port"]))
-                except OSError:
-                    pass  # not serving yet, or just exited
+        def tick(run: RunDir, scrapes=scrapes, server_scrapes=server_scrapes) -> None:
+            for rec, into in ((read_json(run.worker_file(0)), scrapes),
+                              (read_json(run.workers / "server-0.json"), server_scrapes)):
+                if rec and rec.get("metrics_port") and "finished" not in rec:
+                    try:
+                        into.append(scrape(rec["metrics_port"]))
+                    except OSError:
+                        pass  # not serving yet, or just exited
 
         status, run = run_job(home, digits_job(f"p-{name}", **over), tick=tick)
         out[name] = dict(status=status, run=run, result=run.result() or {}, scrapes=scrapes,
+                         server_scrapes=server_scrapes,
                          workers=[read_json(run.worker_file(r)) for r in (0, 1)])
     return out
 
@@ -67,6 +70,23 @@ def test_every_strategy_reaches_090_on_digits(runs, name):
     # finish() hands every rank the same model: the averaged (bmuf), centre (easgd) or
     # server's (async) one
     assert len(digests) == 1
+
+
+def test_parameter_server_exports_updates_and_staleness(runs):
+    """The server's own /metrics (port in workers/server-0.json): updates applied, the
+    staleness of each, and its traffic, as role server."""
+    r = runs["async"]
+    assert r["server_scrapes"], "no scrape of the parameter server's /metrics"
+    last = r["server_scrapes"][-1]
+    assert last["alchemist_server_updates_total"] > 0
+    assert last["alchemist_staleness_steps_count"] == last["alchemist_server_updates_total"]
+    assert last["alchemist_communication_sent_bytes_total"] > 0
+    assert last["alchemist_communication_received_bytes_total"] > 0
+    # with rank 1 three times slower, rank 0's updates land between rank 1's read and its
+    # push: some updates are stale
+    assert last["alchemist_staleness_steps_sum"] > 0
+    # a worker sees the staleness of its own updates too
+    assert r["scrapes"][-1]["alchemist_staleness_steps_count"] > 0
 
 
 def test_asynchrony_is_real(runs):
@@ -126,9 +146,9 @@ def _expected_sent(name: str, comm: dict[str, float], steps: int) -> float:
 
 
 def test_killed_server_and_worker_resume_from_checkpoints(tmp_path: Path):
-    """Async job: SIGKILL the parameter server mid-run, then (once it has resumed) a worker.
-    The server restarts from its newest checkpoint, the worker group from theirs, and the
-    job finishes with a model as good as an undisturbed one."""
+    """Async job with two server shards: SIGKILL shard 0 mid-run, then (once it has resumed)
+    a worker. The shard restarts from its newest checkpoint, the worker group from theirs,
+    and the job finishes with a model as good as an undisturbed one."""
     killed: dict[str, Any] = {}
 
     def tick(run: RunDir) -> None:
@@ -143,12 +163,13 @@ def test_killed_server_and_worker_resume_from_checkpoints(tmp_path: Path):
             os.kill(w["pid"], signal.SIGKILL)
             killed["worker"] = (w["pid"], step)
 
-    job = digits_job("p-fail", {"name": "async"}, hyper={"epochs": 40})
+    job = digits_job("p-fail", {"name": "async", "servers": 2}, hyper={"epochs": 40})
     status, run = run_job(tmp_path, job, tick=tick, timeout=300)
     assert set(killed) == {"server", "worker"}, (killed, _logs(run))
     assert status.state == SUCCEEDED, _logs(run)
     server_log = (run.logs / "server-0.log").read_text()
     assert "attempt 2" in server_log and "resumed from its checkpoint at update" in server_log
+    assert "attempt 2" not in (run.logs / "server-1.log").read_text()  # the other shard ran on
     res = run.result()
     assert res["restarts"] == 1 and res["resumed_from_step"] is not None
     for rank in (0, 1):  # each worker resumed from its own newest checkpoint
