@@ -334,8 +334,8 @@ def train(spec: JobSpec, run: RunDir, shared_root: Path) -> dict[str, Any]:
         test_loss, test_acc = evaluate(model, data, device)
         metrics["alchemist_test_accuracy_ratio"].set(test_acc)
         elapsed = time.perf_counter() - t_loop
-        # Every rank records its final parameters' digest next to its metrics endpoint.
-        # and this attempt's own training rate (before finish(), which may wait for others).
+        # Every rank records its final parameters' digest next to its metrics endpoint, and
+        # this attempt's own pace (up to its last step: finish() may wait for the others).
         train_s = t_last_step - t_loop
         write_json_atomic(worker_file, dict(read_json(worker_file) or record,
                                             final_param_sha256=param_digest(model),
