@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 import alchemist_jobs
+from alchemist_jobs import server_role
 from alchemist_jobs.errors import UserError
 from alchemist_jobs.rundir import RunDir, all_runs, find_run, new_run_id, runs_root
 from alchemist_jobs.scheduler import (CANCELLED, FAILED, FINAL_STATES, LOST, RUNNING, SUCCEEDED,
@@ -68,17 +69,20 @@ class LocalRequest(Request):
     spec: JobSpec
     processes: list[LocalProcess]
     rdzv_port: int | None = None
+    servers: list[server_role.ServerProcess] = field(default_factory=list)  # parameter servers
 
     def describe(self) -> str:
         head = [f"# run {self.run_id} on stack local: {self.spec.nodes} node(s) x "
                 f"{self.spec.procs_per_node} worker(s), run directory {self.run.path}"]
-        return "\n".join(head + [p.shell() for p in self.processes])
+        return "\n".join(head + [s.shell() for s in self.servers]
+                         + [p.shell() for p in self.processes])
 
 
 @dataclass
 class LocalRun:
     request: LocalRequest
     procs: list[subprocess.Popen] = field(default_factory=list)
+    servers: server_role.LocalServers | None = None
 
     @property
     def run(self) -> RunDir:
@@ -121,6 +125,10 @@ class LocalScheduler(Scheduler):
             "OMP_NUM_THREADS": str(max(1, int(spec.resources.cpu))),
             **spec.env,
         }
+        # The parameter-server role, for algorithms that have one (ports picked at schedule).
+        servers = server_role.server_processes(spec, run, base_env, str(Path(spec_dir).resolve()))
+        if servers:
+            base_env["ALCHEMIST_PS_ADDRS"] = server_role.placeholder_addrs(servers)
         procs = []
         for node in range(spec.nodes):
             argv = [sys.executable, "-m", "torch.distributed.run",
@@ -137,7 +145,7 @@ class LocalScheduler(Scheduler):
                        if spec.nodes > 1 else socket.gethostname())
             procs.append(LocalProcess(node=node, argv=argv, env=env,
                                       cwd=str(Path(spec_dir).resolve()), log=run.agent_log(node)))
-        return LocalRequest(run_id=run_id, run=run, spec=spec, processes=procs)
+        return LocalRequest(run_id=run_id, run=run, spec=spec, processes=procs, servers=servers)
 
     def schedule(self, request: LocalRequest) -> LocalRun:
         run, spec = request.run, request.spec
@@ -150,12 +158,17 @@ class LocalScheduler(Scheduler):
                          nodes=spec.nodes, agents=[])
         handle = LocalRun(request)
         try:
+            ps_env = {}
+            if request.servers:
+                handle.servers = server_role.LocalServers(request.servers, run, spec.max_restarts)
+                handle.servers.start()
+                ps_env = handle.servers.worker_env()
             for p in request.processes:
                 argv = [a.replace("PORT", str(request.rdzv_port)) if "127.0.0.1:PORT" in a else a
                         for a in p.argv]
                 with open(p.log, "ab") as log:
                     handle.procs.append(subprocess.Popen(
-                        argv, cwd=p.cwd, env={**os.environ, **p.env}, stdout=log,
+                        argv, cwd=p.cwd, env={**os.environ, **p.env, **ps_env}, stdout=log,
                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                         start_new_session=True, preexec_fn=_set_pdeathsig_term))
         except BaseException:
@@ -171,8 +184,10 @@ class LocalScheduler(Scheduler):
         run = handle.run
         while True:
             codes = [p.poll() for p in handle.procs]
-            if any(c not in (None, 0) for c in codes) and any(c is None for c in codes):
-                # One node failed for good: the others would wait for it until timeout.
+            if any(c not in (None, 0) for c in codes) and any(c is None for c in codes) or \
+                    handle.servers is not None and not handle.servers.poll():
+                # One node (or a parameter server) failed for good: the others would wait
+                # for it until timeout.
                 self._stop(handle, grace=CANCEL_GRACE_S)
                 codes = [p.poll() for p in handle.procs]
             if all(c is not None for c in codes):
@@ -187,6 +202,8 @@ class LocalScheduler(Scheduler):
             ok = all(c == 0 for c in codes)
             state = run.update_state(state=SUCCEEDED if ok else FAILED, ended=time.time(),
                                      exit_codes=codes)
+        if handle.servers is not None:  # they exit by themselves once every worker is done
+            handle.servers.stop(grace=CANCEL_GRACE_S)
         self._kill_leftover_workers(run)
         return self.status(run.run_id)
 
@@ -255,7 +272,7 @@ class LocalScheduler(Scheduler):
         if st.get("state") in FINAL_STATES:
             return self.status(run.run_id)
         run.update_state(state=CANCELLED, ended=time.time(), message="cancelled")
-        agents = [p for p in st.get("agents", []) if _alive(p)]
+        agents = [p for p in st.get("agents", []) + st.get("servers", []) if _alive(p)]
         for pid in agents:
             _signal_group(pid, signal.SIGTERM)  # torchrun stops its workers on SIGTERM
         deadline = time.time() + CANCEL_GRACE_S
@@ -282,6 +299,8 @@ class LocalScheduler(Scheduler):
             except subprocess.TimeoutExpired:
                 _signal_group(p.pid, signal.SIGKILL)
                 p.wait()
+        if handle.servers is not None:
+            handle.servers.stop(grace)
 
     def _kill_leftover_workers(self, run: RunDir) -> None:
         """Workers die with their agent (PDEATHSIG); this catches any that did not."""

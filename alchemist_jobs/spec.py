@@ -113,9 +113,13 @@ class BmufAlgo(_Node):
 
     name: Literal["bmuf"] = "bmuf"
     tau: int = Field(8, ge=1, description="local steps per block")
-    block_momentum: float = Field(0.9, ge=0, lt=1, description="eta: block momentum")
+    block_momentum: float | None = Field(
+        None, ge=0, lt=1, description="eta: block momentum; none = 1 - 1/workers (Chen & Huo)")
     block_lr: float = Field(1.0, gt=0, description="zeta: block learning rate")
     nesterov: bool = Field(True, description="restart workers from W_t + eta * Delta_t")
+    reset_momentum: bool = Field(
+        True, description="clear the local optimizer's momentum after each block (as CNTK "
+                          "does): it points along the old local path, not the new model")
 
 
 class EasgdAlgo(_Node):
@@ -300,6 +304,13 @@ def _check_task(spec: JobSpec, spec_dir: Path, source: str) -> None:
                 f"{source}: hyper.batch_size: {spec.hyper.batch_size} x {spec.world_size} workers "
                 f"= {spec.global_batch} exceeds the {n} training samples of task "
                 f"{spec.task.builtin}; accepted: batch_size <= {n // spec.world_size}"
+            )
+        accum = getattr(spec.algorithm, "grad_accum", 1)
+        if spec.global_batch * accum > n:
+            raise UserError(
+                f"{source}: algorithm.grad_accum: {accum} micro-batches of {spec.global_batch} "
+                f"exceed the {n} training samples of task {spec.task.builtin}; accepted: "
+                f"grad_accum <= {n // spec.global_batch}"
             )
 
 

@@ -14,7 +14,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-_NAME = re.compile(r"^(?P<prefix>[a-z]+)-(?P<step>\d{9})\.pt$")
+# Prefixes: `step` (collective), `rank<N>` (one per async worker), `server<K>` (PS shards).
+_NAME = re.compile(r"^(?P<prefix>[a-z][a-z0-9]*)-(?P<step>\d{9})\.pt$")
 
 
 def _fsync_dir(path: Path) -> None:

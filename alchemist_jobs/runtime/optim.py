@@ -31,14 +31,17 @@ class LARS(torch.optim.Optimizer):
                     continue
                 d = p.grad
                 if p.ndim > 1:  # adapt weights only; biases and norms take the plain step
-                    if group["weight_decay"]:
-                        d = d.add(p, alpha=group["weight_decay"])
+                    wd = group["weight_decay"]
                     w_norm, g_norm = torch.linalg.vector_norm(p), torch.linalg.vector_norm(d)
+                    # The paper's local lr: eta * ||w|| / (||g|| + wd * ||w||); 1 where a norm
+                    # is zero (a fresh zero layer, or no gradient) so the step is plain SGD.
                     trust = torch.where(
                         (w_norm > 0) & (g_norm > 0),
-                        group["eta"] * w_norm / (g_norm + group["eps"]),
+                        group["eta"] * w_norm / (g_norm + wd * w_norm + group["eps"]),
                         torch.ones_like(w_norm),
                     )
+                    if wd:
+                        d = d.add(p, alpha=wd)
                     d = d.mul(trust)
                 if group["momentum"]:
                     buf = self.state[p].get("momentum_buffer")

@@ -4,6 +4,10 @@ Per optimizer step: learning rate from the schedule; forward/backward over the s
 micro-batches; the strategy's hook (gradient exchange); optimizer step; the strategy's
 periodic hook (model exchange); metrics and progress; a checkpoint every N steps. The loop
 never branches on the algorithm: the strategy does what differs.
+
+Fault injection for tests and benchmarks: `ALCHEMIST_SLOW_RANKS=1:3` (comma-separated
+RANK:FACTOR) stretches each step of rank 1 to 3 times its duration by sleeping, as if that
+worker ran on a slower machine.
 """
 
 from __future__ import annotations
@@ -67,6 +71,22 @@ def set_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def slowdown(rank: int, env: str | None = None) -> float:
+    """This rank's step-time factor from ALCHEMIST_SLOW_RANKS (`RANK:FACTOR,...`); 1 = none."""
+    text = os.environ.get("ALCHEMIST_SLOW_RANKS", "") if env is None else env
+    for item in filter(None, (t.strip() for t in text.split(","))):
+        try:
+            r, f = item.split(":")
+            r, f = int(r), float(f)
+        except ValueError:
+            raise ValueError(f"ALCHEMIST_SLOW_RANKS: {item!r} is not RANK:FACTOR (e.g. 1:3)") from None
+        if f < 1:
+            raise ValueError(f"ALCHEMIST_SLOW_RANKS: factor {f} of rank {r} is below 1")
+        if r == rank:
+            return f
+    return 1.0
 
 
 def param_digest(model: torch.nn.Module) -> str:
@@ -156,33 +176,36 @@ def train(spec: JobSpec, run: RunDir, shared_root: Path) -> dict[str, Any]:
 
     accum = getattr(spec.algorithm, "grad_accum", 1)
     batches = Batches(data, spec.hyper.batch_size, rank, world, spec.hyper.seed, device)
-    steps_per_epoch = max(1, batches.per_epoch // accum)
+    # A step takes `accum` whole micro-batches; an epoch's remainder (< accum) is skipped.
+    steps_per_epoch = batches.per_epoch // accum
+    if steps_per_epoch == 0:
+        raise ValueError(f"grad_accum={accum} exceeds the {batches.per_epoch} batches per epoch")
     total_steps = spec.hyper.steps or math.ceil(spec.hyper.epochs * steps_per_epoch)
     global_batch = world * spec.hyper.batch_size * accum
     schedule = build_schedule(spec.hyper, global_batch, steps_per_epoch, total_steps)
     metrics["alchemist_global_batch_size"].set(global_batch)
 
     # Resume: the newest complete checkpoint restores model, optimizer, strategy, position
-    # and this rank's RNG. Load into the bare model before the strategy wraps it.
-    ckpt = Checkpointer(run.checkpoints, keep=spec.checkpoint.keep)
+    # and this rank's RNG. Load into the bare model before the strategy wraps it. Workers that
+    # do not move in lock-step (async) each keep their own checkpoints (prefix rank<N>).
+    prefix = "step" if strategy.collective_checkpoint else f"rank{rank}"
+    ckpt = Checkpointer(run.checkpoints, keep=spec.checkpoint.keep, prefix=prefix)
     step, epoch, batch_in_epoch, resumed_from = 0, 0, 0, None
     loaded = ckpt.latest() if spec.checkpoint.resume else None
     if loaded is not None:
         resumed_from, payload = loaded
-        model.load_state_dict(payload["model"])
+        mine = _rank_entry(payload, rank)  # this rank's RNG, and its model where replicas differ
+        model.load_state_dict(mine.get("model", payload["model"]))
         step, epoch, batch_in_epoch = payload["step"], payload["epoch"], payload["batch_in_epoch"]
     train_model = strategy.setup(model)
     optimizer = build_optimizer(spec.hyper, model.parameters())
+    strategy.bind_optimizer(optimizer)
     if loaded is not None:
-        optimizer.load_state_dict(payload["optimizer"])
+        optimizer.load_state_dict(mine.get("optimizer", payload["optimizer"]))
         strategy.load_state_dict(payload.get("strategy", {}))
-        ranks = payload.get("ranks", [])
-        if rank < len(ranks):
-            set_rng_state(ranks[rank]["rng"])
-            if "model" in ranks[rank]:  # strategies whose replicas differ (bmuf, easgd)
-                model.load_state_dict(ranks[rank]["model"])
-                optimizer.load_state_dict(ranks[rank]["optimizer"])
-        if rank == 0:
+        if "rng" in mine:
+            set_rng_state(mine["rng"])
+        if rank == 0 or not strategy.collective_checkpoint:
             print(f"alchemist: resumed from checkpoint at step {resumed_from} "
                   f"(epoch {epoch}, batch {batch_in_epoch}), restart {restarts}", flush=True)
 
@@ -194,16 +217,21 @@ def train(spec: JobSpec, run: RunDir, shared_root: Path) -> dict[str, Any]:
     history: list[dict[str, Any]] = []
     last_progress, loss_value, samples_done, t_loop = 0.0, float("nan"), 0, time.perf_counter()
     compute_s = comm_s = data_s = 0.0
+    first_step, t_last_step, train_started, epoch_ends = step, t_loop, time.time(), []
+    slow = slowdown(rank)
 
     def save_checkpoint() -> None:
-        """Every rank contributes its RNG (and, where replicas differ, its model);
-        rank 0 writes one file atomically."""
+        """Every rank contributes its RNG (and, where replicas differ, its model). Collective
+        strategies gather them and rank 0 writes one file; the others write one file each."""
         t0 = time.perf_counter()
         mine: dict[str, Any] = {"rng": rng_state()}
         if not strategy.replicas_identical:
             mine["model"], mine["optimizer"] = model.state_dict(), optimizer.state_dict()
-        ranks = _gather_to_all(mine, world)
-        if rank == 0:
+        if strategy.collective_checkpoint:
+            ranks: Any = _gather_to_all(mine, world)
+        else:
+            ranks = {rank: mine}
+        if rank == 0 or not strategy.collective_checkpoint:
             _, size, _ = ckpt.save(step, dict(
                 config=spec.model_dump(mode="json"), step=step, epoch=epoch,
                 batch_in_epoch=batch_in_epoch, model=model.state_dict(),
@@ -230,8 +258,10 @@ def train(spec: JobSpec, run: RunDir, shared_root: Path) -> dict[str, Any]:
         while step < total_steps:
             epoch_iter = batches.epoch(epoch, batch_in_epoch)
             while step < total_steps:
+                if batch_in_epoch + accum > batches.per_epoch:
+                    break  # end of the epoch: too few batches left for a whole step
                 t0 = time.perf_counter()
-                lr = schedule(step)
+                lr = ctx.lr = schedule(step)
                 for g in optimizer.param_groups:
                     g["lr"] = lr
                 optimizer.zero_grad(set_to_none=True)
@@ -239,26 +269,25 @@ def train(spec: JobSpec, run: RunDir, shared_root: Path) -> dict[str, Any]:
                 loss_sum, n_micro, t_data = 0.0, 0, 0.0
                 for i in range(accum):
                     td = time.perf_counter()
-                    item = next(epoch_iter, None)
+                    b, x, y = next(epoch_iter)
                     t_data += time.perf_counter() - td
-                    if item is None:
-                        break
-                    batch_in_epoch, x, y = item[0] + 1, item[1], item[2]
+                    batch_in_epoch = b + 1
                     with strategy.accumulate(last=(i == accum - 1)):
                         loss = F.cross_entropy(train_model(x), y) / accum
                         loss.backward()
                     loss_sum += loss.item() * accum
                     n_micro += 1
                     samples_done += len(x)
-                if n_micro == 0:  # epoch exhausted between steps
-                    break
                 strategy.after_backward(step)  # gradient exchange (async: PS push/pull)
                 optimizer.step()
                 step += 1
                 strategy.after_step(step)  # model exchange every tau steps (bmuf, easgd)
+                if slow > 1:  # injected fault: this rank behaves like a slower machine
+                    time.sleep((slow - 1) * (time.perf_counter() - t0))
 
                 # Time and traffic of this step, from the strategy's counters.
-                t_step = time.perf_counter() - t0
+                t_last_step = time.perf_counter()
+                t_step = t_last_step - t0
                 t_comm = ctx.comm.close_window()
                 loss_value = loss_sum / n_micro
                 comm_s += t_comm
@@ -277,8 +306,7 @@ def train(spec: JobSpec, run: RunDir, shared_root: Path) -> dict[str, Any]:
                 _export_comm(metrics, ctx)
                 faults.after_step(step)
 
-                if spec.checkpoint.every_steps and step % spec.checkpoint.every_steps == 0 \
-                        and strategy.collective_checkpoint:
+                if spec.checkpoint.every_steps and step % spec.checkpoint.every_steps == 0:
                     save_checkpoint()
                 if rank == 0 and time.perf_counter() - last_progress > PROGRESS_EVERY_S:
                     publish()
@@ -287,22 +315,35 @@ def train(spec: JobSpec, run: RunDir, shared_root: Path) -> dict[str, Any]:
                     raise FloatingPointError(f"loss is {loss_value} at step {step}; stopping")
             else:
                 break
-            # End of an epoch: evaluate for the learning curve (rank 0, cheap for built-ins).
+            # End of an epoch: evaluate for the learning curve (rank 0, cheap for built-ins),
+            # on the model the strategy would hand out now (bmuf: the global model; easgd: the
+            # centre variable).
             epoch, batch_in_epoch = epoch + 1, 0
+            epoch_ends.append(time.time())  # every rank: its own pace, for throughput studies
             if rank == 0:
-                _, acc = evaluate(model, data, device)
+                with strategy.evaluation_model() as current:
+                    _, acc = evaluate(current, data, device)
                 history.append(dict(epoch=epoch, step=step, accuracy=acc, loss=loss_value,
                                     wall_s=time.time() - t_start))
                 writer.add_scalar("test/accuracy", acc, step)
                 metrics["alchemist_test_accuracy_ratio"].set(acc)
 
         strategy.finish()
+        # The final exchange (bmuf's last block, the parameter server's final model) counts.
+        t_comm = ctx.comm.close_window()
+        comm_s += t_comm
+        metrics["alchemist_communication_seconds_total"].inc(t_comm)
+        _export_comm(metrics, ctx)
         test_loss, test_acc = evaluate(model, data, device)
         metrics["alchemist_test_accuracy_ratio"].set(test_acc)
         elapsed = time.perf_counter() - t_loop
-        # Every rank records its final parameters' digest next to its metrics endpoint.
+        # Every rank records its final parameters' digest next to its metrics endpoint, and
+        # this attempt's own pace (up to its last step: finish() may wait for the others).
+        train_s = t_last_step - t_loop
         write_json_atomic(worker_file, dict(read_json(worker_file) or record,
                                             final_param_sha256=param_digest(model),
+                                            train_steps=step - first_step, train_s=train_s,
+                                            train_started=train_started, epoch_ends=epoch_ends,
                                             finished=time.time()))
         result = dict(
             run=run.run_id, steps=step, epochs=step / steps_per_epoch, final_loss=loss_value,
@@ -352,6 +393,14 @@ def _gather_to_all(obj: dict[str, Any], world: int) -> list[dict[str, Any]]:
         blobs = [None] * world
         dist.all_gather_object(blobs, buf.getvalue())
     return [torch.load(io.BytesIO(b), weights_only=True) for b in blobs]
+
+
+def _rank_entry(payload: dict[str, Any], rank: int) -> dict[str, Any]:
+    """This rank's part of a checkpoint: a list indexed by rank (collective) or {rank: ...}."""
+    ranks = payload.get("ranks", [])
+    if isinstance(ranks, dict):
+        return ranks.get(rank, {})
+    return ranks[rank] if rank < len(ranks) else {}
 
 
 def _export_comm(metrics: WorkerMetrics, ctx: WorkerContext) -> None:

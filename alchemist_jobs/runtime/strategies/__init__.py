@@ -15,6 +15,9 @@ if TYPE_CHECKING:
 # algorithm name -> "module:Class"; modules are imported only when chosen.
 REGISTRY = {
     "sync": "alchemist_jobs.runtime.strategies.sync:SyncStrategy",
+    "async": "alchemist_jobs.runtime.strategies.async_ps:AsyncStrategy",
+    "bmuf": "alchemist_jobs.runtime.strategies.bmuf:BmufStrategy",
+    "easgd": "alchemist_jobs.runtime.strategies.easgd:easgd_strategy",  # sync or async variant
 }
 
 

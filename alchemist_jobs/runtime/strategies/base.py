@@ -11,6 +11,9 @@ The training loop (runtime/trainer.py) is the same for every algorithm:
         strategy.after_step(step)         exchange models every tau steps (bmuf, easgd)
     strategy.finish()                     leave every rank with the model to evaluate and save
 
+`ctx.lr` holds the current step's learning rate. With one worker every strategy is plain
+local SGD: there is nothing to exchange.
+
 Strategies count their own communication in `ctx.comm` (bytes, seconds, rounds), which the
 loop turns into the contract's metrics.
 """
@@ -33,8 +36,9 @@ if TYPE_CHECKING:
 class CommStats:
     """Running totals of this process's communication; the loop reads deltas per step.
 
-    Bytes count the payload a ring all-reduce moves: 2*(n-1)/n times the tensor size in
-    each direction, the same accounting for every strategy so their traffic compares.
+    Collectives count what a ring all-reduce moves: 2*(n-1)/n times the tensor size in
+    each direction, the same accounting for every collective strategy so their traffic
+    compares. Parameter-server traffic counts the bytes actually sent and received.
     """
 
     sent_bytes: float = 0.0
@@ -48,6 +52,11 @@ class CommStats:
         moved = 2.0 * (world - 1) / world * nbytes if world > 1 else 0.0
         self.sent_bytes += moved
         self.received_bytes += moved
+
+    def payload(self, sent: int, received: int) -> None:
+        """Bytes of a point-to-point exchange (parameter-server traffic), as sent."""
+        self.sent_bytes += sent
+        self.received_bytes += received
 
     def window(self, start: float, end: float) -> None:
         """Record one exchange in flight from start to end (overlapping ones merge)."""
@@ -83,6 +92,9 @@ class WorkerContext:
     device: "torch.device"
     metrics: "WorkerMetrics"
     comm: CommStats = field(default_factory=CommStats)
+    # The current step's learning rate, set by the loop: a strategy that applies updates
+    # elsewhere (async: the parameter server) sends it along with the gradient.
+    lr: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -92,7 +104,8 @@ class Strategy:
 
     name = "base"
     # True when every rank takes part in each checkpoint (a collective gather); a strategy
-    # whose workers do not move in lock-step (async) sets False and checkpoints elsewhere.
+    # whose workers do not move in lock-step (async) sets False, and each worker then writes
+    # its own checkpoint (position, RNG, its model) when it gets there.
     collective_checkpoint = True
     # True when all ranks hold the same model after finish() (what tests check for sync).
     replicas_identical = True
@@ -100,6 +113,11 @@ class Strategy:
     def __init__(self, ctx: WorkerContext):
         self.ctx = ctx
         self.model: "torch.nn.Module | None" = None
+        self.optimizer: "torch.optim.Optimizer | None" = None
+
+    def bind_optimizer(self, optimizer: "torch.optim.Optimizer") -> None:
+        """The local optimizer, for strategies that reset its state (bmuf)."""
+        self.optimizer = optimizer
 
     def setup(self, model: "torch.nn.Module") -> "torch.nn.Module":
         """Take the freshly built (and possibly checkpoint-restored) model; return the
@@ -120,6 +138,11 @@ class Strategy:
 
     def finish(self) -> None:
         """Training is over: leave the model every rank should evaluate and save."""
+
+    @contextlib.contextmanager
+    def evaluation_model(self) -> Iterator["torch.nn.Module"]:
+        """The model to evaluate mid-run (learning curves): by default the local one."""
+        yield self.model
 
     def state_dict(self) -> dict[str, Any]:
         """Strategy state to checkpoint (block momentum, centre variable...)."""

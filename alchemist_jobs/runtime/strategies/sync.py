@@ -69,17 +69,34 @@ def _allreduce_hook(strategy: "SyncStrategy", bucket: dist.GradBucket) -> torch.
 
 
 def _make_hook(algo: Any, strategy: SyncStrategy):
-    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-
     if algo.compression == "none":
         return _allreduce_hook
     if algo.compression == "fp16":
-        return default_hooks.fp16_compress_wrapper(_allreduce_hook)
+        return _compressed(torch.float16)
     if algo.compression == "bf16":
-        return default_hooks.bf16_compress_wrapper(_allreduce_hook)
+        return _compressed(torch.bfloat16)
     if algo.compression == "powersgd":
         return _powersgd_hook(algo)
     raise ValueError(f"unknown compression {algo.compression!r}")
+
+
+def _compressed(dtype: torch.dtype):
+    """All-reduce the bucket in a 16-bit type, then cast back (what torch's fp16/bf16
+    wrappers do). Our own wrapper because DDP refuses any hook *named*
+    bf16_compress_wrapper_hook without CUDA and NCCL, although gloo reduces bfloat16 on CPU."""
+
+    def hook(strategy: "SyncStrategy", bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+        full = bucket.buffer()
+        bucket.set_buffer(full.to(dtype))
+        fut = _allreduce_hook(strategy, bucket)
+
+        def decompress(f: torch.futures.Future) -> torch.Tensor:
+            full.copy_(f.value())
+            return full
+
+        return fut.then(decompress)
+
+    return hook
 
 
 def _powersgd_hook(algo: Any):
@@ -88,6 +105,11 @@ def _powersgd_hook(algo: Any):
     PowerSGD all-reduces two low-rank factors P (n x r) and Q (m x r) per compressed matrix
     instead of the n x m gradient; vectors travel uncompressed. Bytes are counted from that
     shape arithmetic, as torch's hook does not report them.
+
+    On gloo the hook completes each bucket before DDP hands it the next: torch's hook issues
+    its P and Q all-reduces from completion callbacks, so with several buckets two ranks can
+    issue collectives in different orders, which gloo reports as a size mismatch and aborts
+    (pytorch/pytorch#58467 records the hook failing its parity test on gloo).
     """
     from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as ps
 
@@ -112,6 +134,12 @@ def _powersgd_hook(algo: Any):
             else:
                 nbytes += g.numel() * elem
         fut = ps.powerSGD_hook(st, bucket)
+        if dist.get_backend() == "gloo":
+            value = fut.wait()
+            strategy.record(t0, nbytes)
+            ready: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+            ready.set_result(value)
+            return ready
 
         def done(f: torch.futures.Future) -> torch.Tensor:
             strategy.record(t0, nbytes)

@@ -1,0 +1,339 @@
+"""The parameter server: one process per shard, holding and updating its share of the model.
+
+    ALCHEMIST_PS_SHARD=k ALCHEMIST_PS_PORT=p ALCHEMIST_RUN_DIR=... \\
+        python -m alchemist_jobs.runtime.parameter_server
+
+The launcher adds these processes beside the workers (locally: server_role.py; on a cluster:
+extra indexes of the job). Workers find them through ALCHEMIST_PS_ADDRS.
+
+Transport: torch.distributed.rpc binds every participant into one static world at start-up
+and does not survive a worker's restart, so the server speaks a small length-prefixed TCP
+protocol carrying raw tensor bytes (ps_wire.py); a restarted worker or server simply
+reconnects.
+
+Requests (one persistent connection per worker):
+- hello   register a worker (after every (re)connect); checks both sides agree on the layout
+- pull    the current parameters
+- push    a gradient and the worker's learning rate: applied at once by the server's
+          optimizer (the job's own, so momentum, weight decay and LARS apply), answered with
+          the new parameters; `staleness` = updates applied since the worker's read
+- elastic async EASGD: x_i in, e = α(x_i − x̃) back, x̃ += e
+- done    the worker finished; answered with the final parameters once every worker is done
+
+With `staleness_bound` s (stale-synchronous parallel), the answer to a push waits while the
+worker is more than s steps ahead of the slowest unfinished worker. The server checkpoints
+its parameters atomically (prefix server<k>) every `checkpoint.every_steps` updates and a
+restarted server resumes from the newest one (updates after it are lost, which asynchronous
+SGD tolerates). It exits by itself once every worker is done.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import socketserver
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from alchemist_jobs.rundir import RunDir, write_json_atomic
+from alchemist_jobs.runtime import ps_wire
+from alchemist_jobs.runtime.checkpoint import Checkpointer
+from alchemist_jobs.runtime.metrics import WorkerMetrics
+from alchemist_jobs.spec import JobSpec
+
+
+class Shard:
+    """One shard's parameters, optimizer, clocks and bookkeeping; every method holds the lock."""
+
+    def __init__(self, spec: JobSpec, shard: int, names: list[str], tensors: list[torch.Tensor],
+                 world: int, metrics: WorkerMetrics, ckpt: Checkpointer | None):
+        from alchemist_jobs.runtime.optim import build_optimizer
+
+        self.spec, self.shard, self.names, self.world = spec, shard, names, world
+        self.params = [torch.nn.Parameter(t.detach().clone(), requires_grad=False) for t in tensors]
+        self.numels = [p.numel() for p in self.params]
+        # async SGD: the job's optimizer runs here; async EASGD only adds elastic differences.
+        self.async_sgd = spec.algorithm.name == "async"
+        self.optimizer = (build_optimizer(spec.hyper, self.params)
+                          if self.async_sgd and self.params else None)
+        bound = getattr(spec.algorithm, "staleness_bound", None)
+        self.bound: int | None = bound
+        self.version = 0  # updates applied
+        self.clocks = {r: 0 for r in range(world)}  # each worker's steps, as last reported
+        self.done: set[int] = set()
+        self.released: set[int] = set()  # workers that received their final answer
+        self.cond = threading.Condition()
+        self.finished = threading.Event()
+        self.metrics, self.ckpt = metrics, ckpt
+        self.every = spec.checkpoint.every_steps
+        self.closing = False
+
+    # -- state --------------------------------------------------------------------------------
+    def vector(self) -> torch.Tensor:
+        return ps_wire.flat(self.params)
+
+    def state_dict(self) -> dict[str, Any]:
+        return dict(shard=self.shard, names=self.names, version=self.version,
+                    clocks={str(r): c for r, c in self.clocks.items()},
+                    params={n: p.detach().clone() for n, p in zip(self.names, self.params)},
+                    optimizer=self.optimizer.state_dict() if self.optimizer else {},
+                    config=self.spec.model_dump(mode="json"))
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if list(state["names"]) != self.names:
+            raise RuntimeError(f"checkpoint of shard {state['shard']} holds {state['names']}, "
+                               f"this shard {self.names}")
+        with torch.no_grad():
+            for n, p in zip(self.names, self.params):
+                p.copy_(state["params"][n])
+        if self.optimizer and state["optimizer"]:
+            self.optimizer.load_state_dict(state["optimizer"])
+        self.version = int(state["version"])
+        self.clocks.update({int(r): int(c) for r, c in state["clocks"].items()})
+
+    def checkpoint(self) -> None:
+        if self.ckpt is None:
+            return
+        t0 = time.perf_counter()
+        _, size, _ = self.ckpt.save(self.version, self.state_dict())
+        self.metrics["alchemist_checkpoint_seconds"].observe(time.perf_counter() - t0)
+        self.metrics["alchemist_checkpoint_size_bytes"].set(size)
+        self.metrics["alchemist_checkpoint_step"].set(self.version)
+
+    def _applied(self) -> None:
+        self.version += 1
+        self.metrics["alchemist_server_updates_total"].inc()
+        if self.every and self.version % self.every == 0:
+            self.checkpoint()
+        self.cond.notify_all()
+
+    # -- requests -----------------------------------------------------------------------------
+    def hello(self, h: dict[str, Any]) -> tuple[dict[str, Any], torch.Tensor | None]:
+        if h.get("names") != self.names:
+            return {"error": f"shard {self.shard} holds {self.names}, worker expects "
+                             f"{h.get('names')}: different models"}, None
+        with self.cond:
+            self.done.discard(h["rank"])  # a restarted worker is running again
+            self.released.discard(h["rank"])
+            self.cond.notify_all()
+            return {"version": self.version, "world": self.world}, None
+
+    def pull(self, h: dict[str, Any]) -> tuple[dict[str, Any], torch.Tensor]:
+        with self.cond:
+            return {"version": self.version}, self.vector()
+
+    def push(self, h: dict[str, Any], payload: bytearray) -> tuple[dict[str, Any], torch.Tensor]:
+        grads = ps_wire.from_bytes(payload)
+        rank = h["rank"]
+        with self.cond:
+            staleness = max(0, self.version - int(h["read"]))  # < 0 after a server restart
+            off = 0
+            for p, n in zip(self.params, self.numels):
+                p.grad = grads[off:off + n].view_as(p)
+                off += n
+            if self.optimizer is not None:  # None: a shard left without tensors
+                for g in self.optimizer.param_groups:
+                    g["lr"] = float(h["lr"])
+                self.optimizer.step()
+            for p in self.params:
+                p.grad = None
+            self.metrics["alchemist_staleness_steps"].observe(staleness)
+            self.clocks[rank] = int(h["clock"])
+            self._applied()
+            self._wait_for_slowest(rank)
+            return {"version": self.version, "staleness": staleness}, self.vector()
+
+    def elastic(self, h: dict[str, Any], payload: bytearray) -> tuple[dict[str, Any], torch.Tensor]:
+        x = ps_wire.from_bytes(payload)
+        with self.cond, torch.no_grad():
+            staleness = max(0, self.version - int(h.get("read", self.version)))
+            e = float(h["alpha"]) * (x - self.vector())
+            off = 0
+            for p, n in zip(self.params, self.numels):
+                p.add_(e[off:off + n].view_as(p))
+                off += n
+            self.metrics["alchemist_staleness_steps"].observe(staleness)
+            self.clocks[h["rank"]] = int(h["clock"])
+            self._applied()
+            return {"version": self.version, "staleness": staleness}, e
+
+    def done_wait(self, h: dict[str, Any]) -> tuple[dict[str, Any], torch.Tensor]:
+        with self.cond:
+            self.done.add(h["rank"])
+            self.cond.notify_all()
+            while len(self.done) < self.world and not self.closing:
+                self.cond.wait(1.0)
+            return {"version": self.version}, self.vector()
+
+    def release(self, rank: int) -> None:
+        """The final answer reached `rank`; once every worker has one, the server may go."""
+        with self.cond:
+            self.released.add(rank)
+            if len(self.released) >= self.world:
+                self.finished.set()
+
+    def _wait_for_slowest(self, rank: int) -> None:
+        """SSP: hold this worker while it is more than `bound` steps ahead of the slowest
+        worker still training."""
+        if self.bound is None:
+            return
+        while not self.closing:
+            running = [c for r, c in self.clocks.items() if r not in self.done]
+            if not running or self.clocks[rank] - min(running) <= self.bound:
+                return
+            self.cond.wait(1.0)
+
+
+class _Handler(socketserver.BaseRequestHandler):
+    def handle(self) -> None:
+        shard: Shard = self.server.shard  # type: ignore[attr-defined]
+        sock: socket.socket = self.request
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        m = shard.metrics
+        while True:
+            try:
+                t0 = time.perf_counter()
+                h, payload, n_in = ps_wire.recv(sock)
+            except (ConnectionError, OSError):
+                return
+            t_in = time.perf_counter() - t0
+            op = h.get("op")
+            if op == "hello":
+                reply, vec = shard.hello(h)
+            elif op == "pull":
+                reply, vec = shard.pull(h)
+            elif op == "push" and shard.async_sgd:
+                reply, vec = shard.push(h, payload)
+            elif op == "elastic":
+                reply, vec = shard.elastic(h, payload)
+            elif op == "done":
+                reply, vec = shard.done_wait(h)
+            else:
+                reply, vec = {"error": f"unknown request {op!r} for algorithm "
+                                       f"{shard.spec.algorithm.name}"}, None
+            try:
+                t1 = time.perf_counter()
+                n_out = ps_wire.send(sock, reply, ps_wire.as_bytes(vec) if vec is not None else b"")
+                t_out = time.perf_counter() - t1
+            except (ConnectionError, OSError):
+                return
+            m["alchemist_communication_received_bytes_total"].inc(n_in)
+            m["alchemist_communication_sent_bytes_total"].inc(n_out)
+            m["alchemist_communication_seconds_total"].inc(t_in + t_out)
+            if op in ("push", "elastic", "pull"):
+                m["alchemist_sync_rounds_total"].inc()
+            if op == "done":
+                shard.release(h["rank"])
+            if "error" in reply:
+                return
+
+
+class _Server(socketserver.ThreadingTCPServer):
+    allow_reuse_address = True  # a restarted server takes its port back at once
+    daemon_threads = True
+
+
+def build_shard_tensors(spec: JobSpec, shard: int, shared_root: Path) -> tuple[list[str], list[torch.Tensor]]:
+    """This shard's names and initial tensors: the model the workers build, from the same
+    seed, split by the same layout."""
+    from alchemist_jobs.runtime.tasks import build_model, load_task_data
+    from alchemist_jobs.runtime.trainer import seed_everything
+
+    seed_everything(spec.hyper.seed)
+    data = load_task_data(spec, shared_root)
+    named = list(build_model(spec, data).named_parameters())
+    layout = ps_wire.shard_layout([p.numel() for _, p in named], server_count(spec))
+    return [named[i][0] for i in layout[shard]], [named[i][1] for i in layout[shard]]
+
+
+def server_count(spec: JobSpec) -> int:
+    from alchemist_jobs.server_role import server_count as count
+
+    return count(spec)
+
+
+def serve(spec: JobSpec, run: RunDir, shard: int, port: int, shared_root: Path,
+          bind: str = "0.0.0.0", restart: int = 0) -> int:
+    """Run one shard until every worker is done; returns the exit code."""
+    import socket as _s
+
+    node = os.environ.get("ALCHEMIST_NODE") or _s.gethostname()
+    labels = dict(job=spec.name, run=run.run_id, rank=f"server-{shard}", node=node,
+                  algorithm=spec.algorithm.name)
+    metrics = WorkerMetrics(labels, role="server", enabled=spec.metrics)
+    metrics_port = metrics.serve(0)
+    if spec.metrics:
+        metrics.add_system_collector()
+    metrics["alchemist_restarts"].set(restart)
+
+    names, tensors = build_shard_tensors(spec, shard, shared_root)
+    ckpt = Checkpointer(run.checkpoints, keep=spec.checkpoint.keep, prefix=f"server{shard}")
+    state = Shard(spec, shard, names, tensors, spec.world_size, metrics, ckpt)
+    resumed = ckpt.latest() if spec.checkpoint.resume else None
+    if resumed is not None:
+        state.load_state_dict(resumed[1])
+        print(f"alchemist: server {shard} resumed from its checkpoint at update {resumed[0]}",
+              flush=True)
+
+    server = _Server((bind, port), _Handler)
+    server.shard = state  # type: ignore[attr-defined]
+    write_json_atomic(run.workers / f"server-{shard}.json", dict(
+        role="server", shard=shard, pid=os.getpid(), node=node, host=_s.gethostname(),
+        port=server.server_address[1], metrics_port=metrics_port, restart=restart,
+        version=state.version, started=time.time()))
+    threading.Thread(target=server.serve_forever, kwargs=dict(poll_interval=0.2),
+                     daemon=True, name="ps-accept").start()
+    print(f"alchemist: server {shard} serving {len(names)} tensors "
+          f"({sum(state.numels)} parameters) on {bind}:{server.server_address[1]}", flush=True)
+    state.finished.wait()
+    with state.cond:
+        state.closing = True
+        state.checkpoint()  # the final parameters, for inspection and late readers
+        state.cond.notify_all()
+    server.shutdown()
+    print(f"alchemist: server {shard} done after {state.version} updates", flush=True)
+    return 0
+
+
+def _redirect_output(log: Path, header: str) -> None:
+    """stdout and stderr to logs/server-<k>.log, appended, one header per attempt."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.write(fd, header.encode())
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
+def main() -> int:
+    import yaml
+
+    run = RunDir(Path(os.environ["ALCHEMIST_RUN_DIR"]))
+    shard = int(os.environ["ALCHEMIST_PS_SHARD"])
+    port = int(os.environ["ALCHEMIST_PS_PORT"])
+    restart = int(os.environ.get("ALCHEMIST_PS_RESTART", 0))
+    if os.environ.get("ALCHEMIST_LOG_TO_CONSOLE") != "1":
+        _redirect_output(run.logs / f"server-{shard}.log",
+                         f"=== server {shard} attempt {restart + 1} pid {os.getpid()} at "
+                         f"{time.strftime('%Y-%m-%d %H:%M:%S')} ===\n")
+    # SIGTERM (cancel, launcher gone): exit at once; the newest checkpoint stays.
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(143))
+    shared_root = Path(os.environ.get("ALCHEMIST_SHARED_ROOT", run.path.parent.parent))
+    spec = JobSpec.model_validate(yaml.safe_load(run.spec.read_text()))
+    code = serve(spec, run, shard, port, shared_root,
+                 bind=os.environ.get("ALCHEMIST_PS_BIND", "0.0.0.0"), restart=restart)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # like the workers: no interpreter teardown after the job's work is done
+
+
+if __name__ == "__main__":
+    main()

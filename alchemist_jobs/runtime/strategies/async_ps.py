@@ -1,0 +1,240 @@
+"""`async`: asynchronous SGD through a parameter server; also the client of async EASGD.
+
+After backward a worker pushes its gradient to the server shards (ALCHEMIST_PS_ADDRS) and
+loads the parameters they answer with, without waiting for any other worker; it then sets
+its gradients to None, so the loop's optimizer.step() has nothing to do: the server's
+optimizer applied the update (runtime/parameter_server.py). Workers do not move in
+lock-step, so each writes its own checkpoint (position and RNG); the model itself lives on
+the servers, and a (re)started worker pulls it.
+
+Traffic is counted as the bytes actually sent and received (frames and headers included).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import time
+from typing import Any, Iterator
+
+import torch
+
+from alchemist_jobs.runtime import ps_wire
+from alchemist_jobs.runtime.strategies.base import Strategy, WorkerContext
+
+CONNECT_TIMEOUT_S = float(os.environ.get("ALCHEMIST_PS_CONNECT_TIMEOUT", 300))
+
+
+class PSClient:
+    """One persistent connection per shard. A broken connection (a server restarting from
+    its checkpoint) is re-established and the request sent again."""
+
+    def __init__(self, ctx: WorkerContext, names: list[list[str]]):
+        self.ctx = ctx
+        self.addrs = ps_wire.parse_addrs(os.environ.get("ALCHEMIST_PS_ADDRS", ""))
+        if len(self.addrs) != len(names):
+            raise ValueError(f"ALCHEMIST_PS_ADDRS names {len(self.addrs)} servers; the job has "
+                             f"{len(names)} shards")
+        self.names = names
+        self.socks: list[socket.socket | None] = [None] * len(self.addrs)
+        self.versions = [0] * len(self.addrs)  # the server version each shard's params came from
+
+    def _open(self, k: int) -> socket.socket:
+        deadline = time.monotonic() + CONNECT_TIMEOUT_S
+        while True:
+            sock = ps_wire.connect(*self.addrs[k], deadline=deadline)
+            try:
+                sent = ps_wire.send(sock, {"op": "hello", "rank": self.ctx.rank,
+                                           "names": self.names[k]})
+                h, _, got = ps_wire.recv(sock)
+            except (ConnectionError, OSError):
+                sock.close()
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+                continue
+            self.ctx.comm.payload(sent, got)
+            if "error" in h:
+                sock.close()
+                raise RuntimeError(f"parameter server {k}: {h['error']}")
+            self.socks[k] = sock
+            return sock
+
+    def connect(self) -> None:
+        for k in range(len(self.addrs)):
+            self._open(k)
+
+    def exchange(self, headers: list[dict[str, Any]],
+                 payloads: list[torch.Tensor | None]) -> list[tuple[dict[str, Any], torch.Tensor]]:
+        """Send one request to every shard, then collect every answer (shards work in
+        parallel); retried on a fresh connection where one breaks."""
+        comm = self.ctx.comm
+        replies: list[Any] = [None] * len(self.addrs)
+        todo = list(range(len(self.addrs)))
+        deadline = time.monotonic() + CONNECT_TIMEOUT_S
+        with comm.timed():
+            while todo:
+                failed = []
+                for k in todo:
+                    try:
+                        sock = self.socks[k] or self._open(k)
+                        body = ps_wire.as_bytes(payloads[k]) if payloads[k] is not None else b""
+                        comm.payload(ps_wire.send(sock, headers[k], body), 0)
+                    except (ConnectionError, OSError):
+                        failed.append(k)
+                for k in todo:
+                    if k in failed:
+                        continue
+                    try:
+                        h, buf, got = ps_wire.recv(self.socks[k])
+                    except (ConnectionError, OSError):
+                        failed.append(k)
+                        continue
+                    comm.payload(0, got)
+                    if "error" in h:
+                        raise RuntimeError(f"parameter server {k}: {h['error']}")
+                    replies[k] = (h, ps_wire.from_bytes(buf))
+                for k in failed:
+                    self._drop(k)
+                if failed and time.monotonic() > deadline:
+                    raise ConnectionError(f"parameter servers {failed} unreachable")
+                todo = sorted(set(failed))
+        return replies
+
+    def _drop(self, k: int) -> None:
+        if self.socks[k] is not None:
+            with contextlib.suppress(OSError):
+                self.socks[k].close()
+            self.socks[k] = None
+
+    def close(self) -> None:
+        for k in range(len(self.socks)):
+            self._drop(k)
+
+
+class _PSStrategy(Strategy):
+    """What async SGD and async EASGD share: the shard layout and the connections."""
+
+    collective_checkpoint = False  # workers are never at the same step: one file each
+    replicas_identical = False
+
+    def setup(self, model: torch.nn.Module) -> torch.nn.Module:
+        from alchemist_jobs.server_role import server_count
+
+        self.model = model
+        named = list(model.named_parameters())
+        layout = ps_wire.shard_layout([p.numel() for _, p in named], server_count(self.ctx.spec))
+        self.shards = [[named[i][1] for i in idx] for idx in layout]
+        self.client = PSClient(self.ctx, [[named[i][0] for i in idx] for idx in layout])
+        self.client.connect()
+        return model
+
+    def _rank_header(self, **h: Any) -> list[dict[str, Any]]:
+        return [dict(h, rank=self.ctx.rank, read=v) for v in self.client.versions]
+
+    @torch.no_grad()
+    def _load(self, replies: list[tuple[dict[str, Any], torch.Tensor]], add: bool = False,
+              sign: float = 1.0) -> None:
+        """Copy (or, with add, add sign times) each shard's answer into the model."""
+        for k, (h, vec) in enumerate(replies):
+            off = 0
+            for p in self.shards[k]:
+                part = vec[off:off + p.numel()].view_as(p)
+                p.add_(part, alpha=sign) if add else p.copy_(part)
+                off += p.numel()
+            self.client.versions[k] = int(h.get("version", self.client.versions[k]))
+
+    def _staleness(self, replies: list[tuple[dict[str, Any], torch.Tensor]]) -> None:
+        s = [h["staleness"] for h, _ in replies if "staleness" in h]
+        if s:
+            self.ctx.metrics["alchemist_staleness_steps"].observe(max(s))
+
+    def _pull(self) -> None:
+        self._load(self.client.exchange(self._rank_header(op="pull"), [None] * len(self.shards)))
+
+    def _done(self) -> None:
+        """Tell the servers this worker finished; their answer (once every worker has
+        finished) is the final model."""
+        self._load(self.client.exchange(self._rank_header(op="done"), [None] * len(self.shards)))
+
+    def close(self) -> None:
+        client = getattr(self, "client", None)
+        if client is not None:
+            client.close()
+
+
+class AsyncStrategy(_PSStrategy):
+    name = "async"
+
+    def setup(self, model: torch.nn.Module) -> torch.nn.Module:
+        super().setup(model)
+        self._pull()  # the servers hold the model; a restarted worker continues from theirs
+        self.ctx.comm.close_window()  # not to be merged with the first step's exchange
+        return model
+
+    def after_backward(self, step: int) -> None:
+        grads = [ps_wire.flat([p.grad if p.grad is not None else torch.zeros_like(p)
+                               for p in shard]) for shard in self.shards]
+        replies = self.client.exchange(
+            self._rank_header(op="push", clock=step + 1, lr=self.ctx.lr), grads)
+        self.ctx.comm.rounds += 1
+        self._load(replies)
+        self._staleness(replies)
+        for shard in self.shards:
+            for p in shard:
+                p.grad = None  # the server applied the update: the local step has nothing to do
+
+    def finish(self) -> None:
+        self._done()
+
+
+class AsyncEasgdStrategy(_PSStrategy):
+    """EASGD with the centre variable on a parameter server (`easgd` with variant async)."""
+
+    name = "easgd"
+
+    def setup(self, model: torch.nn.Module) -> torch.nn.Module:
+        super().setup(model)
+        algo = self.ctx.spec.algorithm
+        self.tau, self.alpha = algo.tau, algo.alpha
+        self.active = self.ctx.world_size > 1  # one worker: plain SGD, no elastic force
+        return model
+
+    def after_step(self, step: int) -> None:
+        if not self.active or step % self.tau:
+            return
+        xs = [ps_wire.flat(shard) for shard in self.shards]
+        replies = self.client.exchange(
+            self._rank_header(op="elastic", clock=step, alpha=self.alpha), xs)
+        self.ctx.comm.rounds += 1
+        self._load(replies, add=True, sign=-1.0)  # x_i ← x_i − α(x_i − x̃)
+        self._staleness(replies)
+
+    def finish(self) -> None:
+        if self.active:
+            self._done()  # every rank leaves with the centre
+        else:
+            saved = [p.detach().clone() for shard in self.shards for p in shard]
+            self._done()  # the server may only stop once told; keep the local model
+            with torch.no_grad():
+                for p, v in zip((p for shard in self.shards for p in shard), saved):
+                    p.copy_(v)
+
+    @contextlib.contextmanager
+    def evaluation_model(self) -> Iterator[torch.nn.Module]:
+        """The centre, pulled from the servers (counted as traffic like any other)."""
+        if not self.active:
+            yield self.model
+            return
+        saved = [p.detach().clone() for shard in self.shards for p in shard]
+        versions = list(self.client.versions)
+        self._pull()
+        self.client.versions = versions
+        self.ctx.comm.close_window()  # off-step traffic: not merged into the next step's time
+        try:
+            yield self.model
+        finally:
+            with torch.no_grad():
+                for p, v in zip((p for shard in self.shards for p in shard), saved):
+                    p.copy_(v)

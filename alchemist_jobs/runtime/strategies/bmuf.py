@@ -1,0 +1,129 @@
+"""`bmuf`: blockwise model-update filtering (Chen & Huo, 2016) over an all-reduce.
+
+Each worker runs tau local optimizer steps (a block). Then the models are averaged with one
+all-reduce, and the global model moves by a filtered block update:
+
+    G_t   = W̄_t - W_{t-1}                  (the block's averaged progress)
+    Δ_t   = η·Δ_{t-1} + ζ·G_t              (block momentum η, block learning rate ζ)
+    W_t   = W_{t-1} + Δ_t
+    start = W_t + η·Δ_t  with Nesterov, else W_t   (where workers begin the next block)
+
+With η = 0 and ζ = 1 this is periodic model averaging. W_{t-1} and Δ are identical on every
+rank (they are computed from the all-reduced average), so they need no exchange of their own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Iterator
+
+import torch
+import torch.distributed as dist
+from torch.nn.utils import parameters_to_vector, vector_to_parameters
+
+from alchemist_jobs.runtime.strategies.base import Strategy
+
+
+def block_update(w_prev: torch.Tensor, w_avg: torch.Tensor, delta: torch.Tensor, eta: float,
+                 zeta: float, nesterov: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One BMUF block update: (W_t, Δ_t, the point workers restart from)."""
+    delta = eta * delta + zeta * (w_avg - w_prev)
+    w = w_prev + delta
+    start = w + eta * delta if nesterov else w
+    return w, delta, start
+
+
+def check_same_start(vec: torch.Tensor, comm: Any, what: str) -> None:
+    """Fail early if the replicas do not start from the same model (it would silently skew
+    every average): compare a checksum's min and max over ranks. 8 bytes of control traffic."""
+    total = vec.double().sum().item()
+    s = torch.tensor([total, -total], dtype=torch.float64)
+    dist.all_reduce(s, op=dist.ReduceOp.MAX)
+    comm.allreduce(s.numel() * s.element_size(), dist.get_world_size())
+    if abs(s[0].item() + s[1].item()) > 1e-6 * max(1.0, abs(s[0].item())):
+        raise RuntimeError(f"{what}: workers start from different models; they must share a seed")
+
+
+class BmufStrategy(Strategy):
+    name = "bmuf"
+    replicas_identical = False  # replicas differ within a block
+
+    def setup(self, model: torch.nn.Module) -> torch.nn.Module:
+        self.model = model
+        self.params = list(model.parameters())
+        algo = self.ctx.spec.algorithm
+        eta = algo.block_momentum
+        if eta is None:  # the paper's rule of thumb for N workers
+            eta = 1.0 - 1.0 / self.ctx.world_size
+        self.tau, self.eta, self.zeta, self.nesterov = algo.tau, eta, algo.block_lr, algo.nesterov
+        self.reset_momentum = algo.reset_momentum
+        self.active = self.ctx.world_size > 1 and dist.is_initialized()
+        self.global_model = parameters_to_vector(self.params).detach().clone()  # W_{t-1}
+        self.delta = torch.zeros_like(self.global_model)
+        self.pending = 0  # local steps since the last block update
+        if self.active:
+            check_same_start(self.global_model, self.ctx.comm, "bmuf")
+        return model
+
+    def after_step(self, step: int) -> None:
+        if not self.active:
+            return
+        self.pending += 1
+        if step % self.tau == 0:
+            self._block()
+
+    @torch.no_grad()
+    def _block(self) -> None:
+        comm, world = self.ctx.comm, self.ctx.world_size
+        with comm.timed():
+            avg = parameters_to_vector(self.params).detach().clone()
+            dist.all_reduce(avg)
+            avg.div_(world)
+        comm.allreduce(avg.numel() * avg.element_size(), world)
+        comm.rounds += 1
+        self.global_model, self.delta, start = block_update(
+            self.global_model, avg, self.delta, self.eta, self.zeta, self.nesterov)
+        vector_to_parameters(start, self.params)
+        self.pending = 0
+        if self.reset_momentum and self.optimizer is not None:
+            for state in self.optimizer.state.values():
+                state.pop("momentum_buffer", None)  # SGD and LARS start a fresh one
+
+    @torch.no_grad()
+    def finish(self) -> None:
+        """Close a partial last block, then hand every rank the global model W_t."""
+        if self.active:
+            if self.pending:
+                self._block()
+            vector_to_parameters(self.global_model.clone(), self.params)
+
+    @contextlib.contextmanager
+    def evaluation_model(self) -> Iterator[torch.nn.Module]:
+        """The global model of the last block (what finish() would hand out)."""
+        if not self.active:
+            yield self.model
+            return
+        with _swapped(self.params, self.global_model):
+            yield self.model
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"global_model": self.global_model, "delta": self.delta, "pending": self.pending}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state:
+            self.global_model = state["global_model"].clone()
+            self.delta = state["delta"].clone()
+            self.pending = int(state["pending"])
+
+
+@contextlib.contextmanager
+def _swapped(params: list[torch.Tensor], vec: torch.Tensor) -> Iterator[None]:
+    """Temporarily load `vec` into the parameters; the local values come back afterwards."""
+    with torch.no_grad():
+        saved = parameters_to_vector(params).detach().clone()
+        vector_to_parameters(vec.clone(), params)
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            vector_to_parameters(saved, params)

@@ -1,0 +1,98 @@
+"""`easgd`: elastic averaging SGD (Zhang, Choromanska & LeCun, 2015).
+
+Each worker keeps its own parameters x_i, trained by its local optimizer (the local learning
+rate is hyper.lr), and is pulled toward a centre variable x̃ by an elastic force. Every tau
+steps workers and centre exchange the elastic differences, with moving rate α:
+
+    x_i ← x_i − α·(x_i − x̃)
+    x̃   ← x̃ + α·Σ_i (x_i − x̃)
+
+`variant: sync` sums the differences with one all-reduce; the centre is kept identically on
+every rank (it is updated from the all-reduced sum), so it needs no exchange of its own.
+`variant: async` keeps the centre on a parameter server: each worker, on its own clock,
+sends x_i and gets back α·(x_i − x̃) while the server adds the same to x̃ (one atomic
+exchange per worker, as in the paper's asynchronous EASGD). The centre is the model that
+finish() hands every rank: it is what the method trains.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Iterator
+
+import torch
+import torch.distributed as dist
+from torch.nn.utils import parameters_to_vector, vector_to_parameters
+
+from alchemist_jobs.runtime.strategies.base import Strategy, WorkerContext
+from alchemist_jobs.runtime.strategies.bmuf import _swapped, check_same_start
+
+
+def elastic_round(x: torch.Tensor, centre: torch.Tensor, diff_sum: torch.Tensor,
+                  alpha: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """One synchronous EASGD exchange for one worker: (new x_i, new centre), given
+    diff_sum = Σ_j (x_j − x̃) over all workers."""
+    return x - alpha * (x - centre), centre + alpha * diff_sum
+
+
+class EasgdStrategy(Strategy):
+    """Synchronous EASGD over all-reduce."""
+
+    name = "easgd"
+    replicas_identical = False
+
+    def setup(self, model: torch.nn.Module) -> torch.nn.Module:
+        self.model = model
+        self.params = list(model.parameters())
+        algo = self.ctx.spec.algorithm
+        self.tau, self.alpha = algo.tau, algo.alpha
+        self.active = self.ctx.world_size > 1 and dist.is_initialized()
+        self.centre = parameters_to_vector(self.params).detach().clone()
+        if self.active:
+            check_same_start(self.centre, self.ctx.comm, "easgd")
+        return model
+
+    def after_step(self, step: int) -> None:
+        if self.active and step % self.tau == 0:
+            self._exchange()
+
+    @torch.no_grad()
+    def _exchange(self) -> None:
+        comm, world = self.ctx.comm, self.ctx.world_size
+        x = parameters_to_vector(self.params).detach()
+        with comm.timed():
+            diff_sum = x - self.centre
+            dist.all_reduce(diff_sum)
+        comm.allreduce(diff_sum.numel() * diff_sum.element_size(), world)
+        comm.rounds += 1
+        x_new, self.centre = elastic_round(x, self.centre, diff_sum, self.alpha)
+        vector_to_parameters(x_new, self.params)
+
+    @torch.no_grad()
+    def finish(self) -> None:
+        if self.active:
+            vector_to_parameters(self.centre.clone(), self.params)
+
+    @contextlib.contextmanager
+    def evaluation_model(self) -> Iterator[torch.nn.Module]:
+        if not self.active:
+            yield self.model
+            return
+        with _swapped(self.params, self.centre):
+            yield self.model
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"centre": self.centre}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state:
+            self.centre = state["centre"].clone()
+
+
+def easgd_strategy(ctx: WorkerContext) -> Strategy:
+    """The variant the spec asks for (registered as `easgd`)."""
+    if ctx.spec.algorithm.variant == "async":
+        from alchemist_jobs.runtime.strategies.async_ps import AsyncEasgdStrategy
+
+        return AsyncEasgdStrategy(ctx)
+    return EasgdStrategy(ctx)
