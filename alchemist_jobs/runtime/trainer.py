@@ -313,11 +313,11 @@ def train(spec: JobSpec, run: RunDir, shared_root: Path) -> dict[str, Any]:
                     last_progress = time.perf_counter()
                 if not math.isfinite(loss_value) and os.environ.get("ALCHEMIST_ALLOW_NAN") != "1":
                     raise FloatingPointError(f"loss is {loss_value} at step {step}; stopping")
-            else:
-                break
-            # End of an epoch: evaluate for the learning curve (rank 0, cheap for built-ins),
-            # on the model the strategy would hand out now (bmuf: the global model; easgd: the
-            # centre variable).
+            if batch_in_epoch + accum <= batches.per_epoch:
+                break  # the step budget ran out mid-epoch: no end-of-epoch point
+            # End of an epoch (the last one too): evaluate for the learning curve (rank 0,
+            # cheap for built-ins), on the model the strategy would hand out now (bmuf: the
+            # global model; easgd: the centre variable).
             epoch, batch_in_epoch = epoch + 1, 0
             epoch_ends.append(time.time())  # every rank: its own pace, for throughput studies
             if rank == 0:
