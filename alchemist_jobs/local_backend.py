@@ -17,7 +17,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 import alchemist_jobs
 from alchemist_jobs import server_role
@@ -26,6 +26,9 @@ from alchemist_jobs.rundir import RunDir, all_runs, find_run, new_run_id, runs_r
 from alchemist_jobs.scheduler import (CANCELLED, FAILED, FINAL_STATES, LOST, RUNNING, SUCCEEDED,
                                       Request, RunStatus, Scheduler)
 from alchemist_jobs.spec import JobSpec
+
+if TYPE_CHECKING:
+    from alchemist_jobs.warm_agent import WarmAgent
 
 CANCEL_GRACE_S = 10.0
 _PKG_PARENT = str(Path(alchemist_jobs.__file__).resolve().parent.parent)
@@ -147,7 +150,9 @@ class LocalScheduler(Scheduler):
                                       cwd=str(Path(spec_dir).resolve()), log=run.agent_log(node)))
         return LocalRequest(run_id=run_id, run=run, spec=spec, processes=procs, servers=servers)
 
-    def schedule(self, request: LocalRequest) -> LocalRun:
+    def schedule(self, request: LocalRequest, warm: "WarmAgent | None" = None) -> LocalRun:
+        """Start the run. `warm`, if given, is an agent interpreter the CLI started early
+        (alchemist_jobs/warm_agent.py): node 0's agent becomes that process."""
         run, spec = request.run, request.spec
         run.create()
         run.spec.write_text(spec.to_yaml())
@@ -166,12 +171,18 @@ class LocalScheduler(Scheduler):
             for p in request.processes:
                 argv = [a.replace("PORT", str(request.rdzv_port)) if "127.0.0.1:PORT" in a else a
                         for a in p.argv]
+                if warm is not None and p.node == 0:
+                    handle.procs.append(warm.launch(argv, {**os.environ, **p.env, **ps_env},
+                                                    p.cwd, str(p.log)))
+                    continue
                 with open(p.log, "ab") as log:
                     handle.procs.append(subprocess.Popen(
                         argv, cwd=p.cwd, env={**os.environ, **p.env, **ps_env}, stdout=log,
                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                         start_new_session=True, preexec_fn=_set_pdeathsig_term))
         except BaseException:
+            if warm is not None:
+                warm.discard()
             self._stop(handle, grace=2.0)
             run.update_state(state=FAILED, ended=time.time(), message="could not start torchrun")
             raise
@@ -194,7 +205,11 @@ class LocalScheduler(Scheduler):
                 break
             if tick:
                 tick()
-            time.sleep(poll)
+            live = next(p for p in handle.procs if p.poll() is None)
+            try:  # wakes the moment that agent exits, not at the next poll
+                live.wait(timeout=poll)
+            except subprocess.TimeoutExpired:
+                pass
         if tick:
             tick()
         state = run.state()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import signal
 import sys
 import time
@@ -71,22 +72,27 @@ def _scheduler(args: argparse.Namespace):
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from alchemist_jobs.spec import load_spec
+    warm = _warm_agent(args)
+    try:
+        from alchemist_jobs.spec import load_spec
 
-    # Everything is validated before anything starts or is written.
-    spec = load_spec(args.spec, args.overrides)
-    scheduler = _scheduler(args)
-    follow = getattr(scheduler, "follow", None)  # cluster stacks: the job runs on its own
-    if args.command == "submit" and follow is None:
-        raise UserError(f"submit --stack {args.stack}: jobs on this stack run as children of "
-                        "the command; accepted: `alchemist run` here, or a cluster stack")
-    request = scheduler.dryrun(spec, args.spec.resolve().parent)
-    if args.dry_run:
-        print(request.describe())
-        return 0
-
-    t0 = time.time()
-    handle = scheduler.schedule(request)
+        # Everything is validated before anything starts or is written.
+        spec = load_spec(args.spec, args.overrides)
+        scheduler = _scheduler(args)
+        follow = getattr(scheduler, "follow", None)  # cluster stacks: the job runs on its own
+        if args.command == "submit" and follow is None:
+            raise UserError(f"submit --stack {args.stack}: jobs on this stack run as children "
+                            "of the command; accepted: `alchemist run` here, or a cluster stack")
+        request = scheduler.dryrun(spec, args.spec.resolve().parent)
+        if args.dry_run:
+            print(request.describe())
+            return 0
+        t0 = time.time()
+        handle = scheduler.schedule(request, warm=warm) if warm else scheduler.schedule(request)
+        warm = None  # the run's agent now (schedule discards it itself if it fails)
+    finally:
+        if warm is not None:
+            warm.discard()
     if follow is not None:
         print(f"submitted {request.run_id} to stack {scheduler.stack}", file=sys.stderr)
         if args.command == "submit" and not args.follow:
@@ -119,6 +125,19 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise JobFailed(f"run {status.run_id} was cancelled")
     raise JobFailed(f"run {status.run_id} {status.state}; see `alchemist logs {status.run_id} "
                     f"--rank N` (logs in {status.extra.get('run_dir', '?')}/logs)")
+
+
+def _warm_agent(args: argparse.Namespace):
+    """On the local stack, start the torchrun agent's interpreter before validating, so its
+    import of torch overlaps ours of pydantic (alchemist_jobs/warm_agent.py). It starts
+    nothing until the job is valid and is killed otherwise. ALCHEMIST_WARM_AGENT=0 turns
+    this off."""
+    if args.command != "run" or args.stack != "local" or args.dry_run or \
+            os.environ.get("ALCHEMIST_WARM_AGENT", "1") == "0":
+        return None
+    from alchemist_jobs.warm_agent import WarmAgent
+
+    return WarmAgent()
 
 
 def _raise_interrupt(signum, frame):

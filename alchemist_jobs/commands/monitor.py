@@ -21,7 +21,6 @@ import string
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import alchemist_jobs
@@ -203,6 +202,8 @@ def _start(argv: list[str], log: Path) -> subprocess.Popen:
 
 def _answers(url: str) -> bool:
     try:
+        import urllib.request  # lazily: every `alchemist` command imports this module's parser
+
         with urllib.request.urlopen(url, timeout=1) as r:
             return r.status == 200
     except OSError:

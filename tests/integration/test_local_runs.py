@@ -26,8 +26,9 @@ def only_run(home: Path) -> RunDir:
 
 
 def no_process_of(run: RunDir) -> list[int]:
-    """Pids of live processes whose environment names this run (should be none)."""
-    alive = []
+    """Pids of this run's live processes (should be none once it ended): its agents, as
+    recorded in run.json, and every process whose environment names the run (workers)."""
+    alive = [p for p in run.state().get("agents", []) if _live(p)]
     needle = f"ALCHEMIST_RUN_DIR={run.path}".encode()
     for d in Path("/proc").iterdir():
         if not d.name.isdigit():
@@ -39,7 +40,14 @@ def no_process_of(run: RunDir) -> list[int]:
             continue
         if needle in env and stat.split(")")[-1].split()[0] != "Z":
             alive.append(int(d.name))
-    return alive
+    return sorted(set(alive))
+
+
+def _live(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 def wait_for(pred, timeout: float, what: str, interval: float = 0.1):

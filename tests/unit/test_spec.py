@@ -3,6 +3,7 @@ accepted, exit code 2, no traceback, and nothing written to disk."""
 
 from __future__ import annotations
 
+import os
 import textwrap
 from pathlib import Path
 
@@ -20,6 +21,22 @@ GOOD = textwrap.dedent("""\
     procs_per_node: 2
     hyper: {batch_size: 16, epochs: 1}
 """)
+
+
+def warm_agents_of_this_process() -> list[int]:
+    """Live children running alchemist_jobs.warm_agent (the CLI must kill its own)."""
+    found = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text().rsplit(")", 1)[1].split()
+            cmd = (d / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if int(stat[1]) == os.getpid() and stat[0] != "Z" and b"alchemist_jobs.warm_agent" in cmd:
+            found.append(int(d.name))
+    return found
 
 
 def write(tmp_path: Path, text: str, name: str = "job.yaml") -> Path:
@@ -80,6 +97,7 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(
     if not extra or extra[0] == "--set":
         assert str(spec) in lines[0] or extra[:1] == ["--set"], lines[0]
     assert not home.exists() or not any(home.rglob("*")), "bad input left files behind"
+    assert warm_agents_of_this_process() == [], "bad input left a process behind"
 
 
 def test_missing_spec_file(tmp_path, home, capsys):

@@ -1,0 +1,80 @@
+"""A torchrun agent interpreter started while the CLI is still validating the job.
+
+Most of a short local job's launch time is two Python start-ups in a row: the CLI's (with
+pydantic, to validate the spec) and then torchrun's (with torch). `alchemist run` starts
+this process first, so torch's import overlaps the validation; it starts nothing and writes
+nothing until the CLI sends it the agent's command line, environment, working directory
+and log file, then it is exactly `python -m torch.distributed.run ARGS`. If the job is never
+started (bad input, --dry-run) the CLI kills it, and it leaves nothing behind.
+
+This module is imported by the CLI before anything heavy: keep its imports to the standard
+library.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+
+def _pdeathsig_term() -> None:  # in the child between fork and exec: die with the CLI
+    if sys.platform == "linux":
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").prctl(1, signal.SIGTERM)
+
+
+class WarmAgent:
+    def __init__(self) -> None:
+        here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        path = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH")) if p)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "alchemist_jobs.warm_agent"], stdin=subprocess.PIPE,
+            env=dict(os.environ, PYTHONPATH=path),
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+            preexec_fn=_pdeathsig_term)
+        self.used = False
+
+    def launch(self, argv: list[str], env: dict[str, str], cwd: str, log: str) -> subprocess.Popen:
+        """Turn this process into the agent `argv` (`python -m torch.distributed.run ...`)."""
+        assert argv[1:3] == ["-m", "torch.distributed.run"], argv
+        self.used = True
+        self.proc.stdin.write((json.dumps(dict(args=argv[3:], env=env, cwd=cwd, log=log))
+                               + "\n").encode())
+        self.proc.stdin.close()
+        return self.proc
+
+    def discard(self) -> None:
+        """Not needed after all: it has started nothing, so a kill is clean."""
+        if not self.used and self.proc.poll() is None:
+            self.proc.kill()
+        if not self.used:
+            self.proc.wait()
+
+
+def _serve() -> None:
+    import torch.distributed.run as torchrun  # the slow import this process exists to do early
+
+    line = sys.stdin.readline()
+    if not line:
+        os._exit(0)
+    req = json.loads(line)
+    os.chdir(req["cwd"])
+    os.environ.clear()
+    os.environ.update(req["env"])
+    fd = os.open(req["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)  # workers inherit stdin: give them what a plain Popen would
+    os.close(null)
+    sys.argv = ["torch.distributed.run", *req["args"]]
+    torchrun.main()
+
+
+if __name__ == "__main__":
+    _serve()
