@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Callable, Iterator
 import alchemist_jobs
 from alchemist_jobs import server_role
 from alchemist_jobs.errors import UserError
+from alchemist_jobs.processes import alive, environ_has, popen_group, stop_groups, stop_pids
 from alchemist_jobs.rundir import RunDir, all_runs, find_run, new_run_id, runs_root
 from alchemist_jobs.scheduler import (CANCELLED, FAILED, FINAL_STATES, LOST, RUNNING, SUCCEEDED,
                                       Request, RunStatus, Scheduler)
@@ -90,13 +91,6 @@ class LocalRun:
     @property
     def run(self) -> RunDir:
         return self.request.run
-
-
-def _set_pdeathsig_term() -> None:  # runs in the child between fork and exec
-    if sys.platform == "linux":
-        import ctypes
-
-        ctypes.CDLL("libc.so.6").prctl(1, signal.SIGTERM)
 
 
 class LocalScheduler(Scheduler):
@@ -176,10 +170,9 @@ class LocalScheduler(Scheduler):
                                                     p.cwd, str(p.log)))
                     continue
                 with open(p.log, "ab") as log:
-                    handle.procs.append(subprocess.Popen(
+                    handle.procs.append(popen_group(
                         argv, cwd=p.cwd, env={**os.environ, **p.env, **ps_env}, stdout=log,
-                        stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                        start_new_session=True, preexec_fn=_set_pdeathsig_term))
+                        stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL))
         except BaseException:
             if warm is not None:
                 warm.discard()
@@ -244,8 +237,8 @@ class LocalScheduler(Scheduler):
         run = self._run(run_id)
         st = run.state()
         state = st.get("state", "pending")
-        if state == RUNNING and not _alive(st.get("launcher_pid")) and \
-                not any(_alive(p) for p in st.get("agents", [])):
+        if state == RUNNING and not alive(st.get("launcher_pid")) and \
+                not any(alive(p) for p in st.get("agents", [])):
             state = LOST  # the launcher died without recording an outcome
         prog = run.progress() or {}
         res = run.result() or {}
@@ -287,14 +280,8 @@ class LocalScheduler(Scheduler):
         if st.get("state") in FINAL_STATES:
             return self.status(run.run_id)
         run.update_state(state=CANCELLED, ended=time.time(), message="cancelled")
-        agents = [p for p in st.get("agents", []) + st.get("servers", []) if _alive(p)]
-        for pid in agents:
-            _signal_group(pid, signal.SIGTERM)  # torchrun stops its workers on SIGTERM
-        deadline = time.time() + CANCEL_GRACE_S
-        while any(_alive(p) for p in agents) and time.time() < deadline:
-            time.sleep(0.1)
-        for pid in agents:
-            _signal_group(pid, signal.SIGKILL)
+        # torchrun stops its workers on SIGTERM; parameter servers exit on it.
+        stop_pids(st.get("agents", []) + st.get("servers", []), CANCEL_GRACE_S)
         self._kill_leftover_workers(run)
         return self.status(run.run_id)
 
@@ -304,16 +291,7 @@ class LocalScheduler(Scheduler):
     # -- process hygiene -------------------------------------------------------------------------
 
     def _stop(self, handle: LocalRun, grace: float) -> None:
-        live = [p for p in handle.procs if p.poll() is None]
-        for p in live:
-            _signal_group(p.pid, signal.SIGTERM)
-        deadline = time.time() + grace
-        for p in live:
-            try:
-                p.wait(timeout=max(0.0, deadline - time.time()))
-            except subprocess.TimeoutExpired:
-                _signal_group(p.pid, signal.SIGKILL)
-                p.wait()
+        stop_groups(handle.procs, grace)
         if handle.servers is not None:
             handle.servers.stop(grace)
 
@@ -321,40 +299,8 @@ class LocalScheduler(Scheduler):
         """Workers die with their agent (PDEATHSIG); this catches any that did not."""
         for rec in run.worker_records():
             pid = rec.get("pid")
-            if pid and _alive(pid) and _belongs_to(pid, run):
+            if alive(pid) and environ_has(pid, f"ALCHEMIST_RUN_DIR={run.path}"):
                 try:
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
-
-
-def _alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie is dead for our purposes
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return True
-
-
-def _belongs_to(pid: int, run: RunDir) -> bool:
-    """Guard against pid reuse: only signal a process whose environment names this run."""
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            return f"ALCHEMIST_RUN_DIR={run.path}".encode() in f.read().split(b"\0")
-    except OSError:
-        return False
-
-
-def _signal_group(pid: int, sig: int) -> None:
-    try:
-        os.killpg(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass

@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import os
 import shlex
-import signal
 import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from alchemist_jobs.processes import popen_group, stop_groups
 
 SERVER_MODULE = "alchemist_jobs.runtime.parameter_server"
 CLUSTER_BASE_PORT = 29600
@@ -83,13 +84,6 @@ def placeholder_addrs(servers: list[ServerProcess]) -> str:
     return addrs([(s.host, s.port or f"PS_PORT{s.shard}") for s in servers])
 
 
-def _pdeathsig_term() -> None:  # in the child between fork and exec: die with the launcher
-    if sys.platform == "linux":
-        import ctypes
-
-        ctypes.CDLL("libc.so.6").prctl(1, signal.SIGTERM)
-
-
 class LocalServers:
     """Start the shards, restart one that dies (up to max_restarts each), stop them all.
     Their pids are recorded in run.json (`servers`) so `alchemist cancel` finds them."""
@@ -113,9 +107,8 @@ class LocalServers:
         env = {**os.environ, **s.env, "ALCHEMIST_PS_PORT": str(s.port),
                "ALCHEMIST_PS_RESTART": str(self.restarts[k])}
         with open(s.log, "ab") as log:
-            self.procs[k] = subprocess.Popen(
-                s.argv, cwd=s.cwd, env=env, stdout=log, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_pdeathsig_term)
+            self.procs[k] = popen_group(s.argv, cwd=s.cwd, env=env, stdout=log,
+                                        stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         self.run.update_state(servers=self.pids)
 
     @property
@@ -141,20 +134,4 @@ class LocalServers:
         return True
 
     def stop(self, grace: float = 5.0) -> None:
-        live = [p for p in self.procs if p is not None and p.poll() is None]
-        for p in live:
-            _killpg(p.pid, signal.SIGTERM)
-        deadline = time.time() + grace
-        for p in live:
-            try:
-                p.wait(timeout=max(0.0, deadline - time.time()))
-            except subprocess.TimeoutExpired:
-                _killpg(p.pid, signal.SIGKILL)
-                p.wait()
-
-
-def _killpg(pid: int, sig: int) -> None:
-    try:
-        os.killpg(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
+        stop_groups(self.procs, grace)

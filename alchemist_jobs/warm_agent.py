@@ -15,27 +15,20 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 
-
-def _pdeathsig_term() -> None:  # in the child between fork and exec: die with the CLI
-    if sys.platform == "linux":
-        import ctypes
-
-        ctypes.CDLL("libc.so.6").prctl(1, signal.SIGTERM)
+from alchemist_jobs.processes import popen_group
 
 
 class WarmAgent:
     def __init__(self) -> None:
         here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         path = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH")) if p)
-        self.proc = subprocess.Popen(
+        self.proc = popen_group(
             [sys.executable, "-m", "alchemist_jobs.warm_agent"], stdin=subprocess.PIPE,
             env=dict(os.environ, PYTHONPATH=path),
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-            preexec_fn=_pdeathsig_term)
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.used = False
 
     def launch(self, argv: list[str], env: dict[str, str], cwd: str, log: str) -> subprocess.Popen:

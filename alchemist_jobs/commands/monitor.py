@@ -25,6 +25,7 @@ from pathlib import Path
 
 import alchemist_jobs
 from alchemist_jobs.errors import JobFailed, UserError
+from alchemist_jobs.processes import alive, popen_group, stop_groups
 from alchemist_jobs.rundir import RunDir, default_root, read_json, runs_root, write_json_atomic
 
 MONITORING_DIR = Path(alchemist_jobs.__file__).resolve().parent.parent / "monitoring"
@@ -186,18 +187,10 @@ def _port(port: int, flag: str) -> int:
         return s.getsockname()[1]
 
 
-def _set_pdeathsig_term() -> None:  # in the child between fork and exec
-    if sys.platform == "linux":
-        import ctypes
-
-        ctypes.CDLL("libc.so.6").prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-
-
 def _start(argv: list[str], log: Path) -> subprocess.Popen:
     with open(log, "ab") as out:
         # Own session: a terminal's Ctrl-C reaches only this command, which stops them in order.
-        return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True, preexec_fn=_set_pdeathsig_term)
+        return popen_group(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
 
 def _answers(url: str) -> bool:
@@ -218,24 +211,7 @@ def _tail(path: Path, n: int = 8) -> str:
 
 
 def _stop(procs: list[subprocess.Popen]) -> None:
-    live = [p for p in procs if p.poll() is None]
-    for p in live:
-        p.terminate()
-    deadline = time.monotonic() + STOP_GRACE_S
-    for p in live:
-        try:
-            p.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-
-
-def _pid_alive(pid: object) -> bool:
-    try:
-        os.kill(int(pid), 0)  # type: ignore[arg-type]
-        return True
-    except (OSError, TypeError, ValueError):
-        return False
+    stop_groups(procs, STOP_GRACE_S)
 
 
 def _raise_interrupt(signum, frame):
@@ -253,7 +229,7 @@ def cmd_monitor(args: argparse.Namespace) -> int:
     state_dir = root / "monitor"
     state_file = state_dir / "monitor.json"
     other = read_json(state_file)
-    if other and _pid_alive(other.get("pid")) and other.get("pid") != os.getpid():
+    if other and alive(other.get("pid")) and other.get("pid") != os.getpid():
         raise UserError(f"alchemist monitor: another monitor (pid {other['pid']}) already serves "
                         f"{root} at {other.get('prometheus_url')}; stop it first")
     port = _port(args.port, "--port")

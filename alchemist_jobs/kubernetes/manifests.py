@@ -22,6 +22,7 @@ import shlex
 from pathlib import PurePosixPath
 from typing import Any
 
+from alchemist_jobs import server_role
 from alchemist_jobs.contract import (MANAGED_BY_LABEL, METRICS_BASE_PORT, RUN_LABEL, StackOutput,
                                      metrics_port_name)
 from alchemist_jobs.errors import UserError
@@ -29,7 +30,7 @@ from alchemist_jobs.kubernetes.code_assets import CodeSnapshot
 from alchemist_jobs.spec import JobSpec
 
 RDZV_PORT = 29500
-PS_BASE_PORT = 29600  # parameter-server shard k listens on PS_BASE_PORT + k
+PS_BASE_PORT = server_role.CLUSTER_BASE_PORT  # parameter-server shard k listens on this + k
 CONTAINER = "train"
 SETUP_CONTAINER = "setup"
 CONFIG_MOUNT = "/etc/alchemist"
@@ -66,14 +67,9 @@ def object_name(run_id: str) -> str:
 
 
 def parameter_servers(spec: JobSpec) -> int:
-    """Pods beyond the workers that run the parameter server: the one place the launcher
-    looks at the algorithm (STYLE.md 7)."""
-    algo = spec.algorithm
-    if algo.name == "async":
-        return algo.servers
-    if algo.name == "easgd" and algo.variant == "async":
-        return 1
-    return 0
+    """Pods beyond the workers that run the parameter server (server_role decides, for
+    every backend: the one place launch code looks at the algorithm, STYLE.md 7)."""
+    return server_role.server_count(spec)
 
 
 def image_for(spec: JobSpec, stack: StackOutput) -> str:

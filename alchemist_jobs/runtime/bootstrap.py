@@ -21,15 +21,10 @@ from pathlib import Path
 
 
 def _die_with_parent() -> None:
-    """PR_SET_PDEATHSIG: the kernel sends SIGKILL to this worker if torchrun dies."""
-    if sys.platform != "linux":
-        return
-    import ctypes
+    """The kernel sends SIGKILL to this worker if torchrun dies."""
+    from alchemist_jobs.processes import die_with_parent
 
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
-    except OSError:
-        pass
+    die_with_parent(signal.SIGKILL)
     if os.getppid() == 1:  # the launcher died before prctl took effect
         os._exit(1)
 

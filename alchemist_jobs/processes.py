@@ -1,0 +1,104 @@
+"""Process hygiene shared by every launcher: children die with their parent, are stopped
+as whole process groups, and are never confused with a later process that reused a pid.
+
+Standard library only: the CLI imports this before anything heavy (warm_agent.py).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from typing import Iterable
+
+PR_SET_PDEATHSIG = 1
+
+
+def _libc():
+    if sys.platform != "linux":
+        return None
+    import ctypes
+
+    try:
+        return ctypes.CDLL("libc.so.6", use_errno=True)
+    except OSError:
+        return None
+
+
+def die_with_parent(sig: int = signal.SIGTERM) -> None:
+    """Ask the kernel to send `sig` to this process when its parent dies (Linux only;
+    elsewhere cancel and Ctrl-C still stop children explicitly)."""
+    libc = _libc()
+    if libc is not None:
+        libc.prctl(PR_SET_PDEATHSIG, sig)
+
+
+def popen_group(argv: list[str], **kw) -> subprocess.Popen:
+    """Start a child in its own session (Ctrl-C in the terminal reaches the CLI only, which
+    then stops children in order) that receives SIGTERM if the launcher dies."""
+    libc = _libc()  # loaded here: the child must not import between fork and exec
+    pre = (lambda: libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)) if libc is not None else None
+    return subprocess.Popen(argv, start_new_session=True, preexec_fn=pre, **kw)
+
+
+def alive(pid: object) -> bool:
+    """True for a live process (a zombie counts as dead)."""
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def signal_group(pid: int, sig: int) -> None:
+    """Signal the process group a `popen_group` child leads; gone already is fine."""
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def stop_groups(procs: Iterable[subprocess.Popen], grace: float) -> None:
+    """SIGTERM every live group, wait up to `grace` seconds in all, then SIGKILL the rest."""
+    live = [p for p in procs if p is not None and p.poll() is None]
+    for p in live:
+        signal_group(p.pid, signal.SIGTERM)
+    deadline = time.time() + grace
+    for p in live:
+        try:
+            p.wait(timeout=max(0.0, deadline - time.time()))
+        except subprocess.TimeoutExpired:
+            signal_group(p.pid, signal.SIGKILL)
+            p.wait()
+
+
+def stop_pids(pids: Iterable[int], grace: float) -> None:
+    """The same for groups known only by pid (another CLI's children, from run.json)."""
+    live = [p for p in pids if alive(p)]
+    for pid in live:
+        signal_group(pid, signal.SIGTERM)
+    deadline = time.time() + grace
+    while any(alive(p) for p in live) and time.time() < deadline:
+        time.sleep(0.1)
+    for pid in live:
+        signal_group(pid, signal.SIGKILL)
+
+
+def environ_has(pid: int, entry: str) -> bool:
+    """Whether process `pid` started with `entry` (KEY=VALUE) in its environment: a guard
+    against signalling a process that merely reused a recorded pid."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return entry.encode() in f.read().split(b"\0")
+    except OSError:
+        return False
