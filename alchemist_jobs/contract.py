@@ -48,11 +48,18 @@ class EksAccess(_Strict):
 
 
 class SharedFs(_Strict):
-    """A POSIX path every pod sees: a ReadWriteMany PVC in the job namespace."""
+    """A POSIX path every pod sees: a ReadWriteMany PVC in the job namespace.
+
+    The PVC's root is the team's own subtree of the file system (an EFS access point, an NFS
+    subdirectory...), owned by `uid`:`gid`; job pods run as that identity, so they can write
+    there and nowhere else.
+    """
 
     kind: Literal["efs", "fsx-lustre", "nfs", "hostpath"]
     pvc: str
     mount_path: str = Field(pattern=r"^/")
+    uid: int = Field(1000, ge=1, description="POSIX user job pods run as; owns the PVC root")
+    gid: int = Field(1000, ge=1, description="POSIX group job pods run as; owns the PVC root")
 
 
 class Images(_Strict):
@@ -62,6 +69,13 @@ class Images(_Strict):
     interactive: str
 
 
+class Efa(_Strict):
+    """AWS Elastic Fabric Adapter devices on the GPU nodes, for multi-node NCCL."""
+
+    resource: str = "vpc.amazonaws.com/efa"  # extended resource of the EFA device plugin
+    per_node: int = Field(ge=1)  # EFA interfaces of the GPU instance type
+
+
 class Gpu(_Strict):
     """How a pod asks for GPUs on this stack."""
 
@@ -69,6 +83,7 @@ class Gpu(_Strict):
     node_selector: dict[str, str] = {}
     tolerations: list[dict[str, Any]] = []
     per_node: int = Field(0, ge=0)  # GPUs on the largest GPU node; 0 means no GPU nodes
+    efa: Efa | None = None  # present when the GPU nodes have EFA devices
 
 
 class Monitoring(_Strict):

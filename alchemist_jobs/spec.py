@@ -180,6 +180,21 @@ class CheckpointSpec(_Node):
 _Quantity = Annotated[str, Field(pattern=_QUANTITY)]
 
 
+class SecretRef(_Node):
+    """Where a secret environment variable's value comes from. The value itself is never
+    written to the spec, a manifest, a log or a checkpoint: only this reference is.
+
+    On cluster stacks `secret` and `key` name a Kubernetes Secret in the job's namespace
+    (rendered as `valueFrom.secretKeyRef`). On the local stack the value is read at launch
+    from `file` or from the launching environment's variable `from_env`.
+    """
+
+    secret: str | None = Field(None, description="Kubernetes Secret name (cluster stacks)")
+    key: str | None = Field(None, description="key inside that Secret (cluster stacks)")
+    file: str | None = Field(None, description="local stack: a file holding the value")
+    from_env: str | None = Field(None, description="local stack: a variable of the launching environment")
+
+
 class Resources(_Node):
     """Per process on local runs; per node (pod) on cluster stacks."""
 
@@ -201,6 +216,12 @@ class JobSpec(_Node):
     data: DataSpec = Field(default_factory=DataSpec)
     checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
     env: dict[str, str] = Field(default_factory=dict, description="extra environment variables")
+    secret_env: dict[str, SecretRef] = Field(
+        default_factory=dict, description="environment variables whose values are secrets"
+    )
+    priority: Literal["batch", "interactive"] = Field(
+        "batch", description="queue priority on cluster stacks (PriorityClass alchemist-<priority>)"
+    )
     image: str | None = Field(None, description="container image on cluster stacks")
     max_restarts: int = Field(3, ge=0, le=100, description="worker-group restarts before failing")
     metrics: bool = Field(True, description="serve Prometheus metrics from every worker")
