@@ -21,10 +21,6 @@ HEADERS = [
 ]
 
 
-class _TooLarge(Exception):
-    pass
-
-
 class Guard:
     """ASGI middleware. `hosts` is the set of Host headers answered (None: any, when a token
     guards the API); `token` None means no token (loopback only)."""
@@ -42,29 +38,34 @@ class Guard:
         if refused is not None:
             await _reply(send, *refused)
             return
-        received, started = 0, False
+        received, started, refused_body = 0, False, False
 
         async def limited_receive() -> dict:
-            nonlocal received
+            # Past the cap, answer 413 at once and tell the app the client went away: the
+            # app's own reply (if any) is then dropped.
+            nonlocal received, refused_body
+            if refused_body:
+                return {"type": "http.disconnect"}
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > self.max_body:
-                    raise _TooLarge
+                    refused_body = True
+                    if not started:
+                        await _reply(send, 413, self._too_large())
+                    return {"type": "http.disconnect"}
             return message
 
         async def send_with_headers(message: dict) -> None:
             nonlocal started
+            if refused_body:
+                return
             if message["type"] == "http.response.start":
                 started = True
                 message = dict(message, headers=list(message.get("headers", [])) + HEADERS)
             await send(message)
 
-        try:
-            await self.app(scope, limited_receive, send_with_headers)
-        except _TooLarge:
-            if not started:
-                await _reply(send, 413, self._too_large())
+        await self.app(scope, limited_receive, send_with_headers)
 
     def _too_large(self) -> str:
         return f"request body: over {self.max_body} bytes; accepted: a job spec of at most " \
