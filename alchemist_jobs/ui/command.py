@@ -104,5 +104,9 @@ def _serve(backends, sock: socket.socket, host: str, port: int, token: str | Non
               file=sys.stderr, flush=True)
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
                             timeout_graceful_shutdown=5)
-    uvicorn.Server(config).run(sockets=[sock])
+    try:
+        uvicorn.Server(config).run(sockets=[sock])
+    except KeyboardInterrupt:  # uvicorn re-raises Ctrl-C after its graceful shutdown
+        pass
+    print("dashboard: stopped", file=sys.stderr, flush=True)
     return 0
