@@ -95,6 +95,7 @@ class Backends:
             self.stacks[out.stack] = Stack(out.stack, KubernetesScheduler(out),
                                            _cluster_facts(out), None)
         self.series = SeriesBook()
+        self._ended: dict[str, m.RunSummary] = {}  # local runs that ended, by id
         self._live: dict[str, tuple[Any, threading.Thread]] = {}  # local runs started here
         self._lock = threading.Lock()
 
@@ -109,7 +110,37 @@ class Backends:
 
     def runs(self, stack: str) -> list[m.RunSummary]:
         s = self.stack(stack)
-        return [self._summary(s, st) for st in s.scheduler.list()]
+        if not s.is_local:
+            return [self._summary(s, st) for st in s.scheduler.list()]
+        return self._local_runs(s)
+
+    def _local_runs(self, s: Stack) -> list[m.RunSummary]:
+        """Every run under the local root. A run that ended (succeeded, failed, cancelled)
+        never changes again, so its summary is read once and kept: the page polls the list
+        every second or two, and a home holds thousands of runs."""
+        from alchemist_jobs.rundir import runs_root
+        from alchemist_jobs.scheduler import CANCELLED, FAILED, SUCCEEDED
+
+        base = runs_root(s.local_root)
+        try:
+            names = os.listdir(base)
+        except FileNotFoundError:
+            return []
+        out = []
+        for name in names:
+            summary = self._ended.get(name)
+            if summary is None:
+                if not os.path.exists(os.path.join(base, name, "spec.yaml")):
+                    continue
+                try:
+                    st = s.scheduler.status(name)
+                except UserError:  # removed between the listing and the read
+                    continue
+                summary = self._summary(s, st)
+                if st.state in (SUCCEEDED, FAILED, CANCELLED):
+                    self._ended[name] = summary
+            out.append(summary)
+        return out
 
     def detail(self, stack: str, run_id: str) -> m.RunDetail:
         s = self.stack(stack)
