@@ -42,7 +42,7 @@ def create_app(backends: Backends, token: str | None, host: str, port: int) -> F
                   openapi_url=f"{API}/openapi.json", docs_url=None, redoc_url=None,
                   description="Runs on every stack the dashboard serves: list, inspect, "
                               "follow, cancel, submit. The page at / is built on it.")
-    hosts = None if token is not None else security.allowed_hosts(host, port)
+    hosts = None if token is not None else security.allowed_hosts(host)
     app.add_middleware(Guard, token=token, hosts=hosts, max_body=m.MAX_SPEC_BYTES + 4096)
     _routes(app, backends)
     _handlers(app)

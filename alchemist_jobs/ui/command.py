@@ -30,6 +30,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--spec-dir", type=Path, default=None,
                    help="directory submitted specs are relative to, as a spec file's own "
                         "directory is for `alchemist run` (default: the current directory)")
+    p.add_argument("--in-cluster", action="store_true",
+                   help="run inside a pod of a cluster stack: reach the API server with the "
+                        "pod's ServiceAccount (see docs/dashboard.md)")
     p.set_defaults(func=cmd_ui)
 
 
@@ -78,7 +81,8 @@ def cmd_ui(args: argparse.Namespace) -> int:
 
     # Everything is checked before the port opens: a bad stack is one line and exit 2.
     backends = Backends(args.stacks or ["local"], home=args.home,
-                        outputs=_outputs(args.outputs), spec_dir=args.spec_dir)
+                        outputs=_outputs(args.outputs), spec_dir=args.spec_dir,
+                        in_cluster=args.in_cluster)
     sock = _bind(args.host, args.port)
     port = sock.getsockname()[1]
     token = None if security.is_loopback(args.host) else security.new_token()

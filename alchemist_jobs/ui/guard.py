@@ -73,9 +73,9 @@ class Guard:
 
     def _refusal(self, scope: dict, headers: dict[str, str]) -> tuple[int, str] | None:
         host = headers.get("host", "")
-        if self.hosts is not None and host not in self.hosts:
+        if self.hosts is not None and security.host_name(host) not in self.hosts:
             return 421, (f"Host {host[:100]!r}: this dashboard answers only "
-                         f"{', '.join(sorted(self.hosts))}")
+                         f"{', '.join(sorted(self.hosts))} (any port)")
         if not scope["path"].startswith("/api/"):
             return None
         if not security.token_ok(self.token, headers.get("authorization")):

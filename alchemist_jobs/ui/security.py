@@ -37,11 +37,25 @@ def token_ok(expected: str | None, authorization: str | None) -> bool:
     return hmac.compare_digest(authorization[len("Bearer "):].encode(), expected.encode())
 
 
-def allowed_hosts(host: str, port: int) -> set[str]:
-    """Host headers a loopback bind answers: its own names only, so a page on another site
-    cannot reach it through DNS rebinding (a name of theirs that resolves to 127.0.0.1)."""
-    names = {"127.0.0.1", "localhost", "[::1]", host if ":" not in host else f"[{host}]"}
-    return {f"{n}:{port}" for n in names} | ({n for n in names} if port == 80 else set())
+def allowed_hosts(host: str) -> set[str]:
+    """Host names a loopback bind answers: its own names only, so a page on another site
+    cannot reach it through DNS rebinding (a name of theirs that resolves to 127.0.0.1).
+    Any port: `kubectl port-forward 9000:8265` reaches the in-cluster dashboard as
+    127.0.0.1:9000."""
+    return {"127.0.0.1", "localhost", "[::1]", host if ":" not in host else f"[{host}]"}
+
+
+def host_name(header: str) -> str:
+    """The name part of a Host header (`[::1]:8265` -> `[::1]`, `localhost:80` ->
+    `localhost`); anything not of the form NAME or NAME:PORT comes back whole."""
+    if header.startswith("["):
+        end = header.find("]")
+        rest = header[end + 1:]
+        if end < 0 or rest and not (rest.startswith(":") and rest[1:].isdigit()):
+            return header
+        return header[:end + 1]
+    name, sep, port = header.rpartition(":")
+    return name if sep and port.isdigit() else header
 
 
 def same_origin(origin: str | None, host_header: str | None) -> bool:

@@ -307,7 +307,10 @@ def test_changes_need_the_header_and_the_same_origin(client, finished_home):
 def test_a_loopback_bind_answers_only_its_own_host_names(client):
     assert client.get("/api/v1/runs", headers={"Host": "127.0.0.1:8265"}).status_code == 200
     assert client.get("/api/v1/runs", headers={"Host": "localhost:8265"}).status_code == 200
-    for host in ("evil.example:8265", "127.0.0.1.evil.example:8265", "127.0.0.1:9999"):
+    # kubectl port-forward 9000:8265 to the in-cluster dashboard
+    assert client.get("/api/v1/runs", headers={"Host": "127.0.0.1:9000"}).status_code == 200
+    for host in ("evil.example:8265", "127.0.0.1.evil.example:8265", "evil.example",
+                 "[::1].evil.example", ""):
         r = client.get("/api/v1/runs", headers={"Host": host})
         assert r.status_code == 421 and "runs" not in r.json()
 
