@@ -72,7 +72,7 @@ class Backends:
 
     def __init__(self, stacks: list[str], home: Path | None = None,
                  outputs: dict[str, Path] | None = None, spec_dir: Path | None = None,
-                 in_cluster: bool = False):
+                 in_cluster: bool = False, local_links: m.Links | None = None):
         from alchemist_jobs.stacks import resolve
 
         outputs = outputs or {}
@@ -88,7 +88,8 @@ class Backends:
                 from alchemist_jobs.rundir import default_root
 
                 root = Path(home).expanduser().resolve() if home else default_root()
-                self.stacks[name] = Stack(name, LocalScheduler(root), _local_facts(root), root)
+                self.stacks[name] = Stack(name, LocalScheduler(root),
+                                         _local_facts(root, local_links), root)
                 continue
             if in_cluster:
                 out = _in_cluster_output(name, outputs.get(name))
@@ -375,11 +376,10 @@ def _checkpoints(folder: Path) -> list[m.Checkpoint]:
     return sorted(out, key=lambda c: c.step or 0)
 
 
-def _local_facts(root: Path) -> m.StackFacts:
-    mon = os.environ.get("ALCHEMIST_PROMETHEUS_URL")
+def _local_facts(root: Path, links: m.Links | None) -> m.StackFacts:
     return m.StackFacts(name=LOCAL, provider=LOCAL, gpus_per_node=_local_gpus(),
                         shared_fs={"kind": "directory", "mount_path": str(root)},
-                        monitoring=m.Links(prometheus=mon))
+                        monitoring=links or m.Links())
 
 
 def _local_gpus() -> int:

@@ -30,6 +30,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--spec-dir", type=Path, default=None,
                    help="directory submitted specs are relative to, as a spec file's own "
                         "directory is for `alchemist run` (default: the current directory)")
+    for service, port in (("prometheus", 9090), ("tensorboard", 6006)):
+        p.add_argument(f"--{service}-url", default=None, metavar="URL",
+                       help=f"local stack: link runs to this {service.title()} (e.g. "
+                            f"http://127.0.0.1:{port} from `alchemist monitor`)")
     p.add_argument("--in-cluster", action="store_true",
                    help="run inside a pod of a cluster stack: reach the API server with the "
                         "pod's ServiceAccount (see docs/dashboard.md)")
@@ -45,6 +49,16 @@ def _outputs(pairs: list[str]) -> dict[str, Path]:
                             "--outputs dev=dev-outputs.json")
         out[name] = Path(path)
     return out
+
+
+def _local_links(args: argparse.Namespace):
+    from alchemist_jobs.ui.models import Links
+
+    for flag, url in (("--prometheus-url", args.prometheus_url),
+                      ("--tensorboard-url", args.tensorboard_url)):
+        if url is not None and not url.startswith(("http://", "https://")):
+            raise UserError(f"{flag} {url!r}: accepted: an http:// or https:// URL")
+    return Links(prometheus=args.prometheus_url, tensorboard=args.tensorboard_url)
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -82,7 +96,7 @@ def cmd_ui(args: argparse.Namespace) -> int:
     # Everything is checked before the port opens: a bad stack is one line and exit 2.
     backends = Backends(args.stacks or ["local"], home=args.home,
                         outputs=_outputs(args.outputs), spec_dir=args.spec_dir,
-                        in_cluster=args.in_cluster)
+                        in_cluster=args.in_cluster, local_links=_local_links(args))
     sock = _bind(args.host, args.port)
     port = sock.getsockname()[1]
     token = None if security.is_loopback(args.host) else security.new_token()

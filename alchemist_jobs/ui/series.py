@@ -80,13 +80,15 @@ class SeriesBook:
 
     def __init__(self) -> None:
         self._runs: dict[str, dict[str, dict[float, float]]] = {}
+        self._final: set[str] = set()  # runs whose events were reread after they ended
         self._lock = threading.Lock()
 
     def update(self, key: str, tb_dir: Path | None, sample: dict[str, Any] | None,
                final: bool) -> dict[str, list[tuple[float, float]]]:
         with self._lock:
             book = self._runs.get(key)
-        if book is None or final:
+            done = key in self._final
+        if book is None or final and not done:
             # Reread the events: the whole history on the first look, the flushed final
             # points at the end.
             fresh = read_tensorboard(tb_dir) if tb_dir is not None else {c: {} for c in CHARTS}
@@ -102,8 +104,11 @@ class SeriesBook:
                     book[chart][step] = float(value)
         with self._lock:
             self._runs[key] = book
+            if final:
+                self._final.add(key)
             while len(self._runs) > MAX_RUNS:
-                self._runs.pop(next(iter(self._runs)))
+                self._final.discard(old := next(iter(self._runs)))
+                self._runs.pop(old)
         return {chart: _thin(sorted(book[chart].items())) for chart in CHARTS}
 
 

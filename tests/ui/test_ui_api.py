@@ -178,10 +178,12 @@ def test_submit_runs_a_local_job_to_the_end(tmp_path):
         r = c.post("/api/v1/runs", json={"spec": spec}, headers=CHANGE)
         assert r.status_code == 201, r.text
         run_id = r.json()["run_id"]
-        thread = next(t for rid, (_, t) in backends._live.items() if rid == run_id)
-        thread.join(timeout=600)  # the launcher thread returns when the run is over
-        d = c.get(f"/api/v1/stacks/local/runs/{run_id}").json()
+        deadline = time.time() + 600  # a deadline for failure, not a measurement
+        while (d := c.get(f"/api/v1/stacks/local/runs/{run_id}").json())["state"] in (
+                "pending", "running") and time.time() < deadline:
+            time.sleep(0.2)
     assert d["state"] == "succeeded" and d["result"]["steps"] > 0
+    assert d["owner"] and [k["state"] for k in d["ranks"]] == ["finished", "finished"]
 
 
 # --- cluster stacks ------------------------------------------------------------------------------
@@ -364,7 +366,8 @@ def test_the_page_loads_nothing_from_elsewhere():
     (["--stack", "no such"], "--stack"), (["--port", "70000"], "--port"),
     (["--outputs", "dev"], "--outputs"), (["--stack", "dev", "--outputs", "dev=/nonexistent.json"],
                                           "--outputs"),
-    (["--host", "no.such.host.invalid"], "--host")])
+    (["--host", "no.such.host.invalid"], "--host"),
+    (["--tensorboard-url", "javascript:alert(1)"], "--tensorboard-url")])
 def test_bad_flags_are_one_line_and_exit_2(tmp_path, args, field):
     proc = cli("ui", "--home", str(tmp_path), *args, home=tmp_path, timeout=120)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr

@@ -78,9 +78,9 @@ def test_a_live_run_appears_charts_grow_and_cancel_stops_every_process(driver, t
     server = UiServer(home)
     try:
         driver.get(server.url)
-        run_id = wait(driver, lambda d: d.find_elements(
-            By.CSS_SELECTOR, "#runs-table tr[data-state=running]")[0].get_attribute("data-run"),
-            "the running job never appeared on the runs page")
+        run_id = wait(driver, lambda d: (rows := d.find_elements(
+            By.CSS_SELECTOR, "#runs-table tr[data-state=running]")) and
+            rows[0].get_attribute("data-run"), "the running job never appeared on the runs page")
         wait(driver, lambda d: "/" in d.find_element(
             By.CSS_SELECTOR, f"#runs-table tr[data-run='{run_id}'] td:nth-child(4)").text,
             "the run's progress never showed")

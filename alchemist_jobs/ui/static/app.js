@@ -206,7 +206,9 @@ function showRun(stack, runId) {
     document.getElementById("run-facts").replaceChildren(
       ...facts.map(([k, v]) => el("div", {}, el("b", { text: k }), String(v))));
     const links = [];
-    for (const [k, v] of Object.entries(d.links)) if (v) links.push(el("a", { href: v, target: "_blank", rel: "noopener noreferrer", text: k }));
+    for (const [k, v] of Object.entries(d.links)) {
+      if (v && /^https?:\/\//.test(v)) links.push(el("a", { href: v, target: "_blank", rel: "noopener noreferrer", text: k }));
+    }
     document.getElementById("run-links").replaceChildren(...links);
     document.querySelector("#ranks tbody").replaceChildren(...d.ranks.map((k) =>
       el("tr", {}, el("td", { text: String(k.rank) }), el("td", {}, stateBadge(k.state)),
