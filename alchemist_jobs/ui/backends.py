@@ -161,8 +161,7 @@ class Backends:
             out.checkpoints = _checkpoints(run.checkpoints)
             out.result = st.extra.get("result") or None
         else:
-            out.ranks = [m.RankState(rank=int(i), state=st.state, node=str(pod))
-                         for i, pod in sorted((st.extra.get("pods") or {}).items())]
+            out.ranks = _cluster_ranks(st)
         return out
 
     def metrics(self, stack: str, run_id: str) -> m.RunMetrics:
@@ -360,6 +359,21 @@ def _local_ranks(run: Any, st: Any) -> list[m.RankState]:
         out.append(m.RankState(rank=int(rec.get("rank", 0)), state=state,
                                restarts=int(rec.get("restart", 0)), node=str(rec.get("node", "")),
                                pid=rec.get("pid"), started=_finite(rec.get("started"))))
+    return out
+
+
+def _cluster_ranks(st: Any) -> list[m.RankState]:
+    """Each rank with the pod that runs it (several ranks share a pod on a multi-process
+    node); a rank whose pod is not there yet waits."""
+    from alchemist_jobs.kubernetes.scheduler import rank_pod_index
+
+    pods = st.extra.get("pods") or {}
+    nodes, per = st.extra.get("nodes") or 1, st.extra.get("procs_per_node") or 1
+    out = []
+    for rank in range(min(st.workers, nodes * per)):
+        pod = pods.get(rank_pod_index(rank, nodes, per))
+        out.append(m.RankState(rank=rank, state=st.state if pod else "pending",
+                               node=str(pod or ""), restarts=st.restarts))
     return out
 
 

@@ -210,6 +210,26 @@ def test_submit_to_a_cluster_stack_creates_the_job_and_shows_it_queued(cluster_c
     assert r.json()["state"] == "cancelled" and ("Job", run_id) in fake.deletes()
 
 
+def test_a_cluster_runs_ranks_and_live_charts_come_from_its_pods(cluster_client, fake):
+    spec = DIGITS.replace("nodes: 1", "nodes: 2")
+    r = cluster_client.post("/api/v1/runs", json={"stack": "dev", "spec": spec}, headers=CHANGE)
+    run_id = r.json()["run_id"]
+    fake.set_job(run_id, spec={"suspend": False}, status={"active": 2})
+    pods = [fake.add_pod(run_id, i, "Running")["metadata"]["name"] for i in (0, 1)]
+    d = cluster_client.get(f"/api/v1/stacks/dev/runs/{run_id}").json()
+    assert d["state"] == "running"
+    # 2 nodes x 2 processes: ranks 0-1 on pod 0, ranks 2-3 on pod 1
+    assert [(k["rank"], k["node"]) for k in d["ranks"]] == [
+        (0, pods[0]), (1, pods[0]), (2, pods[1]), (3, pods[1])]
+    # rank 0's /metrics through the API server's pod proxy (the metric contract's names)
+    path = f"/api/v1/stacks/dev/runs/{run_id}/metrics"
+    for step, loss in ((10, 2.25), (20, 1.5)):
+        fake.metrics[f"{pods[0]}:9400"] = (f'alchemist_steps_total{{rank="0"}} {step}\n'
+                                           f'alchemist_loss{{rank="0"}} {loss}\n')
+        series = cluster_client.get(path).json()
+    assert series["loss"] == [[10.0, 2.25], [20.0, 1.5]]
+
+
 def test_gpus_beyond_the_stack_are_refused_before_anything_is_created(cluster_client, fake):
     spec = DIGITS.replace("gpu: 0", "gpu: 64")
     r = cluster_client.post("/api/v1/runs", json={"stack": "dev", "spec": spec}, headers=CHANGE)
