@@ -97,12 +97,11 @@ def test_in_cluster_the_stack_output_gets_the_service_accounts_credentials(tmp_p
     sa.mkdir()
     (sa / "token").write_text("sa-token-value")
     (sa / "ca.crt").write_text("-----BEGIN CERTIFICATE-----\n-----END CERTIFICATE-----\n")
-    import alchemist_jobs.ui.backends as backends
+    import alchemist_jobs.ui.incluster as incluster
 
-    monkeypatch.setattr(backends, "SERVICE_ACCOUNT_DIR", sa)
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
     monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
-    monkeypatch.setattr(backends.in_cluster_kubeconfig, "__defaults__", (sa,))
+    monkeypatch.setattr(incluster.in_cluster_kubeconfig, "__defaults__", (sa,))
     b = Backends(["dev"], outputs={"dev": tmp_path / "stack.json"}, in_cluster=True)
     out = b.stacks["dev"].scheduler.out
     kubeconfig = out.kubeconfig.get_secret_value()
