@@ -37,6 +37,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--in-cluster", action="store_true",
                    help="run inside a pod of a cluster stack: reach the API server with the "
                         "pod's ServiceAccount (see docs/dashboard.md)")
+    p.add_argument("--manifests", action="store_true",
+                   help="print the in-cluster dashboard's manifests for the (one) cluster "
+                        "--stack as YAML, for `kubectl apply -f -`, and exit")
     p.set_defaults(func=cmd_ui)
 
 
@@ -49,6 +52,21 @@ def _outputs(pairs: list[str]) -> dict[str, Path]:
                             "--outputs dev=dev-outputs.json")
         out[name] = Path(path)
     return out
+
+
+def _print_manifests(args: argparse.Namespace) -> int:
+    import yaml
+
+    from alchemist_jobs.stacks import resolve
+    from alchemist_jobs.ui.manifests import build
+
+    if len(args.stacks) != 1 or args.stacks[0] == "local":
+        raise UserError(f"--manifests --stack {' '.join(args.stacks) or '(none)'}: accepted: "
+                        "exactly one cluster stack (the local stack runs no pods)")
+    (stack,) = args.stacks
+    out = resolve(stack, _outputs(args.outputs).get(stack))
+    sys.stdout.write(yaml.safe_dump_all(build(out), sort_keys=False))
+    return 0
 
 
 def _local_links(args: argparse.Namespace):
@@ -93,6 +111,8 @@ def cmd_ui(args: argparse.Namespace) -> int:
                         "pip install 'alchemist[ui]'") from None
     from alchemist_jobs.ui.backends import Backends
 
+    if args.manifests:
+        return _print_manifests(args)
     # Everything is checked before the port opens: a bad stack is one line and exit 2.
     backends = Backends(args.stacks or ["local"], home=args.home,
                         outputs=_outputs(args.outputs), spec_dir=args.spec_dir,

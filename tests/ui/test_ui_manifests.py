@@ -123,3 +123,19 @@ def test_outside_a_pod_in_cluster_is_one_line(tmp_path, monkeypatch):
     (tmp_path / "s.json").write_text("{}")
     with pytest.raises(UserError, match=r"^--in-cluster: no Kubernetes service account"):
         Backends(["dev"], outputs={"dev": tmp_path / "s.json"}, in_cluster=True)
+
+
+def test_the_cli_prints_them_for_kubectl_apply(tmp_path):
+    from tests.ui.conftest import FIXTURES, cli
+
+    proc = cli("ui", "--manifests", "--stack", "dev", "--outputs",
+               f"dev={FIXTURES / 'dev.json'}", home=tmp_path, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    objs = list(yaml.safe_load_all(proc.stdout))
+    assert [o["kind"] for o in objs] == ["ServiceAccount", "RoleBinding", "ConfigMap",
+                                         "Deployment", "Service"]
+    token = yaml.safe_load(json.loads((FIXTURES / "dev.json").read_text())["kubeconfig"])[
+        "users"][0]["user"]["token"]
+    assert token not in proc.stdout
+    proc = cli("ui", "--manifests", home=tmp_path, timeout=120)
+    assert proc.returncode == 2 and "exactly one cluster stack" in proc.stderr
