@@ -5,7 +5,9 @@ page takes to render them in headless Chromium (target: under 1 s).
 The 1,000 runs are copies of one real finished run (its spec, run.json, progress.json,
 result.json and worker records; ids and times changed), so every file the listing reads is
 the real thing. Baseline, measured in the same run: `LocalScheduler.list()` in process (what
-`alchemist list` does), so the ratio is the API's own cost (HTTP, JSON, the summary shape).
+`alchemist list` does, reading every run's files each time). The dashboard reads an ended
+run's files once and keeps its summary (it never changes), so after the first request
+(`api_runs_first_ms`, reported too) the API answers from memory: the ratio is below 1.
 
 Usage: python bench/ui_dashboard.py [--runs 1000] [--requests 30] [--loads 5]
 """
@@ -68,18 +70,22 @@ def start_ui(home: Path) -> tuple[subprocess.Popen, str]:
     sys.exit("alchemist ui did not start")
 
 
-def api_latency(url: str, requests: int) -> list[float]:
+def api_latency(url: str, requests: int) -> tuple[float, list[float]]:
+    """(the first request, which reads every run's files, and then `requests` more, which
+    find the ended runs' summaries kept)."""
     import httpx
 
     out = []
     with httpx.Client(base_url=url, timeout=60) as c:
-        assert c.get("api/v1/runs").json()["total"] >= 1000  # warm: imports, caches
+        t0 = time.perf_counter()
+        assert c.get("api/v1/runs").json()["total"] >= 1000
+        first = time.perf_counter() - t0
         for _ in range(requests):
             t0 = time.perf_counter()
             r = c.get("api/v1/runs", params={"limit": 1000})
             r.raise_for_status()
             out.append(time.perf_counter() - t0)
-    return out
+    return first, out
 
 
 def baseline(home: Path, requests: int) -> list[float]:
@@ -134,15 +140,17 @@ def main() -> None:
         fill(home, real_run(home), args.runs)
         proc, url = start_ui(home)
         try:
-            api = statistics.median(api_latency(url, args.requests))
+            first, times = api_latency(url, args.requests)
+            api = statistics.median(times)
             base = statistics.median(baseline(home, args.requests))
             page = statistics.median(page_render(url, args.loads, min(args.runs, 1000)))
         finally:
             proc.terminate()
             proc.wait()
     result = dict(runs=args.runs, api_runs_median_ms=round(api * 1000, 1),
+                  api_runs_first_ms=round(first * 1000, 1),
                   scheduler_list_median_ms=round(base * 1000, 1),
-                  api_over_list=round(api / base, 2), page_render_median_s=round(page, 3),
+                  api_over_list=float(f"{api / base:.3g}"), page_render_median_s=round(page, 3),
                   targets=dict(api_runs_ms=100, page_render_s=1.0),
                   ok=api < 0.1 and page < 1.0)
     print(json.dumps(result, indent=1))
