@@ -30,9 +30,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--spec-dir", type=Path, default=None,
                    help="directory submitted specs are relative to, as a spec file's own "
                         "directory is for `alchemist run` (default: the current directory)")
-    for service, port in (("prometheus", 9090), ("tensorboard", 6006)):
+    for service, title, port in (("prometheus", "Prometheus", 9090),
+                                 ("tensorboard", "TensorBoard", 6006)):
         p.add_argument(f"--{service}-url", default=None, metavar="URL",
-                       help=f"local stack: link runs to this {service.title()} (e.g. "
+                       help=f"local stack: link runs to this {title} (e.g. "
                             f"http://127.0.0.1:{port} from `alchemist monitor`)")
     p.add_argument("--in-cluster", action="store_true",
                    help="run inside a pod of a cluster stack: reach the API server with the "

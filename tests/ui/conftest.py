@@ -95,10 +95,13 @@ class UiServer:
             raise AssertionError("alchemist ui exited: " + "".join(self.banner))
         self.url = re.search(r"(http://\S+?/)", self.banner[-1]).group(1)
         # Keep reading its stderr, so a chatty server never blocks on a full pipe.
-        threading.Thread(target=lambda: self.banner.extend(self.proc.stderr),
-                         daemon=True).start()
+        self._drain = threading.Thread(target=lambda: self.banner.extend(self.proc.stderr),
+                                       daemon=True)
+        self._drain.start()
 
     def stop(self) -> int:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGINT)
-        return self.proc.wait(timeout=120)
+        code = self.proc.wait(timeout=120)
+        self._drain.join(timeout=60)  # everything it printed, up to its exit
+        return code

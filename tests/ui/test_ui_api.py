@@ -313,6 +313,26 @@ def test_beyond_loopback_every_api_call_needs_the_token(exposed, finished_home):
     assert page.status_code == 200 and token not in page.text
 
 
+def test_a_real_server_beyond_loopback_shows_its_token_once_and_requires_it(tmp_path):
+    import httpx
+
+    from tests.ui.conftest import UiServer
+
+    server = UiServer(tmp_path, "--host", "0.0.0.0")
+    try:
+        banner = "".join(server.banner)
+        token = banner.split("#token=")[1].split()[0]
+        assert banner.count(token) == 2 and len(token) >= 40  # the URL and the how-to line
+        port = server.url.rsplit(":", 1)[1].strip("/")
+        url = f"http://127.0.0.1:{port}"
+        assert httpx.get(f"{url}/api/v1/runs").status_code == 401
+        r = httpx.get(f"{url}/api/v1/runs", headers={"Authorization": f"Bearer {token}"})
+        assert r.status_code == 200 and r.json()["total"] == 0
+    finally:
+        assert server.stop() == 0
+    assert "".join(server.banner).count(token) == 2  # never again, not even at the end
+
+
 def test_changes_need_the_header_and_the_same_origin(client, finished_home):
     _, run_id = finished_home
     path = f"/api/v1/stacks/local/runs/{run_id}/cancel"
