@@ -163,7 +163,8 @@ async function loadRuns() {
   });
   tbody.replaceChildren(...rows);
   document.getElementById("runs-count").textContent =
-    data.total > data.runs.length ? `${data.runs.length} of ${data.total} runs` : `${data.total} runs`;
+    data.total > data.runs.length ? `${data.runs.length} of ${data.total} runs`
+      : `${data.total} run${data.total === 1 ? "" : "s"}`;
   document.getElementById("runs-problems").replaceChildren(
     ...data.problems.map((p) => el("p", { class: "error", text: p.detail })));
   document.getElementById("live").textContent = "updated " + new Date().toLocaleTimeString();
