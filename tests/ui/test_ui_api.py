@@ -423,3 +423,31 @@ def test_the_cli_does_not_load_the_web_stack_for_other_commands():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=REPO, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
     assert out.stdout.strip() == "[]", out.stderr
+
+
+def test_stopping_the_dashboard_cancels_the_local_runs_it_started(tmp_path):
+    import httpx
+
+    from alchemist_jobs.processes import alive
+    from tests.ui.conftest import UiServer
+
+    server = UiServer(tmp_path)
+    try:
+        spec = DIGITS.replace("epochs: 10", "epochs: 400")
+        r = httpx.post(f"{server.url}api/v1/runs", json={"spec": spec}, headers=CHANGE,
+                       timeout=120)
+        assert r.status_code == 201, r.text
+        run_dir = tmp_path / "runs" / r.json()["run_id"]
+        deadline = time.time() + 600  # a deadline for failure, not a measurement
+        while len(list((run_dir / "workers").glob("rank-*.json"))) < 2 or \
+                not (run_dir / "progress.json").exists():
+            assert time.time() < deadline and server.proc.poll() is None
+            time.sleep(0.2)
+        state = json.loads((run_dir / "run.json").read_text())
+        pids = state["agents"] + [json.loads(p.read_text())["pid"]
+                                  for p in (run_dir / "workers").glob("rank-*.json")]
+        assert all(alive(p) for p in pids)
+    finally:
+        assert server.stop() == 0
+    assert [p for p in pids if alive(p)] == []
+    assert json.loads((run_dir / "run.json").read_text())["state"] == "cancelled"
