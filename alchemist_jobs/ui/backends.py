@@ -197,20 +197,10 @@ class Backends:
         if offset < 0:
             raise UserError(f"offset {offset}: accepted: an offset >= 0")
         st = s.scheduler.status(check_run_id(run_id))
-        try:
-            text = "".join(s.scheduler.logs(st.run_id, rank=rank, follow=False))
-        except UserError as e:
-            if "has written no log yet" not in str(e):
-                raise
-            text = ""
-        data = text.encode()
-        chunk = data[offset:offset + LOG_CHUNK_BYTES]
-        if offset > len(data):  # the log was replaced (a new attempt): start over
-            offset, chunk = 0, data[:LOG_CHUNK_BYTES]
-        shown = chunk.decode(errors="ignore")
+        offset, chunk, total = (_local_log if s.is_local else _scheduler_log)(s, st, rank, offset)
+        shown = chunk.decode(errors="ignore")  # a character cut at the end comes next time
         return m.LogChunk(rank=rank, offset=offset, next_offset=offset + len(shown.encode()),
-                          text=shown, finished=st.finished and
-                          offset + len(chunk) >= len(data))
+                          text=shown, finished=st.finished and offset + len(chunk) >= total)
 
     def cancel(self, stack: str, run_id: str) -> m.RunSummary:
         s = self.stack(stack)
@@ -362,6 +352,37 @@ def _local_ranks(run: Any, st: Any) -> list[m.RankState]:
                                restarts=int(rec.get("restart", 0)), node=str(rec.get("node", "")),
                                pid=rec.get("pid"), started=_finite(rec.get("started"))))
     return out
+
+
+def _local_log(s: Stack, st: Any, rank: int, offset: int) -> tuple[int, bytes, int]:
+    """(offset, up to LOG_CHUNK_BYTES from it, the log's size), read from the rank's file at
+    `offset`: a long log is not reread at every poll."""
+    n = st.workers
+    if not 0 <= rank < max(n, 1):
+        raise UserError(f"rank {rank}: run {st.run_id} has ranks 0..{n - 1}")
+    path = Path(st.extra["run_dir"]) / "logs" / f"rank-{rank}.log"
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if offset > size:  # the log was replaced: start over
+                offset = 0
+            f.seek(offset)
+            return offset, f.read(LOG_CHUNK_BYTES), size
+    except FileNotFoundError:  # no line written yet
+        return 0, b"", 0
+
+
+def _scheduler_log(s: Stack, st: Any, rank: int, offset: int) -> tuple[int, bytes, int]:
+    """The same from the scheduler's `logs` (a cluster's pod log), which starts at 0."""
+    try:
+        data = "".join(s.scheduler.logs(st.run_id, rank=rank, follow=False)).encode()
+    except UserError as e:
+        if "has written no log yet" not in str(e):
+            raise
+        data = b""
+    if offset > len(data):
+        offset = 0
+    return offset, data[offset:offset + LOG_CHUNK_BYTES], len(data)
 
 
 def _cluster_ranks(st: Any) -> list[m.RankState]:
