@@ -3,6 +3,7 @@ page that is built on it, served from the package's own files."""
 
 from __future__ import annotations
 
+import threading
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,8 @@ def create_app(backends: Backends, token: str | None, host: str, port: int) -> F
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
+        # Read the ended local runs' files once now, not on the first page's request.
+        threading.Thread(target=backends.warm, name="warm-runs", daemon=True).start()
         yield
         backends.shutdown()
 

@@ -121,6 +121,12 @@ class Backends:
             return [self._summary(s, st) for st in s.scheduler.list()]
         return self._local_runs(s)
 
+    def warm(self) -> None:
+        """Read every ended local run's summary once (a home may hold thousands)."""
+        for s in self.stacks.values():
+            if s.is_local:
+                self._local_runs(s)
+
     def _local_runs(self, s: Stack) -> list[m.RunSummary]:
         """Every run under the local root. A run that ended (succeeded, failed, cancelled)
         never changes again, so its summary is read once and kept: the page polls the list
