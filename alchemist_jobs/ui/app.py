@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from fastapi import FastAPI, Query, Request
 from fastapi.responses import FileResponse, JSONResponse, Response
@@ -30,14 +30,17 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
         (502, "the stack's cluster did not answer"))}
 
 
-def create_app(backends: Backends, token: str | None, host: str, port: int) -> FastAPI:
+def create_app(backends: Backends, token: str | None, host: str, port: int,
+               on_started: Callable[[], None] | None = None) -> FastAPI:
     """The app for `backends`; `token` is required on every API call unless it is None
-    (only for a loopback bind)."""
+    (only for a loopback bind). `on_started` is called once the server is ready."""
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
         # Read the ended local runs' files once now, not on the first page's request.
         threading.Thread(target=backends.warm, name="warm-runs", daemon=True).start()
+        if on_started is not None:
+            on_started()
         yield
         backends.shutdown()
 

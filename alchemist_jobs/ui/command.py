@@ -129,18 +129,24 @@ def _serve(backends, sock: socket.socket, host: str, port: int, token: str | Non
 
     from alchemist_jobs.ui.app import create_app
 
-    app = create_app(backends, token, host, port)
     shown = f"[{host}]" if ":" in host else host
-    if token is None:
-        print(f"dashboard: http://{shown}:{port}/  (stacks: {', '.join(backends.stacks)})",
-              file=sys.stderr, flush=True)
-    else:
-        # Shown once, here; the fragment (#token=) never reaches a server log or a Referer.
-        print(f"dashboard: http://{shown}:{port}/#token={token}  (stacks: "
-              f"{', '.join(backends.stacks)})\n"
+    stacks = ", ".join(backends.stacks)
+
+    def banner() -> None:
+        # Printed once the server is ready (and Ctrl-C is a clean stop), for people and for
+        # scripts that wait for it.
+        if token is None:
+            print(f"dashboard: http://{shown}:{port}/  (stacks: {stacks})", file=sys.stderr,
+                  flush=True)
+            return
+        # Shown once, here, in one write; the fragment (#token=) never reaches a server log
+        # or a Referer.
+        print(f"dashboard: http://{shown}:{port}/#token={token}  (stacks: {stacks})\n"
               f"dashboard: bound beyond loopback: every API call needs "
               f"`Authorization: Bearer {token}`; this token is not shown again",
               file=sys.stderr, flush=True)
+
+    app = create_app(backends, token, host, port, on_started=banner)
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
                             timeout_graceful_shutdown=5)
     try:
