@@ -320,7 +320,8 @@ def test_a_real_server_beyond_loopback_shows_its_token_once_and_requires_it(tmp_
 
     server = UiServer(tmp_path, "--host", "0.0.0.0")
     try:
-        token = server.banner[-1].split("#token=")[1].split()[0]
+        url_line = next(line for line in server.banner if "#token=" in line)
+        token = url_line.split("#token=")[1].split()[0]
         assert len(token) >= 40
         port = server.url.rsplit(":", 1)[1].strip("/")
         url = f"http://127.0.0.1:{port}"
