@@ -9,7 +9,6 @@ import os
 import pwd
 import re
 import threading
-import time
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
