@@ -283,18 +283,7 @@ class Backends:
     # -- shapes ------------------------------------------------------------------------------
 
     def _summary(self, s: Stack, st: Any) -> m.RunSummary:
-        prog = st.extra.get("progress") or {}
-        res = st.extra.get("result") or {}
-        step, total = _int(st.step), _int(st.total_steps)
-        return m.RunSummary(
-            stack=s.name, run_id=st.run_id, name=st.name, state=st.state, reason=st.message,
-            owner=_owner(st) if s.is_local else st.extra.get("owner"), workers=st.workers,
-            restarts=st.restarts, step=step, total_steps=total,
-            progress=min(1.0, step / total) if step is not None and total else None,
-            loss=_finite(res.get("final_loss", prog.get("loss"))),
-            samples_per_s=_finite(res.get("samples_per_s", prog.get("samples_per_s"))),
-            accuracy=_finite(res.get("test_accuracy")),
-            created=_finite(st.created), ended=_finite(st.ended))
+        return summarize(st, local=s.is_local)
 
     def _links(self, s: Stack, name: str, run_id: str) -> m.Links:
         """The run in TensorBoard (its event files sit under the run's id) and in the job
@@ -309,6 +298,22 @@ class Backends:
 
 
 # --- helpers -----------------------------------------------------------------------------------
+
+
+def summarize(st: Any, local: bool) -> m.RunSummary:
+    """A scheduler's RunStatus as the API's RunSummary (for the CLI's `--json` too)."""
+    prog = st.extra.get("progress") or {}
+    res = st.extra.get("result") or {}
+    step, total = _int(st.step), _int(st.total_steps)
+    return m.RunSummary(
+        stack=st.stack, run_id=st.run_id, name=st.name, state=st.state, reason=st.message,
+        owner=_owner(st) if local else st.extra.get("owner"), workers=st.workers,
+        restarts=st.restarts, step=step, total_steps=total,
+        progress=min(1.0, step / total) if step is not None and total else None,
+        loss=_finite(res.get("final_loss", prog.get("loss"))),
+        samples_per_s=_finite(res.get("samples_per_s", prog.get("samples_per_s"))),
+        accuracy=_finite(res.get("test_accuracy")),
+        created=_finite(st.created), ended=_finite(st.ended))
 
 
 def _source_name(filename: str | None) -> str:
