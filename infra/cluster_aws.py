@@ -5,19 +5,35 @@ from __future__ import annotations
 import ipaddress
 import json
 from dataclasses import dataclass
+from typing import Any
 
 import pulumi
 import pulumi_aws as aws
 import pulumi_eks as eks
 import pulumi_kubernetes as kubernetes
 
-from infra.cluster import GPU_NODE_LABELS, GPU_TAINT, SYSTEM_NODE_LABELS, AwsNetwork, ClusterFacts, Registry
-from infra.config import AwsConfig, StackConfig
+from infra.cluster import (
+    GPU_NODE_LABELS,
+    GPU_TAINT,
+    SYSTEM_NODE_LABELS,
+    AwsNetwork,
+    ClusterFacts,
+    EksFacts,
+    Registry,
+)
+from infra.cluster_addons import CloudIdentityAddon, CloudIdentityAddonArgs
+from infra.cluster_versions import autoscaler_chart
+from infra.config import AwsConfig, NodePool, GpuPool, StackConfig
+from infra.instance_types import ACCELERATOR_LABEL, gpu_model
 from infra.policies import OPEN_ENDPOINTS_TAG
-from infra.shared_fs import irsa_trust_policy
-from infra.versions import CHARTS
 
 SYSTEM_AMI_TYPE = "AL2023_x86_64_STANDARD"
+# The root volume of the AL2023 EKS AMIs (pulumi-eks nodes/nodegroup.ts, createMNGCustomLaunchTemplate).
+ROOT_DEVICE = "/dev/xvda"
+EBS_CSI_DRIVER = "ebs.csi.aws.com"
+# The service account the aws-ebs-csi-driver add-on's controller runs as (AWS EKS user guide,
+# "Store Kubernetes volumes with Amazon EBS": the IAM role trusts kube-system:ebs-csi-controller-sa).
+EBS_CSI_SERVICE_ACCOUNT = "ebs-csi-controller-sa"
 NODE_POLICIES = (
     "arn:aws:iam::aws:policy/AmazonEKSWorkerNodePolicy",
     "arn:aws:iam::aws:policy/AmazonEKS_CNI_Policy",
@@ -115,7 +131,13 @@ class EksCluster(pulumi.ComponentResource):
             create_oidc_provider=True,
             encryption_config_key_arn=secrets_key.arn,
             enabled_cluster_log_types=["api", "audit", "authenticator"],
-            storage_classes={"gp3": eks.StorageClassArgs(type="gp3", default=True, encrypted=True)},
+            # pulumi-eks's own StorageClasses use the in-tree kubernetes.io/aws-ebs provisioner
+            # (cluster/storageclass.ts), which needs the EBS CSI driver anyway since 1.23: we
+            # install the driver and make gp3 ours (_ebs_csi).
+            storage_classes=None,
+            # The VPC CNI enforces NetworkPolicies only with its policy agent on (pulumi-eks
+            # addons/cni-addon.ts merges this into the vpc-cni add-on's configurationValues).
+            vpc_cni_options=eks.VpcCniOptionsArgs(enable_network_policy=True),
             tags=tags,
             opts=with_aws,
         )
@@ -130,13 +152,17 @@ class EksCluster(pulumi.ComponentResource):
             ami_type=SYSTEM_AMI_TYPE,
             subnet_ids=private_ids,
             labels=dict(SYSTEM_NODE_LABELS),
-            scaling_config={"min_size": cfg.system_nodes.min_size, "max_size": cfg.system_nodes.max_size,
-                            "desired_size": cfg.system_nodes.desired_size},  # fmt: skip
-            disk_size=50,
-            enable_imd_sv2=True,
+            scaling_config=_scaling(cfg.system_nodes),
+            launch_template=self._launch_template(f"{name}-system", 50, on_aws),
             opts=after_cluster,
         )
         gpu = cfg.gpu_nodes
+        gpu_labels = dict(GPU_NODE_LABELS)
+        model = gpu_model(list(gpu.instance_types))
+        if model:
+            # The autoscaler's AWS provider knows a GPU node by this label; without it, it sees
+            # no GPU while the device plugin starts and scales up again and again.
+            gpu_labels[ACCELERATOR_LABEL] = model
         self.gpu_nodes = eks.ManagedNodeGroup(
             f"{name}-gpu-nodes",
             cluster=self.cluster,
@@ -145,19 +171,21 @@ class EksCluster(pulumi.ComponentResource):
             ami_type=gpu.ami_type,  # the EKS NVIDIA AMI: driver and container toolkit included
             capacity_type=gpu.capacity_type,
             subnet_ids=private_ids,
-            labels=dict(GPU_NODE_LABELS),
+            labels=gpu_labels,
             taints=[{"key": GPU_TAINT["key"], "value": GPU_TAINT["value"], "effect": "NO_SCHEDULE"}],
-            scaling_config={"min_size": gpu.min_size, "max_size": gpu.max_size, "desired_size": gpu.desired_size},
+            scaling_config=_scaling(gpu),
             ignore_scaling_changes=True,  # the cluster autoscaler owns the desired size
-            disk_size=gpu.disk_size_gib,
-            enable_imd_sv2=gpu.require_imdsv2,
+            launch_template=self._launch_template(f"{name}-gpu", gpu.disk_size_gib, on_aws,
+                                                  require_imdsv2=gpu.require_imdsv2),
             opts=after_cluster,
         )
         self.kubeconfig_json = pulumi.Output.secret(self.cluster.kubeconfig_json)
         self.provider = kubernetes.Provider(
             f"{name}-k8s", kubeconfig=self.kubeconfig_json, opts=pulumi.ResourceOptions(parent=self)
         )
-        self._autoscaler(name, cluster_name, cfg, on_aws)
+        self._access_entries(name, cluster_name, args.cfg, on_aws)
+        self._ebs_csi(name, cluster_name, on_aws)
+        self._autoscaler(name, cluster_name, args.cfg)
 
         kubeconfig = self.cluster.kubeconfig_json.apply(json.loads)
         # Neither is secret: the pulumi-eks kubeconfig holds no credential (it runs `aws eks get-token`).
@@ -168,8 +196,8 @@ class EksCluster(pulumi.ComponentResource):
         self.facts = ClusterFacts(
             provider=self.provider,
             kubeconfig=None,
-            eks={"cluster_name": cluster_name, "region": cfg.region, "endpoint": endpoint,
-                 "certificate_authority": ca},  # fmt: skip
+            eks=EksFacts(cluster_name=cluster_name, region=cfg.region, endpoint=endpoint,
+                         certificate_authority=ca),  # fmt: skip
             gpus_per_node=gpu.gpus_per_node,
             gpu_driver_by_operator=False,
             toolkit_by_operator=False,
@@ -184,7 +212,7 @@ class EksCluster(pulumi.ComponentResource):
                 oidc_provider_url=self.cluster.oidc_provider_url,
                 node_security_group_id=self.cluster.node_security_group_id,
             ),
-            depends_on=[self.system_nodes],
+            depends_on=[self.system_nodes, self.ebs_csi],
         )
         self.register_outputs({"cluster_name": cluster_name, "region": cfg.region, "endpoint": endpoint})
 
@@ -235,32 +263,91 @@ class EksCluster(pulumi.ComponentResource):
                 )
         return vpc, [s.id for s in private], [s.id for s in public]
 
-    def _autoscaler(self, name: str, cluster_name: str, cfg: AwsConfig, on_aws: pulumi.ResourceOptions) -> None:
-        """Cluster autoscaler (IRSA) so the GPU group scales from zero when GPU jobs are admitted."""
-        sa = "cluster-autoscaler"
-        role = aws.iam.Role(
-            f"{name}-autoscaler-role",
-            assume_role_policy=irsa_trust_policy(
-                self.cluster.oidc_provider_arn, self.cluster.oidc_provider_url, "kube-system", sa
-            ),
+    def _launch_template(self, name: str, disk_gib: int, on_aws: pulumi.ResourceOptions,
+                         require_imdsv2: bool = True) -> dict[str, Any]:  # fmt: skip
+        """Node launch template: IMDSv2 with hop limit 1, so pods cannot take the node's role.
+
+        pulumi-eks's own template sets hop limit 2 (nodes/nodegroup.ts, `metadataOptions`),
+        which lets any pod reach the instance credentials; our add-ons use IRSA instead.
+        """
+        template = aws.ec2.LaunchTemplate(
+            f"{name}-launch-template",
+            metadata_options={"http_endpoint": "enabled", "http_tokens": "required" if require_imdsv2 else "optional",
+                              "http_put_response_hop_limit": 1},
+            block_device_mappings=[{"device_name": ROOT_DEVICE, "ebs": {
+                "volume_size": disk_gib, "volume_type": "gp3", "encrypted": "true", "delete_on_termination": "true"}}],
             opts=on_aws,
+        )  # fmt: skip
+        return {"id": template.id, "version": template.latest_version.apply(str)}
+
+    def _access_entries(self, name: str, cluster_name: str, cfg: StackConfig, on_aws: pulumi.ResourceOptions) -> None:
+        """An access entry per team principal, in the Kubernetes groups the team's RoleBinding binds."""
+        opts = pulumi.ResourceOptions.merge(on_aws, pulumi.ResourceOptions(depends_on=[self.cluster]))
+        for team in cfg.teams:
+            groups = team.groups or [f"alchemist:{team.name}"]  # as the platform's RoleBinding
+            for i, arn in enumerate(team.principals):
+                aws.eks.AccessEntry(
+                    f"{name}-access-{team.name}-{i}",
+                    cluster_name=cluster_name,
+                    principal_arn=arn,
+                    kubernetes_groups=groups,
+                    type="STANDARD",
+                    opts=opts,
+                )
+
+    def _ebs_csi(self, name: str, cluster_name: str, on_aws: pulumi.ResourceOptions) -> None:
+        """The EBS CSI driver (EKS add-on, own IAM role) and the default gp3 StorageClass it provisions."""
+        self.ebs_csi = CloudIdentityAddon(
+            f"{name}-ebs-csi",
+            CloudIdentityAddonArgs(
+                aws_provider=self.aws_provider,
+                oidc_provider_arn=self.cluster.oidc_provider_arn,
+                oidc_provider_url=self.cluster.oidc_provider_url,
+                service_account=EBS_CSI_SERVICE_ACCOUNT,
+                policy_arns=["arn:aws:iam::aws:policy/service-role/AmazonEBSCSIDriverPolicy"],
+                eks_addon="aws-ebs-csi-driver",
+                cluster_name=cluster_name,
+                configuration_values={"node": {"tolerateAllTaints": True}},  # volumes on GPU nodes too
+                depends_on=[self.system_nodes],
+            ),
+            opts=pulumi.ResourceOptions(parent=self),
         )
-        aws.iam.RolePolicy(f"{name}-autoscaler-policy", role=role.id, policy=json.dumps(AUTOSCALER_POLICY), opts=on_aws)
-        pin = CHARTS["cluster-autoscaler"]
-        kubernetes.helm.v4.Chart(
-            f"{name}-cluster-autoscaler",
-            chart=pin.chart,
-            version=pin.version,
-            repository_opts={"repo": pin.repo},
-            namespace="kube-system",
-            values={
-                "autoDiscovery": {"clusterName": cluster_name},
-                "awsRegion": cfg.region,
-                "rbac": {"serviceAccount": {"create": True, "name": sa,
-                                            "annotations": {"eks.amazonaws.com/role-arn": role.arn}}},
-                "extraArgs": {"balance-similar-node-groups": True, "expander": "least-waste",
-                              "skip-nodes-with-system-pods": False},
-                "nodeSelector": dict(SYSTEM_NODE_LABELS),
-            },  # fmt: skip
-            opts=pulumi.ResourceOptions(parent=self, provider=self.provider, depends_on=[self.system_nodes]),
+        kubernetes.storage.v1.StorageClass(
+            f"{name}-gp3",
+            metadata={"name": "gp3", "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}},
+            provisioner=EBS_CSI_DRIVER,
+            parameters={"type": "gp3", "encrypted": "true"},
+            volume_binding_mode="WaitForFirstConsumer",
+            reclaim_policy="Delete",
+            allow_volume_expansion=True,
+            opts=pulumi.ResourceOptions(parent=self, provider=self.provider, depends_on=[self.ebs_csi]),
         )
+
+    def _autoscaler(self, name: str, cluster_name: str, cfg: StackConfig) -> None:
+        """Cluster autoscaler of the cluster's minor (IRSA) so the GPU group scales from zero."""
+        aws_cfg: AwsConfig = cfg.aws  # type: ignore[assignment]
+        CloudIdentityAddon(
+            f"{name}-autoscaler",
+            CloudIdentityAddonArgs(
+                aws_provider=self.aws_provider,
+                oidc_provider_arn=self.cluster.oidc_provider_arn,
+                oidc_provider_url=self.cluster.oidc_provider_url,
+                service_account="cluster-autoscaler",
+                inline_policy=AUTOSCALER_POLICY,
+                chart=autoscaler_chart(cfg.kubernetes_version),
+                service_account_path=("rbac", "serviceAccount"),
+                values={
+                    "autoDiscovery": {"clusterName": cluster_name},
+                    "awsRegion": aws_cfg.region,
+                    "extraArgs": {"balance-similar-node-groups": True, "expander": "least-waste",
+                                  "skip-nodes-with-system-pods": False},
+                    "nodeSelector": dict(SYSTEM_NODE_LABELS),
+                },  # fmt: skip
+                depends_on=[self.system_nodes],
+            ),
+            opts=pulumi.ResourceOptions(parent=self, providers=[self.provider]),
+        )
+
+
+def _scaling(pool: NodePool | GpuPool) -> dict[str, int]:
+    return {"min_size": pool.min_size, "max_size": pool.max_size, "desired_size": pool.desired_size}

@@ -59,7 +59,10 @@ def run(stack: str, monitoring_dir: Path, repo_root: Path = REPO_ROOT) -> None:
         "shared-fs",
         SharedFileSystemArgs(
             fs=cfg.shared_fs,
-            namespaces={**platform.team_namespaces, MONITORING_NAMESPACE: monitoring_ns},
+            namespaces=dict(platform.team_namespaces),
+            identities={t.name: cfg.identity(t.name) for t in cfg.teams},
+            root_namespaces={MONITORING_NAMESPACE: monitoring_ns},  # TensorBoard reads every team's runs
+            prepare_image=images.refs["train"],
             aws=facts.aws,
             depends_on=facts.depends_on,
         ),

@@ -1,0 +1,28 @@
+"""Versions the cluster layer pins per Kubernetes minor: cluster-autoscaler charts, with their source.
+
+The cluster autoscaler supports only the Kubernetes minor it was built for ("We recommend using
+Cluster Autoscaler with the Kubernetes control plane version for which it was meant",
+kubernetes/autoscaler cluster-autoscaler/README.md), so its chart follows the cluster's
+minor. Each chart version below is the newest whose `appVersion` is that minor, read from
+`charts/cluster-autoscaler/Chart.yaml` at the tag `cluster-autoscaler-chart-<version>` of
+https://github.com/kubernetes/autoscaler (Apache-2.0).
+"""
+
+from __future__ import annotations
+
+from infra.versions import ChartPin
+
+AUTOSCALER_REPO = "https://kubernetes.github.io/autoscaler"
+# Kubernetes minor -> (chart version, the chart's appVersion)
+AUTOSCALER_CHARTS: dict[str, tuple[str, str]] = {
+    "1.30": ("9.37.0", "1.30.0"),
+    "1.31": ("9.44.0", "1.31.0"),
+    "1.32": ("9.46.6", "1.32.0"),
+    "1.33": ("9.51.0", "1.33.0"),
+}
+
+
+def autoscaler_chart(kubernetes_minor: str) -> ChartPin:
+    """The cluster-autoscaler chart built for this Kubernetes minor."""
+    version, _app = AUTOSCALER_CHARTS[kubernetes_minor]
+    return ChartPin("cluster-autoscaler", version, AUTOSCALER_REPO)
