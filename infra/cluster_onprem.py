@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import base64
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
+
+import yaml
 
 import pulumi
 import pulumi_command as command
@@ -24,8 +27,19 @@ def k3s_installer(version: str) -> str:
     return f"https://raw.githubusercontent.com/k3s-io/k3s/{quote(version)}/install.sh"
 
 
-def server_script(version: str, host: OnpremHost, api: str, first: bool, ha: bool) -> str:
-    """Install a k3s server. Joining servers read the cluster token from stdin."""
+# The cluster token reaches a joining node on stdin and is written to a root-only file that
+# k3s reads (`--token-file`): it never appears on a command line, where `ps` shows it to
+# every user of the host.
+TOKEN_FILE = "/etc/rancher/k3s/cluster-token"
+_SAVE_TOKEN = (
+    "sudo install -d -m 0700 /etc/rancher/k3s && "
+    f"sudo sh -c 'umask 077 && cat > {TOKEN_FILE}' && "
+)
+
+
+def server_script(version: str, host: OnpremHost, api: str, first: bool, ha: bool,
+                  registries: bool = False) -> str:  # fmt: skip
+    """Install a k3s server. Joining servers read the cluster token from stdin (after registries.yaml, if any)."""
     flags = [
         "server",
         f"--node-name {host.name}",
@@ -39,24 +53,55 @@ def server_script(version: str, host: OnpremHost, api: str, first: bool, ha: boo
     token = ""
     if not first:
         flags.insert(1, f"--server https://{api}:6443")
-        token = 'K3S_TOKEN="$(cat)" && '
-    env = f"INSTALL_K3S_VERSION='{version}'" + (' K3S_TOKEN="$K3S_TOKEN"' if not first else "")
-    return f"set -eu; {token}curl -sfL {k3s_installer(version)} | sudo {env} sh -s - {' '.join(flags)}"
+        flags.append(f"--token-file {TOKEN_FILE}")
+        token = _SAVE_TOKEN
+    env = f"INSTALL_K3S_VERSION='{version}'"
+    return f"set -eu; {_registries_step(registries)}{token}curl -sfL {k3s_installer(version)} | sudo {env} sh -s - {' '.join(flags)}"
 
 
-def agent_script(version: str, host: OnpremHost, api: str) -> str:
+def agent_script(version: str, host: OnpremHost, api: str, registries: bool = False) -> str:
     """Join a k3s agent (token on stdin). GPU agents get the GPU label, taint and nvidia runtime."""
-    flags = [f"--node-name {host.name}", f"--server https://{api}:6443"]
+    flags = [f"--node-name {host.name}", f"--server https://{api}:6443", f"--token-file {TOKEN_FILE}"]
     if host.gpus:
         taint = f"{GPU_TAINT['key']}={GPU_TAINT['value']}:{GPU_TAINT['effect']}"
         flags += [_labels(GPU_NODE_LABELS), f"--node-taint {taint}", "--default-runtime nvidia"]
     else:
         flags.append(_labels({"alchemist.io/pool": "cpu"}))
     return (
-        'set -eu; K3S_TOKEN="$(cat)" && '
-        f"curl -sfL {k3s_installer(version)} | sudo INSTALL_K3S_VERSION='{version}' "
-        f"K3S_TOKEN=\"$K3S_TOKEN\" sh -s - agent {' '.join(flags)}"
+        f"set -eu; {_registries_step(registries)}{_SAVE_TOKEN}"
+        f"curl -sfL {k3s_installer(version)} | sudo INSTALL_K3S_VERSION='{version}' sh -s - agent {' '.join(flags)}"
     )
+
+
+def _registries_step(registries: bool) -> str:
+    """Install /etc/rancher/k3s/registries.yaml, read as the first stdin line (base64), before k3s starts."""
+    if not registries:
+        return ""
+    return (
+        "sudo install -d -m 0700 /etc/rancher/k3s && read -r REGISTRIES && "
+        "printf '%s' \"$REGISTRIES\" | base64 -d | sudo sh -c 'umask 077 && cat > /etc/rancher/k3s/registries.yaml' && "
+    )
+
+
+def registries_yaml(registry: str, user: str | None, password: str | None, insecure: bool) -> str:
+    """k3s's containerd registry config: where the host is, plain HTTP or TLS, and its login.
+
+    Format: k3s docs "Private Registry Configuration" (`mirrors.<host>.endpoint`,
+    `configs.<host>.auth` and `.tls.insecure_skip_verify`).
+    """
+    host = registry.split("/")[0]
+    doc: dict[str, Any] = {"mirrors": {host: {"endpoint": [f"{'http' if insecure else 'https'}://{host}"]}}}
+    if user is not None and password is not None:
+        doc["configs"] = {host: {"auth": {"username": user, "password": password}}}
+    return yaml.safe_dump(doc, sort_keys=True)
+
+
+# With the GPU Operator's driver container, the driver's files live under this root on the
+# host; the host toolkit must look there (NVIDIA GPU Operator docs, "Pre-installed NVIDIA
+# Container Toolkit (but no drivers)": uncomment `root = "/run/nvidia/driver"` in
+# /etc/nvidia-container-runtime/config.toml).
+OPERATOR_DRIVER_ROOT = "/run/nvidia/driver"
+TOOLKIT_CONFIG = "/etc/nvidia-container-runtime/config.toml"
 
 
 def nvidia_runtime_script(driver_on_host: bool) -> str:
@@ -78,7 +123,10 @@ def nvidia_runtime_script(driver_on_host: bool) -> str:
         "sudo apt-get update -q; "
         f"sudo apt-get install -y -q nvidia-container-toolkit={v} nvidia-container-toolkit-base={v} "
         f"libnvidia-container-tools={v} libnvidia-container1={v}"
-    )
+        + ("" if driver_on_host else
+           f"; sudo sed -i 's|^#\\?root = .*|root = \"{OPERATOR_DRIVER_ROOT}\"|' {TOOLKIT_CONFIG}"
+           f" && grep -q '^root = \"{OPERATOR_DRIVER_ROOT}\"' {TOOLKIT_CONFIG}")
+    )  # fmt: skip
 
 
 def registry_facts(cfg: StackConfig) -> Registry:
@@ -121,10 +169,17 @@ class K3sCluster(pulumi.ComponentResource):
             return conn
 
         first = servers[0]
+        images = args.cfg.images
+        password = args.cfg.registry_password
+        # Every node gets registries.yaml before k3s starts: the first stdin line (base64).
+        registries = pulumi.Output.secret(base64.b64encode(registries_yaml(
+            images.registry or "", images.registry_user, password.get_secret_value() if password else None,
+            images.registry_insecure).encode()).decode() + "\n")  # fmt: skip
         self.first_server = command.remote.Command(
             f"{name}-server-{first.name}",
             connection=connection(first),
-            create=server_script(version, first, api, first=True, ha=len(servers) > 1),
+            create=server_script(version, first, api, first=True, ha=len(servers) > 1, registries=True),
+            stdin=registries,
             delete="/usr/local/bin/k3s-uninstall.sh",
             opts=pulumi.ResourceOptions(parent=self),
         )
@@ -143,8 +198,8 @@ class K3sCluster(pulumi.ComponentResource):
             self.nodes.append(command.remote.Command(
                 f"{name}-server-{host.name}",
                 connection=connection(host),
-                create=server_script(version, host, api, first=False, ha=True),
-                stdin=token,
+                create=server_script(version, host, api, first=False, ha=True, registries=True),
+                stdin=pulumi.Output.concat(registries, token),
                 delete="/usr/local/bin/k3s-uninstall.sh",
                 opts=pulumi.ResourceOptions(parent=self, depends_on=[token_cmd]),
             ))  # fmt: skip
@@ -160,8 +215,8 @@ class K3sCluster(pulumi.ComponentResource):
             self.nodes.append(command.remote.Command(
                 f"{name}-agent-{host.name}",
                 connection=connection(host),
-                create=agent_script(version, host, api),
-                stdin=token,
+                create=agent_script(version, host, api, registries=True),
+                stdin=pulumi.Output.concat(registries, token),
                 delete="/usr/local/bin/k3s-agent-uninstall.sh",
                 opts=pulumi.ResourceOptions(parent=self, depends_on=deps),
             ))  # fmt: skip

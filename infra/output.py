@@ -12,7 +12,7 @@ from infra.labels import MOUNT_PATH, SCRAPE_LABELS, SHARED_PVC
 
 
 def build_output(stack: str, cfg: StackConfig, facts: ClusterFacts, images: dict[str, pulumi.Input[str]],
-                 monitoring_urls: dict[str, str]) -> dict[str, Any]:  # fmt: skip
+                 monitoring_urls: dict[str, str], pull_secret: str | None = None) -> dict[str, Any]:  # fmt: skip
     """Everything a job needs to run on this stack; the kubeconfig only as a secret."""
     team = cfg.default_team
     uid, gid = cfg.identity(team.name)
@@ -24,7 +24,8 @@ def build_output(stack: str, cfg: StackConfig, facts: ClusterFacts, images: dict
         # The PVC is the team's own subtree, owned by this identity; job pods run as it.
         "shared_fs": {"kind": cfg.shared_fs.kind, "pvc": SHARED_PVC, "mount_path": MOUNT_PATH,
                       "uid": uid, "gid": gid},
-        "images": {"train": images["train"], "interactive": images["interactive"]},
+        "images": {"train": images["train"], "interactive": images["interactive"],
+                   **({"pull_secret": pull_secret} if pull_secret else {})},
         "gpu": {
             "resource": GPU_RESOURCE,
             "node_selector": dict(GPU_NODE_LABELS),

@@ -100,7 +100,11 @@ class SharedFileSystem(pulumi.ComponentResource):
         pv_opts = pulumi.ResourceOptions(parent=self, depends_on=[self.storage_class])
         if not isinstance(fs, EfsFs):
             # The root, for the prepare Job only (PV name with a dot: no team can have it).
-            self._claim(name, "_root", f"{SHARED_PVC}.root", PREPARE_NAMESPACE, ROOT_PVC, pv_source(None),
+            # Its own volumeHandle: the read-only root of the monitoring namespace has the plain one.
+            root = pv_source(None)
+            root = {**root, "csi": {**root["csi"], "volumeHandle": pulumi.Output.concat(
+                root["csi"]["volumeHandle"], "#prepare")}} if "csi" in root else root  # fmt: skip
+            self._claim(name, "_root", f"{SHARED_PVC}.root", PREPARE_NAMESPACE, ROOT_PVC, root,
                         capacity, pv_opts, None)  # fmt: skip
             self.prepare = self._prepare_job(name, args)
             pv_opts = pulumi.ResourceOptions(parent=self, depends_on=[self.storage_class, self.prepare])
