@@ -176,7 +176,7 @@ class EksCluster(pulumi.ComponentResource):
             scaling_config=_scaling(gpu),
             ignore_scaling_changes=True,  # the cluster autoscaler owns the desired size
             launch_template=self._launch_template(f"{name}-gpu", gpu.disk_size_gib, on_aws,
-                                                  require_imdsv2=gpu.require_imdsv2),
+                                                  require_imdsv2=gpu.require_imdsv2, pool="gpu"),
             opts=after_cluster,
         )
         self.kubeconfig_json = pulumi.Output.secret(self.cluster.kubeconfig_json)
@@ -264,7 +264,7 @@ class EksCluster(pulumi.ComponentResource):
         return vpc, [s.id for s in private], [s.id for s in public]
 
     def _launch_template(self, name: str, disk_gib: int, on_aws: pulumi.ResourceOptions,
-                         require_imdsv2: bool = True) -> dict[str, Any]:  # fmt: skip
+                         require_imdsv2: bool = True, pool: str = "system") -> dict[str, Any]:  # fmt: skip
         """Node launch template: IMDSv2 with hop limit 1, so pods cannot take the node's role.
 
         pulumi-eks's own template sets hop limit 2 (nodes/nodegroup.ts, `metadataOptions`),
@@ -276,6 +276,7 @@ class EksCluster(pulumi.ComponentResource):
                               "http_put_response_hop_limit": 1},
             block_device_mappings=[{"device_name": ROOT_DEVICE, "ebs": {
                 "volume_size": disk_gib, "volume_type": "gp3", "encrypted": "true", "delete_on_termination": "true"}}],
+            tags={"alchemist.io/pool": pool},  # policy imdsv2-on-gpu-nodes knows the GPU template by it
             opts=on_aws,
         )  # fmt: skip
         return {"id": template.id, "version": template.latest_version.apply(str)}
