@@ -52,6 +52,13 @@ def renders(existing_stack_file) -> dict[str, dict[str, Any]]:
                                     "sets": {"alchemist:podSecurity": "privileged"}},
         "fsx": {"stack_file": aws, "sets": {**DEPLOYER_SETS, "alchemist:sharedFs": {"kind": "fsx-lustre", "deploymentType": "PERSISTENT_2",
                                                                   "perUnitStorageThroughput": 250}}},
+        # team principals on EKS (access entries), the GPU Operator's driver on k3s
+        "principals": {"stack_file": aws, "sets": {**DEPLOYER_SETS, "alchemist:teams": [
+            {"name": "research", "quota": {"gpu": 12, "cpu": 96, "memory": "768Gi"}, "uid": 2001,
+             "principals": ["arn:aws:iam::123456789012:role/research-submitters"]},
+            {"name": "applied", "quota": {"gpu": 4, "cpu": 32, "memory": "256Gi"}, "groups": ["oidc:applied-ml"],
+             "principals": ["arn:aws:iam::123456789012:role/applied-ci", "arn:aws:iam::123456789012:user/ana"]}]}},
+        "onprem-operator": {"stack_file": STACKS / "Pulumi.onprem-lab.yaml", "sets": {"alchemist:onprem.gpuDriver": "operator"}},
         # secrets: an SSH key for k3s, a kubeconfig and a registry password for an existing cluster
         "secret:onprem-ssh": {"stack_file": STACKS / "Pulumi.onprem-lab.yaml",
                               "secrets": {"alchemist:sshPrivateKey": SSH_KEY}},

@@ -1,0 +1,404 @@
+"""The cluster and shared-file-system layers against upstream behaviour (issue 9, items 2-13; issue 17, items 2, 9, 10).
+
+Each test names the upstream source its expectation comes from, read at the pinned version:
+pulumi/pulumi-eks (commit 7bf0c1b1, after v4.3.0; the Python SDK is 4.4.0),
+kubernetes-sigs/aws-efs-csi-driver (helm-chart-aws-efs-csi-driver-3.2.1),
+kubernetes-sigs/aws-fsx-csi-driver (helm-chart-aws-fsx-csi-driver-1.17.0),
+kubernetes-csi/csi-driver-nfs (v4.11.0), kubernetes/autoscaler (cluster-autoscaler-1.31.0 and
+the cluster-autoscaler-chart-* tags), and the AWS and NVIDIA documentation named at each test.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import stat
+import subprocess
+
+import pytest
+import yaml
+from infra_helpers import DEPLOYER_CIDR, SHIPPED, STACKS, one, resources, stack_config
+from test_infra_config import engine_config
+
+from infra.cluster_versions import AUTOSCALER_CHARTS, autoscaler_chart
+from infra.config import StackConfigError, parse
+from infra.versions import KUBERNETES_VERSIONS
+
+CHART = "kubernetes:helm.sh/v4:Chart"
+AWS_STACKS = [n for n in SHIPPED if n.startswith("aws-")]
+
+
+def _trust(role: dict) -> dict:
+    return json.loads(role["inputs"]["assumeRolePolicy"])
+
+
+def _role_for(r: dict, arn: str) -> dict:
+    name = arn.rsplit("/", 1)[1]
+    return one(r, "aws:iam/role:Role", name)
+
+
+def _policies_of(r: dict, role_name: str) -> set[str]:
+    return {a["inputs"]["policyArn"] for a in resources(r, "aws:iam/rolePolicyAttachment:RolePolicyAttachment")
+            if a["inputs"]["role"] == role_name}  # fmt: skip
+
+
+# --- 9.2: the API CIDRs come from the deployer ------------------------------------------------
+
+
+@pytest.mark.parametrize("name", AWS_STACKS)
+def test_shipped_aws_stacks_leave_the_api_cidrs_to_the_deployer(name):
+    assert "publicAccessCidrs" not in stack_config(name)["alchemist:aws"]
+    config = engine_config(name, {})
+    config["alchemist:aws"] = json.dumps({k: v for k, v in json.loads(config["alchemist:aws"]).items()
+                                          if k != "publicAccessCidrs"})  # fmt: skip
+    with pytest.raises(StackConfigError) as e:
+        parse(config, where=f"stacks/Pulumi.{name}.yaml")
+    line = str(e.value)
+    assert line.startswith(f"stacks/Pulumi.{name}.yaml: alchemist:aws.publicAccessCidrs is missing; accepted: ")
+    assert "pulumi config set --path 'alchemist:aws.publicAccessCidrs[0]'" in line and "\n" not in line
+
+
+@pytest.mark.parametrize("cidr", ["203.0.113.0/24", "198.51.100.7/32", "192.0.2.0/24", "10.0.0.0/8", "192.168.1.0/24"])
+def test_documentation_and_private_ranges_are_no_deployer_network(cidr):
+    with pytest.raises(StackConfigError) as e:
+        parse(engine_config("aws-us-west-2", {"alchemist:aws.publicAccessCidrs": [DEPLOYER_CIDR, cidr]}))
+    assert str(e.value).startswith(f"alchemist:aws.publicAccessCidrs[1] = '{cidr}' is not accepted; "
+                                   "accepted: a public network you deploy from")  # fmt: skip
+
+
+# --- 9.3: EBS CSI driver, so gp3 claims bind -----------------------------------------------------
+
+
+@pytest.mark.parametrize("name", AWS_STACKS)
+def test_ebs_csi_add_on_with_its_own_role_provisions_the_default_class(renders, name):
+    r = renders[name]
+    cluster = one(r, "eks:index:Cluster", "cluster-eks")["inputs"]
+    # pulumi-eks nodejs/eks/cluster/storageclass.ts: its classes use the in-tree
+    # `kubernetes.io/aws-ebs` provisioner, which needs the CSI driver (CSI migration, 1.23+).
+    assert not cluster.get("storageClasses")
+    addon = one(r, "aws:eks/addon:Addon", "cluster-ebs-csi-addon")["inputs"]
+    assert addon["addonName"] == "aws-ebs-csi-driver" and addon["clusterName"] == f"alchemist-{name}"
+    role = _role_for(r, addon["serviceAccountRoleArn"])
+    (statement,) = _trust(role)["Statement"]
+    assert statement["Action"] == "sts:AssumeRoleWithWebIdentity"
+    assert "system:serviceaccount:kube-system:ebs-csi-controller-sa" in statement["Condition"]["StringEquals"].values()
+    assert _policies_of(r, role["name"]) == {"arn:aws:iam::aws:policy/service-role/AmazonEBSCSIDriverPolicy"}
+    (gp3,) = [s["inputs"] for s in resources(r, "kubernetes:storage.k8s.io/v1:StorageClass")
+              if s["inputs"]["metadata"]["name"] == "gp3"]  # fmt: skip
+    assert gp3["provisioner"] == "ebs.csi.aws.com" and gp3["parameters"]["type"] == "gp3"
+    assert gp3["metadata"]["annotations"] == {"storageclass.kubernetes.io/is-default-class": "true"}
+
+
+# --- 9.4 / 17.2: each team its own subtree and uid -------------------------------------------------
+
+
+def test_each_team_has_its_identity():
+    cfg = parse(engine_config("dev", {}))
+    assert [cfg.identity(t.name) for t in cfg.teams] == [(1000, 1000), (1001, 1001)]  # 1000 + index
+    teams = [{"name": "a", "quota": {"gpu": 0, "cpu": 1, "memory": "1Gi"}, "uid": 5000, "gid": 6000},
+             {"name": "b", "quota": {"gpu": 0, "cpu": 1, "memory": "1Gi"}}]  # fmt: skip
+    assert parse(engine_config("dev", {"alchemist:teams": teams})).identity("a") == (5000, 6000)
+    teams[1]["uid"] = 5000
+    with pytest.raises(StackConfigError, match=r"alchemist:teams\[1\]\.uid = 5000 is not accepted; accepted: a uid "
+                                               "no other team has"):  # fmt: skip
+        parse(engine_config("dev", {"alchemist:teams": teams}))
+
+
+@pytest.mark.parametrize("name", AWS_STACKS)
+def test_efs_access_point_per_team_enforces_its_identity(renders, name):
+    r = renders[name]
+    points = {a["name"]: a for a in resources(r, "aws:efs/accessPoint:AccessPoint")}
+    pvs = {pv["inputs"]["metadata"]["name"]: pv["inputs"]["spec"] for pv in resources(r, "kubernetes:core/v1:PersistentVolume")}
+    cfg = parse(engine_config(name, {}))
+    for team in cfg.teams:
+        uid, gid = cfg.identity(team.name)
+        ap = points[f"shared-fs-ap-{team.name}"]["inputs"]
+        assert ap["posixUser"] == {"uid": uid, "gid": gid}
+        assert ap["rootDirectory"] == {"path": f"/teams/{team.name}", "creationInfo": {
+            "ownerUid": uid, "ownerGid": gid, "permissions": "0770"}}  # fmt: skip
+        # aws-efs-csi-driver pkg/driver/node.go parseVolumeId: `{fs}:{subpath}:{fsap}`
+        handle = pvs[f"alchemist-shared-{team.name}"]["csi"]["volumeHandle"]
+        fs, subpath, apid = handle.split(":")
+        assert fs.startswith("fs-") and subpath == "" and apid.startswith("fsap-")
+        assert pvs[f"alchemist-shared-{team.name}"]["csi"]["volumeAttributes"] == {"encryptInTransit": "true"}
+    assert len({pv["csi"]["volumeHandle"] for pv in pvs.values()}) == len(pvs)
+
+
+def test_output_exports_the_default_teams_identity(renders):
+    out = renders["principals"]["outputs"]["alchemist"]
+    assert (out["shared_fs"]["uid"], out["shared_fs"]["gid"]) == (2001, 2001)  # teams[0].uid
+    for name in SHIPPED:
+        assert {k: renders[name]["outputs"]["alchemist"]["shared_fs"][k] for k in ("uid", "gid")} == {"uid": 1000, "gid": 1000}
+
+
+def test_nfs_team_volumes_mount_their_subdirectory(renders):
+    r = renders["onprem-lab"]
+    pvs = {pv["inputs"]["metadata"]["name"]: pv["inputs"]["spec"] for pv in resources(r, "kubernetes:core/v1:PersistentVolume")}
+    for team in ("research", "applied"):
+        attrs = pvs[f"alchemist-shared-{team}"]["csi"]["volumeAttributes"]
+        # csi-driver-nfs v4.11.0 pkg/nfs/nodeserver.go mounts `server:share/subDir`
+        assert attrs == {"server": "10.20.0.5", "share": "/export/alchemist", "subDir": f"teams/{team}"}
+    assert pvs["alchemist-shared-monitoring"]["csi"]["readOnly"] is True
+    assert "subDir" not in pvs["alchemist-shared-monitoring"]["csi"]["volumeAttributes"]
+
+
+def test_fsx_team_volumes_mount_a_lustre_subdirectory(renders):
+    r = renders["fsx"]
+    pvs = {pv["inputs"]["metadata"]["name"]: pv["inputs"]["spec"] for pv in resources(r, "kubernetes:core/v1:PersistentVolume")}
+    # aws-fsx-csi-driver pkg/driver/node.go: source = "<dnsname>@tcp:/<mountname>"
+    for team in ("research", "applied"):
+        assert pvs[f"alchemist-shared-{team}"]["csi"]["volumeAttributes"]["mountname"] == f"abcdefgh/teams/{team}"
+    assert pvs["alchemist-shared.root"]["csi"]["volumeAttributes"]["mountname"] == "abcdefgh"
+    handles = [pv["csi"]["volumeHandle"] for pv in pvs.values()]
+    assert len(set(handles)) == len(handles)  # one volume handle per PV
+
+
+@pytest.mark.parametrize("name", ["dev", "onprem-lab", "fsx"])
+def test_prepare_job_gives_each_subtree_its_owner(renders, name, tmp_path):
+    """Run the prepare Job's own command on a real directory (as root, like the Job)."""
+    r = renders[name]
+    job = one(r, "kubernetes:batch/v1:Job", "shared-fs-prepare")["inputs"]
+    pod = job["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert pod["volumes"] == [{"name": "fs", "persistentVolumeClaim": {"claimName": "alchemist-shared-root"}}]
+    assert container["volumeMounts"] == [{"name": "fs", "mountPath": "/fs"}]
+    assert container["securityContext"]["runAsUser"] == 0
+    if os.geteuid() != 0:
+        pytest.skip("chown needs root")
+    command = container["command"]
+    assert command[:2] == ["sh", "-c"]
+    script = command[2].replace("/fs/", f"{tmp_path}/")
+    for _ in range(2):  # a second run (a re-created Job) changes nothing
+        subprocess.run(["sh", "-c", script], check=True)
+    cfg_teams = [t["name"] for t in stack_config("dev" if name == "dev" else "onprem-lab")["alchemist:teams"]]
+    for i, team in enumerate(cfg_teams):
+        st = (tmp_path / "teams" / team).stat()
+        assert (st.st_uid, st.st_gid) == (1000 + i, 1000 + i)
+        assert stat.S_IMODE(st.st_mode) == 0o770
+
+
+# --- 9.5: NetworkPolicies enforced on EKS -------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", AWS_STACKS)
+def test_vpc_cni_network_policy_agent_is_on(renders, name):
+    cluster = one(renders[name], "eks:index:Cluster", "cluster-eks")["inputs"]
+    # pulumi-eks nodejs/eks/addons/cni-addon.ts (mergeConfigurationValues) turns this into the
+    # vpc-cni add-on's configurationValues {"enableNetworkPolicy": "true"}; the default add-on
+    # (useDefaultVpcCni) would leave the agent off.
+    assert cluster["vpcCniOptions"]["enableNetworkPolicy"] is True
+    assert not cluster.get("useDefaultVpcCni")
+    # ... and there are policies for it to enforce: default-deny in every team namespace
+    denies = [p for p in resources(renders[name], "kubernetes:networking.k8s.io/v1:NetworkPolicy")
+              if p["inputs"]["metadata"]["name"] == "default-deny"]  # fmt: skip
+    assert len(denies) == len(stack_config(name)["alchemist:teams"])
+
+
+# --- 9.6: access entries for the team principals ---------------------------------------------------
+
+
+def test_access_entries_bind_team_principals_to_the_groups_their_rolebinding_binds(renders):
+    r = renders["principals"]
+    entries = [e["inputs"] for e in resources(r, "aws:eks/accessEntry:AccessEntry")]
+    bindings = {b["inputs"]["metadata"]["namespace"]: {s["name"] for s in b["inputs"]["subjects"]}
+                for b in resources(r, "kubernetes:rbac.authorization.k8s.io/v1:RoleBinding")
+                if b["inputs"]["metadata"]["name"] == "alchemist-job-submitters"}  # fmt: skip
+    by_principal = {e["principalArn"]: e for e in entries}
+    assert set(by_principal) == {"arn:aws:iam::123456789012:role/research-submitters",
+                                 "arn:aws:iam::123456789012:role/applied-ci", "arn:aws:iam::123456789012:user/ana"}
+    assert set(by_principal["arn:aws:iam::123456789012:role/research-submitters"]["kubernetesGroups"]) == bindings["research"]
+    assert set(by_principal["arn:aws:iam::123456789012:user/ana"]["kubernetesGroups"]) == bindings["applied"] == {"oidc:applied-ml"}
+    assert all(e["type"] == "STANDARD" and e["clusterName"] == "alchemist-aws-us-west-2" for e in entries)
+    # API-only authentication: without these entries only the creator reaches the cluster
+    assert one(r, "eks:index:Cluster", "cluster-eks")["inputs"]["authenticationMode"] == "API"
+
+
+def test_principals_are_iam_arns_and_aws_only():
+    bad = [{"name": "a", "quota": {"gpu": 0, "cpu": 1, "memory": "1Gi"}, "principals": ["ana"]}]
+    with pytest.raises(StackConfigError, match=r"alchemist:teams\[0\]\.principals\[0\] = 'ana' is not accepted"):
+        parse(engine_config("aws-us-west-2", {"alchemist:teams": bad}))
+    bad[0]["principals"] = ["arn:aws:iam::123456789012:role/x"]
+    with pytest.raises(StackConfigError, match=r"alchemist:teams\[0\]\.principals = .* IAM principals only with provider 'aws'"):
+        parse(engine_config("dev", {"alchemist:teams": bad}))
+
+
+# --- 9.8: autoscaler sees GPU nodes and matches the cluster -----------------------------------------
+
+
+@pytest.mark.parametrize("name", AWS_STACKS)
+def test_gpu_nodes_carry_the_autoscalers_accelerator_label(renders, name):
+    # kubernetes/autoscaler cluster-autoscaler/cloudprovider/aws/aws_cloud_provider.go:
+    # GPULabel = "k8s.amazonaws.com/accelerator" (tag cluster-autoscaler-1.31.0)
+    gpu = one(renders[name], "eks:index:ManagedNodeGroup", "cluster-gpu-nodes")["inputs"]
+    assert gpu["labels"]["k8s.amazonaws.com/accelerator"] == "nvidia-a10g"  # g5: NVIDIA A10G
+
+
+@pytest.mark.parametrize("minor", KUBERNETES_VERSIONS)
+def test_autoscaler_chart_is_built_for_the_clusters_minor(minor):
+    # appVersion of charts/cluster-autoscaler/Chart.yaml at tag cluster-autoscaler-chart-<version>
+    version, app = AUTOSCALER_CHARTS[minor]
+    assert app.rsplit(".", 1)[0] == minor and autoscaler_chart(minor).version == version
+
+
+@pytest.mark.parametrize("name", AWS_STACKS)
+def test_rendered_autoscaler_matches_the_stack(renders, name):
+    minor = stack_config(name)["alchemist:kubernetesVersion"]
+    chart = one(renders[name], CHART, "cluster-autoscaler-chart")["inputs"]
+    assert chart["version"] == AUTOSCALER_CHARTS[minor][0]
+    sa = chart["values"]["rbac"]["serviceAccount"]
+    assert sa["name"] == "cluster-autoscaler" and sa["annotations"]["eks.amazonaws.com/role-arn"].startswith("arn:aws:iam::")
+
+
+# --- 9.9: no Bottlerocket NVIDIA AMI under the GPU Operator ------------------------------------------
+
+
+def test_bottlerocket_nvidia_is_refused_in_one_line():
+    with pytest.raises(StackConfigError) as e:
+        parse(engine_config("aws-us-west-2", {"alchemist:aws.gpuNodes.amiType": "BOTTLEROCKET_x86_64_NVIDIA"}))
+    assert str(e.value).startswith("alchemist:aws.gpuNodes.amiType = 'BOTTLEROCKET_x86_64_NVIDIA' is not accepted; "
+                                   "accepted: AL2023_x86_64_NVIDIA")  # fmt: skip
+
+
+# --- 9.10: the host toolkit finds the operator's driver ------------------------------------------------
+
+
+# The [nvidia-container-cli] section of the toolkit's shipped /etc/nvidia-container-runtime/config.toml
+# (NVIDIA/nvidia-container-toolkit, config.toml as packaged): `root` is commented out.
+TOOLKIT_CONFIG = """disable-require = false
+
+[nvidia-container-cli]
+environment = []
+ldconfig = "@/sbin/ldconfig"
+load-kmods = true
+#path = "/usr/bin/nvidia-container-cli"
+#root = "/run/nvidia/driver"
+
+[nvidia-container-runtime]
+log-level = "info"
+mode = "auto"
+"""
+
+
+def test_operator_driver_sets_the_toolkit_root(renders, tmp_path):
+    """Run the rendered command's own edit on the shipped config (NVIDIA GPU Operator docs, pre-installed toolkit)."""
+    cmds = {c["name"]: c["inputs"]["create"] for c in resources(renders["onprem-operator"], "command:remote:Command")}
+    runtime = cmds["cluster-nvidia-runtime-lab-gpu-1"]
+    edit = runtime[runtime.index("sudo sed -i"):]
+    config = tmp_path / "config.toml"
+    config.write_text(TOOLKIT_CONFIG)
+    subprocess.run(["sh", "-c", edit.replace("sudo ", "").replace("/etc/nvidia-container-runtime/config.toml", str(config))],
+                   check=True)  # fmt: skip
+    lines = config.read_text().splitlines()
+    assert 'root = "/run/nvidia/driver"' in lines and '#root = "/run/nvidia/driver"' not in lines
+    assert lines[lines.index('root = "/run/nvidia/driver"') - 1] == '#path = "/usr/bin/nvidia-container-cli"'
+    host = {c["name"]: c["inputs"]["create"] for c in resources(renders["onprem-lab"], "command:remote:Command")}
+    assert "/run/nvidia/driver" not in host["cluster-nvidia-runtime-lab-gpu-1"]  # a host driver lives at /
+
+
+# --- 9.11: private registries: pull secrets and registries.yaml -----------------------------------------
+
+
+def test_registry_login_becomes_a_pull_secret_in_every_team_namespace(renders):
+    import kubernetes_validate
+
+    r = renders["secret:existing"]
+    out = r["outputs"]["alchemist"]
+    assert out["images"]["pull_secret"] == "alchemist-registry"
+    secrets = [s for s in resources(r, "kubernetes:core/v1:Secret") if s["name"].startswith("registry-")]
+    assert {s["inputs"]["metadata"]["namespace"] for s in secrets} == {"research", "applied"}
+    for s in secrets:
+        obj = s["inputs"]
+        assert obj["type"] == "kubernetes.io/dockerconfigjson" and obj["metadata"]["name"] == "alchemist-registry"
+        assert obj["stringData"] == "[secret]" or obj["stringData"][".dockerconfigjson"] == "[secret]"
+        kubernetes_validate.validate({**obj, "stringData": {".dockerconfigjson": "{}"}}, "1.31.0", strict=True)
+    assert "pull_secret" not in renders["onprem-lab"]["outputs"]["alchemist"]["images"]  # no login, no secret
+
+
+def test_docker_config_is_the_dockerconfigjson_format():
+    from infra.registry_access import docker_config
+
+    doc = json.loads(docker_config("registry.lab:5000", "ci", "pw"))
+    assert doc == {"auths": {"registry.lab:5000": {"username": "ci", "password": "pw",
+                                                   "auth": base64.b64encode(b"ci:pw").decode()}}}  # fmt: skip
+
+
+def test_k3s_nodes_get_registries_yaml_before_k3s_starts(renders, tmp_path):
+    from infra.cluster_onprem import registries_yaml
+
+    # k3s docs, "Private Registry Configuration": mirrors.<host>.endpoint, configs.<host>.auth
+    doc = yaml.safe_load(registries_yaml("registry.lab:5000/alchemist", "ci", "pw", insecure=True))
+    assert doc == {"mirrors": {"registry.lab:5000": {"endpoint": ["http://registry.lab:5000"]}},
+                   "configs": {"registry.lab:5000": {"auth": {"username": "ci", "password": "pw"}}}}  # fmt: skip
+    assert "configs" not in yaml.safe_load(registries_yaml("r.lab/x", None, None, insecure=False))
+    cmds = {c["name"]: c["inputs"] for c in resources(renders["secret:onprem-ssh"], "command:remote:Command")}
+    nodes = [n for n in cmds if re.fullmatch(r"cluster-(server|agent)-.*", n)]
+    assert len(nodes) == 4
+    for n in nodes:
+        create = cmds[n]["create"]
+        assert create.index("/etc/rancher/k3s/registries.yaml") < create.index("install.sh")
+        assert cmds[n]["stdin"] == "[secret]"  # the registry password and the token travel on stdin only
+
+
+# --- 17.9: the on-prem install ----------------------------------------------------------------------
+
+
+def test_the_k3s_token_never_reaches_a_command_line(renders):
+    cmds = {c["name"]: c["inputs"]["create"] for c in resources(renders["onprem-lab"], "command:remote:Command")}
+    for name, create in cmds.items():
+        assert "K3S_TOKEN" not in create, name  # sudo VAR=... sh shows it in `ps` to every user
+        if name.startswith("cluster-agent-"):
+            assert "--token-file /etc/rancher/k3s/cluster-token" in create
+            assert "umask 077 && cat > /etc/rancher/k3s/cluster-token" in create
+
+
+def test_ssh_host_keys_are_required():
+    hosts = stack_config("onprem-lab")["alchemist:onprem"]["hosts"]
+    assert all(h["hostKey"].startswith("ssh-ed25519 AAAA") for h in hosts)
+    changed = [dict(h) for h in hosts]
+    changed[2].pop("hostKey")
+    with pytest.raises(StackConfigError) as e:
+        parse(engine_config("onprem-lab", {"alchemist:onprem.hosts": changed}))
+    assert str(e.value).startswith("alchemist:onprem.hosts[2].hostKey is missing; accepted: the host's public SSH key")
+
+
+# --- 17.10: IMDS unreachable from pods ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", AWS_STACKS)
+def test_node_launch_templates_set_hop_limit_one(renders, name):
+    r = renders[name]
+    templates = {t["name"]: t for t in resources(r, "aws:ec2/launchTemplate:LaunchTemplate")}
+    for group, template in (("cluster-system-nodes", "cluster-system-launch-template"),
+                            ("cluster-gpu-nodes", "cluster-gpu-launch-template")):  # fmt: skip
+        t = templates[template]
+        # pulumi-eks nodes/nodegroup.ts sets httpPutResponseHopLimit 2 in its own template
+        assert t["inputs"]["metadataOptions"] == {"httpEndpoint": "enabled", "httpTokens": "required",
+                                                  "httpPutResponseHopLimit": 1}  # fmt: skip
+        ng = one(r, "eks:index:ManagedNodeGroup", group)["inputs"]
+        assert ng["launchTemplate"]["id"].startswith("lt-")
+        assert "enableIMDSv2" not in ng and "diskSize" not in ng  # both belong to the template now
+        (bdm,) = t["inputs"]["blockDeviceMappings"]
+        assert bdm["deviceName"] == "/dev/xvda" and bdm["ebs"]["encrypted"] == "true"
+
+
+# --- issue 12, move 5: one add-on-with-identity component ---------------------------------------------
+
+
+def test_every_cloud_identity_add_on_is_one_component(renders):
+    r = renders["fsx"]
+    addons = {a["name"] for a in resources(r, "alchemist:infra:CloudIdentityAddon")}
+    assert addons == {"cluster-ebs-csi", "cluster-autoscaler", "shared-fs-fsx-csi"}
+    assert {a["name"] for a in resources(renders["aws-us-west-2"], "alchemist:infra:CloudIdentityAddon")} == {
+        "cluster-ebs-csi", "cluster-autoscaler", "shared-fs-efs-csi"}
+    for a in resources(r, "aws:iam/role:Role"):
+        if a["name"].endswith("-role") and a["parent"].split("::")[-1] in addons:
+            assert _trust(a)["Statement"][0]["Action"] == "sts:AssumeRoleWithWebIdentity"
+
+
+def test_stack_files_parse_as_shipped_plus_deployer_keys():
+    for name in SHIPPED:
+        text = (STACKS / f"Pulumi.{name}.yaml").read_text()
+        assert "203.0.113." not in text and "198.51.100." not in text and "192.0.2." not in text
+        parse(engine_config(name, {}))
