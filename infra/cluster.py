@@ -48,6 +48,14 @@ class AwsNetwork:
 
 
 @dataclass
+class ClusterArgs:
+    """What every cluster component takes: the stack's name and its validated config."""
+
+    stack: str
+    cfg: StackConfig
+
+
+@dataclass
 class EksFacts:
     """How jobs reach an EKS cluster: the fields of the contract's `EksAccess`, as Pulumi inputs."""
 

@@ -13,6 +13,7 @@ import pulumi_eks as eks
 import pulumi_kubernetes as kubernetes
 
 from infra.cluster import (
+    ClusterArgs,
     GPU_NODE_LABELS,
     GPU_TAINT,
     SYSTEM_NODE_LABELS,
@@ -69,10 +70,7 @@ def subnet_cidrs(vpc_cidr: ipaddress.IPv4Network, zones: int) -> tuple[list[str]
     return [str(b) for b in blocks[:zones]], [str(b) for b in blocks[8 : 8 + zones]]
 
 
-@dataclass
-class EksClusterArgs:
-    stack: str
-    cfg: StackConfig
+EksClusterArgs = ClusterArgs
 
 
 class EksCluster(pulumi.ComponentResource):

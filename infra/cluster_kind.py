@@ -11,6 +11,7 @@ import pulumi_kubernetes as kubernetes
 import yaml
 
 from infra.cluster import (
+    ClusterArgs,
     KIND_SHARED_PATH,
     SYSTEM_NODE_LABELS,
     ClusterFacts,
@@ -21,10 +22,7 @@ from infra.versions import KIND_NODE_IMAGES, LOCAL_REGISTRY_IMAGE
 
 
 
-@dataclass
-class KindClusterArgs:
-    stack: str
-    cfg: StackConfig
+KindClusterArgs = ClusterArgs
 
 
 def kind_config(cluster_name: str, shared_dir: str, workers: int) -> str:

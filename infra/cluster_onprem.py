@@ -13,7 +13,7 @@ import pulumi
 import pulumi_command as command
 import pulumi_kubernetes as kubernetes
 
-from infra.cluster import GPU_NODE_LABELS, GPU_TAINT, SYSTEM_NODE_LABELS, ClusterFacts, Registry
+from infra.cluster import ClusterArgs, GPU_NODE_LABELS, GPU_TAINT, SYSTEM_NODE_LABELS, ClusterFacts, Registry
 from infra.config import OnpremConfig, OnpremHost, StackConfig
 from infra.versions import K3S_VERSIONS, NVIDIA_CONTAINER_TOOLKIT_VERSION
 
@@ -129,6 +129,44 @@ def nvidia_runtime_script(driver_on_host: bool) -> str:
     )  # fmt: skip
 
 
+# k3s keeps the CA that signs client certificates here ("k3s certificate" docs: client-ca.crt
+# and client-ca.key under the server's tls directory); the API server trusts what it signs,
+# with the certificate's O fields as the user's groups.
+K3S_TLS = "/var/lib/rancher/k3s/server/tls"
+TEAM_CERT_DAYS = 365
+
+
+def team_credentials_script(team: str, groups: list[str], tls_dir: str = K3S_TLS, sudo: str = "sudo ") -> str:
+    """Make a key and a client certificate for a team's submitters; print both, base64, one per line.
+
+    The key never leaves the pipe except on stdout (a secret output); the CA key is read as root.
+    """
+    subject = "".join(f"/O={g}" for g in groups) + f"/CN=alchemist-submitter-{team}"
+    return (
+        'set -eu; d="$(mktemp -d)"; trap \'rm -rf "$d"\' EXIT; umask 077; '
+        'openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes '
+        f'-keyout "$d/key.pem" -subj "{subject}" -out "$d/req.csr" 2>/dev/null; '
+        f'{sudo}openssl x509 -req -in "$d/req.csr" -CA {tls_dir}/client-ca.crt -CAkey {tls_dir}/client-ca.key '
+        f'-set_serial "0x$(openssl rand -hex 16)" -days {TEAM_CERT_DAYS} -out "$d/cert.pem" 2>/dev/null; '
+        'base64 -w0 "$d/cert.pem"; echo; base64 -w0 "$d/key.pem"; echo'
+    )
+
+
+def team_kubeconfig(admin_kubeconfig: str, credentials: str, team: str, api: str) -> str:
+    """The admin kubeconfig's cluster (server, CA) with the team's certificate as its only user."""
+    admin = yaml.safe_load(admin_kubeconfig)
+    cert, key = credentials.split()
+    cluster = dict(admin["clusters"][0]["cluster"])
+    cluster["server"] = f"https://{api}:6443"
+    user = f"alchemist-submitter-{team}"
+    return yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": user,
+        "clusters": [{"name": "alchemist", "cluster": cluster}],
+        "contexts": [{"name": user, "context": {"cluster": "alchemist", "user": user, "namespace": team}}],
+        "users": [{"name": user, "user": {"client-certificate-data": cert, "client-key-data": key}}],
+    }, sort_keys=False)  # fmt: skip
+
+
 def registry_facts(cfg: StackConfig) -> Registry:
     """A registry named in the config (on-prem and existing clusters)."""
     prefix = cfg.images.registry or ""
@@ -141,10 +179,7 @@ def registry_facts(cfg: StackConfig) -> Registry:
     )
 
 
-@dataclass
-class K3sClusterArgs:
-    stack: str
-    cfg: StackConfig
+K3sClusterArgs = ClusterArgs
 
 
 class K3sCluster(pulumi.ComponentResource):
@@ -183,15 +218,7 @@ class K3sCluster(pulumi.ComponentResource):
             delete="/usr/local/bin/k3s-uninstall.sh",
             opts=pulumi.ResourceOptions(parent=self),
         )
-        token_cmd = command.remote.Command(
-            f"{name}-token",
-            connection=connection(first),
-            create="sudo cat /var/lib/rancher/k3s/server/node-token",
-            logging=command.remote.Logging.NONE,
-            opts=pulumi.ResourceOptions(
-                parent=self, depends_on=[self.first_server], additional_secret_outputs=["stdout"]
-            ),
-        )
+        token_cmd = self._read_secret(f"{name}-token", connection(first), "sudo cat /var/lib/rancher/k3s/server/node-token")
         token = pulumi.Output.secret(token_cmd.stdout.apply(lambda s: s.strip()))
         self.nodes: list[Any] = [self.first_server]
         for host in servers[1:]:
@@ -220,21 +247,20 @@ class K3sCluster(pulumi.ComponentResource):
                 delete="/usr/local/bin/k3s-agent-uninstall.sh",
                 opts=pulumi.ResourceOptions(parent=self, depends_on=deps),
             ))  # fmt: skip
-        kubeconfig_cmd = command.remote.Command(
-            f"{name}-kubeconfig",
-            connection=connection(first),
-            create="sudo cat /etc/rancher/k3s/k3s.yaml",
-            logging=command.remote.Logging.NONE,
-            opts=pulumi.ResourceOptions(
-                parent=self, depends_on=[self.first_server], additional_secret_outputs=["stdout"]
-            ),
+        # The program itself deploys with the admin kubeconfig; jobs get the default team's
+        # submitter certificate, so the contract never carries admin access.
+        admin_cmd = self._read_secret(f"{name}-kubeconfig", connection(first), "sudo cat /etc/rancher/k3s/k3s.yaml")
+        team = args.cfg.default_team
+        team_cmd = self._read_secret(
+            f"{name}-team-credentials", connection(first),
+            team_credentials_script(team.name, team.groups or [f"alchemist:{team.name}"]),
+        )  # fmt: skip
+        admin = pulumi.Output.secret(
+            admin_cmd.stdout.apply(lambda s: s.replace("https://127.0.0.1:6443", f"https://{api}:6443"))
         )
-        self.kubeconfig = pulumi.Output.secret(
-            kubeconfig_cmd.stdout.apply(lambda s: s.replace("https://127.0.0.1:6443", f"https://{api}:6443"))
-        )
-        self.provider = kubernetes.Provider(
-            f"{name}-k8s", kubeconfig=self.kubeconfig, opts=pulumi.ResourceOptions(parent=self)
-        )
+        self.kubeconfig = pulumi.Output.secret(pulumi.Output.all(admin, team_cmd.stdout).apply(
+            lambda a: team_kubeconfig(a[0], a[1], team.name, api)))  # fmt: skip
+        self.provider = kubernetes.Provider(f"{name}-k8s", kubeconfig=admin, opts=pulumi.ResourceOptions(parent=self))
         self.facts = ClusterFacts(
             provider=self.provider,
             kubeconfig=self.kubeconfig,
@@ -247,11 +273,20 @@ class K3sCluster(pulumi.ComponentResource):
         )
         self.register_outputs({"kubeconfig": self.kubeconfig, "api": api})
 
+    def _read_secret(self, name: str, connection: dict[str, Any], create: str) -> Any:
+        """A command on the first server whose output is a secret: never logged, secret in the state."""
+        return command.remote.Command(
+            name,
+            connection=connection,
+            create=create,
+            logging=command.remote.Logging.NONE,
+            opts=pulumi.ResourceOptions(
+                parent=self, depends_on=[self.first_server], additional_secret_outputs=["stdout"]
+            ),
+        )
 
-@dataclass
-class ExistingClusterArgs:
-    stack: str
-    cfg: StackConfig
+
+ExistingClusterArgs = ClusterArgs
 
 
 class ExistingCluster(pulumi.ComponentResource):

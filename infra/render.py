@@ -287,6 +287,8 @@ class Recorder:
                 "contexts": [{"name": "default", "context": {"cluster": "default", "user": "default"}}],
                 "users": [{"name": "default", "user": {"client-key-data": "bW9jay1rZXk="}}],
             })  # fmt: skip
+        if name.endswith("-team-credentials"):  # a client certificate and key, base64, one a line
+            return "bW9jay1jZXJ0\nbW9jay10ZWFtLWtleQ==\n"
         if name.endswith("-token"):
             return "K10mock::server:mock-join-token\n"
         if name.endswith("-build"):

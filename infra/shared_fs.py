@@ -170,6 +170,25 @@ class SharedFileSystem(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, depends_on=[self.storage_class]),
         )
 
+    def _csi_driver(self, name: str, net: AwsNetwork, service_account: str, chart: ChartPin, policy_arn: str,
+                    helm_hooks: bool = False, depends_on: list[Any] | None = None) -> CloudIdentityAddon:  # fmt: skip
+        """An AWS CSI driver chart whose controller acts as its own IAM role; its node pods on every node."""
+        return CloudIdentityAddon(
+            name,
+            CloudIdentityAddonArgs(
+                aws_provider=net.aws_provider,
+                oidc_provider_arn=net.oidc_provider_arn,
+                oidc_provider_url=net.oidc_provider_url,
+                service_account=service_account,
+                policy_arns=[policy_arn],
+                chart=chart,
+                helm_hooks=helm_hooks,
+                values={"node": {"tolerations": [{"operator": "Exists"}]}},  # run on tainted GPU nodes too
+                depends_on=depends_on or [],
+            ),
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+
     # --- backends: each returns (StorageClass fields, ns -> PV source, capacity, driver) ---
 
     def _efs(self, name: str, fs: EfsFs, net: AwsNetwork):
@@ -203,21 +222,10 @@ class SharedFileSystem(pulumi.ComponentResource):
             )
             for i, subnet in enumerate(net.private_subnet_ids)
         ]
-        driver = CloudIdentityAddon(
-            f"{name}-efs-csi",
-            CloudIdentityAddonArgs(
-                aws_provider=net.aws_provider,
-                oidc_provider_arn=net.oidc_provider_arn,
-                oidc_provider_url=net.oidc_provider_url,
-                service_account="efs-csi-controller-sa",
-                policy_arns=["arn:aws:iam::aws:policy/service-role/AmazonEFSCSIDriverPolicy"],
-                chart=CHARTS["aws-efs-csi-driver"],
-                helm_hooks=True,  # templates/csidriver.yaml is a Helm hook, which helm.v4.Chart skips
-                values={"node": {"tolerations": [{"operator": "Exists"}]}},  # run on tainted GPU nodes too
-                depends_on=list(self.mount_targets),
-            ),
-            opts=pulumi.ResourceOptions(parent=self),
-        )
+        # templates/csidriver.yaml of this chart is a Helm hook, which helm.v4.Chart skips
+        driver = self._csi_driver(f"{name}-efs-csi", net, "efs-csi-controller-sa", CHARTS["aws-efs-csi-driver"],
+                                  "arn:aws:iam::aws:policy/service-role/AmazonEFSCSIDriverPolicy",
+                                  helm_hooks=True, depends_on=list(self.mount_targets))  # fmt: skip
         # One access point per team: EFS makes /teams/<team> owned by the team's uid:gid on
         # first use (creationInfo) and performs every call through it as that identity
         # (posixUser), whatever uid the pod runs as.
@@ -275,19 +283,8 @@ class SharedFileSystem(pulumi.ComponentResource):
             tags={"Name": f"{name}-fsx"},
             opts=on_aws,
         )
-        driver = CloudIdentityAddon(
-            f"{name}-fsx-csi",
-            CloudIdentityAddonArgs(
-                aws_provider=net.aws_provider,
-                oidc_provider_arn=net.oidc_provider_arn,
-                oidc_provider_url=net.oidc_provider_url,
-                service_account="fsx-csi-controller-sa",
-                policy_arns=["arn:aws:iam::aws:policy/AmazonFSxFullAccess"],
-                chart=FSX_CSI_CHART,
-                values={"node": {"tolerations": [{"operator": "Exists"}]}},  # run on tainted GPU nodes too
-            ),
-            opts=pulumi.ResourceOptions(parent=self),
-        )
+        driver = self._csi_driver(f"{name}-fsx-csi", net, "fsx-csi-controller-sa", FSX_CSI_CHART,
+                                  "arn:aws:iam::aws:policy/AmazonFSxFullAccess")  # fmt: skip
         sc = {
             "provisioner": FSX_DRIVER,
             "parameters": {"subnetId": net.private_subnet_ids[0], "securityGroupIds": sg.id,

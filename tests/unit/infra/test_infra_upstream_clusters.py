@@ -402,3 +402,58 @@ def test_stack_files_parse_as_shipped_plus_deployer_keys():
         text = (STACKS / f"Pulumi.{name}.yaml").read_text()
         assert "203.0.113." not in text and "198.51.100." not in text and "192.0.2." not in text
         parse(engine_config(name, {}))
+
+
+# --- 9.12: on-prem exports the team's submitter identity, not the admin kubeconfig -----------------
+
+
+def _client_ca(tmp_path):
+    """A client CA as k3s keeps it: client-ca.crt and client-ca.key in its tls directory."""
+    tls = tmp_path / "tls"
+    tls.mkdir()
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+                    "-keyout", str(tls / "client-ca.key"), "-out", str(tls / "client-ca.crt"), "-days", "2",
+                    "-subj", "/CN=k3s-client-ca"], check=True, capture_output=True)  # fmt: skip
+    return tls
+
+
+def test_team_certificate_is_signed_by_the_client_ca_with_the_team_groups(tmp_path):
+    from infra.cluster_onprem import team_credentials_script
+
+    tls = _client_ca(tmp_path)
+    script = team_credentials_script("research", ["alchemist:research"], tls_dir=str(tls), sudo="")
+    out = subprocess.run(["sh", "-c", script], check=True, capture_output=True, text=True).stdout
+    cert_b64, key_b64 = out.split()
+    cert = tmp_path / "cert.pem"
+    cert.write_bytes(base64.b64decode(cert_b64))
+    assert b"PRIVATE KEY" in base64.b64decode(key_b64)
+    verify = subprocess.run(["openssl", "verify", "-CAfile", str(tls / "client-ca.crt"), str(cert)],
+                            capture_output=True, text=True)  # fmt: skip
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    subject = subprocess.run(["openssl", "x509", "-noout", "-subject", "-nameopt", "RFC2253", "-in", str(cert)],
+                             check=True, capture_output=True, text=True).stdout  # fmt: skip
+    # the API server takes O as the user's groups: the team RoleBinding's subject
+    assert subject.strip() == "subject=CN=alchemist-submitter-research,O=alchemist:research"
+
+
+def test_team_kubeconfig_keeps_the_cluster_and_drops_the_admin():
+    from infra.cluster_onprem import team_kubeconfig
+    from infra.render import Recorder
+
+    admin = Recorder._command_stdout("cluster-kubeconfig", {})  # what k3s's k3s.yaml looks like under the mocks
+    team = yaml.safe_load(team_kubeconfig(admin, "Y2VydA==\na2V5\n", "research", "10.20.0.10"))
+    (user,) = team["users"]
+    assert user == {"name": "alchemist-submitter-research", "user": {"client-certificate-data": "Y2VydA==",
+                                                                      "client-key-data": "a2V5"}}  # fmt: skip
+    assert team["clusters"][0]["cluster"] == {"server": "https://10.20.0.10:6443",
+                                              "certificate-authority-data": "bW9jaw=="}  # fmt: skip
+    assert team["contexts"][0]["context"]["namespace"] == "research"
+    assert "bW9jay1rZXk=" not in json.dumps(team)  # the admin's client key
+
+
+def test_onprem_exports_the_team_kubeconfig(renders):
+    cmds = {c["name"]: c for c in resources(renders["onprem-lab"], "command:remote:Command")}
+    creds = cmds["cluster-team-credentials"]
+    assert creds["inputs"]["logging"] == "none" and "stdout" in creds["additional_secret_outputs"]
+    assert '-subj "/O=alchemist:research/CN=alchemist-submitter-research"' in creds["inputs"]["create"]
+    assert renders["onprem-lab"]["outputs"]["alchemist"]["kubeconfig"] == "[secret]"
