@@ -13,8 +13,9 @@ import pulumi_eks as eks
 import pulumi_kubernetes as kubernetes
 
 from infra.cluster import (
-    ClusterArgs,
     GPU_NODE_LABELS,
+    GPU_TOLERATIONS,
+    ClusterArgs,
     GPU_TAINT,
     SYSTEM_NODE_LABELS,
     AwsNetwork,
@@ -23,7 +24,7 @@ from infra.cluster import (
     Registry,
 )
 from infra.cluster_addons import CloudIdentityAddon, CloudIdentityAddonArgs
-from infra.cluster_versions import autoscaler_chart
+from infra.cluster_versions import EFA_DEVICE_PLUGIN_CHART, autoscaler_chart
 from infra.config import AwsConfig, NodePool, GpuPool, StackConfig
 from infra.instance_types import ACCELERATOR_LABEL, gpu_model
 from infra.policies import OPEN_ENDPOINTS_TAG
@@ -168,13 +169,15 @@ class EksCluster(pulumi.ComponentResource):
             instance_types=list(gpu.instance_types),
             ami_type=gpu.ami_type,  # the EKS NVIDIA AMI: driver and container toolkit included
             capacity_type=gpu.capacity_type,
-            subnet_ids=private_ids,
+            # EFA traffic does not cross availability zones: EFA nodes share one zone and a cluster placement group.
+            subnet_ids=private_ids[:1] if gpu.efa_interfaces else private_ids,
             labels=gpu_labels,
             taints=[{"key": GPU_TAINT["key"], "value": GPU_TAINT["value"], "effect": "NO_SCHEDULE"}],
             scaling_config=_scaling(gpu),
             ignore_scaling_changes=True,  # the cluster autoscaler owns the desired size
             launch_template=self._launch_template(f"{name}-gpu", gpu.disk_size_gib, on_aws,
-                                                  require_imdsv2=gpu.require_imdsv2, pool="gpu"),
+                                                  require_imdsv2=gpu.require_imdsv2, pool="gpu",
+                                                  efa=self._efa(name, cluster_name, vpc.id, gpu.efa_interfaces, on_aws)),
             opts=after_cluster,
         )
         self.kubeconfig_json = pulumi.Output.secret(self.cluster.kubeconfig_json)
@@ -182,6 +185,8 @@ class EksCluster(pulumi.ComponentResource):
             f"{name}-k8s", kubeconfig=self.kubeconfig_json, opts=pulumi.ResourceOptions(parent=self)
         )
         self._access_entries(name, cluster_name, args.cfg, on_aws)
+        if gpu.efa_interfaces:
+            self._efa_device_plugin(name)
         self._ebs_csi(name, cluster_name, on_aws)
         self._autoscaler(name, cluster_name, args.cfg)
 
@@ -200,6 +205,7 @@ class EksCluster(pulumi.ComponentResource):
             gpu_driver_by_operator=False,
             toolkit_by_operator=False,
             registry=Registry(prefix="", host="", ecr_repositories=True),
+            efa_per_node=gpu.efa_interfaces,
             aws=AwsNetwork(
                 aws_provider=self.aws_provider,
                 region=cfg.region,
@@ -262,7 +268,8 @@ class EksCluster(pulumi.ComponentResource):
         return vpc, [s.id for s in private], [s.id for s in public]
 
     def _launch_template(self, name: str, disk_gib: int, on_aws: pulumi.ResourceOptions,
-                         require_imdsv2: bool = True, pool: str = "system") -> dict[str, Any]:  # fmt: skip
+                         require_imdsv2: bool = True, pool: str = "system",
+                         efa: dict[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
         """Node launch template: IMDSv2 with hop limit 1, so pods cannot take the node's role.
 
         pulumi-eks's own template sets hop limit 2 (nodes/nodegroup.ts, `metadataOptions`),
@@ -275,9 +282,56 @@ class EksCluster(pulumi.ComponentResource):
             block_device_mappings=[{"device_name": ROOT_DEVICE, "ebs": {
                 "volume_size": disk_gib, "volume_type": "gp3", "encrypted": "true", "delete_on_termination": "true"}}],
             tags={"alchemist.io/pool": pool},  # policy imdsv2-on-gpu-nodes knows the GPU template by it
+            **(efa or {}),
             opts=on_aws,
         )  # fmt: skip
         return {"id": template.id, "version": template.latest_version.apply(str)}
+
+    def _efa(self, name: str, cluster_name: str, vpc_id: pulumi.Input[str], interfaces: int,
+             on_aws: pulumi.ResourceOptions) -> dict[str, Any] | None:  # fmt: skip
+        """Launch-template fields for EFA nodes (None without EFA).
+
+        The interfaces follow pulumi-eks nodes/instances.ts (getEfaNetworkInterfaces): card 0 an
+        `efa` interface at device index 0, every further card `efa-only` at device index 1,
+        all in the EKS cluster security group (nodes/nodegroup.ts uses
+        `cluster.vpcConfig.clusterSecurityGroupId`) plus one that lets EFA traffic flow
+        between the nodes (AWS EC2 guide, "Prepare an EFA-enabled security group").
+        """
+        if not interfaces:
+            return None
+        efa_sg = aws.ec2.SecurityGroup(
+            f"{name}-efa-sg",
+            description="EFA: all traffic between the GPU nodes",
+            vpc_id=vpc_id,
+            ingress=[{"protocol": "-1", "from_port": 0, "to_port": 0, "self": True}],
+            egress=[{"protocol": "-1", "from_port": 0, "to_port": 0, "self": True}],
+            opts=on_aws,
+        )
+        cluster_sg = aws.eks.get_cluster_output(
+            name=cluster_name, opts=pulumi.InvokeOutputOptions(provider=self.aws_provider, depends_on=[self.cluster])
+        ).vpc_config.cluster_security_group_id
+        placement = aws.ec2.PlacementGroup(f"{name}-gpu-placement", strategy="cluster", opts=on_aws)
+        return {
+            "network_interfaces": [
+                {"device_index": 0 if i == 0 else 1, "network_card_index": i,
+                 "interface_type": "efa" if i == 0 else "efa-only", "delete_on_termination": "true",
+                 "security_groups": [cluster_sg, efa_sg.id]}
+                for i in range(interfaces)
+            ],
+            "placement": {"group_name": placement.name},
+        }  # fmt: skip
+
+    def _efa_device_plugin(self, name: str) -> None:
+        """The DaemonSet that advertises `vpc.amazonaws.com/efa` on EFA nodes (tolerating the GPU taint)."""
+        kubernetes.helm.v4.Chart(
+            f"{name}-efa-device-plugin",
+            chart=EFA_DEVICE_PLUGIN_CHART.chart,
+            version=EFA_DEVICE_PLUGIN_CHART.version,
+            repository_opts={"repo": EFA_DEVICE_PLUGIN_CHART.repo},
+            namespace="kube-system",
+            values={"tolerations": [dict(t) for t in GPU_TOLERATIONS]},
+            opts=pulumi.ResourceOptions(parent=self, provider=self.provider, depends_on=[self.system_nodes]),
+        )
 
     def _access_entries(self, name: str, cluster_name: str, cfg: StackConfig, on_aws: pulumi.ResourceOptions) -> None:
         """An access entry per team principal, in the Kubernetes groups the team's RoleBinding binds."""

@@ -26,3 +26,9 @@ def autoscaler_chart(kubernetes_minor: str) -> ChartPin:
     """The cluster-autoscaler chart built for this Kubernetes minor."""
     version, _app = AUTOSCALER_CHARTS[kubernetes_minor]
     return ChartPin("cluster-autoscaler", version, AUTOSCALER_REPO)
+
+# The EFA device plugin (advertises `vpc.amazonaws.com/efa` on EFA nodes), from aws/eks-charts
+# stable/aws-efa-k8s-device-plugin (Apache-2.0), Chart.yaml at commit bfe91c4: version v0.5.30,
+# appVersion v0.5.20. Its one template is a DaemonSet (no Helm hooks: helm.v4.Chart is enough);
+# its values' supportedInstanceLabels restrict it to EFA instance types.
+EFA_DEVICE_PLUGIN_CHART = ChartPin("aws-efa-k8s-device-plugin", "v0.5.30", "https://aws.github.io/eks-charts")

@@ -162,6 +162,13 @@ class GpuPool(_Model):
         None, description="true, false, or unset: on when every instance type has EFA (infra/instance_types.py)"
     )
 
+    @property
+    def efa_interfaces(self) -> int:
+        """EFA interfaces each GPU node gets: 0 when EFA is off or a type lacks it."""
+        from infra.instance_types import group_efa
+
+        return 0 if self.efa is False else group_efa(list(self.instance_types))
+
 
 class AwsConfig(_Model):
     """VPC + EKS (pulumi-eks) with a system and a GPU managed node group."""

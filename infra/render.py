@@ -249,6 +249,8 @@ class Recorder:
         elif t == "aws:ec2/launchTemplate:LaunchTemplate":
             rid = _fake_id(name, "lt")
             out.update(latestVersion=1, defaultVersion=1)
+        elif t == "aws:ec2/placementGroup:PlacementGroup":
+            out.setdefault("name", name)
         elif t == "aws:iam/role:Role":
             out.update(arn=f"arn:aws:iam::{ACCOUNT}:role/{name}", name=name)
         elif t == "eks:index:Cluster":
@@ -297,6 +299,12 @@ class Recorder:
         return ""
 
     def call(self, args: Any) -> dict[str, Any]:
+        if args.token == "aws:eks/getCluster:getCluster":  # the EKS-made cluster security group
+            name = args.args.get("name", "")
+            return {"name": name, "id": name, "vpcConfig": {
+                "clusterSecurityGroupId": _fake_id(name + "-eks", "sg"), "controlPlaneEgressMode": "",
+                "endpointPrivateAccess": True, "endpointPublicAccess": True, "publicAccessCidrs": [],
+                "securityGroupIds": [], "subnetIds": [], "vpcId": ""}}  # fmt: skip
         if args.token == "aws:ecr/getAuthorizationToken:getAuthorizationToken":
             region = self._region(args.provider)
             return {

@@ -457,3 +457,57 @@ def test_onprem_exports_the_team_kubeconfig(renders):
     assert creds["inputs"]["logging"] == "none" and "stdout" in creds["additional_secret_outputs"]
     assert '-subj "/O=alchemist:research/CN=alchemist-submitter-research"' in creds["inputs"]["create"]
     assert renders["onprem-lab"]["outputs"]["alchemist"]["kubeconfig"] == "[secret]"
+
+
+# --- EFA on EFA-capable GPU instance types ------------------------------------------------------------
+
+# The GPU types among the EFA device plugin's supportedInstanceLabels (aws/eks-charts
+# stable/aws-efa-k8s-device-plugin/values.yaml, chart v0.5.30, commit bfe91c4, Apache-2.0),
+# which follows https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa.html#efa-instance-types.
+EFA_PLUGIN_GPU_TYPES = {
+    "g4dn.8xlarge", "g4dn.12xlarge", "g4dn.16xlarge", "g4dn.metal",
+    "g5.8xlarge", "g5.12xlarge", "g5.16xlarge", "g5.24xlarge", "g5.48xlarge",
+    "g6.8xlarge", "g6.12xlarge", "g6.16xlarge", "g6.24xlarge", "g6.48xlarge",
+    "g6e.8xlarge", "g6e.12xlarge", "g6e.16xlarge", "g6e.24xlarge", "g6e.48xlarge",
+    "p3dn.24xlarge", "p4d.24xlarge", "p4de.24xlarge", "p5.4xlarge", "p5.48xlarge", "p5e.48xlarge", "p5en.48xlarge",
+}  # fmt: skip
+
+
+def test_efa_table_lists_only_types_the_device_plugin_serves():
+    from infra.instance_types import EFA_INTERFACES, group_efa
+
+    assert set(EFA_INTERFACES) <= EFA_PLUGIN_GPU_TYPES
+    assert group_efa(["p5.48xlarge"]) == 32 and group_efa(["g5.12xlarge", "g5.2xlarge"]) == 0
+
+
+@pytest.mark.parametrize("name", AWS_STACKS)
+def test_efa_nodes_get_interfaces_one_zone_and_the_device_plugin(renders, name):
+    r = renders[name]
+    out = r["outputs"]["alchemist"]["gpu"]
+    assert out["efa"] == {"resource": "vpc.amazonaws.com/efa", "per_node": 1}  # g5.12xlarge: one EFA
+    template = one(r, "aws:ec2/launchTemplate:LaunchTemplate", "cluster-gpu-launch-template")["inputs"]
+    (nic,) = template["networkInterfaces"]
+    assert (nic["deviceIndex"], nic["networkCardIndex"], nic["interfaceType"]) == (0, 0, "efa")
+    efa_sg = one(r, "aws:ec2/securityGroup:SecurityGroup", "cluster-efa-sg")["inputs"]
+    assert efa_sg["ingress"] == efa_sg["egress"] == [{"fromPort": 0, "toPort": 0, "protocol": "-1", "self": True}]
+    assert len(nic["securityGroups"]) == 2 and all(g.startswith("sg-") for g in nic["securityGroups"])
+    assert template["placement"] == {"groupName": "cluster-gpu-placement"}
+    assert one(r, "aws:ec2/placementGroup:PlacementGroup", "cluster-gpu-placement")["inputs"]["strategy"] == "cluster"
+    assert len(one(r, "eks:index:ManagedNodeGroup", "cluster-gpu-nodes")["inputs"]["subnetIds"]) == 1
+    plugin = one(r, CHART, "cluster-efa-device-plugin")["inputs"]
+    assert (plugin["chart"], plugin["version"]) == ("aws-efa-k8s-device-plugin", "v0.5.30")
+    assert plugin["values"]["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+
+
+def test_efa_off_and_efa_on_a_type_without_it():
+    cfg = parse(engine_config("aws-us-west-2", {"alchemist:aws.gpuNodes.efa": False}))
+    assert cfg.aws.gpu_nodes.efa_interfaces == 0
+    with pytest.raises(StackConfigError, match=r"alchemist:aws.gpuNodes.instanceTypes\[0\] = 'g5.2xlarge' is not "
+                                               "accepted; accepted: an EFA instance type with efa: true"):  # fmt: skip
+        parse(engine_config("aws-us-west-2", {"alchemist:aws.gpuNodes.instanceTypes": ["g5.2xlarge"],
+                                              "alchemist:aws.gpuNodes.efa": True}))  # fmt: skip
+
+
+def test_no_efa_output_without_efa(renders):
+    assert "efa" not in renders["onprem-lab"]["outputs"]["alchemist"]["gpu"]
+    assert "efa" not in renders["dev"]["outputs"]["alchemist"]["gpu"]
