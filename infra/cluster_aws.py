@@ -90,96 +90,10 @@ class EksCluster(pulumi.ComponentResource):
         on_aws = pulumi.ResourceOptions(parent=self, provider=self.aws_provider)
         vpc, private_ids, public_ids = self._network(name, cluster_name, cfg, on_aws)
 
-        node_role = aws.iam.Role(
-            f"{name}-node-role",
-            assume_role_policy=json.dumps({
-                "Version": "2012-10-17",
-                "Statement": [{"Effect": "Allow", "Principal": {"Service": "ec2.amazonaws.com"},
-                               "Action": "sts:AssumeRole"}],
-            }),  # fmt: skip
-            opts=on_aws,
-        )
-        attachments = [
-            aws.iam.RolePolicyAttachment(f"{name}-node-policy-{i}", role=node_role.name, policy_arn=arn, opts=on_aws)
-            for i, arn in enumerate(NODE_POLICIES)
-        ]
-        secrets_key = aws.kms.Key(
-            f"{name}-secrets-key",
-            description=f"{cluster_name}: envelope encryption of Kubernetes secrets",
-            enable_key_rotation=True,
-            opts=on_aws,
-        )
-        tags = {"alchemist.io/stack": args.stack}
-        # The open-endpoints policy reads this tag, so the pack and the tests judge the same resource.
-        if args.cfg.allow_open_endpoints:
-            tags[OPEN_ENDPOINTS_TAG] = "allowed-by-stack-config"
-        with_aws = pulumi.ResourceOptions(parent=self, providers={"aws": self.aws_provider})
-        self.cluster = eks.Cluster(
-            f"{name}-eks",
-            name=cluster_name,
-            version=args.cfg.kubernetes_version,
-            vpc_id=vpc.id,
-            private_subnet_ids=private_ids,
-            public_subnet_ids=public_ids,
-            node_associate_public_ip_address=False,
-            skip_default_node_group=True,
-            authentication_mode=eks.AuthenticationMode.API,
-            endpoint_private_access=True,
-            endpoint_public_access=cfg.endpoint_public_access,
-            public_access_cidrs=[str(c) for c in cfg.public_access_cidrs] if cfg.endpoint_public_access else None,
-            create_oidc_provider=True,
-            encryption_config_key_arn=secrets_key.arn,
-            enabled_cluster_log_types=["api", "audit", "authenticator"],
-            # pulumi-eks's own StorageClasses use the in-tree kubernetes.io/aws-ebs provisioner
-            # (cluster/storageclass.ts), which needs the EBS CSI driver anyway since 1.23: we
-            # install the driver and make gp3 ours (_ebs_csi).
-            storage_classes=None,
-            # The VPC CNI enforces NetworkPolicies only with its policy agent on (pulumi-eks
-            # addons/cni-addon.ts merges this into the vpc-cni add-on's configurationValues).
-            vpc_cni_options=eks.VpcCniOptionsArgs(enable_network_policy=True),
-            tags=tags,
-            opts=with_aws,
-        )
-        after_cluster = pulumi.ResourceOptions(
-            parent=self, providers={"aws": self.aws_provider}, depends_on=attachments
-        )
-        self.system_nodes = eks.ManagedNodeGroup(
-            f"{name}-system-nodes",
-            cluster=self.cluster,
-            node_role_arn=node_role.arn,
-            instance_types=[cfg.system_nodes.instance_type],
-            ami_type=SYSTEM_AMI_TYPE,
-            subnet_ids=private_ids,
-            labels=dict(SYSTEM_NODE_LABELS),
-            scaling_config=_scaling(cfg.system_nodes),
-            launch_template=self._launch_template(f"{name}-system", 50, on_aws),
-            opts=after_cluster,
-        )
+        node_role, attachments = self._node_role(name, on_aws)
+        self.cluster = self._control_plane(name, cluster_name, args, vpc.id, private_ids, public_ids, on_aws)
         gpu = cfg.gpu_nodes
-        gpu_labels = dict(GPU_NODE_LABELS)
-        model = gpu_model(list(gpu.instance_types))
-        if model:
-            # The autoscaler's AWS provider knows a GPU node by this label; without it, it sees
-            # no GPU while the device plugin starts and scales up again and again.
-            gpu_labels[ACCELERATOR_LABEL] = model
-        self.gpu_nodes = eks.ManagedNodeGroup(
-            f"{name}-gpu-nodes",
-            cluster=self.cluster,
-            node_role_arn=node_role.arn,
-            instance_types=list(gpu.instance_types),
-            ami_type=gpu.ami_type,  # the EKS NVIDIA AMI: driver and container toolkit included
-            capacity_type=gpu.capacity_type,
-            # EFA traffic does not cross availability zones: EFA nodes share one zone and a cluster placement group.
-            subnet_ids=private_ids[:1] if gpu.efa_interfaces else private_ids,
-            labels=gpu_labels,
-            taints=[{"key": GPU_TAINT["key"], "value": GPU_TAINT["value"], "effect": "NO_SCHEDULE"}],
-            scaling_config=_scaling(gpu),
-            ignore_scaling_changes=True,  # the cluster autoscaler owns the desired size
-            launch_template=self._launch_template(f"{name}-gpu", gpu.disk_size_gib, on_aws,
-                                                  require_imdsv2=gpu.require_imdsv2, pool="gpu",
-                                                  efa=self._efa(name, cluster_name, vpc.id, gpu.efa_interfaces, on_aws)),
-            opts=after_cluster,
-        )
+        self._node_groups(name, cluster_name, cfg, vpc.id, private_ids, node_role, attachments, on_aws)
         self.kubeconfig_json = pulumi.Output.secret(self.cluster.kubeconfig_json)
         self.provider = kubernetes.Provider(
             f"{name}-k8s", kubeconfig=self.kubeconfig_json, opts=pulumi.ResourceOptions(parent=self)
@@ -219,6 +133,110 @@ class EksCluster(pulumi.ComponentResource):
             depends_on=[self.system_nodes, self.ebs_csi],
         )
         self.register_outputs({"cluster_name": cluster_name, "region": cfg.region, "endpoint": endpoint})
+
+    def _node_role(self, name: str, on_aws: pulumi.ResourceOptions) -> tuple[Any, list[Any]]:
+        """The IAM role every node runs as, with the managed policies EKS nodes need."""
+        node_role = aws.iam.Role(
+            f"{name}-node-role",
+            assume_role_policy=json.dumps({
+                "Version": "2012-10-17",
+                "Statement": [{"Effect": "Allow", "Principal": {"Service": "ec2.amazonaws.com"},
+                               "Action": "sts:AssumeRole"}],
+            }),  # fmt: skip
+            opts=on_aws,
+        )
+        attachments = [
+            aws.iam.RolePolicyAttachment(f"{name}-node-policy-{i}", role=node_role.name, policy_arn=arn, opts=on_aws)
+            for i, arn in enumerate(NODE_POLICIES)
+        ]
+        return node_role, attachments
+
+    def _control_plane(self, name: str, cluster_name: str, args: EksClusterArgs, vpc_id: pulumi.Input[str],
+                       private_ids: list[Any], public_ids: list[Any], on_aws: pulumi.ResourceOptions) -> Any:  # fmt: skip
+        """EKS (pulumi-eks): API-only authentication, KMS-encrypted secrets, the CNI's policy agent on."""
+        cfg: AwsConfig = args.cfg.aws  # type: ignore[assignment]
+        secrets_key = aws.kms.Key(
+            f"{name}-secrets-key",
+            description=f"{cluster_name}: envelope encryption of Kubernetes secrets",
+            enable_key_rotation=True,
+            opts=on_aws,
+        )
+        tags = {"alchemist.io/stack": args.stack}
+        # The open-endpoints policy reads this tag, so the pack and the tests judge the same resource.
+        if args.cfg.allow_open_endpoints:
+            tags[OPEN_ENDPOINTS_TAG] = "allowed-by-stack-config"
+        with_aws = pulumi.ResourceOptions(parent=self, providers={"aws": self.aws_provider})
+        return eks.Cluster(
+            f"{name}-eks",
+            name=cluster_name,
+            version=args.cfg.kubernetes_version,
+            vpc_id=vpc_id,
+            private_subnet_ids=private_ids,
+            public_subnet_ids=public_ids,
+            node_associate_public_ip_address=False,
+            skip_default_node_group=True,
+            authentication_mode=eks.AuthenticationMode.API,
+            endpoint_private_access=True,
+            endpoint_public_access=cfg.endpoint_public_access,
+            public_access_cidrs=[str(c) for c in cfg.public_access_cidrs] if cfg.endpoint_public_access else None,
+            create_oidc_provider=True,
+            encryption_config_key_arn=secrets_key.arn,
+            enabled_cluster_log_types=["api", "audit", "authenticator"],
+            # pulumi-eks's own StorageClasses use the in-tree kubernetes.io/aws-ebs provisioner
+            # (cluster/storageclass.ts), which needs the EBS CSI driver anyway since 1.23: we
+            # install the driver and make gp3 ours (_ebs_csi).
+            storage_classes=None,
+            # The VPC CNI enforces NetworkPolicies only with its policy agent on (pulumi-eks
+            # addons/cni-addon.ts merges this into the vpc-cni add-on's configurationValues).
+            vpc_cni_options=eks.VpcCniOptionsArgs(enable_network_policy=True),
+            tags=tags,
+            opts=with_aws,
+        )
+
+    def _node_groups(self, name: str, cluster_name: str, cfg: AwsConfig, vpc_id: pulumi.Input[str],
+                     private_ids: list[Any], node_role: Any, attachments: list[Any],
+                     on_aws: pulumi.ResourceOptions) -> None:  # fmt: skip
+        """The system node group and the GPU node group (tainted, labelled, EFA where the type has it)."""
+        after_cluster = pulumi.ResourceOptions(
+            parent=self, providers={"aws": self.aws_provider}, depends_on=attachments
+        )
+        self.system_nodes = eks.ManagedNodeGroup(
+            f"{name}-system-nodes",
+            cluster=self.cluster,
+            node_role_arn=node_role.arn,
+            instance_types=[cfg.system_nodes.instance_type],
+            ami_type=SYSTEM_AMI_TYPE,
+            subnet_ids=private_ids,
+            labels=dict(SYSTEM_NODE_LABELS),
+            scaling_config=_scaling(cfg.system_nodes),
+            launch_template=self._launch_template(f"{name}-system", 50, on_aws),
+            opts=after_cluster,
+        )
+        gpu = cfg.gpu_nodes
+        gpu_labels = dict(GPU_NODE_LABELS)
+        model = gpu_model(list(gpu.instance_types))
+        if model:
+            # The autoscaler's AWS provider knows a GPU node by this label; without it, it sees
+            # no GPU while the device plugin starts and scales up again and again.
+            gpu_labels[ACCELERATOR_LABEL] = model
+        self.gpu_nodes = eks.ManagedNodeGroup(
+            f"{name}-gpu-nodes",
+            cluster=self.cluster,
+            node_role_arn=node_role.arn,
+            instance_types=list(gpu.instance_types),
+            ami_type=gpu.ami_type,  # the EKS NVIDIA AMI: driver and container toolkit included
+            capacity_type=gpu.capacity_type,
+            # EFA traffic does not cross availability zones: EFA nodes share one zone and a cluster placement group.
+            subnet_ids=private_ids[:1] if gpu.efa_interfaces else private_ids,
+            labels=gpu_labels,
+            taints=[{"key": GPU_TAINT["key"], "value": GPU_TAINT["value"], "effect": "NO_SCHEDULE"}],
+            scaling_config=_scaling(gpu),
+            ignore_scaling_changes=True,  # the cluster autoscaler owns the desired size
+            launch_template=self._launch_template(f"{name}-gpu", gpu.disk_size_gib, on_aws,
+                                                  require_imdsv2=gpu.require_imdsv2, pool="gpu",
+                                                  efa=self._efa(name, cluster_name, vpc_id, gpu.efa_interfaces, on_aws)),
+            opts=after_cluster,
+        )
 
     def _network(self, name: str, cluster_name: str, cfg: AwsConfig, on_aws: pulumi.ResourceOptions):
         """A VPC with a private and a public subnet per zone; nodes stay private behind one NAT."""

@@ -221,32 +221,9 @@ class K3sCluster(pulumi.ComponentResource):
         token_cmd = self._read_secret(f"{name}-token", connection(first), "sudo cat /var/lib/rancher/k3s/server/node-token")
         token = pulumi.Output.secret(token_cmd.stdout.apply(lambda s: s.strip()))
         self.nodes: list[Any] = [self.first_server]
-        for host in servers[1:]:
-            self.nodes.append(command.remote.Command(
-                f"{name}-server-{host.name}",
-                connection=connection(host),
-                create=server_script(version, host, api, first=False, ha=True, registries=True),
-                stdin=pulumi.Output.concat(registries, token),
-                delete="/usr/local/bin/k3s-uninstall.sh",
-                opts=pulumi.ResourceOptions(parent=self, depends_on=[token_cmd]),
-            ))  # fmt: skip
-        for host in agents:
-            deps: list[Any] = [token_cmd]
-            if host.gpus:
-                deps.append(command.remote.Command(
-                    f"{name}-nvidia-runtime-{host.name}",
-                    connection=connection(host),
-                    create=nvidia_runtime_script(driver_on_host=onprem.gpu_driver == "host"),
-                    opts=pulumi.ResourceOptions(parent=self),
-                ))  # fmt: skip
-            self.nodes.append(command.remote.Command(
-                f"{name}-agent-{host.name}",
-                connection=connection(host),
-                create=agent_script(version, host, api, registries=True),
-                stdin=pulumi.Output.concat(registries, token),
-                delete="/usr/local/bin/k3s-agent-uninstall.sh",
-                opts=pulumi.ResourceOptions(parent=self, depends_on=deps),
-            ))  # fmt: skip
+        joining = pulumi.Output.concat(registries, token)  # stdin: registries.yaml, then the token
+        for host in [*servers[1:], *agents]:
+            self.nodes.append(self._join(name, host, connection(host), version, api, onprem, joining, token_cmd))
         # The program itself deploys with the admin kubeconfig; jobs get the default team's
         # submitter certificate, so the contract never carries admin access.
         admin_cmd = self._read_secret(f"{name}-kubeconfig", connection(first), "sudo cat /etc/rancher/k3s/k3s.yaml")
@@ -272,6 +249,30 @@ class K3sCluster(pulumi.ComponentResource):
             depends_on=list(self.nodes),
         )
         self.register_outputs({"kubeconfig": self.kubeconfig, "api": api})
+
+    def _join(self, name: str, host: OnpremHost, conn: dict[str, Any], version: str, api: str,
+              onprem: OnpremConfig, stdin: pulumi.Output[str], token_cmd: Any) -> Any:  # fmt: skip
+        """One more server or agent; a GPU agent gets the NVIDIA container toolkit first."""
+        deps: list[Any] = [token_cmd]
+        if host.role == "server":
+            create, delete = server_script(version, host, api, first=False, ha=True, registries=True), "k3s-uninstall.sh"
+        else:
+            create, delete = agent_script(version, host, api, registries=True), "k3s-agent-uninstall.sh"
+            if host.gpus:
+                deps.append(command.remote.Command(
+                    f"{name}-nvidia-runtime-{host.name}",
+                    connection=conn,
+                    create=nvidia_runtime_script(driver_on_host=onprem.gpu_driver == "host"),
+                    opts=pulumi.ResourceOptions(parent=self),
+                ))  # fmt: skip
+        return command.remote.Command(
+            f"{name}-{host.role}-{host.name}",
+            connection=conn,
+            create=create,
+            stdin=stdin,
+            delete=f"/usr/local/bin/{delete}",
+            opts=pulumi.ResourceOptions(parent=self, depends_on=deps),
+        )
 
     def _read_secret(self, name: str, connection: dict[str, Any], create: str) -> Any:
         """A command on the first server whose output is a secret: never logged, secret in the state."""
