@@ -18,7 +18,8 @@ from infra.cluster import (
     Registry,
 )
 from infra.config import KindConfig, StackConfig
-from infra.versions import KIND_NODE_IMAGES, LOCAL_REGISTRY_IMAGE
+from infra.cluster_versions import kind_node_image
+from infra.versions import LOCAL_REGISTRY_IMAGE
 
 
 
@@ -79,7 +80,7 @@ class KindCluster(pulumi.ComponentResource):
         self.cluster = command.local.Command(
             f"{name}-kind",
             create=(
-                f"kind create cluster --name {cluster_name} --image {KIND_NODE_IMAGES[cfg.kubernetes_version]}"
+                f"kind create cluster --name {cluster_name} --image {kind_node_image(cfg.kubernetes_version)}"
                 " --config - --wait 120s"
             ),
             stdin=kind_config(cluster_name, shared_dir, kind_cfg.workers),

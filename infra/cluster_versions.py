@@ -32,3 +32,21 @@ def autoscaler_chart(kubernetes_minor: str) -> ChartPin:
 # appVersion v0.5.20. Its one template is a DaemonSet (no Helm hooks: helm.v4.Chart is enough);
 # its values' supportedInstanceLabels restrict it to EFA instance types.
 EFA_DEVICE_PLUGIN_CHART = ChartPin("aws-efa-k8s-device-plugin", "v0.5.30", "https://aws.github.io/eks-charts")
+
+# kind node images by digest (a tag can be re-pushed; a digest cannot), for the builds in
+# infra/versions.py KIND_NODE_IMAGES. Source: the kind v0.29.0 release notes' image list; the
+# 1.33 digest is also kind v0.29.0's default, pkg/apis/config/defaults/image.go.
+KIND_NODE_DIGESTS = {
+    "kindest/node:v1.30.13": "sha256:397209b3d947d154f6641f2d0ce8d473732bd91c87d9575ade99049aa33cd648",
+    "kindest/node:v1.31.9": "sha256:b94a3a6c06198d17f59cca8c6f486236fa05e2fb359cbd75dabbfc348a10b211",
+    "kindest/node:v1.32.5": "sha256:e3b2327e3a5ab8c76f5ece68936e4cafaa82edf58486b769727ab0b3b97a5b0d",
+    "kindest/node:v1.33.1": "sha256:050072256b9a903bd914c0b2866828150cb229cea0efe5892e2b644d5dd3b34f",
+}
+
+
+def kind_node_image(kubernetes_minor: str) -> str:
+    """The kind node image of this Kubernetes minor, pinned by digest."""
+    from infra.versions import KIND_NODE_IMAGES
+
+    image = KIND_NODE_IMAGES[kubernetes_minor]
+    return f"{image}@{KIND_NODE_DIGESTS[image]}"

@@ -511,3 +511,19 @@ def test_efa_off_and_efa_on_a_type_without_it():
 def test_no_efa_output_without_efa(renders):
     assert "efa" not in renders["onprem-lab"]["outputs"]["alchemist"]["gpu"]
     assert "efa" not in renders["dev"]["outputs"]["alchemist"]["gpu"]
+
+
+# --- 9.13: kind node images by digest ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("minor", KUBERNETES_VERSIONS)
+def test_kind_node_images_are_pinned_by_digest(minor):
+    from infra.cluster_versions import kind_node_image
+    from infra.versions import KIND_NODE_IMAGES
+
+    assert re.fullmatch(re.escape(KIND_NODE_IMAGES[minor]) + r"@sha256:[0-9a-f]{64}", kind_node_image(minor))
+
+
+def test_dev_creates_kind_from_the_digest(renders):
+    cmds = {c["name"]: c["inputs"] for c in resources(renders["dev"], "command:local:Command")}
+    assert re.search(r"--image kindest/node:v1\.31\.9@sha256:[0-9a-f]{64} ", cmds["cluster-kind"]["create"])
