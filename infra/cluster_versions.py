@@ -19,6 +19,9 @@ AUTOSCALER_CHARTS: dict[str, tuple[str, str]] = {
     "1.31": ("9.44.0", "1.31.0"),
     "1.32": ("9.46.6", "1.32.0"),
     "1.33": ("9.51.0", "1.33.0"),
+    # from 9.52.0 the chart lives at cluster-autoscaler/charts/cluster-autoscaler/Chart.yaml
+    "1.34": ("9.53.0", "1.34.2"),
+    "1.35": ("9.59.0", "1.35.0"),
 }
 
 

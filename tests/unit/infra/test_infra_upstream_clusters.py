@@ -527,3 +527,44 @@ def test_kind_node_images_are_pinned_by_digest(minor):
 def test_dev_creates_kind_from_the_digest(renders):
     cmds = {c["name"]: c["inputs"] for c in resources(renders["dev"], "command:local:Command")}
     assert re.search(r"--image kindest/node:v1\.31\.9@sha256:[0-9a-f]{64} ", cmds["cluster-kind"]["create"])
+
+
+# --- the cluster layer's charts: values keys exist, hooks only where a Release runs them ------------------
+
+CHARTS_DATA = json.loads((STACKS.parent / "tests" / "fixtures" / "cluster_charts" / "charts.json").read_text())
+CLUSTER_CHARTS = {"cluster-autoscaler", "aws-efs-csi-driver", "aws-fsx-csi-driver", "csi-driver-nfs", "aws-efa-k8s-device-plugin"}
+
+
+def _value_paths(values: dict, prefix: str = "") -> set[str]:
+    """Every key path the program sets; a map under a free-form key (annotations, extraArgs) stops there."""
+    out: set[str] = set()
+    for k, v in values.items():
+        path = f"{prefix}.{k}" if prefix else k
+        out.add(path)
+        if isinstance(v, dict) and k not in ("annotations", "extraArgs", "nodeSelector"):
+            out |= _value_paths(v, path)
+    return out
+
+
+@pytest.mark.parametrize("name", ["onprem-lab", "aws-us-west-2", "fsx"])
+def test_cluster_charts_set_only_keys_their_pinned_version_has(renders, name):
+    seen = 0
+    for type_ in (CHART, "kubernetes:helm.sh/v3:Release"):
+        for c in resources(renders[name], type_):
+            chart = c["inputs"]["chart"]
+            if chart not in CLUSTER_CHARTS:
+                continue  # the platform layer's charts are checked with the platform
+            seen += 1
+            data = CHARTS_DATA[f"{chart}@{c['inputs']['version']}"]
+            unknown = _value_paths(c["inputs"].get("values") or {}) - set(data["values_keys"])
+            assert not unknown, f"{chart} {c['inputs']['version']}: {sorted(unknown)}"
+            # helm.v4.Chart renders templates and skips Helm hooks (pulumi-kubernetes#3284)
+            if data["hook_templates"]:
+                assert type_ == "kubernetes:helm.sh/v3:Release", f"{chart} needs its hooks: {data['hook_templates']}"
+    assert seen
+
+
+@pytest.mark.parametrize("minor", KUBERNETES_VERSIONS)
+def test_every_autoscaler_pin_was_read_upstream(minor):
+    version, app = AUTOSCALER_CHARTS[minor]
+    assert f"cluster-autoscaler@{version}" in CHARTS_DATA
