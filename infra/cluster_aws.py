@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import ipaddress
 import json
 from dataclasses import dataclass
@@ -24,10 +25,11 @@ from infra.cluster import (
     Registry,
 )
 from infra.cluster_addons import CloudIdentityAddon, CloudIdentityAddonArgs
-from infra.cluster_versions import EFA_DEVICE_PLUGIN_CHART, autoscaler_chart
+from infra.cluster_versions import EFA_DEVICE_PLUGIN_CHART, autoscaler_chart, eks_support_warning
 from infra.config import AwsConfig, NodePool, GpuPool, StackConfig
 from infra.instance_types import ACCELERATOR_LABEL, gpu_model
 from infra.policies import OPEN_ENDPOINTS_TAG
+from infra.versions import KUBERNETES_VERSIONS
 
 SYSTEM_AMI_TYPE = "AL2023_x86_64_STANDARD"
 # The root volume of the AL2023 EKS AMIs (pulumi-eks nodes/nodegroup.ts, createMNGCustomLaunchTemplate).
@@ -81,6 +83,10 @@ class EksCluster(pulumi.ComponentResource):
         super().__init__("alchemist:infra:EksCluster", name, None, opts)
         cfg: AwsConfig = args.cfg.aws  # type: ignore[assignment]
         cluster_name = f"alchemist-{args.stack}"
+        warning = eks_support_warning(args.cfg.kubernetes_version, datetime.date.today().isoformat(),
+                                      KUBERNETES_VERSIONS)
+        if warning:
+            pulumi.log.warn(warning, resource=self)
         self.aws_provider = aws.Provider(
             f"{name}-aws",
             region=cfg.region,

@@ -53,3 +53,27 @@ def kind_node_image(kubernetes_minor: str) -> str:
 
     image = KIND_NODE_IMAGES[kubernetes_minor]
     return f"{image}@{KIND_NODE_DIGESTS[image]}"
+
+# End of EKS standard support per Kubernetes minor (AWS EKS user guide, "Understand the
+# Kubernetes version lifecycle on EKS", release calendar, read 2026-12-01): after it a cluster
+# runs on paid extended support ($0.60 instead of $0.10 per cluster-hour) for 12 months,
+# then is upgraded by AWS.
+EKS_STANDARD_SUPPORT_END = {
+    "1.30": "2025-07-23",
+    "1.31": "2025-11-26",
+    "1.32": "2026-03-23",
+    "1.33": "2026-07-29",
+    "1.34": "2026-12-02",
+    "1.35": "2027-03-27",
+}
+
+
+def eks_support_warning(kubernetes_minor: str, today: str, supported: tuple[str, ...]) -> str | None:
+    """A line for `pulumi up` when this minor is past EKS standard support on `today` (ISO date)."""
+    end = EKS_STANDARD_SUPPORT_END.get(kubernetes_minor)
+    if end is None or today <= end:
+        return None
+    current = [m for m in supported if EKS_STANDARD_SUPPORT_END.get(m, "9999") > today]
+    advice = (f"choose {' or '.join(current)} (alchemist:kubernetesVersion)" if current else
+              "no minor the program supports (infra/versions.py KUBERNETES_VERSIONS) is in standard support")  # fmt: skip
+    return f"EKS {kubernetes_minor}: standard support ended {end}; the cluster runs on paid extended support; {advice}."

@@ -568,3 +568,18 @@ def test_cluster_charts_set_only_keys_their_pinned_version_has(renders, name):
 def test_every_autoscaler_pin_was_read_upstream(minor):
     version, app = AUTOSCALER_CHARTS[minor]
     assert f"cluster-autoscaler@{version}" in CHARTS_DATA
+
+
+# --- 9.13: an EKS version in standard support ------------------------------------------------------------
+
+
+def test_a_minor_past_eks_standard_support_is_said_at_up():
+    from infra.cluster_versions import eks_support_warning
+
+    supported = ("1.33", "1.34", "1.35")
+    line = eks_support_warning("1.31", "2026-12-01", supported)
+    assert line == ("EKS 1.31: standard support ended 2025-11-26; the cluster runs on paid extended support; "
+                    "choose 1.34 or 1.35 (alchemist:kubernetesVersion).")  # fmt: skip
+    assert eks_support_warning("1.34", "2026-12-01", supported) is None
+    assert eks_support_warning("1.35", "2027-03-27", supported) is None
+    assert "no minor the program supports" in eks_support_warning("1.31", "2026-12-01", ("1.30", "1.31"))
