@@ -583,3 +583,16 @@ def test_a_minor_past_eks_standard_support_is_said_at_up():
     assert eks_support_warning("1.34", "2026-12-01", supported) is None
     assert eks_support_warning("1.35", "2027-03-27", supported) is None
     assert "no minor the program supports" in eks_support_warning("1.31", "2026-12-01", ("1.30", "1.31"))
+
+
+def test_cluster_facts_eks_is_typed_like_the_contract():
+    import dataclasses
+
+    from alchemist_jobs.contract import EksAccess
+    from infra.cluster import EksFacts
+
+    assert [f.name for f in dataclasses.fields(EksFacts)] == list(EksAccess.model_fields)
+    facts = EksFacts(cluster_name="c", region="us-west-2", endpoint="https://x", certificate_authority="Y2E=")
+    assert EksAccess.model_validate(facts.output()) == EksAccess(cluster_name="c", region="us-west-2",
+                                                                 endpoint="https://x", certificate_authority="Y2E=")
+    assert facts.output().keys() >= {"cluster_name", "region"}
