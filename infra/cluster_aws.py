@@ -5,7 +5,6 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import json
-from dataclasses import dataclass
 from typing import Any
 
 import pulumi
@@ -16,17 +15,17 @@ import pulumi_kubernetes as kubernetes
 from infra.cluster import (
     GPU_NODE_LABELS,
     GPU_TOLERATIONS,
-    ClusterArgs,
     GPU_TAINT,
     SYSTEM_NODE_LABELS,
     AwsNetwork,
+    ClusterArgs,
     ClusterFacts,
     EksFacts,
     Registry,
 )
 from infra.cluster_addons import CloudIdentityAddon, CloudIdentityAddonArgs
 from infra.cluster_versions import EFA_DEVICE_PLUGIN_CHART, autoscaler_chart, eks_support_warning
-from infra.config import AwsConfig, NodePool, GpuPool, StackConfig
+from infra.config import AwsConfig, GpuPool, NodePool, StackConfig
 from infra.instance_types import ACCELERATOR_LABEL, gpu_model
 from infra.policies import OPEN_ENDPOINTS_TAG
 from infra.versions import KUBERNETES_VERSIONS

@@ -3,25 +3,16 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 
 import pulumi
 import pulumi_command as command
 import pulumi_kubernetes as kubernetes
 import yaml
 
-from infra.cluster import (
-    ClusterArgs,
-    KIND_SHARED_PATH,
-    SYSTEM_NODE_LABELS,
-    ClusterFacts,
-    Registry,
-)
-from infra.config import KindConfig, StackConfig
+from infra.cluster import KIND_SHARED_PATH, SYSTEM_NODE_LABELS, ClusterArgs, ClusterFacts, Registry
 from infra.cluster_versions import kind_node_image
+from infra.config import KindConfig
 from infra.versions import LOCAL_REGISTRY_IMAGE
-
-
 
 KindClusterArgs = ClusterArgs
 

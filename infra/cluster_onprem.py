@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
@@ -13,7 +12,7 @@ import pulumi
 import pulumi_command as command
 import pulumi_kubernetes as kubernetes
 
-from infra.cluster import ClusterArgs, GPU_NODE_LABELS, GPU_TAINT, SYSTEM_NODE_LABELS, ClusterFacts, Registry
+from infra.cluster import GPU_NODE_LABELS, GPU_TAINT, SYSTEM_NODE_LABELS, ClusterArgs, ClusterFacts, Registry
 from infra.config import OnpremConfig, OnpremHost, StackConfig
 from infra.versions import K3S_VERSIONS, NVIDIA_CONTAINER_TOOLKIT_VERSION
 
