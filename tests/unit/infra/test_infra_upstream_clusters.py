@@ -596,3 +596,22 @@ def test_cluster_facts_eks_is_typed_like_the_contract():
     assert EksAccess.model_validate(facts.output()) == EksAccess(cluster_name="c", region="us-west-2",
                                                                  endpoint="https://x", certificate_authority="Y2E=")
     assert facts.output().keys() >= {"cluster_name", "region"}
+
+
+def test_joining_node_writes_registries_yaml_and_token_from_stdin(tmp_path):
+    """Run an agent's own setup steps (before the installer) with stdin as the program sends it."""
+    from infra.cluster_onprem import TOKEN_FILE, agent_script, registries_yaml
+    from infra.config import OnpremHost
+
+    script = agent_script("v1.31.9+k3s1", OnpremHost(name="a", address="10.0.0.2", role="agent"), "10.0.0.1",
+                          registries=True)  # fmt: skip
+    setup = script[: script.index("curl -sfL")] + "true"  # everything up to the k3s installer
+    setup = setup.replace("sudo ", "").replace("/etc/rancher/k3s", str(tmp_path / "k3s"))
+    registries = registries_yaml("registry.lab:5000/alchemist", "ci", "pw", insecure=False)
+    stdin = base64.b64encode(registries.encode()).decode() + "\n" + "K10secret::server:token"
+    subprocess.run(["sh", "-c", setup], input=stdin, text=True, check=True)
+    written = tmp_path / "k3s" / "registries.yaml"
+    token = tmp_path / "k3s" / TOKEN_FILE.rsplit("/", 1)[1]
+    assert written.read_text() == registries and token.read_text() == "K10secret::server:token"
+    assert stat.S_IMODE(written.stat().st_mode) == stat.S_IMODE(token.stat().st_mode) == 0o600
+    assert stat.S_IMODE((tmp_path / "k3s").stat().st_mode) == 0o700
