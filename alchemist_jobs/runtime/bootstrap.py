@@ -69,9 +69,13 @@ def main(argv: list[str]) -> int:
 
     if kind == "builtin":
         from alchemist_jobs.runtime import trainer
+        from alchemist_jobs.runtime.devices import DeviceError
 
         try:
             code = trainer.main()
+        except DeviceError as e:  # the spec asks for what this machine lacks: one line
+            print(f"alchemist: {e}", file=sys.stderr)
+            code = 2
         except BaseException:
             import traceback
 
