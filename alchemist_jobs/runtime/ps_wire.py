@@ -59,6 +59,9 @@ def flat(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
 
 
 def as_bytes(vec: torch.Tensor) -> memoryview:
+    """The vector's bytes; it must be in host memory (stage GPU tensors first)."""
+    if vec.device.type != "cpu":
+        raise ValueError(f"ps_wire.as_bytes: a {vec.device} tensor; copy it to host memory first")
     return memoryview(vec.contiguous().numpy()).cast("B")
 
 

@@ -71,3 +71,87 @@ def test_a_nan_loss_stops_the_run(tmp_path: Path, monkeypatch):
     spec = _spec(10).model_copy(update={"hyper": _spec(10).hyper.model_copy(update={"lr": 1e30})})
     with pytest.raises(FloatingPointError, match="loss is"):
         Trainer(spec, _run(tmp_path, "nan"), tmp_path, WorkerPlace(), device=CPU).train()
+
+
+def test_a_cpu_job_on_a_gpu_host_never_touches_cuda(tmp_path: Path, monkeypatch):
+    """Saving RNG state used to call torch.cuda.get_rng_state_all whenever CUDA existed,
+    which initialises CUDA on every device and then reports GPU metrics for a CPU job."""
+    touched = []
+
+    def forbidden(*_a, **_k):
+        touched.append(True)
+        raise AssertionError("a CPU job initialised CUDA")
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 8)
+    monkeypatch.setattr(torch.cuda, "get_rng_state_all", forbidden)
+    monkeypatch.setattr(torch.cuda, "set_rng_state_all", forbidden)
+    monkeypatch.setattr(torch.cuda, "set_device", forbidden)
+    run = _run(tmp_path, "cpu-on-gpu-host")
+    Trainer(_spec(30), run, tmp_path, WorkerPlace()).train()  # device chosen from the spec
+    resumed = Trainer(_spec(31), run, tmp_path, WorkerPlace())
+    assert resumed.state.resumed_from == 30 and resumed.device.type == "cpu" and not touched
+
+
+def test_gpu_asked_but_missing_fails_in_one_line_or_falls_back(tmp_path: Path, monkeypatch):
+    from alchemist_jobs.runtime.devices import DeviceError
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(DeviceError) as e:
+        Trainer(_spec(5, resources={"gpu": 1}), _run(tmp_path, "g"), tmp_path, WorkerPlace())
+    msg = str(e.value)
+    assert "\n" not in msg and "resources.gpu=1" in msg and "gpu_fallback" in msg
+    t = Trainer(_spec(5, resources={"gpu": 1, "gpu_fallback": True}), _run(tmp_path, "f"),
+                tmp_path, WorkerPlace())
+    assert t.device.type == "cpu"
+
+
+def test_local_device_plan_gives_each_node_its_own_gpus():
+    from alchemist_jobs.runtime.devices import DeviceError, plan_local_devices, select_device
+
+    visible = ["0", "1", "2", "3"]
+    assert plan_local_devices(0, 2, 2, visible) == [None, None]
+    # Two local nodes of two ranks: LOCAL_RANK restarts at 0 on each, so each node's
+    # agent gets its own slice and cuda:<LOCAL_RANK> never names another node's GPU.
+    assert plan_local_devices(2, 2, 2, visible) == ["0,1", "2,3"]
+    assert plan_local_devices(1, 1, 1, ["GPU-a", "GPU-b"]) == ["GPU-a"]
+    with pytest.raises(DeviceError, match="procs_per_node=2"):
+        plan_local_devices(1, 1, 2, visible)  # two ranks on one device: NCCL refuses
+    with pytest.raises(DeviceError, match="needs 6 GPUs.*4 visible"):
+        plan_local_devices(2, 3, 2, visible)
+    assert select_device(1, 1, False, True, 2) == "cuda:1"
+    assert select_device(0, 0, False, True, 2) == "cpu"
+    with pytest.raises(DeviceError, match="LOCAL_RANK 2"):
+        select_device(1, 2, False, True, 2)
+    assert select_device(1, 0, True, False, 0) == "cpu"
+
+
+def test_visible_devices_reads_cuda_visible_devices():
+    from alchemist_jobs.runtime.devices import visible_devices
+
+    assert visible_devices({"CUDA_VISIBLE_DEVICES": "2, 3"}) == ["2", "3"]
+    assert visible_devices({"CUDA_VISIBLE_DEVICES": ""}) == []
+    assert visible_devices({}, count=2) == ["0", "1"]
+
+
+def test_the_watchdog_fires_once_without_steps_and_never_with_them():
+    from alchemist_jobs.runtime.watchdog import StallWatchdog
+
+    now = [0.0]
+    fired = threading.Event()
+    lines = []
+
+    def on_stall(line: str) -> None:
+        lines.append(line)
+        fired.set()
+
+    dog = StallWatchdog(4.0, rank=1, on_stall=on_stall, clock=lambda: now[0])
+    dog.start()
+    dog.beat(7)
+    now[0] = 3.9  # just under the timeout: the thread polls, finds nothing
+    assert not fired.wait(2.5)
+    now[0] = 11.0
+    assert fired.wait(30)
+    dog.stop()
+    assert len(lines) == 1 and "rank 1" in lines[0] and "after step 7" in lines[0]
+    assert "stall_timeout_s=4" in lines[0]

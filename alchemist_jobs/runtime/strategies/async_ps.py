@@ -8,6 +8,11 @@ lock-step, so each writes its own checkpoint (position and RNG); the model itsel
 the servers, and a (re)started worker pulls it.
 
 Traffic is counted as the bytes actually sent and received (frames and headers included).
+
+On a GPU, what goes on the wire is staged through one pinned host buffer per shard: the
+shard is flattened on the device, copied asynchronously into its buffer, and the step waits
+once for all shards' copies (one host sync per exchange, not one blocking copy per tensor).
+Answers are copied to the device once per shard before they touch the parameters.
 """
 
 from __future__ import annotations
@@ -113,6 +118,28 @@ class PSClient:
             self._drop(k)
 
 
+class HostStaging:
+    """One pinned float32 host buffer per shard, for a model on a GPU (CPU: no staging)."""
+
+    def __init__(self, shards: list[list[torch.Tensor]], device: torch.device):
+        self.device = device
+        self.cuda = device.type == "cuda"
+        self.bufs = [torch.empty(sum(p.numel() for p in shard), dtype=torch.float32,
+                                 pin_memory=True) for shard in shards] if self.cuda else []
+
+    def to_host(self, vectors: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Each shard's flat vector in host memory, ready for the wire."""
+        if not self.cuda:
+            return [v.cpu() for v in vectors]
+        for buf, v in zip(self.bufs, vectors):
+            buf.copy_(v, non_blocking=True)
+        torch.cuda.current_stream(self.device).synchronize()  # the one wait of this exchange
+        return self.bufs
+
+    def to_device(self, vec: torch.Tensor) -> torch.Tensor:
+        return vec.to(self.device, non_blocking=self.cuda)
+
+
 class _PSStrategy(Strategy):
     """What async SGD and async EASGD share: the shard layout and the connections."""
 
@@ -126,6 +153,7 @@ class _PSStrategy(Strategy):
         named = list(model.named_parameters())
         layout = ps_wire.shard_layout([p.numel() for _, p in named], server_count(self.ctx.spec))
         self.shards = [[named[i][1] for i in idx] for idx in layout]
+        self.staging = HostStaging(self.shards, self.ctx.device)
         self.client = PSClient(self.ctx, [[named[i][0] for i in idx] for idx in layout])
         self.client.connect()
         return model
@@ -138,6 +166,7 @@ class _PSStrategy(Strategy):
               sign: float = 1.0) -> None:
         """Copy (or, with add, add sign times) each shard's answer into the model."""
         for k, (h, vec) in enumerate(replies):
+            vec = self.staging.to_device(vec)  # the answer arrives in host memory
             off = 0
             for p in self.shards[k]:
                 part = vec[off:off + p.numel()].view_as(p)
@@ -174,8 +203,9 @@ class AsyncStrategy(_PSStrategy):
         return model
 
     def after_backward(self, step: int) -> None:
-        grads = [ps_wire.flat([p.grad if p.grad is not None else torch.zeros_like(p)
-                               for p in shard]) for shard in self.shards]
+        grads = self.staging.to_host([ps_wire.flat(
+            [p.grad if p.grad is not None else torch.zeros_like(p) for p in shard])
+            for shard in self.shards])
         replies = self.client.exchange(
             self._rank_header(op="push", clock=step + 1, lr=self.ctx.lr), grads)
         self.ctx.comm.rounds += 1
@@ -204,7 +234,7 @@ class AsyncEasgdStrategy(_PSStrategy):
     def after_step(self, step: int) -> None:
         if not self.active or step % self.tau:
             return
-        xs = [ps_wire.flat(shard) for shard in self.shards]
+        xs = self.staging.to_host([ps_wire.flat(shard) for shard in self.shards])
         replies = self.client.exchange(
             self._rank_header(op="elastic", clock=step, alpha=self.alpha), xs)
         self.ctx.comm.rounds += 1
