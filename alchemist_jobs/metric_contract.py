@@ -127,11 +127,11 @@ METRICS: tuple[Metric, ...] = (
            role="both"),
     Metric("alchemist_gpu_utilization_ratio", "gauge",
            "Fraction of the last sample period the worker's GPU was busy (NVML).", "ratio",
-           extra_labels=("gpu",), when="gpu"),
+           extra_labels=("gpu", "UUID"), when="gpu"),
     Metric("alchemist_gpu_memory_used_bytes", "gauge", "Memory in use on the worker's GPU (NVML).",
-           "bytes", extra_labels=("gpu",), when="gpu"),
+           "bytes", extra_labels=("gpu", "UUID"), when="gpu"),
     Metric("alchemist_gpu_power_watts", "gauge", "Power draw of the worker's GPU (NVML).", "watts",
-           extra_labels=("gpu",), when="gpu"),
+           extra_labels=("gpu", "UUID"), when="gpu"),
 )
 
 # Created and updated on scrape by the system collector rather than by the training loop.

@@ -115,6 +115,9 @@ class FakeNVML:
     def nvmlDeviceGetIndex(self, h):
         return h[1]
 
+    def nvmlDeviceGetUUID(self, h):  # nvidia-ml-py returns str (bytes in old releases)
+        return f"GPU-{h[1]}".encode() if h[1] % 2 else f"GPU-{h[1]}"
+
     def nvmlDeviceGetUtilizationRates(self, h):
         return type("U", (), {"gpu": 87})()
 
@@ -149,7 +152,7 @@ def test_gpu_metrics_only_while_the_worker_trains_on_its_gpu(monkeypatch):
     assert got["alchemist_gpu_utilization_ratio"].value == pytest.approx(0.87)
     assert got["alchemist_gpu_memory_used_bytes"].value == 3 * 2**30
     assert got["alchemist_gpu_power_watts"].value == pytest.approx(250.5)
-    assert got["alchemist_gpu_power_watts"].labels == dict(LABELS, gpu="1")
+    assert got["alchemist_gpu_power_watts"].labels == dict(LABELS, gpu="1", UUID="GPU-1")
     assert {n for n in got} >= {metric(n).name for n in SYSTEM_METRICS if n != "alchemist_process_cpu_seconds_total"}
 
 
