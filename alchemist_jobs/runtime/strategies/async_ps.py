@@ -42,6 +42,7 @@ class PSClient:
             raise ValueError(f"ALCHEMIST_PS_ADDRS names {len(self.addrs)} servers; the job has "
                              f"{len(names)} shards")
         self.names = names
+        self.secret = ps_wire.run_secret(ctx.extra["run"].path)
         self.socks: list[socket.socket | None] = [None] * len(self.addrs)
         self.versions = [0] * len(self.addrs)  # the server version each shard's params came from
 
@@ -50,9 +51,14 @@ class PSClient:
         while True:
             sock = ps_wire.connect(*self.addrs[k], deadline=deadline)
             try:
+                shook = ps_wire.client_handshake(sock, self.secret)
                 sent = ps_wire.send(sock, {"op": "hello", "rank": self.ctx.rank,
                                            "names": self.names[k]})
                 h, _, got = ps_wire.recv(sock)
+                got += shook
+            except ps_wire.AuthError:
+                sock.close()
+                raise
             except (ConnectionError, OSError):
                 sock.close()
                 if time.monotonic() > deadline:
