@@ -28,7 +28,7 @@ UNITS = {"seconds": "s", "bytes": "bytes", "ratio": "percentunit", "watts": "wat
 # The contract's metrics, by short name, for readable queries below.
 M = {n.removeprefix("alchemist_"): metric(n) for n in (
     "alchemist_steps_total", "alchemist_samples_total", "alchemist_epoch", "alchemist_loss",
-    "alchemist_test_accuracy_ratio", "alchemist_learning_rate",
+    "alchemist_test_accuracy_ratio", "alchemist_learning_rate", "alchemist_script_metric",
     "alchemist_last_step_timestamp_seconds", "alchemist_global_batch_size",
     "alchemist_step_seconds", "alchemist_compute_seconds_total",
     "alchemist_communication_seconds_total", "alchemist_data_seconds_total",
@@ -225,6 +225,9 @@ def job_drilldown() -> dm.Dashboard:
              unit="s", w=8)
     b.series("Newest checkpoint step", [(by(r, "max", v(M["checkpoint_step"], f=f)), "rank {{rank}}")],
              w=8)
+    b.series("Script metrics (report())",
+             [(by(r + ", name", "max", v(M["script_metric"], f=f)), "rank {{rank}} {{name}}")],
+             description="Values a script task reported with alchemist_jobs.report.report().")
     b.row("Process and GPU")
     b.series("CPU (cores)", [(by(r, "sum", rate(M["process_cpu_seconds_total"], f=f)),
                               "rank {{rank}}")], w=8)
