@@ -271,14 +271,17 @@ class Trainer:
                         epoch=s.epoch + s.batch_in_epoch / self.batches.per_epoch)
                     self.watchdog.beat(s.step)
                     self.faults.after_step(s.step)
-                    due = self.rank == 0 and time.perf_counter() - last_progress > PROGRESS_EVERY_S
+                    # Every rank reads its loss (a host sync) only every PROGRESS_EVERY_S, at
+                    # checkpoints and at the end: for its metrics and the NaN check.
+                    due = time.perf_counter() - last_progress > PROGRESS_EVERY_S
                     checkpoint = spec.checkpoint.every_steps and s.step % spec.checkpoint.every_steps == 0
                     if due or checkpoint or s.step == self.total_steps:
-                        self._read_loss(loss)  # the only host sync of the step, and not every step
+                        self._read_loss(loss)
                     if checkpoint:
                         self.save_checkpoint()
                     if due:
-                        self.publish()
+                        if self.rank == 0:
+                            self.publish()
                         last_progress = time.perf_counter()
                 if s.batch_in_epoch + self.accum <= self.batches.per_epoch:
                     break  # the step budget ran out mid-epoch: no end-of-epoch point
