@@ -18,9 +18,10 @@ class Batches:
 
     The per-epoch index order is exactly DistributedSampler's (shuffled by seed + epoch,
     padded so every rank gets the same count), but batches are sliced from in-memory tensors
-    instead of collated sample by sample. With `loader_workers` > 0 and a GPU, the set stays
-    in pinned host memory and that many threads gather and copy batches ahead of the loop
-    (at most 2 per thread in flight); otherwise the whole set lives on the device.
+    instead of collated sample by sample. With `loader_workers` > 0, that many threads gather
+    batches ahead of the loop (at most 2 per thread in flight), in order; on a GPU the set
+    then stays in pinned host memory and each thread copies its batches on its own stream.
+    With 0, the whole set lives on the device and batches are sliced there.
     """
 
     def __init__(self, data: TaskData, batch: int, rank: int, world: int, seed: int,
@@ -28,10 +29,11 @@ class Batches:
         from torch.utils.data.distributed import DistributedSampler
 
         self.device = device
-        self.prefetch = loader_workers if device.type == "cuda" else 0
+        self.prefetch = loader_workers
+        self.cuda = device.type == "cuda"
         home = torch.device("cpu") if self.prefetch else device
         self.x, self.y = data.x_train.to(home), data.y_train.to(home)
-        if self.prefetch:
+        if self.prefetch and self.cuda:
             self.x, self.y = self.x.pin_memory(), self.y.pin_memory()
         self.batch = batch
         self.sampler = DistributedSampler(range(len(self.x)), num_replicas=world, rank=rank,
@@ -58,16 +60,19 @@ class Batches:
         stop = threading.Event()
 
         def work(w: int) -> None:
-            stream = torch.cuda.Stream(self.device)
+            stream = torch.cuda.Stream(self.device) if self.cuda else None
             for b in todo[w::self.prefetch]:
                 if stop.is_set():
                     return
                 x, y = self._slice(idx, b)
-                with torch.cuda.stream(stream):
-                    xd, yd = x.pin_memory().to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
-                    done = torch.cuda.Event()
-                    done.record(stream)
-                slots[w].put((b, xd, yd, done))
+                done = None
+                if stream is not None:
+                    with torch.cuda.stream(stream):
+                        x = x.pin_memory().to(self.device, non_blocking=True)
+                        y = y.pin_memory().to(self.device, non_blocking=True)
+                        done = torch.cuda.Event()
+                        done.record(stream)
+                slots[w].put((b, x, y, done))
 
         threads = [threading.Thread(target=work, args=(w,), daemon=True) for w in range(self.prefetch)]
         for t in threads:
@@ -75,10 +80,11 @@ class Batches:
         try:
             for i in range(len(todo)):
                 b, x, y, done = slots[i % self.prefetch].get()
-                current = torch.cuda.current_stream(self.device)
-                current.wait_event(done)
-                x.record_stream(current)  # made on a side stream, freed after use on this one
-                y.record_stream(current)
+                if done is not None:
+                    current = torch.cuda.current_stream(self.device)
+                    current.wait_event(done)
+                    x.record_stream(current)  # made on a side stream, freed after use here
+                    y.record_stream(current)
                 yield b, x, y
         finally:
             stop.set()

@@ -155,3 +155,16 @@ def test_the_watchdog_fires_once_without_steps_and_never_with_them():
     dog.stop()
     assert len(lines) == 1 and "rank 1" in lines[0] and "after step 7" in lines[0]
     assert "stall_timeout_s=4" in lines[0]
+
+
+def test_loader_workers_yield_the_same_batches_in_the_same_order(tmp_path: Path):
+    from alchemist_jobs.runtime.batches import Batches
+    from alchemist_jobs.runtime.tasks import load_task_data
+
+    data = load_task_data(_spec(1), tmp_path)
+    plain = Batches(data, 32, 1, 2, 0, CPU, loader_workers=0)
+    ahead = Batches(data, 32, 1, 2, 0, CPU, loader_workers=3)
+    got = list(ahead.epoch(1, start_batch=5))
+    want = list(plain.epoch(1, start_batch=5))
+    assert [b for b, _, _ in got] == [b for b, _, _ in want] == list(range(5, plain.per_epoch))
+    assert all(torch.equal(a[1], b[1]) and torch.equal(a[2], b[2]) for a, b in zip(got, want))
