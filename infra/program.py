@@ -59,7 +59,7 @@ def run(stack: str, monitoring_dir: Path, repo_root: Path = REPO_ROOT) -> None:
         "shared-fs",
         SharedFileSystemArgs(
             fs=cfg.shared_fs,
-            namespaces={**platform.team_namespaces, MONITORING_NAMESPACE: monitoring_ns},
+            namespaces=dict(platform.team_namespaces),
             aws=facts.aws,
             depends_on=facts.depends_on,
         ),
@@ -73,7 +73,10 @@ def run(stack: str, monitoring_dir: Path, repo_root: Path = REPO_ROOT) -> None:
             monitoring_dir=monitoring_dir,
             tensorboard_image=images.refs["train"],
             grafana_admin_password=pulumi.Output.secret(password.get_secret_value()) if password else None,
-            depends_on=[monitoring_ns, shared.claims[MONITORING_NAMESPACE]],
+            alerts=cfg.alertmanager,
+            depends_on=[monitoring_ns],
+            # each team's TensorBoard reads that team's own claim
+            team_depends_on={t.name: [platform.team_namespaces[t.name], shared.claims[t.name]] for t in cfg.teams},
         ),
         opts=on_cluster,
     )

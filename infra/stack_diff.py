@@ -36,7 +36,7 @@ ALLOWED: tuple[Allowed, ...] = (
     Allowed("kubernetes:kueue.x-k8s.io/v1beta1:ClusterQueue", "*", "spec.resourceGroups[*].flavors[*].resources[*].nominalQuota",
             "team quotas are sized to each stack's nodes"),
     Allowed("kubernetes:core/v1:ResourceQuota", "*", "spec.hard*", "team quotas are sized to each stack's nodes"),
-    Allowed("kubernetes:apps/v1:Deployment", "monitoring-tensorboard", "spec.template.spec.containers[*].image",
+    Allowed("kubernetes:apps/v1:StatefulSet", "monitoring-tensorboard-*", "spec.template.spec.containers[*].image",
             "the same image, pushed to each stack's own registry"),
     Allowed(*OUTPUT_KEY, "stack", "each stack's name"),
     Allowed(*OUTPUT_KEY, "provider", "kind, onprem, existing or aws"),

@@ -66,7 +66,7 @@ def _key_exists(data: dict[str, Any], path: str) -> bool:
     if sub is not None:
         return path.startswith("global.") or _key_exists(*sub)
     keys, open_maps = data["values"], set(data["open_maps"])
-    if path in keys:
+    if path in keys or path in data["referenced"]:
         return True
     parts = path.split(".")
     for i in range(1, len(parts)):
