@@ -121,3 +121,66 @@ def policy_binding(kind: str) -> dict[str, Any]:
             "matchResources": {"namespaceSelector": {"matchExpressions": [{"key": TEAM_LABEL, "operator": "Exists"}]}},
         },
     }
+
+
+# --- NetworkPolicies a submitter creates: one run's own peers, nothing wider ---------------------
+
+_NP_PEERS = (
+    "(!has(variables.np.spec.{rules}) || variables.np.spec.{rules}.all(r, has(r.{peers}) && size(r.{peers}) > 0 && "
+    "r.{peers}.all(p, !has(p.namespaceSelector) && !has(p.ipBlock) && has(p.podSelector) && "
+    f"has(p.podSelector.matchLabels) && '{RUN_LABEL}' in p.podSelector.matchLabels && "
+    f"p.podSelector.matchLabels['{RUN_LABEL}'] == variables.run)))"
+)
+NETWORK_POLICY_NAME = "alchemist-submitted-networkpolicies"
+
+
+def network_policy_policy() -> dict[str, Any]:
+    """Submitters create, change and delete only per-run NetworkPolicies: selecting one run's
+    pods and admitting only that run's pods. The platform's `default-deny` and `alchemist-jobs`
+    select no run, so a submitter can neither delete nor loosen them."""
+    return {
+        "apiVersion": API,
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": NETWORK_POLICY_NAME},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [{
+                "apiGroups": ["networking.k8s.io"], "apiVersions": ["v1"], "resources": ["networkpolicies"],
+                "operations": ["CREATE", "UPDATE", "DELETE"]}]},  # fmt: skip
+            "matchConditions": [{"name": "submitted-by-a-user", "expression": NOT_A_CONTROLLER}],
+            "variables": [
+                {"name": "np", "expression": "request.operation == 'DELETE' ? oldObject : object"},
+                {"name": "run", "expression": f"has(variables.np.spec.podSelector.matchLabels) && "
+                                              f"'{RUN_LABEL}' in variables.np.spec.podSelector.matchLabels ? "
+                                              f"variables.np.spec.podSelector.matchLabels['{RUN_LABEL}'] : ''"},
+            ],  # fmt: skip
+            "validations": [
+                {"expression": "variables.run != ''", "reason": "Forbidden",
+                 "message": f"a submitter's NetworkPolicy selects one run (podSelector.matchLabels {RUN_LABEL})"},
+                {"expression": "request.operation == 'DELETE' || (" + _NP_PEERS.format(rules="ingress", peers="from")
+                               + " && " + _NP_PEERS.format(rules="egress", peers="to") + ")",
+                 "reason": "Forbidden",
+                 "message": "a run's NetworkPolicy admits only pods of the same run (podSelector on its run label)"},
+            ],  # fmt: skip
+        },
+    }
+
+
+def network_policy_binding() -> dict[str, Any]:
+    return {
+        "apiVersion": API,
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": NETWORK_POLICY_NAME},
+        "spec": {
+            "policyName": NETWORK_POLICY_NAME,
+            "validationActions": ["Deny"],
+            "matchResources": {"namespaceSelector": {"matchExpressions": [{"key": TEAM_LABEL, "operator": "Exists"}]}},
+        },
+    }
+
+
+def all_policies() -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
+    """(resource key, policy, binding) for every admission policy the platform installs."""
+    out = [(kind.lower(), validating_policy(kind), policy_binding(kind)) for kind in POD_SPECS]
+    out.append(("networkpolicy", network_policy_policy(), network_policy_binding()))
+    return out

@@ -13,7 +13,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as kubernetes
 
-from infra.admission import POD_SPECS, policy_binding, validating_policy
+from infra.admission import all_policies
 from infra.config import Team
 from infra.gpu_operator import GpuOperator, GpuOperatorArgs
 from infra.labels import GPU_OPERATOR_NAMESPACE, JOBSET_NAMESPACE, KUEUE_NAMESPACE, MONITORING_NAMESPACE
@@ -75,13 +75,12 @@ class Platform(pulumi.ComponentResource):
         self.team_namespaces = {team: t.namespace for team, t in self.teams.items()}
         # After the JobSet chart: the JobSet policy's type check needs its CRD.
         after_queueing = pulumi.ResourceOptions(parent=self, depends_on=[*args.depends_on, *self.queueing.ready])
-        for kind in POD_SPECS:
-            vap, binding = validating_policy(kind), policy_binding(kind)
+        for key, vap, binding in all_policies():
             policy = k8s.admissionregistration.v1.ValidatingAdmissionPolicy(
-                f"{name}-admission-{kind.lower()}", metadata=vap["metadata"], spec=vap["spec"], opts=after_queueing
+                f"{name}-admission-{key}", metadata=vap["metadata"], spec=vap["spec"], opts=after_queueing
             )
             k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding(
-                f"{name}-admission-{kind.lower()}-binding", metadata=binding["metadata"], spec=binding["spec"],
+                f"{name}-admission-{key}-binding", metadata=binding["metadata"], spec=binding["spec"],
                 opts=pulumi.ResourceOptions(parent=self, depends_on=[policy]),
             )  # fmt: skip
         self.register_outputs({

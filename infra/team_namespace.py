@@ -81,9 +81,10 @@ def submitter_role(namespace: str) -> dict[str, Any]:
         "kind": "Role",
         "metadata": {"name": SUBMITTER_ROLE, "namespace": namespace},
         "rules": [
-            # A run is a JobSet; its Jobs are the JobSet controller's, read for status only.
+            # A run is a JobSet. Jobs stay manageable while the backend still submits plain
+            # Jobs; once it submits only JobSets this becomes `read` (their child Jobs' status).
             {"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"], "verbs": manage},
-            {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": read},
+            {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": manage},
             # A run's Service and ConfigMap are patched to make the JobSet their owner.
             {"apiGroups": [""], "resources": ["services", "configmaps"], "verbs": manage},
             # Interactive sessions are bare pods (the admission policy bounds what they may be).

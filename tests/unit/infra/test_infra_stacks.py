@@ -39,7 +39,8 @@ def test_output_is_the_contract(renders, name):
     assert parsed.monitoring.pod_monitor_labels == {"alchemist.io/scrape": "true"}
     assert parsed.monitoring.prometheus_url == "http://kube-prometheus-stack-prometheus.monitoring.svc:9090"
     assert parsed.monitoring.grafana_url == "http://kube-prometheus-stack-grafana.monitoring.svc:80"
-    assert parsed.monitoring.tensorboard_url == "http://tensorboard.monitoring.svc:6006"
+    # TensorBoard listens on its pod's loopback: reached only through port-forward
+    assert parsed.monitoring.tensorboard_url == "http://127.0.0.1:6006"
     if parsed.provider == "aws":
         assert "kubeconfig" not in out
         region = config["alchemist:aws"]["region"]
@@ -119,21 +120,20 @@ def test_team_namespaces_guard_rails(renders, name):
 
 
 @pytest.mark.parametrize("name", SHIPPED)
-def test_network_policy_lets_jobs_talk_and_prometheus_scrape(renders, name):
+def test_network_policy_lets_prometheus_scrape_and_no_job_pod_in(renders, name):
     r = renders[name]
     team = stack_config(name)["alchemist:teams"][0]["name"]
     pols = {x["inputs"]["metadata"]["name"]: x["inputs"]["spec"] for x in resources(r, "kubernetes:networking.k8s.io/v1:NetworkPolicy")
             if x["inputs"]["metadata"]["namespace"] == team}  # fmt: skip
     assert pols["default-deny"] == {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}
     jobs = pols["alchemist-jobs"]
-    job_pods = {"podSelector": {"matchLabels": dict([MANAGED_BY_LABEL])}}
-    assert jobs["podSelector"] == job_pods["podSelector"]
-    assert {"from": [job_pods]} in jobs["ingress"]
-    assert {"from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}],
-            "ports": [{"protocol": "TCP", "port": 9400, "endPort": 9415}]} in jobs["ingress"]  # fmt: skip
-    assert {"to": [job_pods]} in jobs["egress"]
+    assert jobs["podSelector"] == {"matchLabels": dict([MANAGED_BY_LABEL])}
+    # only Prometheus, on the metrics ports: same-run traffic is each run's own policy
+    assert jobs["ingress"] == [{"from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}],
+                                "ports": [{"protocol": "TCP", "port": 9400, "endPort": 9415}]}]  # fmt: skip
     dns = [e for e in jobs["egress"] if e.get("ports") == [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]]
     assert dns and dns[0]["to"][0]["podSelector"] == {"matchLabels": {"k8s-app": "kube-dns"}}
+    assert len(jobs["egress"]) == 1
 
 
 @pytest.mark.parametrize("name", SHIPPED)
@@ -153,7 +153,7 @@ def test_shared_pvc_in_every_job_namespace(renders, name):
     teams = [t["name"] for t in stack_config(name)["alchemist:teams"]]
     pvcs = {x["inputs"]["metadata"]["namespace"]: x["inputs"] for x in resources(r, "kubernetes:core/v1:PersistentVolumeClaim")}
     pvs = {x["inputs"]["metadata"]["name"]: x["inputs"]["spec"] for x in resources(r, "kubernetes:core/v1:PersistentVolume")}
-    assert set(pvcs) == {*teams, "monitoring"}
+    assert set(pvcs) == set(teams)  # monitoring no longer mounts the file system
     for ns, pvc in pvcs.items():
         assert pvc["metadata"]["name"] == "alchemist-shared"
         assert pvc["spec"]["accessModes"] == ["ReadWriteMany"]
@@ -163,11 +163,21 @@ def test_shared_pvc_in_every_job_namespace(renders, name):
         assert pv["accessModes"] == ["ReadWriteMany"] and pv["persistentVolumeReclaimPolicy"] == "Retain"
     sc = resources(r, "kubernetes:storage.k8s.io/v1:StorageClass")
     assert [s["inputs"]["metadata"]["name"] for s in sc] == ["alchemist-shared"]
-    # TensorBoard reads that PVC at the same mount path jobs use.
-    tb = one(r, "kubernetes:apps/v1:Deployment", "monitoring-tensorboard")["inputs"]["spec"]["template"]["spec"]
-    assert tb["volumes"][0] == {"name": "shared", "persistentVolumeClaim": {"claimName": "alchemist-shared", "readOnly": True}}
-    assert {"name": "shared", "mountPath": "/shared", "readOnly": True} in tb["containers"][0]["volumeMounts"]
-    assert tb["containers"][0]["image"] == r["outputs"]["alchemist"]["images"]["train"]
+    # Each team's TensorBoard reads that team's PVC, read-only, at the path jobs use, and
+    # serves only its runs on the pod's loopback.
+    for team in teams:
+        tb = one(r, "kubernetes:apps/v1:StatefulSet", f"monitoring-tensorboard-{team}")["inputs"]
+        assert tb["metadata"]["namespace"] == team
+        spec = tb["spec"]["template"]["spec"]
+        assert spec["volumes"][0] == {"name": "shared", "persistentVolumeClaim": {"claimName": "alchemist-shared", "readOnly": True}}
+        assert {"name": "shared", "mountPath": "/shared", "readOnly": True} in spec["containers"][0]["volumeMounts"]
+        assert spec["containers"][0]["image"] == r["outputs"]["alchemist"]["images"]["train"]
+        command = spec["containers"][0]["command"]
+        assert command[command.index("--logdir") + 1] == "/shared/runs"
+        assert command[command.index("--host") + 1] == "127.0.0.1" and "--bind_all" not in command
+        assert "ports" not in spec["containers"][0]
+    assert not [x for x in resources(r, "kubernetes:core/v1:Service")
+                if x["inputs"]["metadata"]["name"] == "tensorboard"]  # nothing exposes TensorBoard
 
 
 # --- monitoring ---------------------------------------------------------------------------------
