@@ -112,7 +112,12 @@ def _expr(tokens: list[str], data: dict[str, Any], ours: dict[str, Any], prefix:
             arg, rest = _operand(rest, data, ours, prefix)
             args.append(arg)
         return _apply(head, args), rest
-    return _operand(tokens, data, ours, prefix)
+    value, rest = _operand(tokens, data, ours, prefix)
+    if rest and rest[0] != ")":  # a method call with arguments (`.Capabilities.APIVersions.Has "x"`)
+        while rest and rest[0] != ")":
+            _, rest = _operand(rest, data, ours, prefix)
+        return UNKNOWN, rest
+    return value, rest
 
 
 def _operand(tokens: list[str], data: dict[str, Any], ours: dict[str, Any], prefix: str) -> tuple[Any, list[str]]:

@@ -113,7 +113,8 @@ def test_team_namespaces_guard_rails(renders, name):
                        if x["inputs"]["metadata"]["namespace"] == team)["inputs"]  # fmt: skip
         assert binding["subjects"] == [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": f"alchemist:{team}"}]
         role = next(x for x in resources(r, "kubernetes:rbac.authorization.k8s.io/v1:Role")
-                    if x["inputs"]["metadata"]["namespace"] == team)["inputs"]  # fmt: skip
+                    if x["inputs"]["metadata"]["namespace"] == team
+                    and x["inputs"]["metadata"]["name"] == "alchemist-job-submitter")["inputs"]  # fmt: skip
         assert {"apiGroups": ["batch"], "resources": ["jobs"],
                 "verbs": ["get", "list", "watch", "create", "delete", "patch"]} in role["rules"]  # fmt: skip
     assert namespaces["gpu-operator"]["pod-security.kubernetes.io/enforce"] == "privileged"
