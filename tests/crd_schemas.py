@@ -8,11 +8,15 @@ Each fixture holds the openAPIV3Schema of every version a CRD serves at a pinned
 a structural schema (k8s.io/apiextensions-apiserver, pkg/apiserver/schema): unknown fields
 are errors unless `x-kubernetes-preserve-unknown-fields` allows them, `int-or-string`
 accepts both, and `apiVersion`, `kind` and `metadata` are checked by the server itself.
+Then the schema's CEL rules (`x-kubernetes-validations`, pkg/apiserver/schema/cel) are
+evaluated on create, with `self` the value at the rule's node; transition rules (those
+that read `oldSelf`) only apply to updates and are skipped.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -89,3 +93,40 @@ def validate_custom(obj: dict[str, Any]) -> None:
             f"{key[1]} {name}: {path}: {first.message} [schema {found['file']}, "
             f"{found['crd']['source']['tag']}]{more}"
         )
+    failures = _cel_failures(found["schema"], obj, "")
+    if failures:
+        raise CustomResourceInvalid(f"{key[1]} {name}: {failures[0]} [schema {found['file']}, "
+                                    f"{found['crd']['source']['tag']}]")  # fmt: skip
+
+
+@cache
+def _cel_program(rule: str):
+    import celpy
+
+    env = celpy.Environment()
+    return env.program(env.compile(rule))
+
+
+def _cel_failures(schema: Any, value: Any, path: str) -> list[str]:
+    """The CEL rules of the schema (and below it) that `value` breaks, as `path: message`."""
+    if not isinstance(schema, dict) or value is None:
+        return []
+    import celpy
+
+    out = []
+    for rule in schema.get("x-kubernetes-validations") or []:
+        if re.search(r"\boldSelf\b", rule["rule"]):
+            continue
+        result = _cel_program(rule["rule"]).evaluate({"self": celpy.json_to_cel(value)})
+        if result is not True and not (isinstance(result, celpy.celtypes.BoolType) and bool(result)):
+            out.append(f"{path or '(root)'}: {rule.get('message') or 'failed rule: ' + rule['rule']}")
+    if isinstance(value, dict):
+        props = schema.get("properties") or {}
+        extra = schema.get("additionalProperties")
+        for key, item in value.items():
+            sub = props.get(key, extra if isinstance(extra, dict) else None)
+            out += _cel_failures(sub, item, f"{path}.{key}" if path else key)
+    elif isinstance(value, list) and isinstance(schema.get("items"), dict):
+        for i, item in enumerate(value):
+            out += _cel_failures(schema["items"], item, f"{path}[{i}]")
+    return out

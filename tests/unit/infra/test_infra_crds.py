@@ -54,3 +54,17 @@ def test_validation_names_the_bad_field(renders):
 def test_an_unknown_kind_is_refused():
     with pytest.raises(CustomResourceInvalid, match="no vendored CRD schema"):
         validate_custom({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}})
+
+
+def test_the_crds_cel_rules_are_enforced(renders):
+    """ClusterQueue (Kueue v0.13.4): each flavor lists as many resources as the group covers."""
+    cq = next(o for _, o in custom_resources(renders["dev"]) if o["kind"] == "ClusterQueue")
+    bad = copy.deepcopy(cq)
+    bad["spec"]["resourceGroups"][0]["flavors"][0]["resources"].pop()
+    with pytest.raises(CustomResourceInvalid, match=r"spec\.resourceGroups\[0\]: "):
+        validate_custom(bad)
+    flavor = {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ResourceFlavor", "metadata": {"name": "f"},
+              "spec": {"tolerations": [{"key": "a", "operator": "Equal", "value": "b", "tolerationSeconds": 5,
+                                        "effect": "NoSchedule"}]}}  # fmt: skip
+    with pytest.raises(CustomResourceInvalid, match=r"spec\.tolerations"):
+        validate_custom(flavor)
