@@ -1,4 +1,4 @@
-"""What a submitter may create in a team namespace: ValidatingAdmissionPolicies over pods and the pod templates of Jobs and JobSets.
+"""What a submitter may create in a team namespace: ValidatingAdmissionPolicies over pods, Jobs, JobSets, NetworkPolicies.
 
 RBAC lets a submitter create pods and JobSets; these policies constrain what those may be,
 so `create` does not also grant every Secret, ServiceAccount and network peer of the

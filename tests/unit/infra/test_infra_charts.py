@@ -90,9 +90,6 @@ def test_template_conditions_follow_go_template_truth(condition, values, expecte
     assert (got if isinstance(got, bool) else "unknown") == expected
 
 
-KUEUE_CONFIG = "kubernetes:helm.sh/v4:Chart"
-
-
 def _config_unknown_keys(types, type_name, doc, path=""):
     fields = types.get(type_name, {})
     inline = [t for k, t in fields.items() if k.startswith("inline:")]
