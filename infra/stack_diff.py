@@ -71,7 +71,7 @@ def flatten(value: Any, path: str = "") -> dict[str, Any]:
     return {path: value}
 
 
-def _in_layer(r: dict[str, Any], by_urn: dict[str, dict[str, Any]]) -> bool:
+def in_layer(r: dict[str, Any], by_urn: dict[str, dict[str, Any]]) -> bool:
     """Whether the resource, or any component above it (Platform's own components), is a layer."""
     seen = set()
     while r is not None and r["urn"] not in seen:
@@ -88,7 +88,7 @@ def layers(render: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
     out = {
         (r["type"], r["name"]): flatten(r["inputs"])
         for r in render["resources"]
-        if _in_layer(r, by_urn)
+        if in_layer(r, by_urn)
     }
     out[OUTPUT_KEY] = flatten(render.get("outputs", {}).get("alchemist", {}))
     return out
