@@ -12,7 +12,7 @@ import ipaddress
 import json
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 
 from infra.versions import KUBERNETES_VERSIONS
@@ -24,7 +24,7 @@ SECRET_KEYS = ("kubeconfig", "sshPrivateKey", "registryPassword", "grafanaAdminP
 # Namespaces the platform itself owns; a team may not take one of these names.
 SYSTEM_NAMESPACES = (
     "default", "kube-system", "kube-public", "kube-node-lease",
-    "monitoring", "gpu-operator", "kueue-system",
+    "monitoring", "gpu-operator", "kueue-system", "jobset-system",
 )  # fmt: skip
 
 DnsLabel = Annotated[str, Field(pattern=r"^[a-z]([-a-z0-9]{0,30}[a-z0-9])?$")]
@@ -222,6 +222,43 @@ class ImagesConfig(_Model):
     )
 
 
+# Receiver integrations of Alertmanager 0.28 (the one kube-prometheus-stack 75.15.1 runs;
+# prometheus/alertmanager config/config.go, type Receiver).
+ALERTMANAGER_INTEGRATIONS = tuple(f"{k}_configs" for k in (
+    "discord", "email", "jira", "msteams", "msteamsv2", "opsgenie", "pagerduty", "pushover",
+    "rocketchat", "slack", "sns", "telegram", "victorops", "webex", "webhook", "wechat"))  # fmt: skip
+
+
+class AlertmanagerConfig(_Model):
+    """Where alerts go. Without this key they go nowhere (the chart's `null` receiver): they
+    show in Alertmanager and Grafana only."""
+
+    receivers: list[dict[str, Any]] = Field(
+        min_length=1, description="Alertmanager receivers, such as [{name: oncall, webhook_configs: [{url_file: ...}]}]"
+    )
+    route: dict[str, Any] | None = Field(None, description="an Alertmanager route (default: every alert to the first receiver)")
+    secrets: list[DnsLabel] = Field(
+        default_factory=list, description="Secrets of the monitoring namespace, mounted at /etc/alertmanager/secrets/<name>/"
+    )
+
+    @model_validator(mode="after")
+    def _receivers_are_alertmanagers(self) -> "AlertmanagerConfig":
+        names = []
+        for r in self.receivers:
+            name = r.get("name")
+            if not isinstance(name, str) or not name or name == "null" or name in names:
+                raise ValueError(f"receiver name {name!r}: a unique non-empty name other than 'null'")
+            names.append(name)
+            extra = sorted(set(r) - {"name", *ALERTMANAGER_INTEGRATIONS})
+            if extra or not set(r) & set(ALERTMANAGER_INTEGRATIONS):
+                raise ValueError(f"receiver {name}: keys {extra or sorted(r)}; accepted: name and one or more of "
+                                 + ", ".join(ALERTMANAGER_INTEGRATIONS))  # fmt: skip
+        target = (self.route or {}).get("receiver")
+        if target is not None and target not in names:
+            raise ValueError(f"route.receiver {target!r}: one of the receivers {names}")
+        return self
+
+
 class StackConfig(_Model):
     """All `alchemist:*` keys of one stack."""
 
@@ -246,6 +283,7 @@ class StackConfig(_Model):
     ssh_private_key: SecretStr | None = None
     registry_password: SecretStr | None = None
     grafana_admin_password: SecretStr | None = None
+    alertmanager: AlertmanagerConfig | None = None
 
     @property
     def default_team(self) -> Team:

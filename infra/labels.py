@@ -12,6 +12,15 @@ RUN_LABEL = RUN_LABEL  # re-exported: the PodMonitor copies it onto every series
 MONITORING_NAMESPACE = "monitoring"
 GPU_OPERATOR_NAMESPACE = "gpu-operator"
 KUEUE_NAMESPACE = "kueue-system"
+JOBSET_NAMESPACE = "jobset-system"
+TEAM_LABEL = "alchemist.io/team"  # on every team namespace
+
+# Job pods run as this ServiceAccount (or the namespace's `default`); it has no RBAC and no
+# token is mounted. The admission policy refuses any other ServiceAccount.
+JOB_SERVICE_ACCOUNT = "alchemist-job"
+# The only Secrets a submitter's pod may reference (volumes, env, envFrom): a team admin
+# creates them with this prefix; submitters cannot read or create Secrets themselves.
+JOB_SECRET_PREFIX = "alchemist-job-"
 
 # kube-prometheus-stack's release name; its Prometheus selects ServiceMonitors, PodMonitors
 # and PrometheusRules carrying this label (set explicitly in the chart values).

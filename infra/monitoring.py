@@ -1,4 +1,4 @@
-"""Monitoring, the same on every stack: kube-prometheus-stack, dashboards and alert rules from monitoring/, job scraping, TensorBoard."""
+"""Monitoring, the same on every stack: kube-prometheus-stack, dashboards and alert rules from monitoring/, job scraping, a TensorBoard per team."""
 
 from __future__ import annotations
 
@@ -31,7 +31,10 @@ from infra.versions import CHARTS, GRAFANA_IMAGE_TAG
 DASHBOARD_LABEL = {"grafana_dashboard": "1"}  # what kube-prometheus-stack's Grafana sidecar loads
 PROMETHEUS_URL = f"http://{PROMETHEUS_RELEASE}-prometheus.{MONITORING_NAMESPACE}.svc:9090"
 GRAFANA_URL = f"http://{PROMETHEUS_RELEASE}-grafana.{MONITORING_NAMESPACE}.svc:80"
-TENSORBOARD_URL = f"http://tensorboard.{MONITORING_NAMESPACE}.svc:6006"
+# TensorBoard runs per team and listens on its pod's loopback: this is where it answers
+# after `kubectl port-forward -n <team> pod/tensorboard-0 6006`.
+TENSORBOARD_URL = "http://127.0.0.1:6006"
+TENSORBOARD_LOGDIR = f"{MOUNT_PATH}/runs"  # the team's runs: the PVC root is the team's own subtree
 TENSORBOARD_LABELS = {"app.kubernetes.io/name": "tensorboard", "app.kubernetes.io/part-of": "alchemist"}
 
 
@@ -72,12 +75,33 @@ def load_monitoring_files(monitoring_dir: Path) -> MonitoringFiles:
     return MonitoringFiles(dashboards, rules)
 
 
-def prometheus_stack_values() -> dict[str, Any]:
-    """kube-prometheus-stack values: explicit selectors, Grafana pinned to 11.6, its sidecar on."""
-    selector = {"matchLabels": dict(PROMETHEUS_SELECTOR)}
+def alertmanager_config(receivers: list[dict[str, Any]], route: dict[str, Any] | None) -> dict[str, Any]:
+    """Alertmanager's config with the stack's receivers: everything goes to the first receiver
+    (or as `route` says); Watchdog, the always-firing liveness alert, still goes nowhere."""
+    default_route = {"group_by": ["namespace"], "group_wait": "30s", "group_interval": "5m",
+                     "repeat_interval": "12h", "receiver": receivers[0]["name"]}  # fmt: skip
     return {
+        "global": {"resolve_timeout": "5m"},
+        "route": {**default_route, **(route or {}),
+                  "routes": [{"receiver": "null", "matchers": ['alertname = "Watchdog"']},
+                             *((route or {}).get("routes") or [])]},  # fmt: skip
+        "receivers": [{"name": "null"}, *receivers],
+        "templates": ["/etc/alertmanager/config/*.tmpl"],
+    }
+
+
+def prometheus_stack_values(alerts: Any = None) -> dict[str, Any]:
+    """kube-prometheus-stack values: explicit selectors, Grafana pinned to 11.6, its sidecar on,
+    no admission webhook (its certificate comes from a Helm hook, which helm.v4.Chart skips)."""
+    selector = {"matchLabels": dict(PROMETHEUS_SELECTOR)}
+    values: dict[str, Any] = {
         "fullnameOverride": PROMETHEUS_RELEASE,
+        # helm.v4.Chart runs no Helm hooks (pulumi-kubernetes#3284). With the webhook on, the
+        # operator mounts the secret `<release>-admission` that only the pre-install hook Job
+        # creates, and never starts. Rules are checked by promtool in CI instead.
+        "prometheusOperator": {"admissionWebhooks": {"enabled": False}, "tls": {"enabled": False}},
         "grafana": {
+            "testFramework": {"enabled": False},  # `helm test` pods: hooks, skipped anyway
             "fullnameOverride": f"{PROMETHEUS_RELEASE}-grafana",
             "image": {"tag": GRAFANA_IMAGE_TAG},
             "admin": {"existingSecret": "grafana-admin", "userKey": "admin-user", "passwordKey": "admin-password"},
@@ -102,6 +126,14 @@ def prometheus_stack_values() -> dict[str, Any]:
                 "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "50Gi"}}}}},
         }},  # fmt: skip
     }
+    if alerts is not None and alerts.receivers:
+        values["alertmanager"] = {
+            "config": alertmanager_config(list(alerts.receivers), alerts.route),
+            # Secrets in the monitoring namespace, mounted at /etc/alertmanager/secrets/<name>/
+            # for receivers' `*_file` fields (a webhook URL or token never sits in the stack file).
+            "alertmanagerSpec": {"secrets": list(alerts.secrets)},
+        }
+    return values
 
 
 def pod_monitor_spec(job_namespaces: list[str]) -> dict[str, Any]:
@@ -120,24 +152,32 @@ def pod_monitor_spec(job_namespaces: list[str]) -> dict[str, Any]:
     }
 
 
-def tensorboard_deployment(image: pulumi.Input[str]) -> dict[str, Any]:
-    """TensorBoard over the whole shared file system, read-only, restricted Pod Security."""
+def tensorboard_statefulset(namespace: str, image: pulumi.Input[str], identity: tuple[int, int] = (1000, 1000)) -> dict[str, Any]:
+    """A team's TensorBoard over its own runs, read-only, listening on the pod's loopback only.
+
+    Nothing else in the cluster can connect to it; a teammate reaches it with
+    `kubectl port-forward -n <team> pod/tensorboard-0 6006` (the submitter role allows
+    port-forward to that one pod). One StatefulSet replica, so the pod's name is fixed.
+    """
+    probe = ["python3", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:6006/', timeout=5)"]
     return {
-        "metadata": {"name": "tensorboard", "namespace": MONITORING_NAMESPACE, "labels": TENSORBOARD_LABELS},
+        "metadata": {"name": "tensorboard", "namespace": namespace, "labels": TENSORBOARD_LABELS},
         "spec": {
             "replicas": 1,
+            "serviceName": "tensorboard",
             "selector": {"matchLabels": TENSORBOARD_LABELS},
             "template": {
                 "metadata": {"labels": TENSORBOARD_LABELS},
                 "spec": {
-                    "securityContext": {"runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000,
+                    "automountServiceAccountToken": False,
+                    "securityContext": {"runAsNonRoot": True, "runAsUser": identity[0], "runAsGroup": identity[1],
                                         "seccompProfile": {"type": "RuntimeDefault"}},  # fmt: skip
                     "containers": [{
                         "name": "tensorboard",
                         "image": image,
-                        "command": ["tensorboard", "--logdir", MOUNT_PATH, "--bind_all", "--port", "6006"],
-                        "ports": [{"name": "http", "containerPort": 6006}],
-                        "readinessProbe": {"httpGet": {"path": "/", "port": "http"}, "periodSeconds": 10},
+                        "command": ["tensorboard", "--logdir", TENSORBOARD_LOGDIR, "--host", "127.0.0.1",
+                                    "--port", "6006"],
+                        "readinessProbe": {"exec": {"command": probe}, "periodSeconds": 10, "timeoutSeconds": 8},
                         "resources": {"requests": {"cpu": "250m", "memory": "1Gi"}, "limits": {"memory": "4Gi"}},
                         "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
                                             "capabilities": {"drop": ["ALL"]}},
@@ -160,11 +200,15 @@ class MonitoringArgs:
     monitoring_dir: Path  # holds dashboards/*.json and rules/*.yaml
     tensorboard_image: pulumi.Input[str]
     grafana_admin_password: pulumi.Input[str] | None = None  # secret; generated once when absent
+    alerts: Any = None  # infra.config.AlertmanagerConfig; None keeps the chart's (alerts go nowhere)
     depends_on: list[Any] = field(default_factory=list)
+    team_depends_on: dict[str, list[Any]] = field(default_factory=dict)  # per team: its namespace and PVC
+    # per team: the (uid, gid) owning its subtree (mode 0770): TensorBoard reads it as that team
+    team_identities: dict[str, tuple[int, int]] = field(default_factory=dict)
 
 
 class Monitoring(pulumi.ComponentResource):
-    """kube-prometheus-stack, Grafana dashboards, alert rules, the job PodMonitor and TensorBoard."""
+    """kube-prometheus-stack, Grafana dashboards, alert rules, the job PodMonitor and a TensorBoard per team."""
 
     def __init__(self, name: str, args: MonitoringArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("alchemist:infra:Monitoring", name, None, opts)
@@ -196,7 +240,7 @@ class Monitoring(pulumi.ComponentResource):
             version=pin.version,
             repository_opts={"repo": pin.repo},
             namespace=MONITORING_NAMESPACE,
-            values=prometheus_stack_values(),
+            values=prometheus_stack_values(args.alerts),
             opts=pulumi.ResourceOptions(parent=self, depends_on=[*args.depends_on, self.grafana_secret]),
         )
         after_crds = pulumi.ResourceOptions(parent=self, depends_on=[self.chart])
@@ -232,15 +276,13 @@ class Monitoring(pulumi.ComponentResource):
             spec=pod_monitor_spec(args.job_namespaces),
             opts=after_crds,
         )  # fmt: skip
-        tb = tensorboard_deployment(args.tensorboard_image)
-        self.tensorboard = k8s.apps.v1.Deployment(
-            f"{name}-tensorboard", metadata=tb["metadata"], spec=tb["spec"], opts=child
-        )
-        k8s.core.v1.Service(
-            f"{name}-tensorboard-svc",
-            metadata={"name": "tensorboard", "namespace": MONITORING_NAMESPACE, "labels": TENSORBOARD_LABELS},
-            spec={"selector": TENSORBOARD_LABELS, "ports": [{"name": "http", "port": 6006, "targetPort": "http"}]},
-            opts=child,
-        )
+        self.tensorboards = {}
+        for ns in args.job_namespaces:
+            tb = tensorboard_statefulset(ns, args.tensorboard_image,
+                                         args.team_identities.get(ns, (1000, 1000)))
+            self.tensorboards[ns] = k8s.apps.v1.StatefulSet(
+                f"{name}-tensorboard-{ns}", metadata=tb["metadata"], spec=tb["spec"],
+                opts=pulumi.ResourceOptions(parent=self, depends_on=args.team_depends_on.get(ns, [])),
+            )  # fmt: skip
         self.urls = {"prometheus_url": PROMETHEUS_URL, "grafana_url": GRAFANA_URL, "tensorboard_url": TENSORBOARD_URL}
         self.register_outputs({**self.urls, "dashboards": len(self.dashboards), "rules": len(self.rules)})

@@ -66,7 +66,6 @@ def run(stack: str, monitoring_dir: Path, repo_root: Path = REPO_ROOT) -> None:
             fs=cfg.shared_fs,
             namespaces=dict(platform.team_namespaces),
             identities={t.name: cfg.identity(t.name) for t in cfg.teams},
-            root_namespaces={MONITORING_NAMESPACE: monitoring_ns},  # TensorBoard reads every team's runs
             prepare_image=images.refs["train"],
             aws=facts.aws,
             depends_on=facts.depends_on,
@@ -81,7 +80,11 @@ def run(stack: str, monitoring_dir: Path, repo_root: Path = REPO_ROOT) -> None:
             monitoring_dir=monitoring_dir,
             tensorboard_image=images.refs["train"],
             grafana_admin_password=pulumi.Output.secret(password.get_secret_value()) if password else None,
-            depends_on=[monitoring_ns, shared.claims[MONITORING_NAMESPACE]],
+            alerts=cfg.alertmanager,
+            depends_on=[monitoring_ns],
+            # each team's TensorBoard reads that team's own claim
+            team_depends_on={t.name: [platform.team_namespaces[t.name], shared.claims[t.name]] for t in cfg.teams},
+            team_identities={t.name: cfg.identity(t.name) for t in cfg.teams},
         ),
         opts=on_cluster,
     )

@@ -36,7 +36,7 @@ ALLOWED: tuple[Allowed, ...] = (
     Allowed("kubernetes:kueue.x-k8s.io/v1beta1:ClusterQueue", "*", "spec.resourceGroups[*].flavors[*].resources[*].nominalQuota",
             "team quotas are sized to each stack's nodes"),
     Allowed("kubernetes:core/v1:ResourceQuota", "*", "spec.hard*", "team quotas are sized to each stack's nodes"),
-    Allowed("kubernetes:apps/v1:Deployment", "monitoring-tensorboard", "spec.template.spec.containers[*].image",
+    Allowed("kubernetes:apps/v1:StatefulSet", "monitoring-tensorboard-*", "spec.template.spec.containers[*].image",
             "the same image, pushed to each stack's own registry"),
     Allowed(*OUTPUT_KEY, "stack", "each stack's name"),
     Allowed(*OUTPUT_KEY, "provider", "kind, onprem, existing or aws"),
@@ -72,12 +72,24 @@ def flatten(value: Any, path: str = "") -> dict[str, Any]:
     return {path: value}
 
 
+def in_layer(r: dict[str, Any], by_urn: dict[str, dict[str, Any]]) -> bool:
+    """Whether the resource, or any component above it (Platform's own components), is a layer."""
+    seen = set()
+    while r is not None and r["urn"] not in seen:
+        if r["type"] in LAYERS or r["types"][0] in LAYERS:
+            return True
+        seen.add(r["urn"])
+        r = by_urn.get(r.get("parent") or "")
+    return False
+
+
 def layers(render: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
     """(type, name) -> flattened inputs, for the platform and monitoring layers and the output."""
+    by_urn = {r["urn"]: r for r in render["resources"]}
     out = {
         (r["type"], r["name"]): flatten(r["inputs"])
         for r in render["resources"]
-        if r["types"][0] in LAYERS
+        if in_layer(r, by_urn)
     }
     out[OUTPUT_KEY] = flatten(render.get("outputs", {}).get("alchemist", {}))
     return out

@@ -19,6 +19,9 @@ class ChartPin:
 CHARTS: dict[str, ChartPin] = {
     "gpu-operator": ChartPin("gpu-operator", "v25.3.2", "https://helm.ngc.nvidia.com/nvidia"),
     "kueue": ChartPin("oci://registry.k8s.io/kueue/charts/kueue", "0.13.4"),
+    # JobSet recreates a job's whole pod group on any pod failure (its failurePolicy); Kueue
+    # admits JobSets through its jobset integration.
+    "jobset": ChartPin("oci://registry.k8s.io/jobset/charts/jobset", "0.12.0"),
     "kube-prometheus-stack": ChartPin(
         "kube-prometheus-stack", "75.15.1", "https://prometheus-community.github.io/helm-charts"
     ),

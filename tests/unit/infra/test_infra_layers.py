@@ -60,7 +60,7 @@ def test_stack_diff_exits_nonzero_on_a_planted_difference(planted_root, monkeypa
     captured = capsys.readouterr()
     out = captured.out
     assert code == 1, captured.err
-    assert ('~ kubernetes:core/v1:Namespace platform-ns-research: metadata.labels."pod-security.kubernetes.io/enforce": '
+    assert ('~ kubernetes:core/v1:Namespace platform-team-research-ns: metadata.labels."pod-security.kubernetes.io/enforce": '
             '"baseline" -> "restricted"') in out  # fmt: skip
     assert "platforms of aws-us-west-2 and aws-planted differ" in out
 

@@ -6,9 +6,9 @@ import kubernetes_validate
 import pytest
 from infra_helpers import SHIPPED, stack_config
 
-# Custom resources are checked by the tests of their own (Kueue queues, PodMonitor, rules);
+# Custom resources are checked against their upstream CRD schemas (test_infra_crds.py);
 # kubernetes-validate only knows the built-in API.
-CUSTOM_GROUPS = ("kueue.x-k8s.io/", "monitoring.coreos.com/")
+CUSTOM_GROUPS = ("kueue.x-k8s.io/", "monitoring.coreos.com/", "jobset.x-k8s.io/")
 
 
 def plain_objects(render):
@@ -34,7 +34,8 @@ def test_plain_objects_match_the_kubernetes_schema(renders, name):
     objects = list(plain_objects(render))
     kinds = {o["kind"] for _, o in objects}
     assert {"Namespace", "NetworkPolicy", "ResourceQuota", "LimitRange", "Role", "RoleBinding", "PriorityClass",
-            "StorageClass", "PersistentVolume", "PersistentVolumeClaim", "Deployment", "Service", "Secret"} <= kinds
+            "StorageClass", "PersistentVolume", "PersistentVolumeClaim", "StatefulSet", "ServiceAccount", "Secret",
+            "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"} <= kinds
     for obj_name, obj in objects:
         try:
             kubernetes_validate.validate(_unmask(obj), version, strict=True)

@@ -87,3 +87,68 @@ def test_a_bad_rule_file_stops_the_program_before_any_resource(tmp_path):
     result = render(STACKS / "Pulumi.dev.yaml", monitoring_dir=tmp_path)
     assert result["_returncode"] == 2 and result["resources"] == []
     assert result["error"].endswith("is not accepted; accepted: a Prometheus rule file: only a top-level `groups:` list")
+
+
+# --- Alertmanager receivers from stack config ---------------------------------------------------
+
+RECEIVERS = {"receivers": [{"name": "oncall", "webhook_configs": [{"url_file": "/etc/alertmanager/secrets/hook/url"}]}],
+             "secrets": ["hook"]}  # fmt: skip
+
+
+def _engine(alertmanager) -> dict[str, str]:
+    import json as _json
+
+    from infra.config import pulumi_value
+    from infra_helpers import stack_config
+
+    config = _json.loads(_json.dumps(stack_config("dev")))
+    config["alchemist:alertmanager"] = alertmanager
+    return {k: pulumi_value(v) for k, v in config.items()}
+
+
+def test_receivers_from_stack_config_route_every_alert_but_watchdog():
+    from infra.config import parse
+    from infra.monitoring import prometheus_stack_values
+
+    cfg = parse(_engine(RECEIVERS))
+    am = prometheus_stack_values(cfg.alertmanager)["alertmanager"]
+    assert am["alertmanagerSpec"]["secrets"] == ["hook"]
+    config = am["config"]
+    assert config["route"]["receiver"] == "oncall"
+    assert config["route"]["routes"] == [{"receiver": "null", "matchers": ['alertname = "Watchdog"']}]
+    assert [r["name"] for r in config["receivers"]] == ["null", "oncall"]
+    # the keys exist in the chart; the document is Alertmanager's own (free-form below `config`)
+    from chart_data import chart_data, unknown_keys
+
+    assert unknown_keys(chart_data("kube-prometheus-stack", "75.15.1"), {"alertmanager": am}) == []
+
+
+def test_without_receivers_the_chart_default_stays():
+    from infra.monitoring import prometheus_stack_values
+
+    assert "alertmanager" not in prometheus_stack_values(None)
+
+
+@pytest.mark.parametrize("bad,expected", [
+    ({"receivers": [{"name": "null", "webhook_configs": []}]}, "a unique non-empty name other than 'null'"),
+    ({"receivers": [{"name": "a", "webhook_config": []}]}, "receiver a: keys ['webhook_config']; accepted: name and"),
+    ({"receivers": [{"name": "a", "email_configs": []}], "route": {"receiver": "b"}}, "route.receiver 'b': one of"),
+    ({"receivers": []}, "alchemist:alertmanager.receivers"),
+])  # fmt: skip
+def test_bad_receivers_are_one_line(bad, expected):
+    from infra.config import StackConfigError, parse
+
+    with pytest.raises(StackConfigError) as e:
+        parse(_engine(bad))
+    assert expected in str(e.value) and "\n" not in str(e.value)
+
+
+def test_an_alertmanager_config_renders_on_a_stack():
+    result = render(STACKS / "Pulumi.dev.yaml", sets={"alchemist:alertmanager": RECEIVERS})
+    assert result["error"] is None, result["error"]
+    chart = next(r for r in resources(result, "kubernetes:helm.sh/v4:Chart") if r["inputs"]["chart"] == "kube-prometheus-stack")
+    values = chart["inputs"]["values"]
+    assert values["alertmanager"]["config"]["route"]["receiver"] == "oncall"
+    # and without the admission webhook whose secret only a Helm hook creates
+    assert values["prometheusOperator"]["admissionWebhooks"]["enabled"] is False
+    assert values["prometheusOperator"]["tls"]["enabled"] is False

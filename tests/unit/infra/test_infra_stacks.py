@@ -41,7 +41,8 @@ def test_output_is_the_contract(renders, name):
     assert parsed.monitoring.pod_monitor_labels == {"alchemist.io/scrape": "true"}
     assert parsed.monitoring.prometheus_url == "http://kube-prometheus-stack-prometheus.monitoring.svc:9090"
     assert parsed.monitoring.grafana_url == "http://kube-prometheus-stack-grafana.monitoring.svc:80"
-    assert parsed.monitoring.tensorboard_url == "http://tensorboard.monitoring.svc:6006"
+    # TensorBoard listens on its pod's loopback: reached only through port-forward
+    assert parsed.monitoring.tensorboard_url == "http://127.0.0.1:6006"
     if parsed.provider == "aws":
         assert "kubeconfig" not in out
         region = config["alchemist:aws"]["region"]
@@ -114,28 +115,28 @@ def test_team_namespaces_guard_rails(renders, name):
                        if x["inputs"]["metadata"]["namespace"] == team)["inputs"]  # fmt: skip
         assert binding["subjects"] == [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": f"alchemist:{team}"}]
         role = next(x for x in resources(r, "kubernetes:rbac.authorization.k8s.io/v1:Role")
-                    if x["inputs"]["metadata"]["namespace"] == team)["inputs"]  # fmt: skip
+                    if x["inputs"]["metadata"]["namespace"] == team
+                    and x["inputs"]["metadata"]["name"] == "alchemist-job-submitter")["inputs"]  # fmt: skip
         assert {"apiGroups": ["batch"], "resources": ["jobs"],
                 "verbs": ["get", "list", "watch", "create", "delete", "patch"]} in role["rules"]  # fmt: skip
     assert namespaces["gpu-operator"]["pod-security.kubernetes.io/enforce"] == "privileged"
 
 
 @pytest.mark.parametrize("name", SHIPPED)
-def test_network_policy_lets_jobs_talk_and_prometheus_scrape(renders, name):
+def test_network_policy_lets_prometheus_scrape_and_no_job_pod_in(renders, name):
     r = renders[name]
     team = stack_config(name)["alchemist:teams"][0]["name"]
     pols = {x["inputs"]["metadata"]["name"]: x["inputs"]["spec"] for x in resources(r, "kubernetes:networking.k8s.io/v1:NetworkPolicy")
             if x["inputs"]["metadata"]["namespace"] == team}  # fmt: skip
     assert pols["default-deny"] == {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}
     jobs = pols["alchemist-jobs"]
-    job_pods = {"podSelector": {"matchLabels": dict([MANAGED_BY_LABEL])}}
-    assert jobs["podSelector"] == job_pods["podSelector"]
-    assert {"from": [job_pods]} in jobs["ingress"]
-    assert {"from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}],
-            "ports": [{"protocol": "TCP", "port": 9400, "endPort": 9415}]} in jobs["ingress"]  # fmt: skip
-    assert {"to": [job_pods]} in jobs["egress"]
+    assert jobs["podSelector"] == {"matchLabels": dict([MANAGED_BY_LABEL])}
+    # only Prometheus, on the metrics ports: same-run traffic is each run's own policy
+    assert jobs["ingress"] == [{"from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}],
+                                "ports": [{"protocol": "TCP", "port": 9400, "endPort": 9415}]}]  # fmt: skip
     dns = [e for e in jobs["egress"] if e.get("ports") == [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]]
     assert dns and dns[0]["to"][0]["podSelector"] == {"matchLabels": {"k8s-app": "kube-dns"}}
+    assert len(jobs["egress"]) == 1
 
 
 @pytest.mark.parametrize("name", SHIPPED)
@@ -156,7 +157,7 @@ def test_shared_pvc_in_every_job_namespace(renders, name):
     pvcs = {x["inputs"]["metadata"]["namespace"]: x["inputs"] for x in resources(r, "kubernetes:core/v1:PersistentVolumeClaim")}
     pvs = {x["inputs"]["metadata"]["name"]: x["inputs"]["spec"] for x in resources(r, "kubernetes:core/v1:PersistentVolume")}
     root = set() if stack_config(name)["alchemist:sharedFs"]["kind"] == "efs" else {"kube-system"}  # the prepare Job's
-    assert set(pvcs) == {*teams, "monitoring", *root}
+    assert set(pvcs) == {*teams, *root}  # monitoring no longer mounts the file system
     for ns, pvc in pvcs.items():
         assert pvc["metadata"]["name"] == ("alchemist-shared-root" if ns == "kube-system" else "alchemist-shared")
         assert pvc["spec"]["accessModes"] == ["ReadWriteMany"]
@@ -166,11 +167,28 @@ def test_shared_pvc_in_every_job_namespace(renders, name):
         assert pv["accessModes"] == ["ReadWriteMany"] and pv["persistentVolumeReclaimPolicy"] == "Retain"
     sc = resources(r, "kubernetes:storage.k8s.io/v1:StorageClass")
     assert [s["inputs"]["metadata"]["name"] for s in sc if s["name"].startswith("shared-fs")] == ["alchemist-shared"]
-    # TensorBoard reads that PVC at the same mount path jobs use.
-    tb = one(r, "kubernetes:apps/v1:Deployment", "monitoring-tensorboard")["inputs"]["spec"]["template"]["spec"]
-    assert tb["volumes"][0] == {"name": "shared", "persistentVolumeClaim": {"claimName": "alchemist-shared", "readOnly": True}}
-    assert {"name": "shared", "mountPath": "/shared", "readOnly": True} in tb["containers"][0]["volumeMounts"]
-    assert tb["containers"][0]["image"] == r["outputs"]["alchemist"]["images"]["train"]
+    # Each team's TensorBoard reads that team's PVC, read-only, at the path jobs use, and
+    # serves only its runs on the pod's loopback.
+    for team in teams:
+        tb = one(r, "kubernetes:apps/v1:StatefulSet", f"monitoring-tensorboard-{team}")["inputs"]
+        assert tb["metadata"]["namespace"] == team
+        spec = tb["spec"]["template"]["spec"]
+        assert spec["volumes"][0] == {"name": "shared", "persistentVolumeClaim": {"claimName": "alchemist-shared", "readOnly": True}}
+        assert {"name": "shared", "mountPath": "/shared", "readOnly": True} in spec["containers"][0]["volumeMounts"]
+        assert spec["containers"][0]["image"] == r["outputs"]["alchemist"]["images"]["train"]
+        command = spec["containers"][0]["command"]
+        assert command[command.index("--logdir") + 1] == "/shared/runs"
+        assert command[command.index("--host") + 1] == "127.0.0.1" and "--bind_all" not in command
+        assert "ports" not in spec["containers"][0]
+        # It reads the team's subtree (mode 0770) as the team's own identity.
+        if team == r["outputs"]["alchemist"]["namespace"]:
+            fs = r["outputs"]["alchemist"]["shared_fs"]
+            assert (spec["securityContext"]["runAsUser"], spec["securityContext"]["runAsGroup"]) == (fs["uid"], fs["gid"])
+    uids = [one(r, "kubernetes:apps/v1:StatefulSet", f"monitoring-tensorboard-{t}")["inputs"]["spec"]["template"]
+            ["spec"]["securityContext"]["runAsUser"] for t in teams]
+    assert len(set(uids)) == len(uids)  # one identity per team, as the subtrees are owned
+    assert not [x for x in resources(r, "kubernetes:core/v1:Service")
+                if x["inputs"]["metadata"]["name"] == "tensorboard"]  # nothing exposes TensorBoard
 
 
 # --- monitoring ---------------------------------------------------------------------------------
@@ -263,8 +281,8 @@ def test_efs_encrypted_with_mount_targets_and_csi_driver(renders, name):
     assert sc["provisioner"] == "efs.csi.aws.com" and sc["parameters"]["fileSystemId"] == fs_id
     handles = {pv["inputs"]["metadata"]["name"]: pv["inputs"]["spec"]["csi"]["volumeHandle"]
                for pv in resources(r, "kubernetes:core/v1:PersistentVolume")}  # fmt: skip
-    assert handles.pop("alchemist-shared-monitoring") == fs_id  # TensorBoard: the root, read-only
-    assert all(re.fullmatch(f"{fs_id}::fsap-[0-9a-f]+", h) for h in handles.values()), handles
+    assert fs_id not in handles.values()  # nothing mounts the root: each team its access point
+    assert handles and all(re.fullmatch(f"{fs_id}::fsap-[0-9a-f]+", h) for h in handles.values()), handles
 
 
 def test_fsx_lustre_variant(renders):
@@ -324,8 +342,8 @@ def test_dev_kind_cluster(renders):
              for pv in resources(r, "kubernetes:core/v1:PersistentVolume")}  # fmt: skip
     for team in ("research", "applied"):  # made with its owner by the prepare Job
         assert paths[f"alchemist-shared-{team}"] == {"path": f"/var/alchemist/shared/teams/{team}", "type": "Directory"}
-    assert paths["alchemist-shared.root"] == paths["alchemist-shared-monitoring"] == {
-        "path": "/var/alchemist/shared", "type": "DirectoryOrCreate"}
+    assert paths.pop("alchemist-shared.root") == {"path": "/var/alchemist/shared", "type": "DirectoryOrCreate"}
+    assert all(p["path"].startswith("/var/alchemist/shared/teams/") for p in paths.values())  # no root mount
     assert r["outputs"]["alchemist"]["images"]["train"].startswith("localhost:5001/alchemist/train@sha256:")
 
 

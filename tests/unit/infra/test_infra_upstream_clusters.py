@@ -140,8 +140,9 @@ def test_nfs_team_volumes_mount_their_subdirectory(renders):
         attrs = pvs[f"alchemist-shared-{team}"]["csi"]["volumeAttributes"]
         # csi-driver-nfs v4.11.0 pkg/nfs/nodeserver.go mounts `server:share/subDir`
         assert attrs == {"server": "10.20.0.5", "share": "/export/alchemist", "subDir": f"teams/{team}"}
-    assert pvs["alchemist-shared-monitoring"]["csi"]["readOnly"] is True
-    assert "subDir" not in pvs["alchemist-shared-monitoring"]["csi"]["volumeAttributes"]
+    # Only the one-off prepare Job (kube-system) mounts the share's root; no team or service does.
+    roots = [n for n, pv in pvs.items() if "subDir" not in pv["csi"]["volumeAttributes"]]
+    assert roots == ["alchemist-shared.root"], roots
 
 
 def test_fsx_team_volumes_mount_a_lustre_subdirectory(renders):

@@ -1,0 +1,186 @@
+"""What a submitter may create in a team namespace: ValidatingAdmissionPolicies over pods, Jobs, JobSets, NetworkPolicies.
+
+RBAC lets a submitter create pods and JobSets; these policies constrain what those may be,
+so `create` does not also grant every Secret, ServiceAccount and network peer of the
+namespace. Semantics (kubernetes/kubernetes v1.30, staging/src/k8s.io/apiserver/pkg/admission/
+plugin/policy/validating): a binding selects namespaces; `matchConditions` pick the requests a
+policy judges (all must be true); every validation expression must be true or the request is
+refused with the validation's message. Pods created by the cluster's own controllers (the Job
+and JobSet controllers making a JobSet's pods) are not judged: their templates were judged when
+the submitter created the JobSet.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from infra.labels import JOB_SECRET_PREFIX, JOB_SERVICE_ACCOUNT, RUN_LABEL, TEAM_LABEL
+
+API = "admissionregistration.k8s.io/v1"
+
+# Pod specs of the object under review, per kind.
+POD_SPECS = {
+    "Pod": ("", ["v1"], "pods", "[object.spec]"),
+    "Job": ("batch", ["v1"], "jobs", "[object.spec.template.spec]"),
+    "JobSet": ("jobset.x-k8s.io", ["v1alpha2"], "jobsets",
+               "object.spec.replicatedJobs.map(r, r.template.spec.template.spec)"),
+}  # fmt: skip
+# Pod template labels, per kind (a Pod's own labels).
+POD_LABELS = {
+    "Pod": "[has(object.metadata.labels) ? object.metadata.labels : {}]",
+    "Job": "[has(object.spec.template.metadata) && has(object.spec.template.metadata.labels) ? "
+           "object.spec.template.metadata.labels : {}]",
+    "JobSet": "object.spec.replicatedJobs.map(r, has(r.template.spec.template.metadata) && "
+              "has(r.template.spec.template.metadata.labels) ? r.template.spec.template.metadata.labels : {})",
+}  # fmt: skip
+
+# Requests judged: anyone but the cluster's own components, except the namespace's own
+# ServiceAccounts (which a submitter could otherwise borrow through a pod).
+NOT_A_CONTROLLER = (
+    "!request.userInfo.username.startsWith('system:') || "
+    "request.userInfo.username.startsWith('system:serviceaccount:' + request.namespace + ':')"
+)
+
+_CONTAINERS = ("(has(s.containers) ? s.containers : []) + (has(s.initContainers) ? s.initContainers : []) + "
+               "(has(s.ephemeralContainers) ? s.ephemeralContainers : [])")  # fmt: skip
+_OK_SECRET = f"n.startsWith('{JOB_SECRET_PREFIX}')"
+
+VALIDATIONS: list[tuple[str, str]] = [
+    (f"variables.podSpecs.all(s, !has(s.serviceAccountName) || s.serviceAccountName in ['', 'default', '{JOB_SERVICE_ACCOUNT}'])",
+     f"pods run as the ServiceAccount {JOB_SERVICE_ACCOUNT} (or default), no other"),
+    ("variables.podSpecs.all(s, !has(s.volumes) || s.volumes.all(v, !has(v.hostPath)))",
+     "hostPath volumes are not allowed"),
+    ("variables.podSpecs.all(s, !(has(s.hostNetwork) && s.hostNetwork) && !(has(s.hostPID) && s.hostPID) && "
+     "!(has(s.hostIPC) && s.hostIPC))",
+     "hostNetwork, hostPID and hostIPC are not allowed"),
+    (f"variables.podSpecs.all(s, ({_CONTAINERS}).all(c, !has(c.securityContext) || "
+     "!has(c.securityContext.privileged) || !c.securityContext.privileged))",
+     "privileged containers are not allowed"),
+    # Secrets: a volume, a projected source, an env value or a whole envFrom.
+    (f"variables.podSpecs.all(s, !has(s.volumes) || s.volumes.all(v, "
+     f"(!has(v.secret) || (has(v.secret.secretName) && [v.secret.secretName].all(n, {_OK_SECRET}))) && "
+     f"(!has(v.projected) || !has(v.projected.sources) || v.projected.sources.all(p, "
+     f"!has(p.secret) || [p.secret.name].all(n, {_OK_SECRET})))))",
+     f"only Secrets named {JOB_SECRET_PREFIX}* may be mounted"),
+    (f"variables.podSpecs.all(s, ({_CONTAINERS}).all(c, "
+     f"(!has(c.env) || c.env.all(e, !has(e.valueFrom) || !has(e.valueFrom.secretKeyRef) || "
+     f"[e.valueFrom.secretKeyRef.name].all(n, {_OK_SECRET}))) && "
+     f"(!has(c.envFrom) || c.envFrom.all(e, !has(e.secretRef) || [e.secretRef.name].all(n, {_OK_SECRET})))))",
+     f"only Secrets named {JOB_SECRET_PREFIX}* may be read into the environment"),
+]  # fmt: skip
+
+# The run label admits a pod to that run's peers (the per-run NetworkPolicy): a pod made
+# directly by a submitter never carries it; a Job's or JobSet's pods carry their own run's,
+# which is the object's name (the name is unique in the namespace, so no one can reuse a
+# running run's label).
+RUN_LABEL_RULES = {
+    "Pod": (f"!variables.podLabels.exists(l, '{RUN_LABEL}' in l)",
+            f"a pod created directly may not carry the run label {RUN_LABEL}"),
+    "Job": (f"variables.podLabels.all(l, !('{RUN_LABEL}' in l) || object.metadata.name == l['{RUN_LABEL}'] || "
+            f"object.metadata.name == 'r-' + l['{RUN_LABEL}'])",
+            f"pod template label {RUN_LABEL} must be this object's own run (its name)"),
+}  # fmt: skip
+RUN_LABEL_RULES["JobSet"] = RUN_LABEL_RULES["Job"]
+
+
+def policy_name(kind: str) -> str:
+    return f"alchemist-submitted-{kind.lower()}s"
+
+
+def validating_policy(kind: str) -> dict[str, Any]:
+    """The cluster-scoped policy judging one kind of object a submitter creates or changes."""
+    group, versions, resource, specs = POD_SPECS[kind]
+    run_expr, run_msg = RUN_LABEL_RULES[kind]
+    return {
+        "apiVersion": API,
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": policy_name(kind)},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [{
+                "apiGroups": [group], "apiVersions": versions, "resources": [resource],
+                "operations": ["CREATE", "UPDATE"]}]},  # fmt: skip
+            "matchConditions": [{"name": "submitted-by-a-user", "expression": NOT_A_CONTROLLER}],
+            "variables": [{"name": "podSpecs", "expression": specs},
+                          {"name": "podLabels", "expression": POD_LABELS[kind]}],
+            "validations": [{"expression": e, "message": m, "reason": "Forbidden"}
+                            for e, m in [*VALIDATIONS, (run_expr, run_msg)]],
+        },
+    }  # fmt: skip
+
+
+def policy_binding(kind: str) -> dict[str, Any]:
+    """Binds a policy to every team namespace (those labelled alchemist.io/team), denying on failure."""
+    return {
+        "apiVersion": API,
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": policy_name(kind)},
+        "spec": {
+            "policyName": policy_name(kind),
+            "validationActions": ["Deny"],
+            "matchResources": {"namespaceSelector": {"matchExpressions": [{"key": TEAM_LABEL, "operator": "Exists"}]}},
+        },
+    }
+
+
+# --- NetworkPolicies a submitter creates: one run's own peers, nothing wider ---------------------
+
+_NP_PEERS = (
+    "(!has(variables.np.spec.{rules}) || variables.np.spec.{rules}.all(r, has(r.{peers}) && size(r.{peers}) > 0 && "
+    "r.{peers}.all(p, !has(p.namespaceSelector) && !has(p.ipBlock) && has(p.podSelector) && "
+    f"has(p.podSelector.matchLabels) && '{RUN_LABEL}' in p.podSelector.matchLabels && "
+    f"p.podSelector.matchLabels['{RUN_LABEL}'] == variables.run)))"
+)
+NETWORK_POLICY_NAME = "alchemist-submitted-networkpolicies"
+
+
+def network_policy_policy() -> dict[str, Any]:
+    """Submitters create, change and delete only per-run NetworkPolicies: selecting one run's
+    pods and admitting only that run's pods. The platform's `default-deny` and `alchemist-jobs`
+    select no run, so a submitter can neither delete nor loosen them."""
+    return {
+        "apiVersion": API,
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": NETWORK_POLICY_NAME},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [{
+                "apiGroups": ["networking.k8s.io"], "apiVersions": ["v1"], "resources": ["networkpolicies"],
+                "operations": ["CREATE", "UPDATE", "DELETE"]}]},  # fmt: skip
+            "matchConditions": [{"name": "submitted-by-a-user", "expression": NOT_A_CONTROLLER}],
+            "variables": [
+                {"name": "np", "expression": "request.operation == 'DELETE' ? oldObject : object"},
+                {"name": "run", "expression": f"has(variables.np.spec.podSelector.matchLabels) && "
+                                              f"'{RUN_LABEL}' in variables.np.spec.podSelector.matchLabels ? "
+                                              f"variables.np.spec.podSelector.matchLabels['{RUN_LABEL}'] : ''"},
+            ],  # fmt: skip
+            "validations": [
+                {"expression": "variables.run != ''", "reason": "Forbidden",
+                 "message": f"a submitter's NetworkPolicy selects one run (podSelector.matchLabels {RUN_LABEL})"},
+                {"expression": "request.operation == 'DELETE' || (" + _NP_PEERS.format(rules="ingress", peers="from")
+                               + " && " + _NP_PEERS.format(rules="egress", peers="to") + ")",
+                 "reason": "Forbidden",
+                 "message": "a run's NetworkPolicy admits only pods of the same run (podSelector on its run label)"},
+            ],  # fmt: skip
+        },
+    }
+
+
+def network_policy_binding() -> dict[str, Any]:
+    return {
+        "apiVersion": API,
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": NETWORK_POLICY_NAME},
+        "spec": {
+            "policyName": NETWORK_POLICY_NAME,
+            "validationActions": ["Deny"],
+            "matchResources": {"namespaceSelector": {"matchExpressions": [{"key": TEAM_LABEL, "operator": "Exists"}]}},
+        },
+    }
+
+
+def all_policies() -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
+    """(resource key, policy, binding) for every admission policy the platform installs."""
+    out = [(kind.lower(), validating_policy(kind), policy_binding(kind)) for kind in POD_SPECS]
+    out.append(("networkpolicy", network_policy_policy(), network_policy_binding()))
+    return out

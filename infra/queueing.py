@@ -1,0 +1,154 @@
+"""Queueing, the same on every stack: Kueue (flavors, a ClusterQueue per team), JobSet, and the PriorityClasses jobs name."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as kubernetes
+import yaml
+
+from infra.cluster import GPU_NODE_LABELS, GPU_RESOURCE, GPU_TOLERATIONS
+from infra.config import Team
+from infra.labels import JOBSET_NAMESPACE, KUEUE_COHORT, KUEUE_NAMESPACE, PRIORITY_CLASSES, TEAM_LABEL
+from infra.versions import CHARTS
+
+KUEUE_API = "kueue.x-k8s.io/v1beta1"
+# How long an admitted job may take until every pod is ready (a GPU node scale-up plus a big
+# image pull) before Kueue evicts and requeues it; pod 0 may start 15 minutes late.
+PODS_READY_TIMEOUT = "20m"
+
+
+def kueue_manager_config() -> dict[str, Any]:
+    """Kueue's Configuration (config.kueue.x-k8s.io/v1beta1): the chart's defaults, plus
+    JobSet and plain pods as integrations and all-or-nothing start (waitForPodsReady)."""
+    return {
+        "apiVersion": "config.kueue.x-k8s.io/v1beta1",
+        "kind": "Configuration",
+        # the chart's defaults (charts/kueue/values.yaml at v0.13.4), which this document replaces
+        "health": {"healthProbeBindAddress": ":8081"},
+        "metrics": {"bindAddress": ":8443"},
+        "webhook": {"port": 9443},
+        "leaderElection": {"leaderElect": True, "resourceName": "c1f6bfd2.kueue.x-k8s.io"},
+        "controller": {"groupKindConcurrency": {
+            "Job.batch": 5, "Pod": 5, "Workload.kueue.x-k8s.io": 5, "LocalQueue.kueue.x-k8s.io": 1,
+            "ClusterQueue.kueue.x-k8s.io": 1, "ResourceFlavor.kueue.x-k8s.io": 1}},  # fmt: skip
+        "clientConnection": {"qps": 50, "burst": 100},
+        # Only team namespaces hold jobs Kueue manages; system pods are never gated.
+        "managedJobsNamespaceSelector": {"matchExpressions": [{"key": TEAM_LABEL, "operator": "Exists"}]},
+        "integrations": {"frameworks": ["batch/job", "jobset.x-k8s.io/jobset", "pod"]},
+        # A job's pods start together or not at all: an admitted workload whose pods are not
+        # all ready in time is evicted and requeued, so a half-started group never holds GPUs.
+        # blockAdmission stays off: one job waiting for a GPU scale-up must not stall every
+        # other team's admissions.
+        "waitForPodsReady": {
+            "enable": True,
+            "timeout": PODS_READY_TIMEOUT,
+            "blockAdmission": False,
+            "requeuingStrategy": {"timestamp": "Eviction", "backoffBaseSeconds": 60},
+        },
+    }
+
+
+def kueue_values() -> dict[str, Any]:
+    return {
+        "controllerManager": {"replicas": 1},
+        "managerConfig": {"controllerManagerConfigYaml": yaml.safe_dump(kueue_manager_config(), sort_keys=False)},
+    }
+
+
+def jobset_values() -> dict[str, Any]:
+    return {"controller": {"replicas": 1}}
+
+
+def cluster_queue(team: Team) -> dict[str, Any]:
+    """One ClusterQueue per team in a shared cohort, so idle quota can be borrowed."""
+    q = team.quota
+    return {
+        "apiVersion": KUEUE_API,
+        "kind": "ClusterQueue",
+        "metadata": {"name": team.name},
+        "spec": {
+            "cohort": KUEUE_COHORT,
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": team.name}},
+            "queueingStrategy": "BestEffortFIFO",
+            "preemption": {"reclaimWithinCohort": "Any", "withinClusterQueue": "LowerPriority"},
+            "resourceGroups": [
+                {
+                    "coveredResources": ["cpu", "memory"],
+                    "flavors": [{"name": "default", "resources": [
+                        {"name": "cpu", "nominalQuota": q.cpu},
+                        {"name": "memory", "nominalQuota": q.memory},
+                    ]}],  # fmt: skip
+                },
+                {
+                    "coveredResources": [GPU_RESOURCE],
+                    "flavors": [{"name": "gpu", "resources": [{"name": GPU_RESOURCE, "nominalQuota": q.gpu}]}],
+                },
+            ],
+        },
+    }
+
+
+def resource_flavors() -> dict[str, dict[str, Any]]:
+    return {
+        "default": {},
+        "gpu": {"nodeLabels": dict(GPU_NODE_LABELS), "tolerations": GPU_TOLERATIONS},
+    }
+
+
+def local_queue(team: Team) -> dict[str, Any]:
+    return {"apiVersion": KUEUE_API, "kind": "LocalQueue",
+            "metadata": {"name": team.name, "namespace": team.name}, "spec": {"clusterQueue": team.name}}  # fmt: skip
+
+
+@dataclass
+class QueueingArgs:
+    teams: list[Team]
+    kueue_namespace: Any  # the Namespace resources the charts go into
+    jobset_namespace: Any
+    depends_on: list[Any] = field(default_factory=list)
+
+
+class Queueing(pulumi.ComponentResource):
+    """Kueue and JobSet charts, ResourceFlavors, a ClusterQueue per team, PriorityClasses.
+
+    `ready` is what a namespaced queue object (a team's LocalQueue) must wait for.
+    """
+
+    def __init__(self, name: str, args: QueueingArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("alchemist:infra:Queueing", name, None, opts)
+        k8s = kubernetes
+        child = pulumi.ResourceOptions(parent=self, depends_on=args.depends_on)
+        kueue, jobset = CHARTS["kueue"], CHARTS["jobset"]
+        self.kueue = k8s.helm.v4.Chart(
+            f"{name}-kueue", chart=kueue.chart, version=kueue.version, namespace=KUEUE_NAMESPACE,
+            values=kueue_values(),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[*args.depends_on, args.kueue_namespace]),
+        )  # fmt: skip
+        self.jobset = k8s.helm.v4.Chart(
+            f"{name}-jobset", chart=jobset.chart, version=jobset.version, namespace=JOBSET_NAMESPACE,
+            values=jobset_values(),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[*args.depends_on, args.jobset_namespace]),
+        )  # fmt: skip
+        after_kueue = pulumi.ResourceOptions(parent=self, depends_on=[self.kueue])
+        for prio_name, (value, description) in PRIORITY_CLASSES.items():
+            k8s.scheduling.v1.PriorityClass(
+                f"{name}-priority-{prio_name}", metadata={"name": prio_name}, value=value, global_default=False,
+                preemption_policy="PreemptLowerPriority", description=description, opts=child,
+            )  # fmt: skip
+        for flavor, spec in resource_flavors().items():
+            k8s.apiextensions.CustomResource(
+                f"{name}-flavor-{flavor}", api_version=KUEUE_API, kind="ResourceFlavor",
+                metadata={"name": flavor}, spec=spec, opts=after_kueue,
+            )  # fmt: skip
+        self.cluster_queues: dict[str, Any] = {}
+        for team in args.teams:
+            cq = cluster_queue(team)
+            self.cluster_queues[team.name] = k8s.apiextensions.CustomResource(
+                f"{name}-cq-{team.name}", api_version=cq["apiVersion"], kind=cq["kind"],
+                metadata=cq["metadata"], spec=cq["spec"], opts=after_kueue,
+            )  # fmt: skip
+        self.ready = [self.kueue, self.jobset]
+        self.register_outputs({"kueue_chart": kueue.version, "jobset_chart": jobset.version})

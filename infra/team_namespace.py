@@ -1,0 +1,183 @@
+"""One team's namespace and its guard rails: RBAC, quota, defaults, NetworkPolicies, its job ServiceAccount and LocalQueue."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as kubernetes
+
+from infra.cluster import GPU_RESOURCE
+from infra.config import Team
+from infra.labels import (
+    JOB_SERVICE_ACCOUNT,
+    MANAGED_BY,
+    METRICS_BASE_PORT,
+    METRICS_PORT_SLOTS,
+    MONITORING_NAMESPACE,
+    TEAM_LABEL,
+)
+from infra.queueing import local_queue
+
+PSA = "pod-security.kubernetes.io"
+RBAC = "rbac.authorization.k8s.io"
+SUBMITTER_ROLE = "alchemist-job-submitter"
+DEBUG_ROLE = "alchemist-debug"
+TENSORBOARD_POD = "tensorboard-0"  # the team's TensorBoard StatefulSet's one pod
+
+
+def psa_labels(level: str) -> dict[str, str]:
+    """Pod Security Admission: enforce `level`, and warn/audit at restricted so drift shows."""
+    return {
+        f"{PSA}/enforce": level,
+        f"{PSA}/enforce-version": "latest",
+        f"{PSA}/warn": "restricted",
+        f"{PSA}/audit": "restricted",
+    }
+
+
+def job_network_policy(namespace: str) -> dict[str, Any]:
+    """Job pods: reachable only by Prometheus (monitoring namespace) on the metrics ports; DNS out.
+
+    Pods of one run reach each other through that run's own NetworkPolicy (the job library
+    creates it with the run, selecting the run label), never through this one: a job pod is
+    not reachable from another run's pods or from an interactive session.
+    """
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": "alchemist-jobs", "namespace": namespace},
+        "spec": {
+            "podSelector": {"matchLabels": dict(MANAGED_BY)},
+            "policyTypes": ["Ingress", "Egress"],
+            "ingress": [{
+                "from": [{"namespaceSelector": {"matchLabels": {
+                    "kubernetes.io/metadata.name": MONITORING_NAMESPACE}}}],  # fmt: skip
+                "ports": [{"protocol": "TCP", "port": METRICS_BASE_PORT,
+                           "endPort": METRICS_BASE_PORT + METRICS_PORT_SLOTS - 1}],
+            }],  # fmt: skip
+            "egress": [{
+                "to": [{
+                    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+                    "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+                }],
+                "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
+            }],  # fmt: skip
+        },
+    }
+
+
+def submitter_role(namespace: str) -> dict[str, Any]:
+    """What the `alchemist` CLI needs to submit, watch and cancel jobs in a team namespace.
+
+    No Secrets, no pods/exec, and port-forward only to the team's TensorBoard: exec and
+    port-forward to any pod are the separate opt-in role `alchemist-debug`.
+    """
+    read = ["get", "list", "watch"]
+    manage = [*read, "create", "delete", "patch"]
+    return {
+        "apiVersion": f"{RBAC}/v1",
+        "kind": "Role",
+        "metadata": {"name": SUBMITTER_ROLE, "namespace": namespace},
+        "rules": [
+            # A run is a JobSet. Jobs stay manageable while the backend still submits plain
+            # Jobs; once it submits only JobSets this becomes `read` (their child Jobs' status).
+            {"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"], "verbs": manage},
+            {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": manage},
+            # A run's Service and ConfigMap are patched to make the JobSet their owner.
+            {"apiGroups": [""], "resources": ["services", "configmaps"], "verbs": manage},
+            # Interactive sessions are bare pods (the admission policy bounds what they may be).
+            {"apiGroups": [""], "resources": ["pods"], "verbs": [*read, "create", "delete"]},
+            {"apiGroups": [""], "resources": ["pods/log"], "verbs": read},
+            {"apiGroups": [""], "resources": ["events"], "verbs": ["list", "watch"]},
+            {"apiGroups": [""], "resources": ["persistentvolumeclaims"], "verbs": read},
+            {"apiGroups": [""], "resources": ["pods/proxy"], "verbs": ["get"]},
+            {"apiGroups": [""], "resources": ["pods/portforward"], "verbs": ["get", "create"],
+             "resourceNames": [TENSORBOARD_POD]},
+            # Each run gets its own NetworkPolicy admitting only its own pods.
+            {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"], "verbs": ["get", "create", "delete"]},
+            {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads", "localqueues"], "verbs": read},
+        ],
+    }  # fmt: skip
+
+
+def debug_role(namespace: str) -> dict[str, Any]:
+    """Opt-in: exec into and port-forward to any pod of the namespace (a teammate's job included)."""
+    return {
+        "apiVersion": f"{RBAC}/v1",
+        "kind": "Role",
+        "metadata": {"name": DEBUG_ROLE, "namespace": namespace},
+        "rules": [{"apiGroups": [""], "resources": ["pods/exec", "pods/portforward"], "verbs": ["get", "create"]}],
+    }
+
+
+def quota_spec(team: Team) -> dict[str, Any]:
+    q = team.quota
+    return {"hard": {
+        "requests.cpu": str(q.cpu),
+        "requests.memory": q.memory,
+        f"requests.{GPU_RESOURCE}": str(q.gpu),
+        "persistentvolumeclaims": "20",
+    }}  # fmt: skip
+
+
+@dataclass
+class TeamNamespaceArgs:
+    team: Team
+    pod_security: str  # restricted | baseline (policy forbids privileged)
+    queue_ready: list[Any] = field(default_factory=list)  # Kueue installed: the LocalQueue waits for it
+    depends_on: list[Any] = field(default_factory=list)
+
+
+class TeamNamespace(pulumi.ComponentResource):
+    """A team's namespace with its submitter RBAC, quota, LimitRange, NetworkPolicies,
+    job ServiceAccount and LocalQueue."""
+
+    def __init__(self, name: str, args: TeamNamespaceArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("alchemist:infra:TeamNamespace", name, None, opts)
+        k8s = kubernetes
+        team, ns = args.team, args.team.name
+        self.namespace = k8s.core.v1.Namespace(
+            f"{name}-ns", metadata={"name": ns, "labels": {**psa_labels(args.pod_security), TEAM_LABEL: ns}},
+            opts=pulumi.ResourceOptions(parent=self, depends_on=args.depends_on),
+        )  # fmt: skip
+        opts_in = pulumi.ResourceOptions(parent=self, depends_on=[self.namespace])
+        k8s.core.v1.ServiceAccount(
+            f"{name}-job-sa", metadata={"name": JOB_SERVICE_ACCOUNT, "namespace": ns},
+            automount_service_account_token=False, opts=opts_in,
+        )  # fmt: skip
+        groups = team.groups or [f"alchemist:{ns}"]
+        for key, role in (("role", submitter_role(ns)), ("debug-role", debug_role(ns))):
+            k8s.rbac.v1.Role(f"{name}-{key}", metadata=role["metadata"], rules=role["rules"], opts=opts_in)
+        # Only the submitter role is bound; `alchemist-debug` is bound by an admin, per person.
+        k8s.rbac.v1.RoleBinding(
+            f"{name}-rolebinding",
+            metadata={"name": "alchemist-job-submitters", "namespace": ns},
+            role_ref={"apiGroup": RBAC, "kind": "Role", "name": SUBMITTER_ROLE},
+            subjects=[{"apiGroup": RBAC, "kind": "Group", "name": g} for g in groups],
+            opts=opts_in,
+        )
+        k8s.core.v1.ResourceQuota(
+            f"{name}-quota", metadata={"name": "alchemist-team", "namespace": ns}, spec=quota_spec(team), opts=opts_in
+        )
+        # Containers that set nothing still count against the quota at a sane size.
+        k8s.core.v1.LimitRange(
+            f"{name}-limits",
+            metadata={"name": "alchemist-defaults", "namespace": ns},
+            spec={"limits": [{"type": "Container", "defaultRequest": {"cpu": "500m", "memory": "1Gi"},
+                              "default": {"memory": "4Gi"}}]},  # fmt: skip
+            opts=opts_in,
+        )
+        k8s.networking.v1.NetworkPolicy(
+            f"{name}-netpol-deny", metadata={"name": "default-deny", "namespace": ns},
+            spec={"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}, opts=opts_in,
+        )  # fmt: skip
+        jobs = job_network_policy(ns)
+        k8s.networking.v1.NetworkPolicy(f"{name}-netpol-jobs", metadata=jobs["metadata"], spec=jobs["spec"], opts=opts_in)
+        lq = local_queue(team)
+        self.local_queue = k8s.apiextensions.CustomResource(
+            f"{name}-lq", api_version=lq["apiVersion"], kind=lq["kind"], metadata=lq["metadata"], spec=lq["spec"],
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[*args.queue_ready, self.namespace]),
+        )  # fmt: skip
+        self.register_outputs({"namespace": ns})

@@ -1,0 +1,250 @@
+"""The admission policies refuse what a submitter must not create, and admit the job library's objects.
+
+The policies' real CEL expressions are evaluated with cel-python, following the admission
+semantics of kubernetes v1.30 (staging/src/k8s.io/apiserver/pkg/admission/plugin/policy/
+validating/validator.go and plugin/cel/filter.go): a request is judged only when every
+`matchCondition` is true; `variables` are evaluated in order and reachable as
+`variables.<name>`; the request is denied with the message of the first validation that is
+false. `object` is the object being created, `request` the admission request (userInfo,
+namespace). The objects below are shaped like the job library's and checked against the
+upstream schemas (Kubernetes via kubernetes-validate, JobSet via its vendored CRD).
+"""
+
+from __future__ import annotations
+
+import copy
+from functools import cache
+
+import celpy
+import kubernetes_validate
+import pytest
+
+from infra.admission import POD_SPECS, network_policy_binding, network_policy_policy, policy_binding, validating_policy
+from infra.labels import JOB_SECRET_PREFIX, RUN_LABEL, TEAM_LABEL
+from tests.crd_schemas import validate_custom
+
+_ENV = celpy.Environment()
+
+
+@cache
+def _program(expression: str):
+    return _ENV.program(_ENV.compile(expression))
+
+
+def _eval(expression: str, activation: dict) -> object:
+    program = _program(expression)
+    result = program.evaluate({k: celpy.json_to_cel(v) if k != "variables" else v for k, v in activation.items()})
+    if isinstance(result, celpy.CELEvalError):
+        raise AssertionError(f"{expression}: {result}")
+    return result
+
+
+def admit(obj: dict, user: str = "alice", namespace: str = "research", operation: str = "CREATE",
+          old: dict | None = None) -> list[str] | None:  # fmt: skip
+    """None when no policy judges the request, else the denial messages (empty: admitted)."""
+    kind = (obj or old)["kind"]
+    policy = (network_policy_policy() if kind == "NetworkPolicy" else validating_policy(kind))["spec"]
+    request = {"userInfo": {"username": user, "groups": ["alchemist:research"]}, "namespace": namespace,
+               "operation": operation}  # fmt: skip
+    base = {"object": obj, "oldObject": old, "request": request}
+    if not all(_eval(c["expression"], base) for c in policy["matchConditions"]):
+        return None
+    variables: dict = {}
+    for var in policy["variables"]:
+        variables[var["name"]] = _eval(var["expression"], {**base, "variables": celpy.celtypes.MapType(
+            {celpy.celtypes.StringType(k): v for k, v in variables.items()})})  # fmt: skip
+    act = {**base, "variables": celpy.celtypes.MapType({celpy.celtypes.StringType(k): v for k, v in variables.items()})}
+    return [v["message"] for v in policy["validations"] if not _eval(v["expression"], act)]
+
+
+def pod_spec(**extra) -> dict:
+    spec = {
+        "securityContext": {"runAsNonRoot": True, "runAsUser": 1000},
+        "containers": [{"name": "worker", "image": "registry/train@sha256:" + "0" * 64,
+                        "env": [{"name": "A", "value": "1"}],
+                        "volumeMounts": [{"name": "shared", "mountPath": "/shared"}]}],
+        "volumes": [{"name": "shared", "persistentVolumeClaim": {"claimName": "alchemist-shared"}},
+                    {"name": "dshm", "emptyDir": {"medium": "Memory"}}],
+    }  # fmt: skip
+    spec.update(extra)
+    return spec
+
+
+def session_pod(labels=None, **spec) -> dict:
+    pod = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": "alchemist-session-alice", "namespace": "research",
+                        "labels": labels if labels is not None else {"app.kubernetes.io/managed-by": "alchemist"}},
+           "spec": pod_spec(**spec)}  # fmt: skip
+    kubernetes_validate.validate(pod, "1.31.0", strict=True)
+    return pod
+
+
+def jobset(name: str = "train-abc", run: str = "train-abc", **spec) -> dict:
+    template = {"metadata": {"labels": {RUN_LABEL: run, "app.kubernetes.io/managed-by": "alchemist"}},
+                "spec": {**pod_spec(**spec), "restartPolicy": "Never"}}  # fmt: skip
+    obj = {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+        "metadata": {"name": name, "namespace": "research", "labels": {RUN_LABEL: run}},
+        "spec": {
+            "failurePolicy": {"maxRestarts": 3},
+            "replicatedJobs": [{"name": "workers", "replicas": 1, "template": {"spec": {
+                "parallelism": 2, "completions": 2, "backoffLimit": 0, "template": template}}}],
+        },
+    }  # fmt: skip
+    validate_custom(obj)
+    return obj
+
+
+def test_a_session_pod_like_the_job_librarys_is_admitted():
+    assert admit(session_pod()) == []
+
+
+def test_a_jobset_of_its_own_run_is_admitted():
+    assert admit(jobset()) == []
+    assert admit(jobset(name="r-0123abc", run="0123abc")) == []  # names that must start with a letter
+
+
+@pytest.mark.parametrize("spec,message", [
+    ({"serviceAccountName": "ci-deployer"}, "pods run as the ServiceAccount alchemist-job (or default), no other"),
+    ({"volumes": [{"name": "h", "hostPath": {"path": "/var/run/docker.sock"}}]}, "hostPath volumes are not allowed"),
+    ({"hostNetwork": True}, "hostNetwork, hostPID and hostIPC are not allowed"),
+    ({"hostPID": True}, "hostNetwork, hostPID and hostIPC are not allowed"),
+    ({"containers": [{"name": "w", "image": "x", "securityContext": {"privileged": True}}]},
+     "privileged containers are not allowed"),
+    ({"initContainers": [{"name": "i", "image": "x", "securityContext": {"privileged": True}}],
+      "containers": [{"name": "w", "image": "x"}]}, "privileged containers are not allowed"),
+    ({"volumes": [{"name": "s", "secret": {"secretName": "grafana-admin"}}]},
+     f"only Secrets named {JOB_SECRET_PREFIX}* may be mounted"),
+    ({"volumes": [{"name": "p", "projected": {"sources": [{"secret": {"name": "registry-push"}}]}}]},
+     f"only Secrets named {JOB_SECRET_PREFIX}* may be mounted"),
+    ({"containers": [{"name": "w", "image": "x", "env": [
+        {"name": "T", "valueFrom": {"secretKeyRef": {"name": "db-password", "key": "p"}}}]}]},
+     f"only Secrets named {JOB_SECRET_PREFIX}* may be read into the environment"),
+    ({"containers": [{"name": "w", "image": "x", "envFrom": [{"secretRef": {"name": "db-password"}}]}]},
+     f"only Secrets named {JOB_SECRET_PREFIX}* may be read into the environment"),
+])  # fmt: skip
+def test_what_a_submitted_pod_may_not_be(spec, message):
+    assert admit(session_pod(**spec)) == [message]
+    # the same pod spec in a JobSet's template is refused the same way
+    assert admit(jobset(**spec)) == [message]
+
+
+def test_allowed_secrets_and_service_accounts():
+    env = [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": f"{JOB_SECRET_PREFIX}hf", "key": "token"}}}]
+    spec = {"containers": [{"name": "w", "image": "x", "env": env}], "serviceAccountName": "alchemist-job",
+            "volumes": [{"name": "s", "secret": {"secretName": f"{JOB_SECRET_PREFIX}ssh"}}]}  # fmt: skip
+    assert admit(session_pod(**spec)) == []
+    assert admit(session_pod(serviceAccountName="default")) == []
+
+
+def test_the_run_label_cannot_be_borrowed():
+    """A pod carrying another run's label would be admitted by that run's NetworkPolicy."""
+    assert admit(session_pod(labels={RUN_LABEL: "train-victim"})) == [
+        f"a pod created directly may not carry the run label {RUN_LABEL}"]
+    assert admit(jobset(name="evil", run="train-victim")) == [
+        f"pod template label {RUN_LABEL} must be this object's own run (its name)"]
+
+
+def test_a_bad_template_in_any_replicated_job_is_refused():
+    obj = jobset()
+    second = copy.deepcopy(obj["spec"]["replicatedJobs"][0])
+    second["name"] = "ps"
+    second["template"]["spec"]["template"]["spec"]["hostNetwork"] = True
+    obj["spec"]["replicatedJobs"].append(second)
+    validate_custom(obj)
+    assert admit(obj) == ["hostNetwork, hostPID and hostIPC are not allowed"]
+
+
+@pytest.mark.parametrize("user,judged", [
+    ("alice", True),
+    ("arn:aws:iam::123456789012:role/research", True),
+    ("system:serviceaccount:research:ci", True),  # the namespace's own accounts are judged
+    ("system:serviceaccount:kube-system:job-controller", False),  # makes a JobSet's pods
+    ("system:serviceaccount:jobset-system:jobset-controller-manager", False),
+    ("system:kube-controller-manager", False),
+])  # fmt: skip
+def test_who_is_judged(user, judged):
+    bad = session_pod(hostNetwork=True)
+    assert (admit(bad, user=user) is not None) == judged
+
+
+@pytest.mark.parametrize("kind", list(POD_SPECS))
+def test_policies_and_bindings_are_valid_kubernetes_objects(kind):
+    for obj in (validating_policy(kind), policy_binding(kind)):
+        kubernetes_validate.validate(obj, "1.30.0", strict=True)
+    binding = policy_binding(kind)["spec"]
+    assert binding["validationActions"] == ["Deny"]
+    assert binding["matchResources"]["namespaceSelector"]["matchExpressions"] == [{"key": TEAM_LABEL, "operator": "Exists"}]
+    assert validating_policy(kind)["spec"]["failurePolicy"] == "Fail"
+
+
+def test_every_expression_compiles():
+    for kind in POD_SPECS:
+        spec = validating_policy(kind)["spec"]
+        for expr in [c["expression"] for c in spec["matchConditions"]] + [v["expression"] for v in spec["variables"]] + [
+                v["expression"] for v in spec["validations"]]:  # fmt: skip
+            _ENV.compile(expr)
+
+
+def test_the_platform_renders_the_policies_bound_to_team_namespaces(renders):
+    r = renders["dev"]
+    policies = {x["inputs"]["metadata"]["name"]: x["inputs"] for x in r["resources"]
+                if x["type"] == "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy"}  # fmt: skip
+    bindings = {x["inputs"]["spec"]["policyName"] for x in r["resources"]
+                if x["type"] == "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicyBinding"}  # fmt: skip
+    assert set(policies) == bindings == {"alchemist-submitted-pods", "alchemist-submitted-jobs",
+                                         "alchemist-submitted-jobsets", "alchemist-submitted-networkpolicies"}
+    assert policies["alchemist-submitted-pods"]["spec"] == validating_policy("Pod")["spec"]
+    team_ns = [x["inputs"]["metadata"]["labels"] for x in r["resources"] if x["type"] == "kubernetes:core/v1:Namespace"
+               and x["inputs"]["metadata"]["name"] in ("research", "applied")]  # fmt: skip
+    assert len(team_ns) == 2 and all(TEAM_LABEL in labels for labels in team_ns)
+
+
+# --- NetworkPolicies --------------------------------------------------------------------------
+
+
+def netpol(name: str, selects: dict, ingress=None, egress=None) -> dict:
+    obj = {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+           "metadata": {"name": name, "namespace": "research"},
+           "spec": {"podSelector": {"matchLabels": selects}, "policyTypes": ["Ingress", "Egress"]}}  # fmt: skip
+    if ingress is not None:
+        obj["spec"]["ingress"] = ingress
+    if egress is not None:
+        obj["spec"]["egress"] = egress
+    kubernetes_validate.validate(obj, "1.31.0", strict=True)
+    return obj
+
+
+def _same(run):
+    return [{"podSelector": {"matchLabels": {RUN_LABEL: run}}}]
+
+
+def test_a_runs_own_network_policy_is_admitted_and_may_be_deleted():
+    own = netpol("run-a", {RUN_LABEL: "a"}, ingress=[{"from": _same("a")}],
+                 egress=[{"to": _same("a"), "ports": [{"protocol": "TCP", "port": 29500}]}])
+    assert admit(own) == []
+    assert admit(None, operation="DELETE", old=own) == []
+
+
+@pytest.mark.parametrize("ingress,egress", [
+    ([{"from": _same("attacker")}], None),  # let another run's pods in
+    ([{"ports": [{"protocol": "TCP", "port": 29500}]}], None),  # no `from`: everyone
+    ([{"from": [{"namespaceSelector": {}, "podSelector": {"matchLabels": {RUN_LABEL: "a"}}}]}], None),
+    (None, [{"to": [{"ipBlock": {"cidr": "0.0.0.0/0"}}]}]),
+])  # fmt: skip
+def test_a_network_policy_wider_than_its_run_is_refused(ingress, egress):
+    assert admit(netpol("run-a", {RUN_LABEL: "a"}, ingress, egress)) == [
+        "a run's NetworkPolicy admits only pods of the same run (podSelector on its run label)"]
+
+
+def test_the_platforms_network_policies_cannot_be_deleted_or_replaced():
+    deny = netpol("default-deny", {})
+    assert admit(None, operation="DELETE", old=deny) == [
+        f"a submitter's NetworkPolicy selects one run (podSelector.matchLabels {RUN_LABEL})"]
+    wide = netpol("allow-all", {"app.kubernetes.io/managed-by": "alchemist"}, ingress=[{}])
+    assert "a submitter's NetworkPolicy selects one run (podSelector.matchLabels alchemist.io/run)" in admit(wide)
+
+
+def test_the_network_policy_policy_is_valid_kubernetes():
+    for obj in (network_policy_policy(), network_policy_binding()):
+        kubernetes_validate.validate(obj, "1.30.0", strict=True)

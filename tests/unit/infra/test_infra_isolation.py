@@ -1,0 +1,186 @@
+"""Who can reach a job pod and what a submitter may do, decided by the rendered NetworkPolicies and Roles.
+
+The NetworkPolicy semantics are Kubernetes' (networking.k8s.io/v1, kubernetes v1.31
+pkg/apis/networking/types.go and the API reference): a pod is isolated in a direction once
+any policy of its namespace selects it with that policy type; a connection is allowed only
+when the source's egress and the destination's ingress each have a rule that admits it;
+within a rule, peers are ORed; a peer with both namespaceSelector and podSelector means pods
+matching both; no `from`/`to` matches everyone; no `ports` matches every port; `endPort`
+extends `port` to a range. RBAC follows pkg/apis/rbac/v1/evaluation_helpers.go (RuleAllows):
+verb, group and resource (`pods/exec` is its own resource) must match; resourceNames, when
+given, must contain the object's name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+from infra_helpers import resources
+
+from alchemist_jobs.contract import MANAGED_BY_LABEL, RUN_LABEL
+
+JOB = dict([MANAGED_BY_LABEL])
+RDZV = 29500  # torchrun's c10d store on pod 0
+METRICS = 9400
+
+
+@dataclass(frozen=True)
+class Pod:
+    namespace: str
+    labels: dict = field(default_factory=dict)
+
+
+def _selects(selector: dict | None, labels: dict) -> bool:
+    if selector is None:
+        return True
+    for k, v in (selector.get("matchLabels") or {}).items():
+        if labels.get(k) != v:
+            return False
+    for e in selector.get("matchExpressions") or []:
+        present, value = e["key"] in labels, labels.get(e["key"])
+        ok = {"In": present and value in e.get("values", []), "NotIn": not present or value not in e.get("values", []),
+              "Exists": present, "DoesNotExist": not present}[e["operator"]]  # fmt: skip
+        if not ok:
+            return False
+    return True
+
+
+def _peer_matches(peer: dict, policy_ns: str, pod: Pod) -> bool:
+    ns_labels = {"kubernetes.io/metadata.name": pod.namespace}
+    if "namespaceSelector" in peer:
+        return _selects(peer["namespaceSelector"], ns_labels) and _selects(peer.get("podSelector"), pod.labels)
+    if "podSelector" in peer:
+        return pod.namespace == policy_ns and _selects(peer["podSelector"], pod.labels)
+    return False  # ipBlock: not pod traffic here
+
+
+def _port_matches(ports: list | None, port: int, protocol: str) -> bool:
+    if not ports:
+        return True
+    for p in ports:
+        if p.get("protocol", "TCP") == protocol and (
+            "port" not in p or p["port"] == port or (p.get("endPort") and p["port"] <= port <= p["endPort"])
+        ):
+            return True
+    return False
+
+
+def _allowed(policies: list[dict], pod: Pod, peer: Pod, port: int, protocol: str, direction: str) -> bool:
+    kind, peers_key = ("ingress", "from") if direction == "Ingress" else ("egress", "to")
+    selecting = [p for p in policies if p["metadata"]["namespace"] == pod.namespace
+                 and _selects(p["spec"]["podSelector"], pod.labels) and direction in p["spec"]["policyTypes"]]
+    if not selecting:
+        return True  # not isolated in this direction
+    for p in selecting:
+        for rule in p["spec"].get(kind) or []:
+            peers = rule.get(peers_key)
+            if (not peers or any(_peer_matches(x, p["metadata"]["namespace"], peer) for x in peers)) and \
+                    _port_matches(rule.get("ports"), port, protocol):  # fmt: skip
+                return True
+    return False
+
+
+def connects(policies: list[dict], src: Pod, dst: Pod, port: int, protocol: str = "TCP") -> bool:
+    return _allowed(policies, src, dst, port, protocol, "Egress") and _allowed(policies, dst, src, port, protocol, "Ingress")
+
+
+def per_run_policy(namespace: str, run: str) -> dict:
+    """The per-run policy the job library creates with each run (docs/platform.md): the run's
+    pods reach each other, nothing else is added."""
+    same_run = {"podSelector": {"matchLabels": {RUN_LABEL: run}}}
+    return {"metadata": {"name": f"run-{run}", "namespace": namespace},
+            "spec": {"podSelector": {"matchLabels": {RUN_LABEL: run}}, "policyTypes": ["Ingress", "Egress"],
+                     "ingress": [{"from": [same_run]}], "egress": [{"to": [same_run]}]}}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def policies(renders):
+    return [x["inputs"] for x in resources(renders["dev"], "kubernetes:networking.k8s.io/v1:NetworkPolicy")
+            if x["inputs"]["metadata"]["namespace"] == "research"]  # fmt: skip
+
+
+def job_pod(run: str) -> Pod:
+    return Pod("research", {**JOB, RUN_LABEL: run, "alchemist.io/scrape": "true"})
+
+
+PROMETHEUS = Pod("monitoring", {"app.kubernetes.io/name": "prometheus"})
+SESSION = Pod("research", {**JOB, "alchemist.io/session": "alchemist-session-alice"})
+DNS = Pod("kube-system", {"k8s-app": "kube-dns"})
+
+
+def test_another_runs_pod_cannot_reach_a_runs_store(policies):
+    """The platform alone admits no job-to-job traffic: a run's store is not open to the namespace."""
+    assert not connects(policies, job_pod("b"), job_pod("a"), RDZV)
+    with_runs = [*policies, per_run_policy("research", "a"), per_run_policy("research", "b")]
+    assert not connects(with_runs, job_pod("b"), job_pod("a"), RDZV)
+    assert not connects(with_runs, SESSION, job_pod("a"), RDZV)
+
+
+def test_a_runs_pods_reach_each_other_through_the_runs_policy(policies):
+    with_run = [*policies, per_run_policy("research", "a")]
+    assert connects(with_run, job_pod("a"), job_pod("a"), RDZV)
+    assert not connects(policies, job_pod("a"), job_pod("a"), RDZV)
+
+
+def test_prometheus_scrapes_metrics_ports_only(policies):
+    assert connects(policies, PROMETHEUS, job_pod("a"), METRICS)
+    assert connects(policies, PROMETHEUS, job_pod("a"), METRICS + 15)
+    assert not connects(policies, PROMETHEUS, job_pod("a"), RDZV)
+    assert not connects(policies, Pod("applied", JOB), job_pod("a"), METRICS)  # another team's pod
+
+
+def test_job_pods_resolve_names(policies):
+    assert connects(policies, job_pod("a"), DNS, 53, "UDP")
+    assert not connects(policies, job_pod("a"), Pod("kube-system", {"k8s-app": "metrics-server"}), 53, "UDP")
+
+
+# --- RBAC ------------------------------------------------------------------------------------
+
+
+def rule_allows(rules: list[dict], group: str, resource: str, verb: str, name: str | None = None) -> bool:
+    for r in rules:
+        if ((verb in r["verbs"] or "*" in r["verbs"]) and (group in r["apiGroups"] or "*" in r["apiGroups"])
+                and (resource in r["resources"] or "*" in r["resources"])
+                and (not r.get("resourceNames") or name in r["resourceNames"])):  # fmt: skip
+            return True
+    return False
+
+
+@pytest.fixture(scope="module")
+def roles(renders):
+    return {x["inputs"]["metadata"]["name"]: x["inputs"]["rules"]
+            for x in resources(renders["dev"], "kubernetes:rbac.authorization.k8s.io/v1:Role")
+            if x["inputs"]["metadata"]["namespace"] == "research"}  # fmt: skip
+
+
+def test_the_submitter_role_grants_what_the_jobs_half_calls(roles):
+    sub = roles["alchemist-job-submitter"]
+    for verb in ("create", "get", "list", "watch", "delete", "patch"):
+        assert rule_allows(sub, "jobset.x-k8s.io", "jobsets", verb)
+    for verb in ("get", "list", "watch"):
+        assert rule_allows(sub, "kueue.x-k8s.io", "workloads", verb)
+        assert rule_allows(sub, "", "pods/log", verb)
+    for verb in ("list", "watch"):
+        assert rule_allows(sub, "", "events", verb)
+    for verb in ("create", "get", "delete"):
+        assert rule_allows(sub, "networking.k8s.io", "networkpolicies", verb)
+
+
+def test_the_submitter_role_denies_secrets_exec_and_port_forward(roles):
+    sub = roles["alchemist-job-submitter"]
+    for verb in ("get", "list", "watch", "create"):
+        assert not rule_allows(sub, "", "secrets", verb, "grafana-admin")
+    assert not rule_allows(sub, "", "pods/exec", "create", "train-abc-workers-0-0")
+    assert not rule_allows(sub, "", "pods/portforward", "create", "train-abc-workers-0-0")
+    assert rule_allows(sub, "", "pods/portforward", "create", "tensorboard-0")
+    assert not rule_allows(sub, "", "serviceaccounts/token", "create", "alchemist-job")
+    assert not rule_allows(sub, "networking.k8s.io", "networkpolicies", "patch", "default-deny")
+
+
+def test_exec_and_port_forward_are_an_opt_in_role_bound_to_no_one(roles, renders):
+    debug = roles["alchemist-debug"]
+    assert rule_allows(debug, "", "pods/exec", "create", "any-pod")
+    assert rule_allows(debug, "", "pods/portforward", "create", "any-pod")
+    bound = {x["inputs"]["roleRef"]["name"] for x in resources(renders["dev"], "kubernetes:rbac.authorization.k8s.io/v1:RoleBinding")}
+    assert bound == {"alchemist-job-submitter"}
