@@ -102,14 +102,21 @@ def cmd_run(args: argparse.Namespace) -> int:
     if wait is None:  # a backend that only submits (follow with `alchemist logs`)
         print(f"submitted {request.run_id} to stack {scheduler.stack}")
         return 0
-    display = _Display(handle, spec, quiet=args.quiet)
     print(f"run {request.run_id}: {spec.world_size} worker(s) on stack {scheduler.stack}",
           file=sys.stderr)
     # SIGTERM/SIGHUP to the CLI stop the job like Ctrl-C does: nothing is left running.
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _raise_interrupt)
+    display = None
     try:
+        display = _Display(handle, spec, quiet=args.quiet)
         status = wait(handle, tick=display.tick)
+    except Exception:
+        # A fault in the CLI itself (the display, a full disk) must not orphan the run.
+        if display is not None:
+            display.close()
+        scheduler.interrupt(handle)
+        raise
     except KeyboardInterrupt:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut cleanup short
         display.close()
@@ -157,9 +164,11 @@ class _Display:
 
             self.progress = Progress(
                 TextColumn("[bold]{task.description}"), BarColumn(),
-                TextColumn("step {task.completed:.0f}/{task.total:.0f}"),
+                # The total is unknown (None) until rank 0 reports its first step.
+                TextColumn("{task.fields[steps]}"),
                 TextColumn("{task.fields[info]}"), TimeElapsedColumn(), transient=True)
-            self.task = self.progress.add_task(spec.name, total=None, info="starting workers")
+            self.task = self.progress.add_task(spec.name, total=None, info="starting workers",
+                                              steps="")
             self.progress.start()
 
     def tick(self) -> None:
@@ -169,14 +178,15 @@ class _Display:
         if p is None:
             info = "starting workers"
         else:
-            info = (f"epoch {p['epoch'] + 1}/{math.ceil(p['epochs'])}  loss {p['loss']:.4f}  "
+            epochs = math.ceil(p["epochs"])  # the last report comes after the last epoch
+            info = (f"epoch {min(p['epoch'] + 1, epochs)}/{epochs}  loss {p['loss']:.4f}  "
                     f"{p['samples_per_s']:,.0f} samples/s")
             if p.get("restarts"):
                 info += f"  restarts {p['restarts']}"
         if self.progress is not None:
             if p is not None:
                 self.progress.update(self.task, total=p["total_steps"], completed=p["step"],
-                                     info=info)
+                                     info=info, steps=f"step {p['step']}/{p['total_steps']}")
             return
         now = time.time()
         if p is not None and now - self.last_line >= 5.0:
