@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator
 
 import alchemist_jobs
-from alchemist_jobs import server_role
+from alchemist_jobs import server_role, store_bind
 from alchemist_jobs.errors import UserError
 from alchemist_jobs.processes import alive, environ_has, popen_group, stop_groups, stop_pids
 from alchemist_jobs.rundir import RunDir, all_runs, find_run, new_run_id, runs_root
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from alchemist_jobs.warm_agent import WarmAgent
 
 CANCEL_GRACE_S = 10.0
+AGENT_MODULE = "alchemist_jobs.agent"  # torch.distributed.run with its stores bound
 _PKG_PARENT = str(Path(alchemist_jobs.__file__).resolve().parent.parent)
 
 
@@ -120,6 +121,10 @@ class LocalScheduler(Scheduler):
             "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
             # One thread per worker unless the spec says otherwise: workers share the cores.
             "OMP_NUM_THREADS": str(max(1, int(spec.resources.cpu))),
+            # Nothing of a local run listens beyond this machine: the agent's and rank 0's
+            # c10d stores (store_bind.py) and gloo's pairs bind loopback only.
+            store_bind.ENV: "127.0.0.1",
+            "GLOO_SOCKET_IFNAME": "lo",
             **spec.env,
         }
         # The parameter-server role, for algorithms that have one (ports picked at schedule).
@@ -128,7 +133,7 @@ class LocalScheduler(Scheduler):
             base_env["ALCHEMIST_PS_ADDRS"] = server_role.placeholder_addrs(servers)
         procs = []
         for node in range(spec.nodes):
-            argv = [sys.executable, "-m", "torch.distributed.run",
+            argv = [sys.executable, "-m", AGENT_MODULE,
                     f"--nnodes={spec.nodes}", f"--nproc-per-node={spec.procs_per_node}",
                     f"--max-restarts={spec.max_restarts}", "--rdzv-backend=c10d",
                     f"--rdzv-id={run_id}"]

@@ -210,7 +210,8 @@ class NetnsScheduler(LocalScheduler):
                     a = f"--local-addr={host.addr}"
                 argv.append(a)
             p.argv = [*host.exec_prefix, *argv]
-            p.env.update(GLOO_SOCKET_IFNAME=host.ifname, ALCHEMIST_NODE=host.netns)
+            p.env.update(GLOO_SOCKET_IFNAME=host.ifname, ALCHEMIST_NODE=host.netns,
+                         ALCHEMIST_STORE_ADDR=host.addr)  # reachable from the other hosts
             if addrs:
                 p.env["ALCHEMIST_PS_ADDRS"] = addrs
         return req

@@ -66,6 +66,9 @@ def main(argv: list[str]) -> int:
     if os.environ.get("ALCHEMIST_LOG_TO_CONSOLE") != "1":
         _redirect_output(run_dir / "logs" / f"rank-{rank}.log", rank)
     _record(run_dir, rank, kind)
+    from alchemist_jobs import store_bind
+
+    store_bind.apply()  # rank 0's worker store listens only where the run allows (local: loopback)
 
     if kind == "builtin":
         from alchemist_jobs.runtime import trainer
