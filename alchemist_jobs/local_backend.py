@@ -22,8 +22,10 @@ from typing import TYPE_CHECKING, Callable, Iterator
 import alchemist_jobs
 from alchemist_jobs import server_role, store_bind
 from alchemist_jobs.errors import UserError
-from alchemist_jobs.processes import alive, environ_has, popen_group, stop_groups, stop_pids
-from alchemist_jobs.rundir import RunDir, all_runs, find_run, new_run_id, runs_root
+from alchemist_jobs.processes import (alive, environ_has, popen_group, start_time, still_same,
+                                      stop_groups, stop_pids)
+from alchemist_jobs.rundir import (RunDir, all_runs, match_runs, new_run_id, runs_root,
+                                   write_private)
 from alchemist_jobs.scheduler import (CANCELLED, FAILED, FINAL_STATES, LOST, RUNNING, SUCCEEDED,
                                       Request, RunStatus, Scheduler)
 from alchemist_jobs.spec import JobSpec
@@ -40,6 +42,25 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def record_procs(run: RunDir, **groups: list[int]) -> None:
+    """Record process ids (agents=[...], servers=[...]) in run.json with their start times,
+    so a later `cancel` can tell them from processes that reused the pids."""
+    st = run.state()
+    starts = dict(st.get("proc_starts") or {})
+    for pids in groups.values():
+        starts.update({str(p): start_time(p) for p in pids})
+    run.update_state(proc_starts=starts, **groups)
+
+
+def owned_pids(state: dict, key: str) -> list[int]:
+    """The pids of run.json's `key` that are still the processes the run started."""
+    starts = state.get("proc_starts")
+    pids = state.get(key)
+    if not isinstance(starts, dict) or not isinstance(pids, list):
+        return []
+    return [p for p in pids if isinstance(p, int) and still_same(p, starts.get(str(p)))]
 
 
 def worker_target(spec: JobSpec, spec_dir: Path) -> list[str]:
@@ -153,13 +174,18 @@ class LocalScheduler(Scheduler):
         """Start the run. `warm`, if given, is an agent interpreter the CLI started early
         (alchemist_jobs/warm_agent.py): node 0's agent becomes that process."""
         run, spec = request.run, request.spec
-        run.create()
-        run.spec.write_text(spec.to_yaml())
+        try:
+            run.create()
+        except FileExistsError:
+            raise UserError(f"run {request.run_id}: its directory {run.path} exists already; "
+                            "accepted: a new run id (leave it out to get one)") from None
+        write_private(run.spec, spec.to_yaml())
         if spec.nodes > 1:
             request.rdzv_port = free_port()
         run.update_state(run_id=request.run_id, name=spec.name, stack="local", state=RUNNING,
-                         created=time.time(), launcher_pid=os.getpid(), workers=spec.world_size,
-                         nodes=spec.nodes, agents=[])
+                         created=time.time(), launcher_pid=os.getpid(),
+                         launcher_start=start_time(os.getpid()), workers=spec.world_size,
+                         nodes=spec.nodes, agents=[], proc_starts={})
         handle = LocalRun(request)
         try:
             ps_env = {}
@@ -174,7 +200,8 @@ class LocalScheduler(Scheduler):
                     handle.procs.append(warm.launch(argv, {**os.environ, **p.env, **ps_env},
                                                     p.cwd, str(p.log)))
                     continue
-                with open(p.log, "ab") as log:
+                with open(os.open(p.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600),
+                          "ab") as log:
                     handle.procs.append(popen_group(
                         argv, cwd=p.cwd, env={**os.environ, **p.env, **ps_env}, stdout=log,
                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL))
@@ -184,7 +211,7 @@ class LocalScheduler(Scheduler):
             self._stop(handle, grace=2.0)
             run.update_state(state=FAILED, ended=time.time(), message="could not start torchrun")
             raise
-        run.update_state(agents=[pr.pid for pr in handle.procs])
+        record_procs(run, agents=[pr.pid for pr in handle.procs])
         return handle
 
     def wait(self, handle: LocalRun, tick: Callable[[], None] | None = None,
@@ -230,20 +257,24 @@ class LocalScheduler(Scheduler):
     # -- status / logs / cancel / list -----------------------------------------------------------
 
     def _run(self, ref: str) -> RunDir:
-        run = find_run(self.root, ref)
-        if run is None:
-            known = [r.run_id for r in all_runs(self.root)][-5:]
-            hint = f"; recent runs: {', '.join(known)}" if known else "; there are no runs yet"
-            raise UserError(f"run {ref!r}: no such run on stack local (under {runs_root(self.root)})"
-                            f"{hint}")
-        return run
+        matches = match_runs(self.root, ref)
+        if len(matches) == 1:
+            return matches[0]
+        if matches:
+            names = ", ".join(r.run_id for r in matches[-3:])
+            raise UserError(f"run id {ref!r}: {len(matches)} runs match ({names}...); accepted: "
+                            "a part of the id that only one run has")
+        known = [r.run_id for r in all_runs(self.root)][-3:]
+        hint = f"; recent runs: {', '.join(known)}" if known else "; there are no runs yet"
+        raise UserError(f"run id {ref!r}: no such run on stack local (under "
+                        f"{runs_root(self.root)}){hint}")
 
     def status(self, run_id: str) -> RunStatus:
         run = self._run(run_id)
         st = run.state()
         state = st.get("state", "pending")
-        if state == RUNNING and not alive(st.get("launcher_pid")) and \
-                not any(alive(p) for p in st.get("agents", [])):
+        if state == RUNNING and not still_same(st.get("launcher_pid"), st.get("launcher_start")) \
+                and not owned_pids(st, "agents"):
             state = LOST  # the launcher died without recording an outcome
         prog = run.progress() or {}
         res = run.result() or {}
@@ -285,8 +316,9 @@ class LocalScheduler(Scheduler):
         if st.get("state") in FINAL_STATES:
             return self.status(run.run_id)
         run.update_state(state=CANCELLED, ended=time.time(), message="cancelled")
-        # torchrun stops its workers on SIGTERM; parameter servers exit on it.
-        stop_pids(st.get("agents", []) + st.get("servers", []), CANCEL_GRACE_S)
+        # torchrun stops its workers on SIGTERM; parameter servers exit on it. Only pids that
+        # are still the run's own processes are signalled (a pid may have been reused).
+        stop_pids(owned_pids(st, "agents") + owned_pids(st, "servers"), CANCEL_GRACE_S)
         self._kill_leftover_workers(run)
         return self.status(run.run_id)
 

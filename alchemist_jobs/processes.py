@@ -40,6 +40,7 @@ def popen_group(argv: list[str], **kw) -> subprocess.Popen:
     then stops children in order) that receives SIGTERM if the launcher dies."""
     libc = _libc()  # loaded here: the child must not import between fork and exec
     pre = (lambda: libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)) if libc is not None else None
+    kw.setdefault("umask", 0o077)  # what a run writes (logs, checkpoints) is its owner's only
     return subprocess.Popen(argv, start_new_session=True, preexec_fn=pre, **kw)
 
 
@@ -102,3 +103,21 @@ def environ_has(pid: int, entry: str) -> bool:
             return entry.encode() in f.read().split(b"\0")
     except OSError:
         return False
+
+
+def start_time(pid: object) -> int | None:
+    """When process `pid` started, in clock ticks since boot (/proc/PID/stat field 22);
+    None if there is no such process. With the pid it names one process for good."""
+    if not isinstance(pid, int) or pid <= 0:
+        return None
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[-1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def still_same(pid: object, started: object) -> bool:
+    """Whether `pid` is alive and is the process that started at `started` (not a later
+    process that reused the pid): the check before any signal to a recorded pid."""
+    return isinstance(started, int) and alive(pid) and start_time(pid) == started

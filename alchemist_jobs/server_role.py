@@ -106,10 +106,12 @@ class LocalServers:
         s = self.servers[k]
         env = {**os.environ, **s.env, "ALCHEMIST_PS_PORT": str(s.port),
                "ALCHEMIST_PS_RESTART": str(self.restarts[k])}
-        with open(s.log, "ab") as log:
+        with open(os.open(s.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab") as log:
             self.procs[k] = popen_group(s.argv, cwd=s.cwd, env=env, stdout=log,
                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        self.run.update_state(servers=self.pids)
+        from alchemist_jobs.local_backend import record_procs
+
+        record_procs(self.run, servers=self.pids)
 
     @property
     def pids(self) -> list[int]:

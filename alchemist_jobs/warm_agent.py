@@ -58,7 +58,8 @@ def _serve() -> None:
     os.chdir(req["cwd"])
     os.environ.clear()
     os.environ.update(req["env"])
-    fd = os.open(req["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.umask(0o077)  # as popen_group gives every other process of a run
+    fd = os.open(req["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)
