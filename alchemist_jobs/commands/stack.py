@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-from alchemist_jobs.errors import UserError
+from alchemist_jobs.errors import UserError, shown
 
 EXIT_DIFFERS = 1
 
@@ -79,8 +80,22 @@ def stack_file(root: Path, name_or_path: str) -> Path:
     return candidate
 
 
+# A new stack's name: it becomes a file name and part of cluster resource names.
+STACK_NAME = re.compile(r"[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?")
+
+
+def check_stack_name(name: str, what: str) -> str:
+    if not STACK_NAME.fullmatch(name) or name == "local":
+        raise UserError(f"{what} {shown(name)}: not a new stack name; accepted: lowercase letters, "
+                        "digits and '-' (1 to 40, starting and ending with a letter or digit), "
+                        "not 'local'")
+    return name
+
+
 def stack_names(root: Path) -> list[str]:
-    return sorted(p.name[len("Pulumi."):-len(".yaml")] for p in stacks_dir(root).glob("Pulumi.*.yaml"))
+    """The stacks in stacks/ (a file whose name is no stack name is not one)."""
+    names = (p.name[len("Pulumi."):-len(".yaml")] for p in stacks_dir(root).glob("Pulumi.*.yaml"))
+    return sorted(n for n in names if re.fullmatch(r"[A-Za-z0-9_.-]+", n))
 
 
 def _load(path: Path) -> dict[str, Any]:
@@ -166,6 +181,7 @@ def cmd_replicate(args: argparse.Namespace) -> int:
 
     root = repo_root(args.root)
     src = stack_file(root, args.src)
+    check_stack_name(args.dst, "DST")
     dst = stacks_dir(root) / f"Pulumi.{args.dst}.yaml"
     if dst.exists() and not args.force:
         raise UserError(f"{dst.relative_to(root)} exists; accepted: a new stack name, or --force to overwrite")
