@@ -63,6 +63,39 @@ def owned_pids(state: dict, key: str) -> list[int]:
     return [p for p in pids if isinstance(p, int) and still_same(p, starts.get(str(p)))]
 
 
+MIN_FREE_BYTES = 1 << 20
+
+
+def disk_full(path: Path) -> str:
+    """'no space left on <mount point>' when the file system holding `path` has less than
+    MIN_FREE_BYTES left for the run, else ''."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return ""
+    free = st.f_bavail * st.f_frsize
+    if free >= MIN_FREE_BYTES:
+        return ""
+    mount, dev = Path(path), os.stat(path).st_dev
+    while mount.parent != mount and os.stat(mount.parent).st_dev == dev:
+        mount = mount.parent
+    return (f"no space left on {mount} ({free // 1024} KiB free); a restart cannot help: "
+            "free some space and run the job again")
+
+
+def agents_message(procs: list[subprocess.Popen], codes: list[int | None]) -> str:
+    """What a signal that ended a torchrun agent says (a killed agent takes its workers
+    with it; torchrun's own report never says that the agent itself died)."""
+    from alchemist_jobs.failures import exit_text
+
+    for node, (proc, code) in enumerate(zip(procs, codes)):
+        if code is not None and code < 0:
+            return (f"the torchrun agent of node {node} (pid {proc.pid}) was killed by "
+                    f"{exit_text(code).split('(')[-1].rstrip(')')}; its workers were stopped "
+                    "with it")
+    return ""
+
+
 def worker_target(spec: JobSpec, spec_dir: Path) -> list[str]:
     """What each worker runs after the bootstrap: the same words on every stack."""
     t = spec.task
@@ -218,12 +251,20 @@ class LocalScheduler(Scheduler):
              poll: float = 0.1) -> RunStatus:
         """Block until every agent exits (calling `tick` each poll); record the outcome."""
         run = handle.run
+        message, stopped = "", False
         while True:
             codes = [p.poll() for p in handle.procs]
-            if any(c not in (None, 0) for c in codes) and any(c is None for c in codes) or \
+            full = disk_full(run.path)
+            if full:
+                # Restarting cannot free space: every attempt would die the same way.
+                message, stopped = full, True
+                self._stop(handle, grace=CANCEL_GRACE_S)
+                codes = [p.poll() for p in handle.procs]
+            elif any(c not in (None, 0) for c in codes) and any(c is None for c in codes) or \
                     handle.servers is not None and not handle.servers.poll():
                 # One node (or a parameter server) failed for good: the others would wait
                 # for it until timeout.
+                message, stopped = agents_message(handle.procs, codes), True
                 self._stop(handle, grace=CANCEL_GRACE_S)
                 codes = [p.poll() for p in handle.procs]
             if all(c is not None for c in codes):
@@ -237,15 +278,22 @@ class LocalScheduler(Scheduler):
                 pass
         if tick:
             tick()
-        state = run.state()
-        if state.get("state") != CANCELLED:
-            ok = all(c == 0 for c in codes)
-            state = run.update_state(state=SUCCEEDED if ok else FAILED, ended=time.time(),
-                                     exit_codes=codes)
+        if not stopped:  # after a stop, SIGTERM is ours: it says nothing about the cause
+            message = agents_message(handle.procs, codes)
+        if run.state().get("state") != CANCELLED:
+            ok = all(c == 0 for c in codes) and not message
+            try:
+                run.update_state(state=SUCCEEDED if ok else FAILED, ended=time.time(),
+                                 exit_codes=codes, message=message)
+            except OSError as e:  # a full disk: the outcome still reaches the user
+                message = message or f"could not record the outcome: {e.strerror}"
         if handle.servers is not None:  # they exit by themselves once every worker is done
             handle.servers.stop(grace=CANCEL_GRACE_S)
         self._kill_leftover_workers(run)
-        return self.status(run.run_id)
+        status = self.status(run.run_id)
+        if message and status.message != message:
+            status.state, status.message = FAILED, message
+        return status
 
     def interrupt(self, handle: LocalRun) -> RunStatus:
         """Ctrl-C: stop every agent and worker; the run is cancelled."""

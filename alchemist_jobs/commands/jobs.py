@@ -130,7 +130,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 0
     if status.state == CANCELLED:
         raise JobFailed(f"run {status.run_id} was cancelled")
-    raise JobFailed(f"run {status.run_id} {status.state}; see `alchemist logs {status.run_id} "
+    why = f": {status.message}" if status.message else ""
+    raise JobFailed(f"run {status.run_id} {status.state}{why}; see `alchemist logs {status.run_id} "
                     f"--rank N` (logs in {status.extra.get('run_dir', '?')}/logs)")
 
 
@@ -211,37 +212,16 @@ def _summary(status: RunStatus, wall: float, handle) -> None:
     lines.append(f"  wall time       {wall:.1f} s")
     lines.append(f"  restarts        {restarts}")
     lines.append(f"  run directory   {status.extra.get('run_dir')}")
-    if status.state != SUCCEEDED:
-        tail = _failure_tail(handle.run)
+    if status.message:
+        lines.append(f"  message         {status.message}")
+    if status.state not in (SUCCEEDED, CANCELLED):
+        from alchemist_jobs.failures import failure_lines
+
+        tail = failure_lines(handle.run.logs)
         if tail:
-            lines.append("  last lines of the failing worker's log:")
+            lines.append("  why it failed:")
             lines += ["    " + t for t in tail]
     print("\n".join(lines))
-
-
-def _failure_tail(run, n: int = 12) -> list[str]:
-    """The end of the failing worker's last attempt: a rank log with a traceback or error
-    first, else any rank log with output, else agent 0's log."""
-    def last_attempt(path) -> list[str]:
-        try:
-            lines = path.read_text(errors="replace").rstrip().splitlines()
-        except OSError:
-            return []
-        starts = [i for i, line in enumerate(lines) if line.startswith("=== rank ")]
-        return lines[starts[-1] + 1:] if starts else lines
-
-    ranked = []
-    for path in sorted(run.logs.glob("rank-*.log"), key=lambda p: int(p.stem.split("-")[1])):
-        body = last_attempt(path)
-        if body:
-            text = "\n".join(body)
-            ranked.append((0 if ("Traceback" in text or "Error" in text) else 1, path, body))
-    if ranked:
-        _, path, body = min(ranked, key=lambda t: t[0])
-    else:
-        path = run.agent_log(0)
-        body = last_attempt(path)
-    return [f"[{path.name}] {line}" for line in body[-n:]]
 
 
 # --- list / status / logs / cancel ----------------------------------------------------------------
