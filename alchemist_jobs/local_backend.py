@@ -63,6 +63,35 @@ def owned_pids(state: dict, key: str) -> list[int]:
     return [p for p in pids if isinstance(p, int) and still_same(p, starts.get(str(p)))]
 
 
+def read_secrets(spec: JobSpec, spec_dir: Path) -> dict[str, str]:
+    """secret_env values for a local run: each from its `file` (relative to the spec, one
+    trailing newline dropped) or the launching environment's `from_env`. A problem names
+    the variable and the source, never a value."""
+    values = {}
+    for name, ref in spec.secret_env.items():
+        where = f"secret_env.{name}"
+        if ref.file:
+            path = (spec_dir / Path(ref.file).expanduser())
+            try:
+                text = path.read_text()
+            except (OSError, UnicodeDecodeError) as e:
+                raise UserError(f"{where}: cannot read file {path} "
+                                f"({getattr(e, 'strerror', None) or type(e).__name__}); "
+                                "accepted: a readable UTF-8 file holding the value") from None
+            values[name] = text[:-1] if text.endswith("\n") else text
+        elif ref.from_env:
+            if ref.from_env not in os.environ:
+                raise UserError(f"{where}: ${ref.from_env} is not set in this environment; "
+                                "accepted: export it before `alchemist run`, or use `file`")
+            values[name] = os.environ[ref.from_env]
+        else:
+            raise UserError(f"{where}: names a Kubernetes Secret, which the local stack cannot "
+                            "read; accepted: `file: PATH` or `from_env: VARIABLE` for local runs")
+        if "\0" in values[name]:
+            raise UserError(f"{where}: the value holds a NUL character; accepted: text")
+    return values
+
+
 MIN_FREE_BYTES = 1 << 20
 
 
@@ -129,10 +158,14 @@ class LocalRequest(Request):
     processes: list[LocalProcess]
     rdzv_port: int | None = None
     servers: list[server_role.ServerProcess] = field(default_factory=list)  # parameter servers
+    # secret_env values, read at launch: given to the agents' environment, never printed.
+    secrets: dict[str, str] = field(default_factory=dict, repr=False)
 
     def describe(self) -> str:
         head = [f"# run {self.run_id} on stack local: {self.spec.nodes} node(s) x "
                 f"{self.spec.procs_per_node} worker(s), run directory {self.run.path}"]
+        head += [f"# secret {name} from {'file ' + ref.file if ref.file else '$' + str(ref.from_env)}"
+                 " (value not shown)" for name, ref in self.spec.secret_env.items()]
         return "\n".join(head + [s.shell() for s in self.servers]
                          + [p.shell() for p in self.processes])
 
@@ -201,7 +234,8 @@ class LocalScheduler(Scheduler):
                        if spec.nodes > 1 else socket.gethostname())
             procs.append(LocalProcess(node=node, argv=argv, env=env,
                                       cwd=str(Path(spec_dir).resolve()), log=run.agent_log(node)))
-        return LocalRequest(run_id=run_id, run=run, spec=spec, processes=procs, servers=servers)
+        return LocalRequest(run_id=run_id, run=run, spec=spec, processes=procs, servers=servers,
+                            secrets=read_secrets(spec, Path(spec_dir)))
 
     def schedule(self, request: LocalRequest, warm: "WarmAgent | None" = None) -> LocalRun:
         """Start the run. `warm`, if given, is an agent interpreter the CLI started early
@@ -229,14 +263,14 @@ class LocalScheduler(Scheduler):
             for p in request.processes:
                 argv = [a.replace("PORT", str(request.rdzv_port)) if "127.0.0.1:PORT" in a else a
                         for a in p.argv]
+                env = {**os.environ, **p.env, **ps_env, **request.secrets}
                 if warm is not None and p.node == 0:
-                    handle.procs.append(warm.launch(argv, {**os.environ, **p.env, **ps_env},
-                                                    p.cwd, str(p.log)))
+                    handle.procs.append(warm.launch(argv, env, p.cwd, str(p.log)))
                     continue
                 with open(os.open(p.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600),
                           "ab") as log:
                     handle.procs.append(popen_group(
-                        argv, cwd=p.cwd, env={**os.environ, **p.env, **ps_env}, stdout=log,
+                        argv, cwd=p.cwd, env=env, stdout=log,
                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL))
         except BaseException:
             if warm is not None:
