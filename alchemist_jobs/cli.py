@@ -28,11 +28,21 @@ class _Parser(argparse.ArgumentParser):
         raise UserError(f"{self.prog}: {message} (see `{self.prog} --help`)")
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("alchemist")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     """The parser; given the command line, only the module of its command is imported
     (all of them for --help, a bad command, or no argv)."""
     parser = _Parser(prog="alchemist", description=__doc__)
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    parser.add_argument("--version", action="version", version=f"alchemist {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
     command = next((a for a in argv or () if not a.startswith("-")), None)
@@ -56,7 +66,14 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     debug = "--debug" in argv
     try:
+        rest: list[str] = []
+        command = next((a for a in argv if not a.startswith("-")), None)
+        if command in ("run", "submit") and "--" in argv:
+            cut = argv.index("--")
+            argv, rest = argv[:cut], argv[cut + 1:]
         args = build_parser(argv).parse_args(argv)
+        if rest:
+            args.args = rest
         return int(args.func(args) or 0)
     except (UserError, JobFailed) as e:
         if debug:

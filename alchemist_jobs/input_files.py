@@ -19,25 +19,27 @@ MAX_DEPTH = 64
 MAX_NODES = 100_000  # after alias expansion: a "billion laughs" file stops here
 
 
-def read_text(path: Path, what: str) -> str:
+def read_text(path: Path, what: str, source: str | None = None) -> str:
     """The UTF-8 text of a regular file of at most MAX_BYTES; never blocks on a FIFO and
-    never reads /dev/zero to the end."""
+    never reads /dev/zero to the end. Errors start with `source` (default: the path)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except FileNotFoundError:
-        raise UserError(f"{path}: no such {what} file") from None
+        raise UserError(f"{source}: no such file" if source else f"{path}: no such {what} file") \
+            from None
     except OSError as e:
-        raise UserError(f"{path}: cannot read the {what} ({e.strerror})") from None
+        raise UserError(f"{source or path}: cannot read the {what} ({e.strerror})") from None
+    where = source or str(path)
     with open(fd, "rb") as f:
         if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-            raise UserError(f"{path}: not a regular file; accepted: a {what} file")
+            raise UserError(f"{where}: not a regular file; accepted: a {what} file")
         data = f.read(MAX_BYTES + 1)
     if len(data) > MAX_BYTES:
-        raise UserError(f"{path}: larger than {MAX_BYTES >> 10} KiB; accepted: a {what} file")
+        raise UserError(f"{where}: larger than {MAX_BYTES >> 10} KiB; accepted: a {what} file")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise UserError(f"{path}: byte {e.start} is not UTF-8; accepted: a UTF-8 text file") \
+        raise UserError(f"{where}: byte {e.start} is not UTF-8; accepted: a UTF-8 text file") \
             from None
 
 

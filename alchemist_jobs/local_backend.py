@@ -26,6 +26,7 @@ from alchemist_jobs.processes import (alive, environ_has, popen_group, start_tim
                                       stop_groups, stop_pids)
 from alchemist_jobs.rundir import (RunDir, all_runs, match_runs, new_run_id, runs_root,
                                    write_private)
+from alchemist_jobs.run_files import Progress, Result, RunRecord
 from alchemist_jobs.scheduler import (CANCELLED, FAILED, FINAL_STATES, LOST, RUNNING, SUCCEEDED,
                                       Request, RunStatus, Scheduler)
 from alchemist_jobs.spec import JobSpec
@@ -169,6 +170,19 @@ class LocalRequest(Request):
         return "\n".join(head + [s.shell() for s in self.servers]
                          + [p.shell() for p in self.processes])
 
+    def as_json(self) -> dict:
+        """`--dry-run --json`: the run and each process (agent or server) it would start;
+        secret_env appears by name and source only."""
+        procs = [dict(role="agent", node=p.node, argv=p.argv, env=p.env, cwd=p.cwd,
+                      log=str(p.log)) for p in self.processes]
+        procs += [dict(role="parameter-server", shard=s.shard, argv=s.argv, env=s.env,
+                       cwd=s.cwd, log=str(s.log)) for s in self.servers]
+        secrets = {name: ({"file": ref.file} if ref.file else {"from_env": ref.from_env})
+                   for name, ref in self.spec.secret_env.items()}
+        return dict(run_id=self.run_id, stack="local", run_dir=str(self.run.path),
+                    nodes=self.spec.nodes, procs_per_node=self.spec.procs_per_node,
+                    processes=procs, secret_env=secrets)
+
 
 @dataclass
 class LocalRun:
@@ -181,8 +195,12 @@ class LocalRun:
         return self.request.run
 
 
-class LocalScheduler(Scheduler):
+class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
     stack = "local"
+    runs_on_its_own = False  # the agents are the CLI's children (see `run --detach`)
+
+    def run_id(self, handle: LocalRun) -> str:
+        return handle.request.run_id
 
     def __init__(self, root: Path):
         self.root = Path(root)
@@ -242,7 +260,7 @@ class LocalScheduler(Scheduler):
         (alchemist_jobs/warm_agent.py): node 0's agent becomes that process."""
         run, spec = request.run, request.spec
         try:
-            run.create()
+            run.create(exclusive=True)
         except FileExistsError:
             raise UserError(f"run {request.run_id}: its directory {run.path} exists already; "
                             "accepted: a new run id (leave it out to get one)") from None
@@ -353,25 +371,26 @@ class LocalScheduler(Scheduler):
 
     def status(self, run_id: str) -> RunStatus:
         run = self._run(run_id)
-        st = run.state()
-        state = st.get("state", "pending")
-        if state == RUNNING and not still_same(st.get("launcher_pid"), st.get("launcher_start")) \
-                and not owned_pids(st, "agents"):
+        raw = run.state()
+        rec = RunRecord.lenient(raw)
+        state = rec.state
+        if state == RUNNING and not still_same(rec.launcher_pid, rec.launcher_start) \
+                and not owned_pids(raw, "agents"):
             state = LOST  # the launcher died without recording an outcome
-        prog = run.progress() or {}
-        res = run.result() or {}
+        prog = Progress.lenient(run.progress()) if run.progress_file.exists() else None
+        res = Result.lenient(run.result()) if run.result_file.exists() else None
+        restarts = res.restarts if res else prog.restarts if prog else 0
         return RunStatus(
-            run_id=run.run_id, name=st.get("name", ""), stack="local", state=state,
-            created=st.get("created"), ended=st.get("ended"), workers=st.get("workers", 0),
-            restarts=res.get("restarts", prog.get("restarts", 0)), step=prog.get("step"),
-            total_steps=prog.get("total_steps"), message=st.get("message", ""),
-            extra=dict(run_dir=str(run.path), result=res, progress=prog,
-                       exit_codes=st.get("exit_codes")))
+            run_id=run.run_id, name=rec.name, stack="local", state=state, created=rec.created,
+            ended=rec.ended, workers=rec.workers, restarts=restarts,
+            step=prog.step if prog else None, total_steps=prog.total_steps if prog else None,
+            message=rec.message, run_dir=str(run.path), progress=prog, result=res,
+            exit_codes=rec.exit_codes)
 
     def logs(self, run_id: str, rank: int = 0, follow: bool = False) -> Iterator[str]:
         run = self._run(run_id)
         path = run.rank_log(rank)
-        n = run.state().get("workers", 0)
+        n = RunRecord.lenient(run.state()).workers
         if not 0 <= rank < max(n, 1):
             raise UserError(f"--rank {rank}: run {run.run_id} has ranks 0..{n - 1}")
         deadline = time.time() + 30

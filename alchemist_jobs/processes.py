@@ -35,10 +35,11 @@ def die_with_parent(sig: int = signal.SIGTERM) -> None:
         libc.prctl(PR_SET_PDEATHSIG, sig)
 
 
-def popen_group(argv: list[str], **kw) -> subprocess.Popen:
+def popen_group(argv: list[str], die_with_parent: bool = True, **kw) -> subprocess.Popen:
     """Start a child in its own session (Ctrl-C in the terminal reaches the CLI only, which
-    then stops children in order) that receives SIGTERM if the launcher dies."""
-    libc = _libc()  # loaded here: the child must not import between fork and exec
+    then stops children in order) that receives SIGTERM if the launcher dies (unless
+    `die_with_parent` is False: a detached launcher outlives the command that started it)."""
+    libc = _libc() if die_with_parent else None  # loaded here: not between fork and exec
     pre = (lambda: libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)) if libc is not None else None
     kw.setdefault("umask", 0o077)  # what a run writes (logs, checkpoints) is its owner's only
     return subprocess.Popen(argv, start_new_session=True, preexec_fn=pre, **kw)

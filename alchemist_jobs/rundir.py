@@ -120,16 +120,17 @@ class RunDir:
     def worker_file(self, rank: int) -> Path:
         return self.workers / f"rank-{rank}.json"
 
-    def create(self) -> None:
-        """Create the run directory, exclusively (FileExistsError if it exists), private
-        to its owner like the shared root and runs folder above it."""
+    def create(self, exclusive: bool = False) -> None:
+        """Create the run directory, private to its owner like the shared root and runs
+        folder above it. `exclusive`: FileExistsError if it exists (a launcher creating a
+        new run); otherwise idempotent (every pod of a cluster run places it)."""
         runs = self.path.parent
         for d in (runs.parent, runs):
             if not d.exists():
                 d.mkdir(mode=0o700, parents=True, exist_ok=True)
-        self.path.mkdir(mode=0o700)
+        self.path.mkdir(mode=0o700, exist_ok=not exclusive)
         for d in (self.logs, self.workers, self.checkpoints, self.tensorboard):
-            d.mkdir(mode=0o700)
+            d.mkdir(mode=0o700, exist_ok=not exclusive)
 
     def state(self) -> dict:
         return read_json(self.state_file) or {}

@@ -277,7 +277,13 @@ def apply_override(raw: dict, assignment: str, source: str = "--set") -> None:
         raise UserError(f"{source} {shown(assignment)}: {shown(path)} is not a dotted field "
                         "path; accepted: e.g. hyper.lr")
     if keys[0] == "env" and len(keys) == 2:
-        value: Any = text  # an environment value is a string as written: --set env.X=5 is "5"
+        # An environment value is a string as written: --set env.X=5 is "5" and 0.10 stays
+        # "0.10"; a quoted YAML string loses its quotes.
+        try:
+            parsed = yaml.safe_load(text) if text.strip() else ""
+        except yaml.YAMLError:
+            parsed = None
+        value: Any = parsed if isinstance(parsed, str) else text
     else:
         try:
             value = load_yaml(text, f"{source} {shown(assignment)}") if text.strip() else ""
@@ -398,3 +404,17 @@ def load_spec(path: str | Path, overrides: list[str] = ()) -> JobSpec:
 def shown_source(source: str) -> str:
     """A file name as errors show it: at most 80 characters (the end, which names it)."""
     return source if len(source) <= 80 else "..." + source[-77:]
+
+
+def script_spec(script: str | Path, args: list[str], overrides: list[str] = ()) -> JobSpec:
+    """`alchemist run train.py -- ARGS` without a YAML file: a script task named after the
+    file, one process unless `--set procs_per_node=N` (or nodes) says otherwise."""
+    script = Path(script)
+    if not script.is_file():
+        raise UserError(f"{shown_source(str(script))}: no such script; accepted: a Python file, "
+                        "or a job spec (YAML)")
+    name = re.sub(r"[^a-z0-9-]+", "-", script.stem.lower()).strip("-")[:40].strip("-") or "job"
+    raw: dict[str, Any] = {"name": name, "task": {"script": script.name, "args": list(args)}}
+    for assignment in overrides:
+        apply_override(raw, assignment)
+    return parse_spec(raw, shown_source(str(script)), script.parent)

@@ -66,7 +66,8 @@ def _read_outputs_file(path: Path) -> dict:
     from alchemist_jobs.input_files import load_json, read_text
 
     try:
-        data = load_json(read_text(path, "stack outputs"), f"--outputs {path}")
+        data = load_json(read_text(path, "stack outputs", f"--outputs {path}"),
+                         f"--outputs {path}")
     except json.JSONDecodeError as e:
         raise UserError(f"--outputs {path}: line {e.lineno}: not JSON ({e.msg}); accepted: "
                         f"the output of `pulumi stack output {OUTPUT_NAME} --json "

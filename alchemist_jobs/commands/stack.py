@@ -110,9 +110,19 @@ def _load(path: Path) -> dict[str, Any]:
     return doc
 
 
-def _with_infra(root: Path) -> None:
-    if str(root) not in sys.path:
-        sys.path.insert(0, str(root))
+def infra_tool(root: Path, command: str, request: dict[str, Any]) -> dict[str, Any]:
+    """Ask the checkout's infra/ (`python -m infra.stack_tools COMMAND`, in a subprocess:
+    the job package never imports infra)."""
+    proc = subprocess.run([sys.executable, "-m", "infra.stack_tools", command],
+                          input=json.dumps(request), cwd=root, capture_output=True, text=True,
+                          timeout=600)
+    try:
+        return json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise UserError(f"alchemist stack {command}: infra/ of the checkout at {root} failed: "
+                        f"{last}; accepted: a checkout with the `infra` extra installed "
+                        "(pip install 'alchemist[infra]')") from None
 
 
 # --- list ---------------------------------------------------------------------------------
@@ -204,17 +214,11 @@ def cmd_replicate(args: argparse.Namespace) -> int:
         )
     left_out = sorted(k for k, v in config.items() if v == "")
     config = {k: v for k, v in config.items() if v != ""}
-    _with_infra(root)
-    from infra.config import SECRET_KEYS, StackConfigError, parse, pulumi_value
-
-    # Secrets left out are checked as if set, so the rest of the replica is validated now.
-    later = [k for k in left_out if k.split(":", 1)[1] in SECRET_KEYS]
-    raw = {k: pulumi_value(v) for k, v in config.items()}
-    raw.update({k: "set-later" for k in later})
-    try:
-        parse(raw, set(later), where=f"{dst.relative_to(root)}")
-    except StackConfigError as e:
-        raise UserError(str(e)) from None
+    checked = infra_tool(root, "check", {"config": config, "left_out": left_out,
+                                         "where": str(dst.relative_to(root))})
+    if checked["error"]:
+        raise UserError(checked["error"])
+    later = checked["later"]
     sets = " ".join(f"--set {s}" for s in args.sets)
     header = (f"# A replica of {args.src}: `alchemist stack replicate {args.src} {args.dst}"
               f"{' ' + sets if sets else ''}`.\n")  # fmt: skip
@@ -255,17 +259,15 @@ def cmd_diff(args: argparse.Namespace) -> int:
         raise UserError("alchemist stack diff: needs the Pulumi SDK; accepted: pip install 'alchemist[infra]'")
     a, b = stack_file(root, args.a), stack_file(root, args.b)
     ra, rb = render(root, [a, b])
-    _with_infra(root)
-    from infra.stack_diff import compare
-
-    report = compare(ra, rb)
-    a_name, b_name = ra["stack"], rb["stack"]
-    for d in report.differences:
-        print(d.line(a_name, b_name))
+    report = infra_tool(root, "diff", {"a": ra, "b": rb})
+    for line in report["differences"]:
+        print(line)
     if args.all:
-        for d in report.allowed:
-            print(f"  (allowed: {d.allowed_because}) {d.line(a_name, b_name)}")
-    verdict = "differ" if report.platform_differs else "are identical"
-    print(f"platforms of {a_name} and {b_name} {verdict}: {len(report.differences)} difference(s), "
-          f"{len(report.allowed)} allowed provider-specific difference(s) (see infra/stack_diff.py)")  # fmt: skip
-    return EXIT_DIFFERS if report.platform_differs else 0
+        for reason, line in report["allowed"]:
+            print(f"  (allowed: {reason}) {line}")
+    differs = bool(report["differences"])
+    verdict = "differ" if differs else "are identical"
+    print(f"platforms of {report['a']} and {report['b']} {verdict}: "
+          f"{len(report['differences'])} difference(s), {len(report['allowed'])} allowed "
+          "provider-specific difference(s) (see infra/stack_diff.py)")
+    return EXIT_DIFFERS if differs else 0

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from alchemist_jobs import netns
+from tests import netns
 from alchemist_jobs.rundir import RunDir
 from tests.conftest import EXAMPLES, REPO
 

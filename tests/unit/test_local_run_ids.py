@@ -91,16 +91,16 @@ def test_two_runs_never_share_a_run_directory(home):
     spec = load_spec(EXAMPLES / "digits.yaml")
     first = sched.dryrun(spec, EXAMPLES, run_id="digits-20260101-000000-00000000")
     second = sched.dryrun(spec, EXAMPLES, run_id="digits-20260101-000000-00000000")
-    first.run.create()
+    first.run.create(exclusive=True)
     with pytest.raises(FileExistsError):
-        second.run.create()
+        second.run.create(exclusive=True)
     ids = {sched.dryrun(spec, EXAMPLES).run_id for _ in range(200)}
     assert len(ids) == 200
 
 
 def test_run_directories_and_files_are_private(home):
     run = RunDir(runs_root(home) / "digits-20260101-000000-00000000")
-    run.create()
+    run.create(exclusive=True)
     run.update_state(state="running")
     assert stat.S_IMODE(home.stat().st_mode) == 0o700
     for p in [home / "runs", run.path, run.logs, run.workers, run.checkpoints]:
