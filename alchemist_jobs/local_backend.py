@@ -20,10 +20,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator
 
 import alchemist_jobs
-from alchemist_jobs import server_role, store_bind
+from alchemist_jobs import local_servers, server_role, store_bind
 from alchemist_jobs.errors import UserError
-from alchemist_jobs.processes import (alive, environ_has, popen_group, start_time, still_same,
-                                      stop_groups, stop_pids)
+from alchemist_jobs.processes import (alive, environ_has, free_port, owned_pids, popen_group,
+                                      record_procs, start_time, still_same, stop_groups,
+                                      stop_pids)
 from alchemist_jobs.rundir import (RunDir, all_runs, match_runs, new_run_id, runs_root,
                                    write_private)
 from alchemist_jobs.run_files import Progress, Result, RunRecord
@@ -37,31 +38,6 @@ if TYPE_CHECKING:
 CANCEL_GRACE_S = 10.0
 AGENT_MODULE = "alchemist_jobs.agent"  # torch.distributed.run with its stores bound
 _PKG_PARENT = str(Path(alchemist_jobs.__file__).resolve().parent.parent)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def record_procs(run: RunDir, **groups: list[int]) -> None:
-    """Record process ids (agents=[...], servers=[...]) in run.json with their start times,
-    so a later `cancel` can tell them from processes that reused the pids."""
-    st = run.state()
-    starts = dict(st.get("proc_starts") or {})
-    for pids in groups.values():
-        starts.update({str(p): start_time(p) for p in pids})
-    run.update_state(proc_starts=starts, **groups)
-
-
-def owned_pids(state: dict, key: str) -> list[int]:
-    """The pids of run.json's `key` that are still the processes the run started."""
-    starts = state.get("proc_starts")
-    pids = state.get(key)
-    if not isinstance(starts, dict) or not isinstance(pids, list):
-        return []
-    return [p for p in pids if isinstance(p, int) and still_same(p, starts.get(str(p)))]
 
 
 def read_secrets(spec: JobSpec, spec_dir: Path) -> dict[str, str]:
@@ -158,7 +134,7 @@ class LocalRequest(Request):
     spec: JobSpec
     processes: list[LocalProcess]
     rdzv_port: int | None = None
-    servers: list[server_role.ServerProcess] = field(default_factory=list)  # parameter servers
+    servers: list[local_servers.ServerProcess] = field(default_factory=list)  # parameter servers
     # secret_env values, read at launch: given to the agents' environment, never printed.
     secrets: dict[str, str] = field(default_factory=dict, repr=False)
 
@@ -188,7 +164,7 @@ class LocalRequest(Request):
 class LocalRun:
     request: LocalRequest
     procs: list[subprocess.Popen] = field(default_factory=list)
-    servers: server_role.LocalServers | None = None
+    servers: local_servers.LocalServers | None = None
 
     @property
     def run(self) -> RunDir:
@@ -208,8 +184,8 @@ class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
     # -- dryrun / schedule --------------------------------------------------------------------
 
     def dryrun(self, spec: JobSpec, spec_dir: Path, run_id: str | None = None) -> LocalRequest:
-        """The agents' command lines; creates nothing. A multi-node run's rendezvous port is
-        picked at schedule time (shown here as PORT)."""
+        """The agents' command lines; creates nothing. Ports (a multi-node run's rendezvous,
+        parameter servers) are free loopback ports picked now, so what is shown is what runs."""
         run_id = run_id or new_run_id(spec.name)
         run = RunDir(runs_root(self.root) / run_id)
         target = worker_target(spec, spec_dir)
@@ -232,10 +208,11 @@ class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
             "GLOO_SOCKET_IFNAME": "lo",
             **spec.env,
         }
-        # The parameter-server role, for algorithms that have one (ports picked at schedule).
-        servers = server_role.server_processes(spec, run, base_env, str(Path(spec_dir).resolve()))
+        # The parameter-server role, for algorithms that have one.
+        servers = local_servers.server_processes(spec, run, base_env, str(Path(spec_dir).resolve()))
         if servers:
-            base_env["ALCHEMIST_PS_ADDRS"] = server_role.placeholder_addrs(servers)
+            base_env["ALCHEMIST_PS_ADDRS"] = server_role.addrs([(s.host, s.port) for s in servers])
+        rdzv_port = free_port() if spec.nodes > 1 else None
         procs = []
         for node in range(spec.nodes):
             argv = [sys.executable, "-m", AGENT_MODULE,
@@ -245,7 +222,7 @@ class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
             if spec.nodes == 1:
                 argv.append("--rdzv-endpoint=localhost:0")  # as --standalone: a free port, race-free
             else:
-                argv += ["--rdzv-endpoint=127.0.0.1:PORT", "--local-addr=127.0.0.1",
+                argv += [f"--rdzv-endpoint=127.0.0.1:{rdzv_port}", "--local-addr=127.0.0.1",
                          f"--rdzv-conf=is_host={int(node == 0)},join_timeout=120"]
             argv += ["-m", "alchemist_jobs.runtime.bootstrap", *target]
             env = dict(base_env, ALCHEMIST_NODE=f"{socket.gethostname()}-node{node}"
@@ -253,6 +230,7 @@ class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
             procs.append(LocalProcess(node=node, argv=argv, env=env,
                                       cwd=str(Path(spec_dir).resolve()), log=run.agent_log(node)))
         return LocalRequest(run_id=run_id, run=run, spec=spec, processes=procs, servers=servers,
+                            rdzv_port=rdzv_port,
                             secrets=read_secrets(spec, Path(spec_dir)))
 
     def schedule(self, request: LocalRequest, warm: "WarmAgent | None" = None) -> LocalRun:
@@ -265,8 +243,6 @@ class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
             raise UserError(f"run {request.run_id}: its directory {run.path} exists already; "
                             "accepted: a new run id (leave it out to get one)") from None
         write_private(run.spec, spec.to_yaml())
-        if spec.nodes > 1:
-            request.rdzv_port = free_port()
         run.update_state(run_id=request.run_id, name=spec.name, stack="local", state=RUNNING,
                          created=time.time(), launcher_pid=os.getpid(),
                          launcher_start=start_time(os.getpid()), workers=spec.world_size,
@@ -275,12 +251,11 @@ class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
         try:
             ps_env = {}
             if request.servers:
-                handle.servers = server_role.LocalServers(request.servers, run, spec.max_restarts)
+                handle.servers = local_servers.LocalServers(request.servers, run, spec.max_restarts)
                 handle.servers.start()
                 ps_env = handle.servers.worker_env()
             for p in request.processes:
-                argv = [a.replace("PORT", str(request.rdzv_port)) if "127.0.0.1:PORT" in a else a
-                        for a in p.argv]
+                argv = p.argv
                 env = {**os.environ, **p.env, **ps_env, **request.secrets}
                 if warm is not None and p.node == 0:
                     handle.procs.append(warm.launch(argv, env, p.cwd, str(p.log)))

@@ -9,9 +9,10 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import socket
 import sys
 import time
-from typing import Iterable
+from typing import Any, Iterable
 
 PR_SET_PDEATHSIG = 1
 
@@ -122,3 +123,28 @@ def still_same(pid: object, started: object) -> bool:
     """Whether `pid` is alive and is the process that started at `started` (not a later
     process that reused the pid): the check before any signal to a recorded pid."""
     return isinstance(started, int) and alive(pid) and start_time(pid) == started
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def record_procs(run: Any, **groups: list[int]) -> None:
+    """Record process ids (agents=[...], servers=[...]) in run.json with their start times,
+    so a later `cancel` can tell them from processes that reused the pids."""
+    st = run.state()
+    starts = dict(st.get("proc_starts") or {})
+    for pids in groups.values():
+        starts.update({str(p): start_time(p) for p in pids})
+    run.update_state(proc_starts=starts, **groups)
+
+
+def owned_pids(state: dict, key: str) -> list[int]:
+    """The pids of run.json's `key` that are still the processes the run started."""
+    starts = state.get("proc_starts")
+    pids = state.get(key)
+    if not isinstance(starts, dict) or not isinstance(pids, list):
+        return []
+    return [p for p in pids if isinstance(p, int) and still_same(p, starts.get(str(p)))]
