@@ -15,12 +15,12 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator
 
 import alchemist_jobs
-from alchemist_jobs import local_servers, server_role, store_bind
+from alchemist_jobs import local_servers, server_role
 from alchemist_jobs.errors import UserError
 from alchemist_jobs.processes import (alive, environ_has, free_port, owned_pids, popen_group,
                                       record_procs, start_time, still_same, stop_groups,
@@ -31,6 +31,7 @@ from alchemist_jobs.run_files import Progress, Result, RunRecord
 from alchemist_jobs.scheduler import (CANCELLED, FAILED, FINAL_STATES, LOST, RUNNING, SUCCEEDED,
                                       Request, RunStatus, Scheduler)
 from alchemist_jobs.spec import JobSpec
+from alchemist_jobs.worker_env import WorkerEnv, threads_per_worker
 
 if TYPE_CHECKING:
     from alchemist_jobs.warm_agent import WarmAgent
@@ -189,29 +190,19 @@ class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
         run_id = run_id or new_run_id(spec.name)
         run = RunDir(runs_root(self.root) / run_id)
         target = worker_target(spec, spec_dir)
-        base_env = {
-            "ALCHEMIST_RUN_DIR": str(run.path),
-            "ALCHEMIST_SHARED_ROOT": str(self.root),
-            "ALCHEMIST_STACK": "local",
-            "PYTHONPATH": os.pathsep.join(
-                [_PKG_PARENT] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])),
-            "PYTHONUNBUFFERED": "1",
-            # Workers get their own store per attempt: with the agent's shared TCPStore, a
-            # restarted group reads the last attempt's keys and hangs in init_process_group
-            # (pytorch/pytorch#135712; reproduced here with torch 2.13 and gloo).
-            "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
-            # One thread per worker unless the spec says otherwise: workers share the cores.
-            "OMP_NUM_THREADS": str(max(1, int(spec.resources.cpu))),
-            # Nothing of a local run listens beyond this machine: the agent's and rank 0's
-            # c10d stores (store_bind.py) and gloo's pairs bind loopback only.
-            store_bind.ENV: "127.0.0.1",
-            "GLOO_SOCKET_IFNAME": "lo",
-            **spec.env,
-        }
+        pythonpath = os.pathsep.join(
+            [_PKG_PARENT] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))
+        # Nothing of a local run listens beyond this machine: the agent's and rank 0's c10d
+        # stores (store_bind.py) and gloo's pairs bind loopback only.
+        worker = WorkerEnv(run_dir=str(run.path), shared_root=str(self.root), stack="local",
+                           threads=threads_per_worker(spec.resources.cpu, spec.procs_per_node),
+                           store_addr="127.0.0.1", gloo_ifname="lo", pythonpath=pythonpath)
+        base_env = {**worker.as_dict(), **spec.env}
         # The parameter-server role, for algorithms that have one.
         servers = local_servers.server_processes(spec, run, base_env, str(Path(spec_dir).resolve()))
         if servers:
-            base_env["ALCHEMIST_PS_ADDRS"] = server_role.addrs([(s.host, s.port) for s in servers])
+            worker = replace(worker, ps_addrs=server_role.addrs([(s.host, s.port) for s in servers]))
+            base_env = {**worker.as_dict(), **spec.env}
         rdzv_port = free_port() if spec.nodes > 1 else None
         procs = []
         for node in range(spec.nodes):

@@ -205,10 +205,13 @@ class SecretRef(_Node):
 
 
 class Resources(_Node):
-    """Per process on local runs; per node (pod) on cluster stacks."""
+    """Per node, on every stack: a node is one pod on a cluster, one torchrun agent (a
+    simulated node) locally, and its `procs_per_node` workers share it. Each worker gets
+    cpu / procs_per_node threads (OMP_NUM_THREADS, at least 1); a pod requests exactly
+    these figures. Per process is derived, never declared."""
 
-    cpu: float = Field(1.0, gt=0)
-    memory: _Quantity = "2Gi"
+    cpu: float = Field(1.0, gt=0, description="CPUs per node, shared by its workers")
+    memory: _Quantity = Field("2Gi", description="memory per node (a pod's request and limit)")
     gpu: int = Field(0, ge=0, description="GPUs per node; 0 trains on CPU with gloo")
 
 
