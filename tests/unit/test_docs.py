@@ -47,8 +47,14 @@ def commands() -> list[tuple[str, str]]:
     """(doc, command line) for every `alchemist ...` line in a fenced shell block."""
     out = []
     for doc in DOCS:
-        for block in re.findall(r"```(?:bash|sh|shell|console)?\n(.*?)```", doc.read_text(), re.S):
-            for line in block.splitlines():
+        fence, lang = False, ""
+        for raw in doc.read_text().splitlines():
+            if raw.strip().startswith("```"):
+                fence, lang = not fence, raw.strip()[3:]
+                continue
+            if not fence or lang not in ("", "bash", "sh", "shell", "console"):
+                continue
+            for line in [raw]:
                 line = re.sub(r"^\$ ", "", line.strip())
                 line = line.replace(".venv/bin/alchemist", "alchemist")
                 if line.startswith("alchemist "):
