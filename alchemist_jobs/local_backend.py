@@ -340,8 +340,11 @@ class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
         raw = run.state()
         rec = RunRecord.lenient(raw)
         state = rec.state
-        if state == RUNNING and not still_same(rec.launcher_pid, rec.launcher_start) \
-                and not owned_pids(raw, "agents"):
+        # A record without start times (written before they were kept) falls back to the
+        # pid alone: this only decides what is shown; signals always need both.
+        launcher = still_same(rec.launcher_pid, rec.launcher_start) if rec.launcher_start \
+            is not None else alive(rec.launcher_pid)
+        if state == RUNNING and not launcher and not owned_pids(raw, "agents"):
             state = LOST  # the launcher died without recording an outcome
         prog = Progress.lenient(run.progress()) if run.progress_file.exists() else None
         res = Result.lenient(run.result()) if run.result_file.exists() else None

@@ -28,7 +28,21 @@ from alchemist_jobs.errors import JobFailed, UserError
 from alchemist_jobs.processes import alive, popen_group, stop_groups
 from alchemist_jobs.rundir import RunDir, default_root, read_json, runs_root, write_json_atomic
 
-MONITORING_DIR = Path(alchemist_jobs.__file__).resolve().parent.parent / "monitoring"
+def _monitoring_dir() -> Path:
+    """The `monitoring` package's files: installed as package data beside alchemist_jobs
+    (a wheel), or the checkout's monitoring/ folder."""
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec("monitoring")
+    except (ImportError, ValueError):
+        found = None
+    if found is not None and found.submodule_search_locations:
+        return Path(next(iter(found.submodule_search_locations)))
+    return Path(alchemist_jobs.__file__).resolve().parent.parent / "monitoring"
+
+
+MONITORING_DIR = _monitoring_dir()
 INSTALL_HINT = ("install it with `sudo apt-get install -y --no-install-recommends prometheus` "
                 "(Debian/Ubuntu), or download it from https://prometheus.io/download/ and set "
                 "PROMETHEUS_BIN=/path/to/prometheus")
