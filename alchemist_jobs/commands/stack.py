@@ -28,9 +28,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     sub.required = True
 
     p = sub.add_parser("list", help="the stacks and what each runs on")
+    p.add_argument("--root", type=Path, default=argparse.SUPPRESS,
+                   help="repository root (also accepted before the subcommand)")
     p.set_defaults(func=cmd_list)
 
     p = sub.add_parser("replicate", help="write stacks/Pulumi.DST.yaml from SRC with overrides")
+    p.add_argument("--root", type=Path, default=argparse.SUPPRESS,
+                   help="repository root (also accepted before the subcommand)")
     p.add_argument("src", metavar="SRC")
     p.add_argument("dst", metavar="DST")
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
@@ -39,6 +43,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_replicate)
 
     p = sub.add_parser("diff", help="how two stacks' platforms differ (exit 1 if they do)")
+    p.add_argument("--root", type=Path, default=argparse.SUPPRESS,
+                   help="repository root (also accepted before the subcommand)")
     p.add_argument("a", metavar="A", help="stack name or stack file")
     p.add_argument("b", metavar="B", help="stack name or stack file")
     p.add_argument("--all", action="store_true", help="also list the differences that are allowed")

@@ -1,0 +1,40 @@
+"""`alchemist stack`: --root anywhere on the line, and replica names that are refused in
+one line before anything is written (a bad name used to break `stack list` for good)."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from alchemist_jobs import cli
+from tests.conftest import REPO
+
+
+@pytest.fixture
+def checkout(tmp_path):
+    root = tmp_path / "repo"
+    (root / "infra").mkdir(parents=True)
+    shutil.copy(REPO / "Pulumi.yaml", root / "Pulumi.yaml")
+    shutil.copytree(REPO / "stacks", root / "stacks")
+    return root
+
+
+def test_root_is_accepted_after_the_subcommand(checkout, capsys, monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["stack", "list", "--root", str(checkout)]) == 0
+    assert cli.main(["stack", "--root", str(checkout), "list"]) == 0
+    out = capsys.readouterr().out
+    assert sum(line.startswith("local ") for line in out.splitlines()) == 2
+
+
+@pytest.mark.parametrize("name", ["", ".", "..", "UPPER", "a\nb", "a/b", "local", "-x", "x" * 41,
+                                  "../../etc/passwd"])
+def test_bad_replica_names_are_one_line_and_write_nothing(checkout, capsys, name):
+    before = sorted(p.name for p in (checkout / "stacks").iterdir())
+    src = before[0][len("Pulumi."):-len(".yaml")]
+    assert cli.main(["stack", "--root", str(checkout), "replicate", src, "--", name]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "DST" in err and "Traceback" not in err, err
+    assert sorted(p.name for p in (checkout / "stacks").iterdir()) == before
+    assert cli.main(["stack", "--root", str(checkout), "list"]) == 0
