@@ -38,3 +38,14 @@ def test_bad_replica_names_are_one_line_and_write_nothing(checkout, capsys, name
     assert err.count("\n") == 1 and "DST" in err and "Traceback" not in err, err
     assert sorted(p.name for p in (checkout / "stacks").iterdir()) == before
     assert cli.main(["stack", "--root", str(checkout), "list"]) == 0
+
+
+def test_a_local_interactive_shell_has_the_environments_executables_first(home, capsys):
+    import sys
+    from pathlib import Path
+
+    assert cli.main(["interactive", "--dry-run"]) == 0
+    env = dict(line.split("=", 1) for line in capsys.readouterr().out.splitlines()
+               if "=" in line and not line.startswith("#"))
+    assert env["PATH"].split(":")[0] == str(Path(sys.executable).parent)
+    assert env["ALCHEMIST_STACK"] == "local" and not home.exists()
