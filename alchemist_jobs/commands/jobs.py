@@ -17,10 +17,13 @@ from alchemist_jobs.scheduler import CANCELLED, SUCCEEDED, RunStatus
 
 
 def _stack_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--stack", default="local", help="where to run (default: local)")
-    p.add_argument("--outputs", type=Path, default=None,
+    from alchemist_jobs import defaults  # ~/.config/alchemist/defaults.yaml (docs/cli.md)
+
+    p.add_argument("--stack", default=defaults.get("stack", "local"),
+                   help="where to run (default: local, or the defaults file's)")
+    p.add_argument("--outputs", type=Path, default=defaults.get("outputs"),
                    help="a JSON file with the stack's `alchemist` output (instead of Pulumi)")
-    p.add_argument("--home", type=Path, default=None,
+    p.add_argument("--home", type=Path, default=defaults.get("home"),
                    help="local stack's shared-file-system root (default: $ALCHEMIST_HOME or "
                         "~/.alchemist)")
 
@@ -47,6 +50,8 @@ def _add(sub: argparse._SubParsersAction, command: str, text: str) -> argparse.A
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
+    from alchemist_jobs import defaults
+
     for command, text in (("run", "run a job spec on a stack and follow it to the end"),
                           ("submit", "submit a job spec and return (local: run it detached)")):
         p = _add(sub, command, text)
@@ -63,7 +68,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         p.add_argument("--detach", action="store_true",
                        help="local stack: run in the background (survives SIGHUP and a "
                             "closed terminal) and return")
-        p.add_argument("--quiet", action="store_true",
+        p.add_argument("--quiet", action="store_true", default=defaults.get("quiet", False),
                        help="no progress display, only the summary")
         p.add_argument("--follow", "-f", action="store_true",
                        help="cluster stacks: stream rank 0's log and progress until the end")
@@ -103,9 +108,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _scheduler(args: argparse.Namespace):
+    from alchemist_jobs import defaults
     from alchemist_jobs.stacks import get_scheduler
 
-    return get_scheduler(args.stack, home=args.home, outputs=args.outputs)
+    outputs = args.outputs
+    if args.stack == "local" and outputs is not None and outputs == defaults.get("outputs"):
+        outputs = None  # the defaults file's outputs belong to its cluster stack
+    return get_scheduler(args.stack, home=args.home, outputs=outputs)
 
 
 # --- run -------------------------------------------------------------------------------------

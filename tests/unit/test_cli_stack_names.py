@@ -49,3 +49,24 @@ def test_a_local_interactive_shell_has_the_environments_executables_first(home, 
                if "=" in line and not line.startswith("#"))
     assert env["PATH"].split(":")[0] == str(Path(sys.executable).parent)
     assert env["ALCHEMIST_STACK"] == "local" and not home.exists()
+
+
+def test_the_defaults_file_sets_the_usual_stack_and_a_flag_wins(home, tmp_path, capsys,
+                                                                 monkeypatch):
+    from alchemist_jobs import defaults
+
+    file = tmp_path / "defaults.yaml"
+    file.write_text(f"stack: dev\noutputs: {REPO / 'examples/stack-outputs.json'}\n")
+    monkeypatch.setenv("ALCHEMIST_DEFAULTS", str(file))
+    defaults._load.cache_clear()
+    assert cli.main(["run", str(REPO / "examples/digits.yaml"), "--dry-run"]) == 0
+    assert "on stack dev" in capsys.readouterr().out
+    assert cli.main(["run", str(REPO / "examples/digits.yaml"), "--dry-run", "--stack",
+                     "local"]) == 0
+    assert "on stack local" in capsys.readouterr().out
+    file.write_text("stak: dev\n")
+    defaults._load.cache_clear()
+    assert cli.main(["list"]) == 2
+    err = capsys.readouterr().err
+    assert str(file) in err and "'stak'" in err and err.count("\n") == 1
+    defaults._load.cache_clear()
