@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -68,6 +69,38 @@ def read_secrets(spec: JobSpec, spec_dir: Path) -> dict[str, str]:
         if "\0" in values[name]:
             raise UserError(f"{where}: the value holds a NUL character; accepted: text")
     return values
+
+
+MAX_CODE_BYTES = 256 << 20
+
+
+def code_of(spec: JobSpec, spec_dir: Path) -> tuple[Path | None, list[str]]:
+    """What a script or module task runs from: the spec's directory, as a cluster run ships
+    it (honouring .gitignore and .alchemistignore); (None, []) for a built-in task."""
+    if spec.task.builtin:
+        return None, []
+    from alchemist_jobs.kubernetes.code_assets import list_files  # pure: no kubernetes client
+
+    root = spec_dir.resolve()
+    # A secret_env file never travels with the code, wherever it lies.
+    secret_files = {(root / Path(r.file).expanduser()).resolve()
+                    for r in spec.secret_env.values() if r.file}
+    files = [f for f in list_files(root) if (root / f).resolve() not in secret_files]
+    size = sum((root / f).stat().st_size for f in files)
+    if size > MAX_CODE_BYTES:
+        raise UserError(f"task: code directory {root} holds {size >> 20} MiB; accepted: at most "
+                        f"{MAX_CODE_BYTES >> 20} MiB of code (list data and outputs in "
+                        ".alchemistignore: data belongs on the shared file system)")
+    return root, files
+
+
+def copy_code(root: Path, files: list[str], dest: Path) -> None:
+    """The run's own copy of its code: later edits of the source tree do not reach it."""
+    for rel in files:
+        target = dest / rel
+        target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        shutil.copyfile(root / rel, target)
+        os.chmod(target, 0o700 if os.access(root / rel, os.X_OK) else 0o600)
 
 
 MIN_FREE_BYTES = 1 << 20
@@ -138,10 +171,17 @@ class LocalRequest(Request):
     servers: list[local_servers.ServerProcess] = field(default_factory=list)  # parameter servers
     # secret_env values, read at launch: given to the agents' environment, never printed.
     secrets: dict[str, str] = field(default_factory=dict, repr=False)
+    # A script or module task's code: files of `code_source` copied to the run's code/ at
+    # schedule, which is the workers' working directory (as a cluster run's snapshot is).
+    code_source: Path | None = None
+    code_files: list[str] = field(default_factory=list)
 
     def describe(self) -> str:
         head = [f"# run {self.run_id} on stack local: {self.spec.nodes} node(s) x "
                 f"{self.spec.procs_per_node} worker(s), run directory {self.run.path}"]
+        if self.code_source is not None:
+            head.append(f"# code: {len(self.code_files)} file(s) of {self.code_source} copied to "
+                        f"{self.run.path / 'code'}, the workers' working directory")
         head += [f"# secret {name} from {'file ' + ref.file if ref.file else '$' + str(ref.from_env)}"
                  " (value not shown)" for name, ref in self.spec.secret_env.items()]
         return "\n".join(head + [s.shell() for s in self.servers]
@@ -190,6 +230,8 @@ class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
         run_id = run_id or new_run_id(spec.name)
         run = RunDir(runs_root(self.root) / run_id)
         target = worker_target(spec, spec_dir)
+        code_source, code_files = code_of(spec, Path(spec_dir))
+        cwd = str(run.path / "code") if code_source is not None else str(Path(spec_dir).resolve())
         pythonpath = os.pathsep.join(
             [_PKG_PARENT] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))
         # Nothing of a local run listens beyond this machine: the agent's and rank 0's c10d
@@ -199,7 +241,7 @@ class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
                            store_addr="127.0.0.1", gloo_ifname="lo", pythonpath=pythonpath)
         base_env = {**worker.as_dict(), **spec.env}
         # The parameter-server role, for algorithms that have one.
-        servers = local_servers.server_processes(spec, run, base_env, str(Path(spec_dir).resolve()))
+        servers = local_servers.server_processes(spec, run, base_env, cwd)
         if servers:
             worker = replace(worker, ps_addrs=server_role.addrs([(s.host, s.port) for s in servers]))
             base_env = {**worker.as_dict(), **spec.env}
@@ -219,10 +261,11 @@ class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
             env = dict(base_env, ALCHEMIST_NODE=f"{socket.gethostname()}-node{node}"
                        if spec.nodes > 1 else socket.gethostname())
             procs.append(LocalProcess(node=node, argv=argv, env=env,
-                                      cwd=str(Path(spec_dir).resolve()), log=run.agent_log(node)))
+                                      cwd=cwd, log=run.agent_log(node)))
         return LocalRequest(run_id=run_id, run=run, spec=spec, processes=procs, servers=servers,
                             rdzv_port=rdzv_port,
-                            secrets=read_secrets(spec, Path(spec_dir)))
+                            secrets=read_secrets(spec, Path(spec_dir)), code_source=code_source,
+                            code_files=code_files)
 
     def schedule(self, request: LocalRequest, warm: "WarmAgent | None" = None) -> LocalRun:
         """Start the run. `warm`, if given, is an agent interpreter the CLI started early
@@ -234,6 +277,8 @@ class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
             raise UserError(f"run {request.run_id}: its directory {run.path} exists already; "
                             "accepted: a new run id (leave it out to get one)") from None
         write_private(run.spec, spec.to_yaml())
+        if request.code_source is not None:
+            copy_code(request.code_source, request.code_files, run.path / "code")
         run.update_state(run_id=request.run_id, name=spec.name, stack="local", state=RUNNING,
                          created=time.time(), launcher_pid=os.getpid(),
                          launcher_start=start_time(os.getpid()), workers=spec.world_size,

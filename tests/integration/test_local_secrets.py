@@ -4,6 +4,7 @@ the run directory (spec.yaml, logs, state, checkpoints). Run files are private."
 
 from __future__ import annotations
 
+import hashlib
 import stat
 from pathlib import Path
 
@@ -11,9 +12,12 @@ from tests.conftest import cli
 
 FROM_FILE, FROM_ENV = "s3cr3t-from-file-7f3a", "s3cr3t-from-env-91bc"
 
+# The worker compares digests, so the values appear nowhere in the code it runs from.
 SCRIPT = f"""
-import os, sys
-ok = os.environ.get("API_TOKEN") == {FROM_FILE!r} and os.environ.get("DB_PASS") == {FROM_ENV!r}
+import hashlib, os, sys
+h = lambda v: hashlib.sha256((v or "").encode()).hexdigest()
+ok = h(os.environ.get("API_TOKEN")) == {hashlib.sha256(FROM_FILE.encode()).hexdigest()!r} \\
+    and h(os.environ.get("DB_PASS")) == {hashlib.sha256(FROM_ENV.encode()).hexdigest()!r}
 print("secrets reached the worker" if ok else "secrets missing", flush=True)
 sys.exit(0 if ok else 3)
 """
@@ -63,3 +67,24 @@ def test_a_missing_secret_is_one_line_and_starts_nothing(home: Path, tmp_path: P
     r = cli("run", str(tmp_path / "job.yaml"), home=home)
     assert r.returncode == 2 and "secret_env.DB_PASS" in r.stderr and "from_env" in r.stderr, \
         r.stderr
+
+
+def test_a_script_runs_from_its_own_copy_of_the_code(home: Path, tmp_path: Path):
+    """The run's code/ holds the spec directory as it was at launch (minus secret files):
+    editing the source tree afterwards changes nothing in the run."""
+    (tmp_path / "token").write_text(FROM_FILE)
+    (tmp_path / "helper.py").write_text("VALUE = 'at launch'\n")
+    (tmp_path / "main.py").write_text(
+        "import os, helper\nprint('helper says', helper.VALUE, 'in', os.getcwd(), flush=True)\n")
+    (tmp_path / "job.yaml").write_text(
+        "name: snap\ntask: {script: main.py}\n"
+        f"secret_env:\n  API_TOKEN: {{file: token}}\n")
+    r = cli("run", str(tmp_path / "job.yaml"), home=home)
+    assert r.returncode == 0, r.stdout + r.stderr
+    run_dir = next((home / "runs").iterdir())
+    code = run_dir / "code"
+    assert sorted(p.name for p in code.iterdir()) == ["helper.py", "job.yaml", "main.py"]
+    log = (run_dir / "logs" / "rank-0.log").read_text()
+    assert f"helper says at launch in {code}" in log, log
+    (tmp_path / "helper.py").write_text("VALUE = 'edited'\n")
+    assert "at launch" in (code / "helper.py").read_text()
