@@ -49,7 +49,7 @@ class WarmAgent:
 
 
 def _serve() -> None:
-    import torch.distributed.run as torchrun  # the slow import this process exists to do early
+    import torch.distributed.run  # noqa: F401  (the slow import this process exists to do early)
 
     line = sys.stdin.readline()
     if not line:
