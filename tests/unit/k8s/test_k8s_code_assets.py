@@ -121,7 +121,7 @@ def test_pod_setup_places_the_run_directory_and_the_snapshot_once(tmp_path):
     assert second.returncode == 0 and "already in place" in second.stdout
     code_dir = shared / "code" / digest
     assert sorted(p.name for p in code_dir.iterdir()) == ["digits.yaml", "plain_ddp.py",
-                                                          "script.yaml"]
+                                                          "script.yaml", "stack-outputs.json"]
     assert (code_dir / "plain_ddp.py").read_bytes() == (EXAMPLES / "plain_ddp.py").read_bytes()
     assert tree_hash(code_dir) == digest
     assert not (code_dir / "plain_ddp.py").stat().st_mode & 0o222  # shipped code is read-only
