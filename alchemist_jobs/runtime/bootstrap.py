@@ -81,7 +81,7 @@ def main(argv: list[str]) -> int:
             traceback.print_exc()
             code = 1
         # A prompt exit without interpreter teardown: gloo's destructors can abort after a
-        # finished job (see MACHINE.md); everything worth keeping is flushed already.
+        # finished job; everything worth keeping is flushed already.
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
