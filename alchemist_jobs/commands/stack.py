@@ -28,6 +28,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     sub.required = True
 
     p = sub.add_parser("list", help="the stacks and what each runs on")
+    p.add_argument("--json", action="store_true", help="as JSON (a list of stacks)")
     p.add_argument("--root", type=Path, default=argparse.SUPPRESS,
                    help="repository root (also accepted before the subcommand)")
     p.set_defaults(func=cmd_list)
@@ -134,6 +135,14 @@ def infra_tool(root: Path, command: str, request: dict[str, Any]) -> dict[str, A
 # --- list ---------------------------------------------------------------------------------
 
 
+def _facts(name: str, config: dict[str, Any]) -> dict[str, Any]:
+    """`stack list --json`: one stack (docs/cli.md)."""
+    return {"name": name, "provider": config.get("alchemist:provider"),
+            "kubernetes_version": config.get("alchemist:kubernetesVersion"),
+            "shared_fs": (config.get("alchemist:sharedFs") or {}).get("kind"),
+            "summary": _summary(config)}
+
+
 def _summary(config: dict[str, Any]) -> str:
     provider = config.get("alchemist:provider", "?")
     fs = (config.get("alchemist:sharedFs") or {}).get("kind", "?")
@@ -155,9 +164,15 @@ def _summary(config: dict[str, Any]) -> str:
 
 def cmd_list(args: argparse.Namespace) -> int:
     root = repo_root(args.root)
+    stacks = {name: _load(stacks_dir(root) / f"Pulumi.{name}.yaml").get("config", {})
+              for name in stack_names(root)}
+    if args.json:
+        local = {"name": "local", "provider": "local", "kubernetes_version": None,
+                 "shared_fs": "directory", "summary": "processes on this machine, no Pulumi"}
+        print(json.dumps([local] + [_facts(n, c) for n, c in stacks.items()], indent=1))
+        return 0
     print(f"{'local':<16} {'built-in':<9} {'':<9} {'directory':<11} processes on this machine, no Pulumi")
-    for name in stack_names(root):
-        config = _load(stacks_dir(root) / f"Pulumi.{name}.yaml").get("config", {})
+    for name, config in stacks.items():
         print(f"{name:<16} {_summary(config)}")
     return 0
 

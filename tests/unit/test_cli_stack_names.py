@@ -70,3 +70,15 @@ def test_the_defaults_file_sets_the_usual_stack_and_a_flag_wins(home, tmp_path, 
     err = capsys.readouterr().err
     assert str(file) in err and "'stak'" in err and err.count("\n") == 1
     defaults._load.cache_clear()
+
+
+def test_stack_list_json(checkout, capsys):
+    import json
+
+    assert cli.main(["stack", "list", "--root", str(checkout), "--json"]) == 0
+    stacks = json.loads(capsys.readouterr().out)
+    assert stacks[0]["name"] == "local"
+    names = {p.name[len("Pulumi."):-len(".yaml")] for p in (checkout / "stacks").iterdir()}
+    assert {s["name"] for s in stacks[1:]} == names
+    assert all(set(s) == {"name", "provider", "kubernetes_version", "shared_fs", "summary"}
+               for s in stacks)
