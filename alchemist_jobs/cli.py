@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from alchemist_jobs.errors import JobFailed, UserError
@@ -28,11 +29,21 @@ class _Parser(argparse.ArgumentParser):
         raise UserError(f"{self.prog}: {message} (see `{self.prog} --help`)")
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("alchemist")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     """The parser; given the command line, only the module of its command is imported
     (all of them for --help, a bad command, or no argv)."""
     parser = _Parser(prog="alchemist", description=__doc__)
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    parser.add_argument("--version", action="version", version=f"alchemist {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
     command = next((a for a in argv or () if not a.startswith("-")), None)
@@ -42,25 +53,43 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+MAX_ERROR_CHARS = 300
+
+
+def one_line(message: object) -> str:
+    """`error: MESSAGE` on one line of at most MAX_ERROR_CHARS characters, whatever a value
+    quoted in it held (newlines, megabytes)."""
+    text = "error: " + str(message).replace("\r", "\\r").replace("\n", "\\n")
+    return text if len(text) <= MAX_ERROR_CHARS else text[:MAX_ERROR_CHARS - 3] + "..."
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     debug = "--debug" in argv
     try:
+        rest: list[str] = []
+        command = next((a for a in argv if not a.startswith("-")), None)
+        if command in ("run", "submit") and "--" in argv:
+            cut = argv.index("--")
+            argv, rest = argv[:cut], argv[cut + 1:]
         args = build_parser(argv).parse_args(argv)
+        if rest:
+            args.args = rest
         return int(args.func(args) or 0)
-    except UserError as e:
+    except (UserError, JobFailed) as e:
         if debug:
             raise
-        print(f"error: {e}", file=sys.stderr)
-        return e.exit_code
-    except JobFailed as e:
-        if debug:
-            raise
-        print(f"error: {e}", file=sys.stderr)
+        print(one_line(e), file=sys.stderr)
         return e.exit_code
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # `alchemist list | head`: the reader left. Quietly, as `cat | head` does; stdout is
+        # pointed at /dev/null so the interpreter's final flush cannot fail again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":

@@ -19,3 +19,10 @@ class JobFailed(Exception):
     """A job that started but did not finish successfully (exit code 1)."""
 
     exit_code = 1
+
+
+def shown(value: object, limit: int = 60) -> str:
+    """A value as an error message quotes it: repr, cut to `limit` characters, so a huge or
+    hostile value never floods the terminal."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"

@@ -10,35 +10,130 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator
 
 import alchemist_jobs
-from alchemist_jobs import server_role
+from alchemist_jobs import local_servers, server_role
 from alchemist_jobs.errors import UserError
-from alchemist_jobs.processes import alive, environ_has, popen_group, stop_groups, stop_pids
-from alchemist_jobs.rundir import RunDir, all_runs, find_run, new_run_id, runs_root
+from alchemist_jobs.processes import (alive, environ_has, free_port, owned_pids, popen_group,
+                                      record_procs, start_time, still_same, stop_groups,
+                                      stop_pids)
+from alchemist_jobs.rundir import (RunDir, all_runs, match_runs, new_run_id, runs_root,
+                                   write_private)
+from alchemist_jobs.run_files import Progress, Result, RunRecord
 from alchemist_jobs.scheduler import (CANCELLED, FAILED, FINAL_STATES, LOST, RUNNING, SUCCEEDED,
                                       Request, RunStatus, Scheduler)
 from alchemist_jobs.spec import JobSpec
+from alchemist_jobs.worker_env import WorkerEnv, threads_per_worker
 
 if TYPE_CHECKING:
     from alchemist_jobs.warm_agent import WarmAgent
 
 CANCEL_GRACE_S = 10.0
+AGENT_MODULE = "alchemist_jobs.agent"  # torch.distributed.run with its stores bound
 _PKG_PARENT = str(Path(alchemist_jobs.__file__).resolve().parent.parent)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def read_secrets(spec: JobSpec, spec_dir: Path) -> dict[str, str]:
+    """secret_env values for a local run: each from its `file` (relative to the spec, one
+    trailing newline dropped) or the launching environment's `from_env`. A problem names
+    the variable and the source, never a value."""
+    values = {}
+    for name, ref in spec.secret_env.items():
+        where = f"secret_env.{name}"
+        if ref.file:
+            path = (spec_dir / Path(ref.file).expanduser())
+            try:
+                text = path.read_text()
+            except (OSError, UnicodeDecodeError) as e:
+                raise UserError(f"{where}: cannot read file {path} "
+                                f"({getattr(e, 'strerror', None) or type(e).__name__}); "
+                                "accepted: a readable UTF-8 file holding the value") from None
+            values[name] = text[:-1] if text.endswith("\n") else text
+        elif ref.from_env:
+            if ref.from_env not in os.environ:
+                raise UserError(f"{where}: ${ref.from_env} is not set in this environment; "
+                                "accepted: export it before `alchemist run`, or use `file`")
+            values[name] = os.environ[ref.from_env]
+        else:
+            raise UserError(f"{where}: names a Kubernetes Secret, which the local stack cannot "
+                            "read; accepted: `file: PATH` or `from_env: VARIABLE` for local runs")
+        if "\0" in values[name]:
+            raise UserError(f"{where}: the value holds a NUL character; accepted: text")
+    return values
+
+
+MAX_CODE_BYTES = 256 << 20
+
+
+def code_of(spec: JobSpec, spec_dir: Path) -> tuple[Path | None, list[str]]:
+    """What a script or module task runs from: the spec's directory, as a cluster run ships
+    it (honouring .gitignore and .alchemistignore); (None, []) for a built-in task."""
+    if spec.task.builtin:
+        return None, []
+    from alchemist_jobs.kubernetes.code_assets import list_files  # pure: no kubernetes client
+
+    root = spec_dir.resolve()
+    # A secret_env file never travels with the code, wherever it lies.
+    secret_files = {(root / Path(r.file).expanduser()).resolve()
+                    for r in spec.secret_env.values() if r.file}
+    files = [f for f in list_files(root) if (root / f).resolve() not in secret_files]
+    size = sum((root / f).stat().st_size for f in files)
+    if size > MAX_CODE_BYTES:
+        raise UserError(f"task: code directory {root} holds {size >> 20} MiB; accepted: at most "
+                        f"{MAX_CODE_BYTES >> 20} MiB of code (list data and outputs in "
+                        ".alchemistignore: data belongs on the shared file system)")
+    return root, files
+
+
+def copy_code(root: Path, files: list[str], dest: Path) -> None:
+    """The run's own copy of its code: later edits of the source tree do not reach it."""
+    for rel in files:
+        target = dest / rel
+        target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        shutil.copyfile(root / rel, target)
+        os.chmod(target, 0o700 if os.access(root / rel, os.X_OK) else 0o600)
+
+
+MIN_FREE_BYTES = 1 << 20
+
+
+def disk_full(path: Path) -> str:
+    """'no space left on <mount point>' when the file system holding `path` has less than
+    MIN_FREE_BYTES left for the run, else ''."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return ""
+    free = st.f_bavail * st.f_frsize
+    if free >= MIN_FREE_BYTES:
+        return ""
+    mount, dev = Path(path), os.stat(path).st_dev
+    while mount.parent != mount and os.stat(mount.parent).st_dev == dev:
+        mount = mount.parent
+    return (f"no space left on {mount} ({free // 1024} KiB free); a restart cannot help: "
+            "free some space and run the job again")
+
+
+def agents_message(procs: list[subprocess.Popen], codes: list[int | None]) -> str:
+    """What a signal that ended a torchrun agent says (a killed agent takes its workers
+    with it; torchrun's own report never says that the agent itself died)."""
+    from alchemist_jobs.failures import exit_text
+
+    for node, (proc, code) in enumerate(zip(procs, codes)):
+        if code is not None and code < 0:
+            return (f"the torchrun agent of node {node} (pid {proc.pid}) was killed by "
+                    f"{exit_text(code).split('(')[-1].rstrip(')')}; its workers were stopped "
+                    "with it")
+    return ""
 
 
 def worker_target(spec: JobSpec, spec_dir: Path) -> list[str]:
@@ -73,28 +168,56 @@ class LocalRequest(Request):
     spec: JobSpec
     processes: list[LocalProcess]
     rdzv_port: int | None = None
-    servers: list[server_role.ServerProcess] = field(default_factory=list)  # parameter servers
+    servers: list[local_servers.ServerProcess] = field(default_factory=list)  # parameter servers
+    # secret_env values, read at launch: given to the agents' environment, never printed.
+    secrets: dict[str, str] = field(default_factory=dict, repr=False)
+    # A script or module task's code: files of `code_source` copied to the run's code/ at
+    # schedule, which is the workers' working directory (as a cluster run's snapshot is).
+    code_source: Path | None = None
+    code_files: list[str] = field(default_factory=list)
 
     def describe(self) -> str:
         head = [f"# run {self.run_id} on stack local: {self.spec.nodes} node(s) x "
                 f"{self.spec.procs_per_node} worker(s), run directory {self.run.path}"]
+        if self.code_source is not None:
+            head.append(f"# code: {len(self.code_files)} file(s) of {self.code_source} copied to "
+                        f"{self.run.path / 'code'}, the workers' working directory")
+        head += [f"# secret {name} from {'file ' + ref.file if ref.file else '$' + str(ref.from_env)}"
+                 " (value not shown)" for name, ref in self.spec.secret_env.items()]
         return "\n".join(head + [s.shell() for s in self.servers]
                          + [p.shell() for p in self.processes])
+
+    def as_json(self) -> dict:
+        """`--dry-run --json`: the run and each process (agent or server) it would start;
+        secret_env appears by name and source only."""
+        procs = [dict(role="agent", node=p.node, argv=p.argv, env=p.env, cwd=p.cwd,
+                      log=str(p.log)) for p in self.processes]
+        procs += [dict(role="parameter-server", shard=s.shard, argv=s.argv, env=s.env,
+                       cwd=s.cwd, log=str(s.log)) for s in self.servers]
+        secrets = {name: ({"file": ref.file} if ref.file else {"from_env": ref.from_env})
+                   for name, ref in self.spec.secret_env.items()}
+        return dict(run_id=self.run_id, stack="local", run_dir=str(self.run.path),
+                    nodes=self.spec.nodes, procs_per_node=self.spec.procs_per_node,
+                    processes=procs, secret_env=secrets)
 
 
 @dataclass
 class LocalRun:
     request: LocalRequest
     procs: list[subprocess.Popen] = field(default_factory=list)
-    servers: server_role.LocalServers | None = None
+    servers: local_servers.LocalServers | None = None
 
     @property
     def run(self) -> RunDir:
         return self.request.run
 
 
-class LocalScheduler(Scheduler):
+class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
     stack = "local"
+    runs_on_its_own = False  # the agents are the CLI's children (see `run --detach`)
+
+    def run_id(self, handle: LocalRun) -> str:
+        return handle.request.run_id
 
     def __init__(self, root: Path):
         self.root = Path(root)
@@ -102,76 +225,81 @@ class LocalScheduler(Scheduler):
     # -- dryrun / schedule --------------------------------------------------------------------
 
     def dryrun(self, spec: JobSpec, spec_dir: Path, run_id: str | None = None) -> LocalRequest:
-        """The agents' command lines; creates nothing. A multi-node run's rendezvous port is
-        picked at schedule time (shown here as PORT)."""
+        """The agents' command lines; creates nothing. Ports (a multi-node run's rendezvous,
+        parameter servers) are free loopback ports picked now, so what is shown is what runs."""
         run_id = run_id or new_run_id(spec.name)
         run = RunDir(runs_root(self.root) / run_id)
         target = worker_target(spec, spec_dir)
-        base_env = {
-            "ALCHEMIST_RUN_DIR": str(run.path),
-            "ALCHEMIST_SHARED_ROOT": str(self.root),
-            "ALCHEMIST_STACK": "local",
-            "PYTHONPATH": os.pathsep.join(
-                [_PKG_PARENT] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])),
-            "PYTHONUNBUFFERED": "1",
-            # Workers get their own store per attempt: with the agent's shared TCPStore, a
-            # restarted group reads the last attempt's keys and hangs in init_process_group
-            # (pytorch/pytorch#135712; reproduced here with torch 2.13 and gloo).
-            "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
-            # One thread per worker unless the spec says otherwise: workers share the cores.
-            "OMP_NUM_THREADS": str(max(1, int(spec.resources.cpu))),
-            **spec.env,
-        }
-        # The parameter-server role, for algorithms that have one (ports picked at schedule).
-        servers = server_role.server_processes(spec, run, base_env, str(Path(spec_dir).resolve()))
+        code_source, code_files = code_of(spec, Path(spec_dir))
+        cwd = str(run.path / "code") if code_source is not None else str(Path(spec_dir).resolve())
+        pythonpath = os.pathsep.join(
+            [_PKG_PARENT] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))
+        # Nothing of a local run listens beyond this machine: the agent's and rank 0's c10d
+        # stores (store_bind.py) and gloo's pairs bind loopback only.
+        worker = WorkerEnv(run_dir=str(run.path), shared_root=str(self.root), stack="local",
+                           threads=threads_per_worker(spec.resources.cpu, spec.procs_per_node),
+                           store_addr="127.0.0.1", gloo_ifname="lo", pythonpath=pythonpath)
+        base_env = {**worker.as_dict(), **spec.env}
+        # The parameter-server role, for algorithms that have one.
+        servers = local_servers.server_processes(spec, run, base_env, cwd)
         if servers:
-            base_env["ALCHEMIST_PS_ADDRS"] = server_role.placeholder_addrs(servers)
+            worker = replace(worker, ps_addrs=server_role.addrs([(s.host, s.port) for s in servers]))
+            base_env = {**worker.as_dict(), **spec.env}
+        rdzv_port = free_port() if spec.nodes > 1 else None
         procs = []
         for node in range(spec.nodes):
-            argv = [sys.executable, "-m", "torch.distributed.run",
+            argv = [sys.executable, "-m", AGENT_MODULE,
                     f"--nnodes={spec.nodes}", f"--nproc-per-node={spec.procs_per_node}",
                     f"--max-restarts={spec.max_restarts}", "--rdzv-backend=c10d",
                     f"--rdzv-id={run_id}"]
             if spec.nodes == 1:
                 argv.append("--rdzv-endpoint=localhost:0")  # as --standalone: a free port, race-free
             else:
-                argv += ["--rdzv-endpoint=127.0.0.1:PORT", "--local-addr=127.0.0.1",
+                argv += [f"--rdzv-endpoint=127.0.0.1:{rdzv_port}", "--local-addr=127.0.0.1",
                          f"--rdzv-conf=is_host={int(node == 0)},join_timeout=120"]
             argv += ["-m", "alchemist_jobs.runtime.bootstrap", *target]
             env = dict(base_env, ALCHEMIST_NODE=f"{socket.gethostname()}-node{node}"
                        if spec.nodes > 1 else socket.gethostname())
             procs.append(LocalProcess(node=node, argv=argv, env=env,
-                                      cwd=str(Path(spec_dir).resolve()), log=run.agent_log(node)))
-        return LocalRequest(run_id=run_id, run=run, spec=spec, processes=procs, servers=servers)
+                                      cwd=cwd, log=run.agent_log(node)))
+        return LocalRequest(run_id=run_id, run=run, spec=spec, processes=procs, servers=servers,
+                            rdzv_port=rdzv_port,
+                            secrets=read_secrets(spec, Path(spec_dir)), code_source=code_source,
+                            code_files=code_files)
 
     def schedule(self, request: LocalRequest, warm: "WarmAgent | None" = None) -> LocalRun:
         """Start the run. `warm`, if given, is an agent interpreter the CLI started early
         (alchemist_jobs/warm_agent.py): node 0's agent becomes that process."""
         run, spec = request.run, request.spec
-        run.create()
-        run.spec.write_text(spec.to_yaml())
-        if spec.nodes > 1:
-            request.rdzv_port = free_port()
+        try:
+            run.create(exclusive=True)
+        except FileExistsError:
+            raise UserError(f"run {request.run_id}: its directory {run.path} exists already; "
+                            "accepted: a new run id (leave it out to get one)") from None
+        write_private(run.spec, spec.to_yaml())
+        if request.code_source is not None:
+            copy_code(request.code_source, request.code_files, run.path / "code")
         run.update_state(run_id=request.run_id, name=spec.name, stack="local", state=RUNNING,
-                         created=time.time(), launcher_pid=os.getpid(), workers=spec.world_size,
-                         nodes=spec.nodes, agents=[])
+                         created=time.time(), launcher_pid=os.getpid(),
+                         launcher_start=start_time(os.getpid()), workers=spec.world_size,
+                         nodes=spec.nodes, agents=[], proc_starts={})
         handle = LocalRun(request)
         try:
             ps_env = {}
             if request.servers:
-                handle.servers = server_role.LocalServers(request.servers, run, spec.max_restarts)
+                handle.servers = local_servers.LocalServers(request.servers, run, spec.max_restarts)
                 handle.servers.start()
                 ps_env = handle.servers.worker_env()
             for p in request.processes:
-                argv = [a.replace("PORT", str(request.rdzv_port)) if "127.0.0.1:PORT" in a else a
-                        for a in p.argv]
+                argv = p.argv
+                env = {**os.environ, **p.env, **ps_env, **request.secrets}
                 if warm is not None and p.node == 0:
-                    handle.procs.append(warm.launch(argv, {**os.environ, **p.env, **ps_env},
-                                                    p.cwd, str(p.log)))
+                    handle.procs.append(warm.launch(argv, env, p.cwd, str(p.log)))
                     continue
-                with open(p.log, "ab") as log:
+                with open(os.open(p.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600),
+                          "ab") as log:
                     handle.procs.append(popen_group(
-                        argv, cwd=p.cwd, env={**os.environ, **p.env, **ps_env}, stdout=log,
+                        argv, cwd=p.cwd, env=env, stdout=log,
                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL))
         except BaseException:
             if warm is not None:
@@ -179,19 +307,27 @@ class LocalScheduler(Scheduler):
             self._stop(handle, grace=2.0)
             run.update_state(state=FAILED, ended=time.time(), message="could not start torchrun")
             raise
-        run.update_state(agents=[pr.pid for pr in handle.procs])
+        record_procs(run, agents=[pr.pid for pr in handle.procs])
         return handle
 
     def wait(self, handle: LocalRun, tick: Callable[[], None] | None = None,
              poll: float = 0.1) -> RunStatus:
         """Block until every agent exits (calling `tick` each poll); record the outcome."""
         run = handle.run
+        message, stopped = "", False
         while True:
             codes = [p.poll() for p in handle.procs]
-            if any(c not in (None, 0) for c in codes) and any(c is None for c in codes) or \
+            full = disk_full(run.path)
+            if full:
+                # Restarting cannot free space: every attempt would die the same way.
+                message, stopped = full, True
+                self._stop(handle, grace=CANCEL_GRACE_S)
+                codes = [p.poll() for p in handle.procs]
+            elif any(c not in (None, 0) for c in codes) and any(c is None for c in codes) or \
                     handle.servers is not None and not handle.servers.poll():
                 # One node (or a parameter server) failed for good: the others would wait
                 # for it until timeout.
+                message, stopped = agents_message(handle.procs, codes), True
                 self._stop(handle, grace=CANCEL_GRACE_S)
                 codes = [p.poll() for p in handle.procs]
             if all(c is not None for c in codes):
@@ -205,15 +341,22 @@ class LocalScheduler(Scheduler):
                 pass
         if tick:
             tick()
-        state = run.state()
-        if state.get("state") != CANCELLED:
-            ok = all(c == 0 for c in codes)
-            state = run.update_state(state=SUCCEEDED if ok else FAILED, ended=time.time(),
-                                     exit_codes=codes)
+        if not stopped:  # after a stop, SIGTERM is ours: it says nothing about the cause
+            message = agents_message(handle.procs, codes)
+        if run.state().get("state") != CANCELLED:
+            ok = all(c == 0 for c in codes) and not message
+            try:
+                run.update_state(state=SUCCEEDED if ok else FAILED, ended=time.time(),
+                                 exit_codes=codes, message=message)
+            except OSError as e:  # a full disk: the outcome still reaches the user
+                message = message or f"could not record the outcome: {e.strerror}"
         if handle.servers is not None:  # they exit by themselves once every worker is done
             handle.servers.stop(grace=CANCEL_GRACE_S)
         self._kill_leftover_workers(run)
-        return self.status(run.run_id)
+        status = self.status(run.run_id)
+        if message and status.message != message:
+            status.state, status.message = FAILED, message
+        return status
 
     def interrupt(self, handle: LocalRun) -> RunStatus:
         """Ctrl-C: stop every agent and worker; the run is cancelled."""
@@ -225,35 +368,43 @@ class LocalScheduler(Scheduler):
     # -- status / logs / cancel / list -----------------------------------------------------------
 
     def _run(self, ref: str) -> RunDir:
-        run = find_run(self.root, ref)
-        if run is None:
-            known = [r.run_id for r in all_runs(self.root)][-5:]
-            hint = f"; recent runs: {', '.join(known)}" if known else "; there are no runs yet"
-            raise UserError(f"run {ref!r}: no such run on stack local (under {runs_root(self.root)})"
-                            f"{hint}")
-        return run
+        matches = match_runs(self.root, ref)
+        if len(matches) == 1:
+            return matches[0]
+        if matches:
+            names = ", ".join(r.run_id for r in matches[-3:])
+            raise UserError(f"run id {ref!r}: {len(matches)} runs match ({names}...); accepted: "
+                            "a part of the id that only one run has")
+        known = [r.run_id for r in all_runs(self.root)][-3:]
+        hint = f"; recent runs: {', '.join(known)}" if known else "; there are no runs yet"
+        raise UserError(f"run id {ref!r}: no such run on stack local (under "
+                        f"{runs_root(self.root)}){hint}")
 
     def status(self, run_id: str) -> RunStatus:
         run = self._run(run_id)
-        st = run.state()
-        state = st.get("state", "pending")
-        if state == RUNNING and not alive(st.get("launcher_pid")) and \
-                not any(alive(p) for p in st.get("agents", [])):
+        raw = run.state()
+        rec = RunRecord.lenient(raw)
+        state = rec.state
+        # A record without start times (written before they were kept) falls back to the
+        # pid alone: this only decides what is shown; signals always need both.
+        launcher = still_same(rec.launcher_pid, rec.launcher_start) if rec.launcher_start \
+            is not None else alive(rec.launcher_pid)
+        if state == RUNNING and not launcher and not owned_pids(raw, "agents"):
             state = LOST  # the launcher died without recording an outcome
-        prog = run.progress() or {}
-        res = run.result() or {}
+        prog = Progress.lenient(run.progress()) if run.progress_file.exists() else None
+        res = Result.lenient(run.result()) if run.result_file.exists() else None
+        restarts = res.restarts if res else prog.restarts if prog else 0
         return RunStatus(
-            run_id=run.run_id, name=st.get("name", ""), stack="local", state=state,
-            created=st.get("created"), ended=st.get("ended"), workers=st.get("workers", 0),
-            restarts=res.get("restarts", prog.get("restarts", 0)), step=prog.get("step"),
-            total_steps=prog.get("total_steps"), message=st.get("message", ""),
-            extra=dict(run_dir=str(run.path), result=res, progress=prog,
-                       exit_codes=st.get("exit_codes")))
+            run_id=run.run_id, name=rec.name, stack="local", state=state, created=rec.created,
+            ended=rec.ended, workers=rec.workers, restarts=restarts,
+            step=prog.step if prog else None, total_steps=prog.total_steps if prog else None,
+            message=rec.message, run_dir=str(run.path), progress=prog, result=res,
+            exit_codes=rec.exit_codes)
 
     def logs(self, run_id: str, rank: int = 0, follow: bool = False) -> Iterator[str]:
         run = self._run(run_id)
         path = run.rank_log(rank)
-        n = run.state().get("workers", 0)
+        n = RunRecord.lenient(run.state()).workers
         if not 0 <= rank < max(n, 1):
             raise UserError(f"--rank {rank}: run {run.run_id} has ranks 0..{n - 1}")
         deadline = time.time() + 30
@@ -280,8 +431,9 @@ class LocalScheduler(Scheduler):
         if st.get("state") in FINAL_STATES:
             return self.status(run.run_id)
         run.update_state(state=CANCELLED, ended=time.time(), message="cancelled")
-        # torchrun stops its workers on SIGTERM; parameter servers exit on it.
-        stop_pids(st.get("agents", []) + st.get("servers", []), CANCEL_GRACE_S)
+        # torchrun stops its workers on SIGTERM; parameter servers exit on it. Only pids that
+        # are still the run's own processes are signalled (a pid may have been reused).
+        stop_pids(owned_pids(st, "agents") + owned_pids(st, "servers"), CANCEL_GRACE_S)
         self._kill_leftover_workers(run)
         return self.status(run.run_id)
 

@@ -9,9 +9,10 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import socket
 import sys
 import time
-from typing import Iterable
+from typing import Any, Iterable
 
 PR_SET_PDEATHSIG = 1
 
@@ -35,11 +36,13 @@ def die_with_parent(sig: int = signal.SIGTERM) -> None:
         libc.prctl(PR_SET_PDEATHSIG, sig)
 
 
-def popen_group(argv: list[str], **kw) -> subprocess.Popen:
+def popen_group(argv: list[str], die_with_parent: bool = True, **kw) -> subprocess.Popen:
     """Start a child in its own session (Ctrl-C in the terminal reaches the CLI only, which
-    then stops children in order) that receives SIGTERM if the launcher dies."""
-    libc = _libc()  # loaded here: the child must not import between fork and exec
+    then stops children in order) that receives SIGTERM if the launcher dies (unless
+    `die_with_parent` is False: a detached launcher outlives the command that started it)."""
+    libc = _libc() if die_with_parent else None  # loaded here: not between fork and exec
     pre = (lambda: libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)) if libc is not None else None
+    kw.setdefault("umask", 0o077)  # what a run writes (logs, checkpoints) is its owner's only
     return subprocess.Popen(argv, start_new_session=True, preexec_fn=pre, **kw)
 
 
@@ -102,3 +105,46 @@ def environ_has(pid: int, entry: str) -> bool:
             return entry.encode() in f.read().split(b"\0")
     except OSError:
         return False
+
+
+def start_time(pid: object) -> int | None:
+    """When process `pid` started, in clock ticks since boot (/proc/PID/stat field 22);
+    None if there is no such process. With the pid it names one process for good."""
+    if not isinstance(pid, int) or pid <= 0:
+        return None
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[-1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def still_same(pid: object, started: object) -> bool:
+    """Whether `pid` is alive and is the process that started at `started` (not a later
+    process that reused the pid): the check before any signal to a recorded pid."""
+    return isinstance(started, int) and alive(pid) and start_time(pid) == started
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def record_procs(run: Any, **groups: list[int]) -> None:
+    """Record process ids (agents=[...], servers=[...]) in run.json with their start times,
+    so a later `cancel` can tell them from processes that reused the pids."""
+    st = run.state()
+    starts = dict(st.get("proc_starts") or {})
+    for pids in groups.values():
+        starts.update({str(p): start_time(p) for p in pids})
+    run.update_state(proc_starts=starts, **groups)
+
+
+def owned_pids(state: dict, key: str) -> list[int]:
+    """The pids of run.json's `key` that are still the processes the run started."""
+    starts = state.get("proc_starts")
+    pids = state.get(key)
+    if not isinstance(starts, dict) or not isinstance(pids, list):
+        return []
+    return [p for p in pids if isinstance(p, int) and still_same(p, starts.get(str(p)))]

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
+import stat
 import time
 from pathlib import Path
 from typing import Any
@@ -32,14 +34,38 @@ def default_root() -> Path:
     return Path(env).expanduser() if env else Path.home() / ".alchemist"
 
 
+# What `cancel`, `status` and `logs` accept: a run id or a part of one. Nothing that could
+# leave the runs folder ('/', '.'), match as a pattern or break a line.
+RUN_REF = re.compile(r"[a-z0-9][a-z0-9-]{0,199}")
+
+
 def new_run_id(name: str) -> str:
-    return f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
+    """<name>-<date>-<time>-<32 random bits>: unique in practice; the run directory is
+    still created exclusively, so two runs can never share one."""
+    return f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(4)}"
+
+
+def check_run_ref(ref: str) -> str:
+    """`ref` if it can name a run, else a UserError naming it and what is accepted."""
+    if RUN_REF.fullmatch(ref):
+        return ref
+    from alchemist_jobs.errors import UserError, shown
+
+    raise UserError(f"run id {shown(ref)}: accepted: a run id or a unique part of one "
+                    "(lowercase letters, digits and '-', at most 200 characters)")
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write a file only its owner can read (run files hold code, data paths, logs)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with open(fd, "w") as f:
+        f.write(text)
 
 
 def write_json_atomic(path: Path, data: Any, fsync: bool = False) -> None:
     """Write JSON so a reader sees the old or the new file, never half of one."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w") as f:
+    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
         json.dump(data, f, indent=1, default=str)
         if fsync:
             f.flush()
@@ -48,11 +74,23 @@ def write_json_atomic(path: Path, data: Any, fsync: bool = False) -> None:
 
 
 def read_json(path: Path) -> dict | None:
+    """A JSON object from `path`; None if it is missing, unreadable or not an object (a
+    corrupt state file must not break `list` for every other run)."""
     try:
-        with open(path) as f:
-            return json.load(f)
-    except (FileNotFoundError, json.JSONDecodeError):
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO must not hang `list`
+    except OSError:
         return None
+    try:
+        with open(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                return None
+            data = json.loads(f.read(MAX_STATE_BYTES))
+    except (OSError, ValueError, RecursionError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+MAX_STATE_BYTES = 16 << 20
 
 
 class RunDir:
@@ -82,9 +120,17 @@ class RunDir:
     def worker_file(self, rank: int) -> Path:
         return self.workers / f"rank-{rank}.json"
 
-    def create(self) -> None:
-        for d in (self.path, self.logs, self.workers, self.checkpoints, self.tensorboard):
-            d.mkdir(parents=True, exist_ok=True)
+    def create(self, exclusive: bool = False) -> None:
+        """Create the run directory, private to its owner like the shared root and runs
+        folder above it. `exclusive`: FileExistsError if it exists (a launcher creating a
+        new run); otherwise idempotent (every pod of a cluster run places it)."""
+        runs = self.path.parent
+        for d in (runs.parent, runs):
+            if not d.exists():
+                d.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.path.mkdir(mode=0o700, exist_ok=not exclusive)
+        for d in (self.logs, self.workers, self.checkpoints, self.tensorboard):
+            d.mkdir(mode=0o700, exist_ok=not exclusive)
 
     def state(self) -> dict:
         return read_json(self.state_file) or {}
@@ -114,21 +160,31 @@ def runs_root(root: Path) -> Path:
     return Path(root) / RUNS
 
 
-def find_run(root: Path, ref: str) -> RunDir | None:
-    """A run by exact id, or by a unique prefix of one (`digits-2026` is enough)."""
-    base = runs_root(root)
-    exact = base / ref
-    if (exact / "spec.yaml").exists():
-        return RunDir(exact)
-    matches = sorted(p for p in base.glob(f"{ref}*") if (p / "spec.yaml").exists()) if base.exists() else []
-    if len(matches) == 1:
-        return RunDir(matches[0])
-    return None
+def match_runs(root: Path, ref: str) -> list[RunDir]:
+    """The runs `ref` names: the run with exactly that id, else every run whose id contains
+    it (`0412` is enough when one run's id has it). `ref` must pass check_run_ref."""
+    check_run_ref(ref)
+    runs = all_runs(root)
+    exact = [r for r in runs if r.run_id == ref]
+    return exact or [r for r in runs if ref in r.run_id]
+
+
+def _is_run(p: Path) -> bool:
+    # A run is a real directory (not a link that could lead out of the runs folder).
+    return RUN_REF.fullmatch(p.name) is not None and p.is_dir() and not p.is_symlink() \
+        and (p / "spec.yaml").is_file()
 
 
 def all_runs(root: Path) -> list[RunDir]:
+    """Every run under the root, oldest first."""
     base = runs_root(root)
-    if not base.exists():
+    try:
+        runs = [RunDir(p) for p in base.iterdir() if _is_run(p)]
+    except (FileNotFoundError, NotADirectoryError):
         return []
-    runs = [RunDir(p) for p in base.iterdir() if (p / "spec.yaml").exists()]
-    return sorted(runs, key=lambda r: r.state().get("created", 0))
+    return sorted(runs, key=lambda r: (_created(r), r.run_id))
+
+
+def _created(run: RunDir) -> float:
+    created = run.state().get("created")
+    return float(created) if isinstance(created, (int, float)) else 0.0

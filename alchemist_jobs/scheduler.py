@@ -1,15 +1,20 @@
 """The scheduler interface every backend implements (after TorchX's `Scheduler`).
 
-`dryrun(spec, ...)` is pure: it returns the request (a process list locally, manifests on
-Kubernetes) that `schedule(request)` would carry out, printable with `describe()`. Then
-`status`, `logs`, `cancel` and `list` act on runs by id.
+`dryrun(spec, spec_dir)` is pure: it returns the request (a process list locally, manifests
+on Kubernetes) that `schedule(request)` would carry out, printable with `describe()`.
+`schedule` returns a handle; `wait(handle)` blocks until the run ends. `status` (TorchX's
+`describe`), `logs`, `cancel` and `list` act on runs by id. Backends return typed values
+and print nothing: all printing is the CLI's.
 """
 
 from __future__ import annotations
 
 import abc
+import time
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Callable, ClassVar, Generic, Iterator, TypeVar
+
+from alchemist_jobs.run_files import Progress, Result
 
 # Run states, the same words on every backend.
 PENDING, RUNNING, SUCCEEDED, FAILED, CANCELLED, LOST = (
@@ -32,11 +37,28 @@ class RunStatus:
     step: int | None = None
     total_steps: int | None = None
     message: str = ""
+    run_dir: str | None = None  # where the run keeps its files (the shared file system)
+    progress: Progress | None = None  # rank 0's latest report
+    result: Result | None = None  # rank 0's summary, once the job has ended
+    exit_codes: list[int | None] | None = None  # local: the agents' exit codes
+    # Backend-specific facts a backend reads back itself (pods, sizes); the CLI never does.
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def finished(self) -> bool:
         return self.state in FINAL_STATES
+
+    def as_json(self) -> dict[str, Any]:
+        """The documented `--json` shape of a run (docs/cli.md)."""
+        return dict(
+            run_id=self.run_id, name=self.name, stack=self.stack, state=self.state,
+            created=self.created, ended=self.ended, workers=self.workers,
+            restarts=self.restarts, step=self.step, total_steps=self.total_steps,
+            message=self.message, run_dir=self.run_dir, exit_codes=self.exit_codes,
+            progress=None if self.progress is None else self.progress.model_dump(
+                include=set(Progress.model_fields)),
+            result=None if self.result is None else self.result.model_dump(
+                include=set(Result.model_fields)))
 
 
 class Request(abc.ABC):
@@ -48,19 +70,48 @@ class Request(abc.ABC):
     def describe(self) -> str:
         """Human-readable (and, where it makes sense, copy-pasteable) form."""
 
+    def as_json(self) -> dict[str, Any]:
+        """The `--dry-run --json` shape (docs/cli.md); backends add what they start."""
+        return {"run_id": self.run_id, "describe": self.describe()}
 
-class Scheduler(abc.ABC):
+
+RequestT = TypeVar("RequestT", bound=Request)
+HandleT = TypeVar("HandleT")
+
+
+class Scheduler(abc.ABC, Generic[RequestT, HandleT]):
     stack: str
+    # True: a scheduled run lives on its own (a cluster job) and the CLI may return at
+    # once; False: the run's processes are the CLI's children (local, unless detached).
+    runs_on_its_own: ClassVar[bool] = True
 
     @abc.abstractmethod
-    def dryrun(self, spec: Any, spec_dir: Any) -> Request: ...
+    def dryrun(self, spec: Any, spec_dir: Any, run_id: str | None = None) -> RequestT: ...
 
     @abc.abstractmethod
-    def schedule(self, request: Request) -> Any:
-        """Start the run; returns a handle the CLI can `wait` on."""
+    def schedule(self, request: RequestT) -> HandleT:
+        """Start the run; returns a handle to `wait` on."""
 
     @abc.abstractmethod
-    def status(self, run_id: str) -> RunStatus: ...
+    def run_id(self, handle: HandleT) -> str: ...
+
+    def wait(self, handle: HandleT, tick: Callable[[], None] | None = None,
+             poll: float = 2.0) -> RunStatus:
+        """Block until the run ends, polling `status` (TorchX waits the same way)."""
+        while True:
+            st = self.status(self.run_id(handle))
+            if tick:
+                tick()
+            if st.finished:
+                return st
+            time.sleep(poll)
+
+    @abc.abstractmethod
+    def status(self, run_id: str) -> RunStatus:
+        """TorchX's `describe`: the run's state and progress."""
+
+    def describe(self, run_id: str) -> RunStatus:
+        return self.status(run_id)
 
     @abc.abstractmethod
     def logs(self, run_id: str, rank: int = 0, follow: bool = False) -> Iterator[str]: ...

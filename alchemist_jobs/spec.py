@@ -14,7 +14,8 @@ from typing import Annotated, Any, Literal, Union
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from alchemist_jobs.errors import UserError
+from alchemist_jobs.errors import UserError, shown
+from alchemist_jobs.input_files import load_yaml, read_text
 
 BUILTIN_TASKS = ("digits", "synthetic")
 _QUANTITY = r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$"
@@ -166,8 +167,16 @@ class Hyper(_Node):
 
 class DataSpec(_Node):
     path: str = Field(
-        "data", description="where the data set lives, relative to the shared file system root"
-    )
+        "data", description="where the data set lives, relative to the shared file system root",
+        max_length=1024)
+
+    @field_validator("path")
+    @classmethod
+    def _inside_root(cls, v: str) -> str:
+        # The data set is staged under the shared root: a job must not write outside it.
+        if v.startswith(("/", "~")) or ".." in Path(v).parts or "\0" in v or not v.strip():
+            raise ValueError("a path relative to the shared file system root, without '..'")
+        return v
     loader_workers: int = Field(0, ge=0, le=32, description="DataLoader worker processes")
 
 
@@ -201,10 +210,13 @@ class SecretRef(_Node):
 
 
 class Resources(_Node):
-    """Per process on local runs; per node (pod) on cluster stacks."""
+    """Per node, on every stack: a node is one pod on a cluster, one torchrun agent (a
+    simulated node) locally, and its `procs_per_node` workers share it. Each worker gets
+    cpu / procs_per_node threads (OMP_NUM_THREADS, at least 1); a pod requests exactly
+    these figures. Per process is derived, never declared."""
 
-    cpu: float = Field(1.0, gt=0)
-    memory: _Quantity = "2Gi"
+    cpu: float = Field(1.0, gt=0, description="CPUs per node, shared by its workers")
+    memory: _Quantity = Field("2Gi", description="memory per node (a pod's request and limit)")
     gpu: int = Field(0, ge=0, description="GPUs per node; 0 trains on CPU with gloo")
     gpu_fallback: bool = Field(
         False, description="train on CPU when no usable GPU is found, instead of failing"
@@ -258,9 +270,14 @@ class JobSpec(_Node):
             raise ValueError(
                 f"algorithm.servers={self.algorithm.servers} exceeds the {self.world_size} workers"
             )
-        for key in self.env:
-            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
-                raise ValueError(f"env key {key!r} is not a valid environment variable name")
+        for key, value in [*self.env.items(), *((k, "") for k in self.secret_env)]:
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,127}", key):
+                raise ValueError(f"env key {shown(key)} is not a valid environment variable name")
+            if "\0" in value:
+                raise ValueError(f"env.{key}: a NUL character cannot be in an environment value")
+        both = sorted(set(self.env) & set(self.secret_env))
+        if both:
+            raise ValueError(f"env and secret_env both set {both[0]}; accepted: one of them")
         return self
 
     def to_yaml(self) -> str:
@@ -273,15 +290,28 @@ class JobSpec(_Node):
 def apply_override(raw: dict, assignment: str, source: str = "--set") -> None:
     """Apply one `key.path=value` to the raw spec dict; the value is parsed as YAML."""
     if "=" not in assignment:
-        raise UserError(f"{source} {assignment!r}: expected KEY.PATH=VALUE, e.g. hyper.lr=0.05")
+        raise UserError(f"{source} {shown(assignment)}: expected KEY.PATH=VALUE, e.g. "
+                        "hyper.lr=0.05")
     path, _, text = assignment.partition("=")
     keys = path.strip().split(".")
-    if not all(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k) for k in keys):
-        raise UserError(f"{source} {assignment!r}: {path!r} is not a dotted field path")
-    try:
-        value = yaml.safe_load(text) if text.strip() else ""
-    except yaml.YAMLError:
-        value = text
+    if not all(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,127}", k) for k in keys) or len(keys) > 8:
+        raise UserError(f"{source} {shown(assignment)}: {shown(path)} is not a dotted field "
+                        "path; accepted: e.g. hyper.lr")
+    if keys[0] == "env" and len(keys) == 2:
+        # An environment value is a string as written: --set env.X=5 is "5" and 0.10 stays
+        # "0.10"; a quoted YAML string loses its quotes.
+        try:
+            parsed = yaml.safe_load(text) if text.strip() else ""
+        except yaml.YAMLError:
+            parsed = None
+        value: Any = parsed if isinstance(parsed, str) else text
+    else:
+        try:
+            value = load_yaml(text, f"{source} {shown(assignment)}") if text.strip() else ""
+        except UserError as e:
+            if "accepted: a YAML mapping" not in str(e):
+                raise  # too deep, too large, duplicate keys: refused, not taken as text
+            value = text
     node = raw
     for i, key in enumerate(keys[:-1]):
         child = node.get(key)
@@ -289,8 +319,8 @@ def apply_override(raw: dict, assignment: str, source: str = "--set") -> None:
             child = node[key] = {}
         elif not isinstance(child, dict):
             raise UserError(
-                f"{source} {assignment!r}: {'.'.join(keys[: i + 1])} is a value, not a section"
-            )
+                f"{source} {shown(assignment)}: {'.'.join(keys[: i + 1])} is a value, not a "
+                "section")
         node = child
     node[keys[-1]] = value
 
@@ -365,11 +395,13 @@ def parse_spec(raw: Any, source: str, spec_dir: Path | None = None) -> JobSpec:
         value = errors[0].get("input")
         if errors[0]["type"] in ("union_tag_invalid", "union_tag_not_found"):
             field, value = field + ".name", (errors[0].get("ctx") or {}).get("tag")
-        shown = "{...}" if isinstance(value, dict) else repr(value)
+        text = "{...}" if isinstance(value, dict) else "[...]" if isinstance(value, list) \
+            else shown(value)
         if errors[0]["type"] == "missing":
-            shown = "(missing)"
+            text = "(missing)"
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-        raise UserError(f"{source}: {field}: {shown} is invalid; accepted: {accepted}{more}") from None
+        raise UserError(f"{shown_source(source)}: {field[:80]}: {text} is invalid; accepted: "
+                        f"{accepted[:120]}{more}") from None
     _check_task(spec, spec_dir or Path.cwd(), source)
     return spec
 
@@ -377,23 +409,33 @@ def parse_spec(raw: Any, source: str, spec_dir: Path | None = None) -> JobSpec:
 def load_spec(path: str | Path, overrides: list[str] = ()) -> JobSpec:
     """Read a job spec file, apply `--set` overrides, validate. Raises UserError."""
     path = Path(path)
-    source = str(path)
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise UserError(f"{source}: no such job spec file") from None
-    except (IsADirectoryError, PermissionError) as e:
-        raise UserError(f"{source}: cannot read the job spec ({e.strerror})") from None
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(e, "problem", None) or "not valid YAML"
-        raise UserError(f"{source}:{where}: {problem}; accepted: a YAML mapping") from None
+    source = shown_source(str(path))
+    raw = load_yaml(read_text(path, "job spec"), source)
     raw = {} if raw is None else raw
     for assignment in overrides:
         if not isinstance(raw, dict):
             break
         apply_override(raw, assignment)
-    return parse_spec(raw, source, path.parent)
+    try:
+        return parse_spec(raw, source, path.parent)
+    except RecursionError:
+        raise UserError(f"{source}: nested too deeply; accepted: a job spec") from None
+
+
+def shown_source(source: str) -> str:
+    """A file name as errors show it: at most 80 characters (the end, which names it)."""
+    return source if len(source) <= 80 else "..." + source[-77:]
+
+
+def script_spec(script: str | Path, args: list[str], overrides: list[str] = ()) -> JobSpec:
+    """`alchemist run train.py -- ARGS` without a YAML file: a script task named after the
+    file, one process unless `--set procs_per_node=N` (or nodes) says otherwise."""
+    script = Path(script)
+    if not script.is_file():
+        raise UserError(f"{shown_source(str(script))}: no such script; accepted: a Python file, "
+                        "or a job spec (YAML)")
+    name = re.sub(r"[^a-z0-9-]+", "-", script.stem.lower()).strip("-")[:40].strip("-") or "job"
+    raw: dict[str, Any] = {"name": name, "task": {"script": script.name, "args": list(args)}}
+    for assignment in overrides:
+        apply_override(raw, assignment)
+    return parse_spec(raw, shown_source(str(script)), script.parent)

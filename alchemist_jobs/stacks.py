@@ -63,12 +63,11 @@ def resolve(stack: str, outputs: Path | None = None) -> StackOutput:
 
 
 def _read_outputs_file(path: Path) -> dict:
+    from alchemist_jobs.input_files import load_json, read_text
+
     try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise UserError(f"--outputs {path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise UserError(f"--outputs {path}: cannot read it ({type(e).__name__})") from None
+        data = load_json(read_text(path, "stack outputs", f"--outputs {path}"),
+                         f"--outputs {path}")
     except json.JSONDecodeError as e:
         raise UserError(f"--outputs {path}: line {e.lineno}: not JSON ({e.msg}); accepted: "
                         f"the output of `pulumi stack output {OUTPUT_NAME} --json "

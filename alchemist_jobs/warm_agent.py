@@ -4,7 +4,7 @@ Most of a short local job's launch time is two Python start-ups in a row: the CL
 pydantic, to validate the spec) and then torchrun's (with torch). `alchemist run` starts
 this process first, so torch's import overlaps the validation; it starts nothing and writes
 nothing until the CLI sends it the agent's command line, environment, working directory
-and log file, then it is exactly `python -m torch.distributed.run ARGS`. If the job is never
+and log file, then it is exactly `python -m alchemist_jobs.agent ARGS`. If the job is never
 started (bad input, --dry-run) the CLI kills it, and it leaves nothing behind.
 
 This module is imported by the CLI before anything heavy: keep its imports to the standard
@@ -32,8 +32,8 @@ class WarmAgent:
         self.used = False
 
     def launch(self, argv: list[str], env: dict[str, str], cwd: str, log: str) -> subprocess.Popen:
-        """Turn this process into the agent `argv` (`python -m torch.distributed.run ...`)."""
-        assert argv[1:3] == ["-m", "torch.distributed.run"], argv
+        """Turn this process into the agent `argv` (`python -m alchemist_jobs.agent ...`)."""
+        assert argv[1:3] == ["-m", "alchemist_jobs.agent"], argv
         self.used = True
         self.proc.stdin.write((json.dumps(dict(args=argv[3:], env=env, cwd=cwd, log=log))
                                + "\n").encode())
@@ -49,7 +49,7 @@ class WarmAgent:
 
 
 def _serve() -> None:
-    import torch.distributed.run as torchrun  # the slow import this process exists to do early
+    import torch.distributed.run  # noqa: F401  (the slow import this process exists to do early)
 
     line = sys.stdin.readline()
     if not line:
@@ -58,15 +58,17 @@ def _serve() -> None:
     os.chdir(req["cwd"])
     os.environ.clear()
     os.environ.update(req["env"])
-    fd = os.open(req["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.umask(0o077)  # as popen_group gives every other process of a run
+    fd = os.open(req["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)  # workers inherit stdin: give them what a plain Popen would
     os.close(null)
-    sys.argv = ["torch.distributed.run", *req["args"]]
-    torchrun.main()
+    from alchemist_jobs import agent
+
+    agent.main(req["args"])  # torch is imported already: this binds its stores, then runs
 
 
 if __name__ == "__main__":

@@ -65,7 +65,7 @@ def main() -> None:
             with open(args.result, "w") as fh:
                 json.dump(dict(steps=steps, train_s=train_s, steps_per_s=steps / train_s,
                                test_accuracy=acc), fh)
-    dist.barrier()  # then exit promptly (see MACHINE.md: gloo at shutdown)
+    dist.barrier()  # then exit promptly: gloo can abort in interpreter teardown
     os._exit(0)
 
 

@@ -23,7 +23,7 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def cli(*args: str, home: Path | None = None, timeout: float = 300, **kw) -> subprocess.CompletedProcess:
     """Run `alchemist ARGS` as a real process (python -m alchemist_jobs)."""
-    env = dict(os.environ, PYTHONPATH=str(REPO))
+    env = dict(os.environ, PYTHONPATH=str(REPO), **kw.pop("env_extra", {}))
     if home is not None:
         env["ALCHEMIST_HOME"] = str(home)
     return subprocess.run([sys.executable, "-m", "alchemist_jobs", *args], cwd=kw.pop("cwd", REPO),

@@ -76,11 +76,14 @@ def _local_shell(args: argparse.Namespace) -> int:
     spec = JobSpec.model_validate({"name": "interactive", "task": {"builtin": "digits"}})
     env = dict(LocalScheduler(root).dryrun(spec, Path.cwd()).processes[0].env)
     env["ALCHEMIST_RUN_DIR"] = str(root / "sessions" / f"local-{os.getpid()}")
+    # The environment's executables first (python, torchrun, alchemist of this install),
+    # as in a worker, whichever environment the shell's own start-up files activate.
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
     shell = os.environ.get("SHELL") or shutil.which("bash") or "/bin/sh"
     if args.dry_run:
         print("\n".join(f"{k}={v}" for k, v in sorted(env.items())) + f"\n# then: {shell}")
         return 0
-    Path(env["ALCHEMIST_RUN_DIR"]).mkdir(parents=True, exist_ok=True)
+    Path(env["ALCHEMIST_RUN_DIR"]).mkdir(mode=0o700, parents=True, exist_ok=True)
     print(f"alchemist: {shell} with a worker's environment on stack local (shared root "
           f"{root}); `exit` leaves it", file=sys.stderr)
     return subprocess.call([shell], env={**os.environ, **env})

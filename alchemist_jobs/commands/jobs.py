@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -15,104 +17,221 @@ from alchemist_jobs.scheduler import CANCELLED, SUCCEEDED, RunStatus
 
 
 def _stack_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--stack", default="local", help="where to run (default: local)")
-    p.add_argument("--outputs", type=Path, default=None,
+    from alchemist_jobs import defaults  # ~/.config/alchemist/defaults.yaml (docs/cli.md)
+
+    p.add_argument("--stack", default=defaults.get("stack", "local"),
+                   help="where to run (default: local, or the defaults file's)")
+    p.add_argument("--outputs", type=Path, default=defaults.get("outputs"),
                    help="a JSON file with the stack's `alchemist` output (instead of Pulumi)")
-    p.add_argument("--home", type=Path, default=None,
+    p.add_argument("--home", type=Path, default=defaults.get("home"),
                    help="local stack's shared-file-system root (default: $ALCHEMIST_HOME or "
                         "~/.alchemist)")
 
 
+EXAMPLES = {
+    "run": "examples:\n  alchemist run examples/digits.yaml\n"
+           "  alchemist run examples/digits.yaml --set hyper.lr=0.1 --env OMP_NUM_THREADS=2\n"
+           "  alchemist run examples/plain_ddp.py -- --epochs 3\n"
+           "  alchemist run examples/digits.yaml --detach\n"
+           "  alchemist run examples/digits.yaml --stack dev --outputs "
+           "examples/stack-outputs.json --dry-run",
+    "submit": "examples:\n  alchemist submit examples/digits.yaml --stack local\n"
+              "  alchemist submit examples/digits.yaml --stack dev --follow",
+    "list": "examples:\n  alchemist list\n  alchemist list --state failed --limit 5 --json",
+    "status": "examples:\n  alchemist status digits-20261201\n  alchemist status 0e2c --json",
+    "logs": "examples:\n  alchemist logs 0e2c\n  alchemist logs 0e2c --rank 1 --follow",
+    "cancel": "examples:\n  alchemist cancel 0e2c",
+}
+
+
+def _add(sub: argparse._SubParsersAction, command: str, text: str) -> argparse.ArgumentParser:
+    return sub.add_parser(command, help=text, description=text, epilog=EXAMPLES[command],
+                          formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
+    from alchemist_jobs import defaults
+
     for command, text in (("run", "run a job spec on a stack and follow it to the end"),
-                          ("submit", "submit a job spec to a cluster stack and return")):
-        p = sub.add_parser(command, help=text)
-        p.add_argument("spec", type=Path, help="job spec (YAML)")
+                          ("submit", "submit a job spec and return (local: run it detached)")):
+        p = _add(sub, command, text)
+        p.add_argument("spec", type=Path, help="job spec (YAML), or a Python script to run as "
+                                               "a script task")
         p.add_argument("--set", dest="overrides", action="append", default=[],
                        metavar="KEY=VALUE",
                        help="override a spec field, e.g. --set hyper.lr=0.05 (repeatable)")
+        p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
+                       help="an environment variable for the workers (repeatable; a string)")
         p.add_argument("--dry-run", action="store_true",
                        help="print what would be started (processes or manifests) and exit")
-        p.add_argument("--quiet", action="store_true",
+        p.add_argument("--json", action="store_true", help="with --dry-run: as JSON")
+        p.add_argument("--detach", action="store_true",
+                       help="local stack: run in the background (survives SIGHUP and a "
+                            "closed terminal) and return")
+        p.add_argument("--quiet", action="store_true", default=defaults.get("quiet", False),
                        help="no progress display, only the summary")
         p.add_argument("--follow", "-f", action="store_true",
                        help="cluster stacks: stream rank 0's log and progress until the end")
+        p.add_argument("--run-id", default=None, help=argparse.SUPPRESS)
+        p.add_argument("--launcher", action="store_true", help=argparse.SUPPRESS)
         _stack_args(p)
-        p.set_defaults(func=cmd_run)
+        # `alchemist run train.py -- ARGS`: cli.main hands everything after `--` over as
+        # args.args (argparse would take the script's own flags for ours).
+        p.set_defaults(func=cmd_run, args=[])
 
-    p = sub.add_parser("list", help="runs on a stack, with their state")
+    p = _add(sub, "list", "runs on a stack, newest first, with their state")
+    p.add_argument("--state", default=None, choices=["pending", "running", "succeeded", "failed",
+                                                     "cancelled", "lost", "restarting"],
+                   help="only runs in this state")
+    p.add_argument("--limit", type=int, default=None, help="at most this many runs")
+    p.add_argument("--json", action="store_true", help="as JSON (a list of runs)")
     _stack_args(p)
     p.set_defaults(func=cmd_list)
 
-    p = sub.add_parser("status", help="state and progress of one run")
-    p.add_argument("run", help="run id (a unique prefix is enough)")
+    p = _add(sub, "status", "state and progress of one run")
+    p.add_argument("run", help="run id (any part of it that only one run has)")
+    p.add_argument("--json", action="store_true", help="as JSON")
     _stack_args(p)
     p.set_defaults(func=cmd_status)
 
-    p = sub.add_parser("logs", help="a worker's log")
-    p.add_argument("run", help="run id (a unique prefix is enough)")
+    p = _add(sub, "logs", "a worker's log")
+    p.add_argument("run", help="run id (any part of it that only one run has)")
     p.add_argument("--rank", type=int, default=0, help="which worker (default 0)")
     p.add_argument("--follow", "-f", action="store_true", help="keep printing until the run ends")
     _stack_args(p)
     p.set_defaults(func=cmd_logs)
 
-    p = sub.add_parser("cancel", help="stop a run and all its processes")
-    p.add_argument("run", help="run id (a unique prefix is enough)")
+    p = _add(sub, "cancel", "stop a run and all its processes")
+    p.add_argument("run", help="run id (any part of it that only one run has)")
     _stack_args(p)
     p.set_defaults(func=cmd_cancel)
 
 
 def _scheduler(args: argparse.Namespace):
+    from alchemist_jobs import defaults
     from alchemist_jobs.stacks import get_scheduler
 
-    return get_scheduler(args.stack, home=args.home, outputs=args.outputs)
+    outputs = args.outputs
+    if args.stack == "local" and outputs is not None and outputs == defaults.get("outputs"):
+        outputs = None  # the defaults file's outputs belong to its cluster stack
+    return get_scheduler(args.stack, home=args.home, outputs=outputs)
 
 
 # --- run -------------------------------------------------------------------------------------
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    warm = _warm_agent(args)
+    detach = args.detach or (args.command == "submit" and args.stack == "local")
+    warm = None if detach else _warm_agent(args)
     try:
-        from alchemist_jobs.spec import load_spec
-
         # Everything is validated before anything starts or is written.
-        spec = load_spec(args.spec, args.overrides)
+        spec, spec_dir = _load(args)
         scheduler = _scheduler(args)
-        follow = getattr(scheduler, "follow", None)  # cluster stacks: the job runs on its own
-        if args.command == "submit" and follow is None:
-            raise UserError(f"submit --stack {args.stack}: jobs on this stack run as children "
-                            "of the command; accepted: `alchemist run` here, or a cluster stack")
-        request = scheduler.dryrun(spec, args.spec.resolve().parent)
+        if detach and scheduler.runs_on_its_own:
+            detach = False  # a cluster job lives on its own anyway
+        request = scheduler.dryrun(spec, spec_dir, run_id=args.run_id)
         if args.dry_run:
-            print(request.describe())
+            _print_request(request, args.json)
             return 0
+        if detach:
+            return _start_detached(args, request.run_id)
         t0 = time.time()
         handle = scheduler.schedule(request, warm=warm) if warm else scheduler.schedule(request)
         warm = None  # the run's agent now (schedule discards it itself if it fails)
     finally:
         if warm is not None:
             warm.discard()
-    if follow is not None:
+    if scheduler.runs_on_its_own:
         print(f"submitted {request.run_id} to stack {scheduler.stack}", file=sys.stderr)
         if args.command == "submit" and not args.follow:
             return 0
-        return follow(handle, logs=args.follow, quiet=args.quiet)
-    wait = getattr(scheduler, "wait", None)
-    if wait is None:  # a backend that only submits (follow with `alchemist logs`)
-        print(f"submitted {request.run_id} to stack {scheduler.stack}")
-        return 0
-    display = _Display(handle, spec, quiet=args.quiet)
-    print(f"run {request.run_id}: {spec.world_size} worker(s) on stack {scheduler.stack}",
-          file=sys.stderr)
-    # SIGTERM/SIGHUP to the CLI stop the job like Ctrl-C does: nothing is left running.
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, _raise_interrupt)
+        from alchemist_jobs.kubernetes.scheduler import KubernetesScheduler
+
+        assert isinstance(scheduler, KubernetesScheduler)
+        return scheduler.follow(handle, logs=args.follow, quiet=args.quiet)
+    return _follow_local(args, scheduler, request, handle, spec, t0)
+
+
+def _load(args: argparse.Namespace):
+    """The job spec: a YAML file, or `alchemist run train.py -- ARGS` (a script task)."""
+    from alchemist_jobs.spec import load_spec, script_spec
+
+    overrides = list(args.overrides) + [f"env.{kv}" for kv in args.env]
+    for kv in args.env:
+        if "=" not in kv:
+            raise UserError(f"--env {kv!r}: accepted: KEY=VALUE")
+    if args.spec.suffix == ".py":
+        return script_spec(args.spec, list(args.args), overrides), args.spec.resolve().parent
+    if args.args:
+        raise UserError(f"{args.spec}: arguments after `--` go to a script; accepted: "
+                        "`alchemist run train.py -- ARGS`, or task.args in the spec")
+    return load_spec(args.spec, overrides), args.spec.resolve().parent
+
+
+def _print_request(request, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(request.as_json(), indent=1))
+    else:
+        print(request.describe())
+
+
+def _start_detached(args: argparse.Namespace, run_id: str) -> int:
+    """`run --detach` / `submit --stack local`: a launcher in its own session (no terminal:
+    closing it, or SIGHUP, does not stop the run) runs the job; this command returns once
+    the run has started. Follow it with status, logs and cancel."""
+    from alchemist_jobs.processes import popen_group
+    from alchemist_jobs.rundir import RunDir, runs_root
+
+    argv = [sys.executable, "-m", "alchemist_jobs", "run", str(args.spec), "--quiet",
+            "--run-id", run_id, "--launcher", "--home", str(_home(args))]
+    argv += [a for kv in args.overrides for a in ("--set", kv)]
+    argv += [a for kv in args.env for a in ("--env", kv)]
+    argv += ["--", *args.args] if args.args else []
+    launcher = popen_group(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE, die_with_parent=False)
+    run = RunDir(runs_root(_home(args)) / run_id)
+    while not run.state().get("agents") and launcher.poll() is None:
+        time.sleep(0.05)  # until the launcher has recorded its agents (or failed)
+    if launcher.poll() is not None and launcher.returncode != 0:
+        err = launcher.stderr.read().decode(errors="replace").strip().splitlines()
+        raise JobFailed(err[-1].removeprefix("error: ") if err else
+                        f"run {run_id}: the launcher exited with {launcher.returncode}")
+    launcher.stderr.close()
+    print(run_id)
+    print(f"run {run_id} started in the background on stack local; follow it with "
+          f"`alchemist status {run_id}`, `alchemist logs {run_id} -f`, "
+          f"`alchemist cancel {run_id}`", file=sys.stderr)
+    return 0
+
+
+def _home(args: argparse.Namespace) -> Path:
+    from alchemist_jobs.rundir import default_root
+
+    return (args.home or default_root()).resolve()
+
+
+def _follow_local(args, scheduler, request, handle, spec, t0: float) -> int:
+    """Follow a local run to its end; Ctrl-C, SIGTERM and (unless detached) SIGHUP stop it."""
+    if not args.launcher:
+        print(f"run {request.run_id}: {spec.world_size} worker(s) on stack {scheduler.stack}",
+              file=sys.stderr)
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    # A detached launcher has no terminal to lose: SIGHUP must not end its run.
+    signal.signal(signal.SIGHUP, signal.SIG_IGN if args.launcher else _raise_interrupt)
+    display = None
     try:
-        status = wait(handle, tick=display.tick)
+        display = _Display(handle, spec, quiet=args.quiet)
+        status = scheduler.wait(handle, tick=display.tick)
+    except Exception:
+        # A fault in the CLI itself (the display, a full disk) must not orphan the run.
+        if display is not None:
+            display.close()
+        scheduler.interrupt(handle)
+        raise
     except KeyboardInterrupt:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut cleanup short
-        display.close()
+        if display is not None:
+            display.close()
         print(f"\ninterrupted: stopping {request.run_id} ...", file=sys.stderr)
         scheduler.interrupt(handle)
         print(f"run {request.run_id} cancelled; no process left running", file=sys.stderr)
@@ -123,8 +242,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 0
     if status.state == CANCELLED:
         raise JobFailed(f"run {status.run_id} was cancelled")
-    raise JobFailed(f"run {status.run_id} {status.state}; see `alchemist logs {status.run_id} "
-                    f"--rank N` (logs in {status.extra.get('run_dir', '?')}/logs)")
+    why = f": {status.message}" if status.message else ""
+    raise JobFailed(f"run {status.run_id} {status.state}{why}; see `alchemist logs {status.run_id} "
+                    f"--rank N` (logs in {status.run_dir}/logs)")
 
 
 def _warm_agent(args: argparse.Namespace):
@@ -157,31 +277,33 @@ class _Display:
 
             self.progress = Progress(
                 TextColumn("[bold]{task.description}"), BarColumn(),
-                TextColumn("step {task.completed:.0f}/{task.total:.0f}"),
+                # The total is unknown (None) until rank 0 reports its first step.
+                TextColumn("{task.fields[steps]}"),
                 TextColumn("{task.fields[info]}"), TimeElapsedColumn(), transient=True)
-            self.task = self.progress.add_task(spec.name, total=None, info="starting workers")
+            self.task = self.progress.add_task(spec.name, total=None, info="starting workers",
+                                              steps="")
             self.progress.start()
 
     def tick(self) -> None:
-        p = self.handle.run.progress()
         if self.quiet:
             return
-        if p is None:
-            info = "starting workers"
+        from alchemist_jobs.run_files import Progress
+
+        raw = self.handle.run.progress()
+        p = Progress.lenient(raw) if raw is not None else None
+        if p is None or p.step is None:
+            info, p = "starting workers", None
         else:
-            info = (f"epoch {p['epoch'] + 1}/{math.ceil(p['epochs'])}  loss {p['loss']:.4f}  "
-                    f"{p['samples_per_s']:,.0f} samples/s")
-            if p.get("restarts"):
-                info += f"  restarts {p['restarts']}"
+            info = _progress_text(p)
         if self.progress is not None:
             if p is not None:
-                self.progress.update(self.task, total=p["total_steps"], completed=p["step"],
-                                     info=info)
+                self.progress.update(self.task, total=p.total_steps, completed=p.step,
+                                     info=info, steps=f"step {p.step}/{p.total_steps}")
             return
         now = time.time()
         if p is not None and now - self.last_line >= 5.0:
             self.last_line = now
-            print(f"  step {p['step']}/{p['total_steps']}  {info}", file=sys.stderr, flush=True)
+            print(f"  step {p.step}/{p.total_steps}  {info}", file=sys.stderr, flush=True)
 
     def close(self) -> None:
         if self.progress is not None:
@@ -189,62 +311,64 @@ class _Display:
             self.progress = None
 
 
+def _progress_text(p) -> str:
+    epochs = max(1, math.ceil(p.epochs))  # the last report comes after the last epoch
+    text = f"epoch {min(int(p.epoch) + 1, epochs)}/{epochs}  loss {_num(p.loss)}  " \
+           f"{p.samples_per_s:,.0f} samples/s"
+    return text + (f"  restarts {p.restarts}" if p.restarts else "")
+
+
+def _num(x: float | None, fmt: str = ".4f") -> str:
+    return "-" if x is None else format(x, fmt)
+
+
 def _summary(status: RunStatus, wall: float, handle) -> None:
-    res = status.extra.get("result") or {}
-    restarts = max([status.restarts] + [r.get("restart", 0) for r in handle.run.worker_records()])
+    res = status.result
+    restarts = max([status.restarts] + [r.get("restart", 0) for r in handle.run.worker_records()
+                                        if isinstance(r.get("restart", 0), int)])
     lines = [f"run {status.run_id}: {status.state}"]
-    if res:
-        lines.append(f"  final loss      {res['final_loss']:.4f}")
-        lines.append(f"  test accuracy   {res['test_accuracy']:.4f}")
-        lines.append(f"  throughput      {res['samples_per_s']:,.0f} samples/s "
-                     f"({res['steps']} steps, global batch {res['global_batch']})")
+    if res is not None:
+        lines.append(f"  final loss      {_num(res.final_loss)}")
+        lines.append(f"  test accuracy   {_num(res.test_accuracy)}")
+        lines.append(f"  throughput      {_num(res.samples_per_s, ',.0f')} samples/s "
+                     f"({res.steps} steps, global batch {res.global_batch})")
     lines.append(f"  wall time       {wall:.1f} s")
     lines.append(f"  restarts        {restarts}")
-    lines.append(f"  run directory   {status.extra.get('run_dir')}")
-    if status.state != SUCCEEDED:
-        tail = _failure_tail(handle.run)
+    lines.append(f"  run directory   {status.run_dir}")
+    if status.message:
+        lines.append(f"  message         {status.message}")
+    if status.state not in (SUCCEEDED, CANCELLED):
+        from alchemist_jobs.failures import failure_lines
+
+        tail = failure_lines(handle.run.logs)
         if tail:
-            lines.append("  last lines of the failing worker's log:")
+            lines.append("  why it failed:")
             lines += ["    " + t for t in tail]
     print("\n".join(lines))
-
-
-def _failure_tail(run, n: int = 12) -> list[str]:
-    """The end of the failing worker's last attempt: a rank log with a traceback or error
-    first, else any rank log with output, else agent 0's log."""
-    def last_attempt(path) -> list[str]:
-        try:
-            lines = path.read_text(errors="replace").rstrip().splitlines()
-        except OSError:
-            return []
-        starts = [i for i, line in enumerate(lines) if line.startswith("=== rank ")]
-        return lines[starts[-1] + 1:] if starts else lines
-
-    ranked = []
-    for path in sorted(run.logs.glob("rank-*.log"), key=lambda p: int(p.stem.split("-")[1])):
-        body = last_attempt(path)
-        if body:
-            text = "\n".join(body)
-            ranked.append((0 if ("Traceback" in text or "Error" in text) else 1, path, body))
-    if ranked:
-        _, path, body = min(ranked, key=lambda t: t[0])
-    else:
-        path = run.agent_log(0)
-        body = last_attempt(path)
-    return [f"[{path.name}] {line}" for line in body[-n:]]
 
 
 # --- list / status / logs / cancel ----------------------------------------------------------------
 
 
 def _when(ts: float | None) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts)) if ts else "-"
+    try:
+        return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts)) if ts else "-"
+    except (OverflowError, OSError, ValueError):
+        return "?"
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    runs = _scheduler(args).list()
+    if args.limit is not None and args.limit < 1:
+        raise UserError(f"--limit {args.limit}: accepted: a number >= 1")
+    runs = sorted(_scheduler(args).list(), key=lambda r: r.created or 0, reverse=True)
+    if args.state:
+        runs = [r for r in runs if r.state == args.state]
+    runs = runs[:args.limit] if args.limit else runs
+    if args.json:
+        print(json.dumps([r.as_json() for r in runs], indent=1))
+        return 0
     if not runs:
-        print(f"no runs on stack {args.stack}")
+        print(f"no runs on stack {args.stack}" + (f" in state {args.state}" if args.state else ""))
         return 0
     print(f"{'RUN':<44} {'STATE':<10} {'WORKERS':>7} {'STEP':>11} {'CREATED':<19}")
     for r in runs:
@@ -255,21 +379,23 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     s = _scheduler(args).status(args.run)
+    if args.json:
+        print(json.dumps(s.as_json(), indent=1))
+        return 0
     print(f"run        {s.run_id}\nstack      {s.stack}\nstate      {s.state}")
     print(f"workers    {s.workers}\nrestarts   {s.restarts}")
     if s.step is not None:
         print(f"step       {s.step}/{s.total_steps}")
-    prog = s.extra.get("progress") or {}
-    if prog:
-        print(f"loss       {prog.get('loss'):.4f}\nthroughput {prog.get('samples_per_s', 0):,.0f} samples/s")
-    res = s.extra.get("result") or {}
-    if res:
-        print(f"accuracy   {res.get('test_accuracy'):.4f}")
+    if s.progress is not None and s.progress.loss is not None:
+        print(f"loss       {_num(s.progress.loss)}\n"
+              f"throughput {s.progress.samples_per_s:,.0f} samples/s")
+    if s.result is not None and s.result.test_accuracy is not None:
+        print(f"accuracy   {_num(s.result.test_accuracy)}")
     print(f"created    {_when(s.created)}\nended      {_when(s.ended)}")
     if s.message:
         print(f"message    {s.message}")
-    if s.extra.get("run_dir"):
-        print(f"directory  {s.extra['run_dir']}")
+    if s.run_dir:
+        print(f"directory  {s.run_dir}")
     return 0
 
 

@@ -28,7 +28,21 @@ from alchemist_jobs.errors import JobFailed, UserError
 from alchemist_jobs.processes import alive, popen_group, stop_groups
 from alchemist_jobs.rundir import RunDir, default_root, read_json, runs_root, write_json_atomic
 
-MONITORING_DIR = Path(alchemist_jobs.__file__).resolve().parent.parent / "monitoring"
+def _monitoring_dir() -> Path:
+    """The `monitoring` package's files: installed as package data beside alchemist_jobs
+    (a wheel), or the checkout's monitoring/ folder."""
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec("monitoring")
+    except (ImportError, ValueError):
+        found = None
+    if found is not None and found.submodule_search_locations:
+        return Path(next(iter(found.submodule_search_locations)))
+    return Path(alchemist_jobs.__file__).resolve().parent.parent / "monitoring"
+
+
+MONITORING_DIR = _monitoring_dir()
 INSTALL_HINT = ("install it with `sudo apt-get install -y --no-install-recommends prometheus` "
                 "(Debian/Ubuntu), or download it from https://prometheus.io/download/ and set "
                 "PROMETHEUS_BIN=/path/to/prometheus")
@@ -218,6 +232,37 @@ def _raise_interrupt(signum, frame):
     raise KeyboardInterrupt
 
 
+def _wait_ready(prom: subprocess.Popen, prom_url: str, prom_log: Path) -> None:
+    deadline = time.monotonic() + 60
+    while not _answers(f"{prom_url}/-/ready"):
+        if prom.poll() is not None:
+            raise JobFailed(f"Prometheus exited at start (code {prom.returncode}); "
+                            f"{prom_log}: {_tail(prom_log)}")
+        if time.monotonic() > deadline:
+            raise JobFailed(f"Prometheus did not become ready in 60 s; {prom_log}: {_tail(prom_log)}")
+        time.sleep(0.2)
+
+
+def _follow_targets(finder: "TargetFinder", last: list, targets_file: Path,
+                    prom: subprocess.Popen, prom_log: Path, tb: subprocess.Popen | None,
+                    state_dir: Path) -> None:
+    """Until interrupted: keep the targets file in step with the running runs."""
+    tb_reported = False
+    while True:
+        time.sleep(POLL_S)
+        if prom.poll() is not None:
+            raise JobFailed(f"Prometheus exited (code {prom.returncode}); {prom_log}: "
+                            f"{_tail(prom_log)}")
+        if tb is not None and tb.poll() is not None and not tb_reported:
+            tb_reported = True
+            print(f"warning: TensorBoard exited (code {tb.returncode}); see "
+                  f"{state_dir / 'tensorboard.log'}", file=sys.stderr, flush=True)
+        groups = finder.groups()
+        if groups != last:  # Prometheus re-reads the file when it changes
+            write_json_atomic(targets_file, groups)
+            last = groups
+
+
 def cmd_monitor(args: argparse.Namespace) -> int:
     # Everything is checked before anything starts or is written.
     prom_bin = find_prometheus()
@@ -265,14 +310,7 @@ def cmd_monitor(args: argparse.Namespace) -> int:
             tb = _start([sys.executable, "-m", "tensorboard.main", "--logdir", str(runs_root(root)),
                          "--host", "127.0.0.1", "--port", str(tb_port)], state_dir / "tensorboard.log")
             procs.append(tb)
-        deadline = time.monotonic() + 60
-        while not _answers(f"{prom_url}/-/ready"):
-            if prom.poll() is not None:
-                raise JobFailed(f"Prometheus exited at start (code {prom.returncode}); "
-                                f"{prom_log}: {_tail(prom_log)}")
-            if time.monotonic() > deadline:
-                raise JobFailed(f"Prometheus did not become ready in 60 s; {prom_log}: {_tail(prom_log)}")
-            time.sleep(0.2)
+        _wait_ready(prom, prom_url, prom_log)
         write_json_atomic(state_file, dict(
             pid=os.getpid(), prometheus_pid=prom.pid, prometheus_url=prom_url,
             tensorboard_pid=tb.pid if tb else None, tensorboard_url=tb_url,
@@ -282,21 +320,7 @@ def cmd_monitor(args: argparse.Namespace) -> int:
         if tb_url:
             print(f"TensorBoard {tb_url}  (over {runs_root(root)})", flush=True)
         print("Ctrl-C stops them.", flush=True)
-        last = groups
-        tb_reported = False
-        while True:
-            time.sleep(POLL_S)
-            if prom.poll() is not None:
-                raise JobFailed(f"Prometheus exited (code {prom.returncode}); {prom_log}: "
-                                f"{_tail(prom_log)}")
-            if tb is not None and tb.poll() is not None and not tb_reported:
-                tb_reported = True
-                print(f"warning: TensorBoard exited (code {tb.returncode}); see "
-                      f"{state_dir / 'tensorboard.log'}", file=sys.stderr, flush=True)
-            groups = finder.groups()
-            if groups != last:  # Prometheus re-reads the file when it changes
-                write_json_atomic(targets_file, groups)
-                last = groups
+        _follow_targets(finder, groups, targets_file, prom, prom_log, tb, state_dir)
     except KeyboardInterrupt:
         print("stopping ...", file=sys.stderr, flush=True)
         return 0

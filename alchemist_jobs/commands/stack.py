@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-from alchemist_jobs.errors import UserError
+from alchemist_jobs.errors import UserError, shown
 
 EXIT_DIFFERS = 1
 
@@ -27,9 +28,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     sub.required = True
 
     p = sub.add_parser("list", help="the stacks and what each runs on")
+    p.add_argument("--json", action="store_true", help="as JSON (a list of stacks)")
+    p.add_argument("--root", type=Path, default=argparse.SUPPRESS,
+                   help="repository root (also accepted before the subcommand)")
     p.set_defaults(func=cmd_list)
 
     p = sub.add_parser("replicate", help="write stacks/Pulumi.DST.yaml from SRC with overrides")
+    p.add_argument("--root", type=Path, default=argparse.SUPPRESS,
+                   help="repository root (also accepted before the subcommand)")
     p.add_argument("src", metavar="SRC")
     p.add_argument("dst", metavar="DST")
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
@@ -38,6 +44,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_replicate)
 
     p = sub.add_parser("diff", help="how two stacks' platforms differ (exit 1 if they do)")
+    p.add_argument("--root", type=Path, default=argparse.SUPPRESS,
+                   help="repository root (also accepted before the subcommand)")
     p.add_argument("a", metavar="A", help="stack name or stack file")
     p.add_argument("b", metavar="B", help="stack name or stack file")
     p.add_argument("--all", action="store_true", help="also list the differences that are allowed")
@@ -79,8 +87,22 @@ def stack_file(root: Path, name_or_path: str) -> Path:
     return candidate
 
 
+# A new stack's name: it becomes a file name and part of cluster resource names.
+STACK_NAME = re.compile(r"[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?")
+
+
+def check_stack_name(name: str, what: str) -> str:
+    if not STACK_NAME.fullmatch(name) or name == "local":
+        raise UserError(f"{what} {shown(name)}: not a new stack name; accepted: lowercase letters, "
+                        "digits and '-' (1 to 40, starting and ending with a letter or digit), "
+                        "not 'local'")
+    return name
+
+
 def stack_names(root: Path) -> list[str]:
-    return sorted(p.name[len("Pulumi."):-len(".yaml")] for p in stacks_dir(root).glob("Pulumi.*.yaml"))
+    """The stacks in stacks/ (a file whose name is no stack name is not one)."""
+    names = (p.name[len("Pulumi."):-len(".yaml")] for p in stacks_dir(root).glob("Pulumi.*.yaml"))
+    return sorted(n for n in names if re.fullmatch(r"[A-Za-z0-9_.-]+", n))
 
 
 def _load(path: Path) -> dict[str, Any]:
@@ -95,12 +117,30 @@ def _load(path: Path) -> dict[str, Any]:
     return doc
 
 
-def _with_infra(root: Path) -> None:
-    if str(root) not in sys.path:
-        sys.path.insert(0, str(root))
+def infra_tool(root: Path, command: str, request: dict[str, Any]) -> dict[str, Any]:
+    """Ask the checkout's infra/ (`python -m infra.stack_tools COMMAND`, in a subprocess:
+    the job package never imports infra)."""
+    proc = subprocess.run([sys.executable, "-m", "infra.stack_tools", command],
+                          input=json.dumps(request), cwd=root, capture_output=True, text=True,
+                          timeout=600)
+    try:
+        return json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise UserError(f"alchemist stack {command}: infra/ of the checkout at {root} failed: "
+                        f"{last}; accepted: a checkout with the `infra` extra installed "
+                        "(pip install 'alchemist[infra]')") from None
 
 
 # --- list ---------------------------------------------------------------------------------
+
+
+def _facts(name: str, config: dict[str, Any]) -> dict[str, Any]:
+    """`stack list --json`: one stack (docs/cli.md)."""
+    return {"name": name, "provider": config.get("alchemist:provider"),
+            "kubernetes_version": config.get("alchemist:kubernetesVersion"),
+            "shared_fs": (config.get("alchemist:sharedFs") or {}).get("kind"),
+            "summary": _summary(config)}
 
 
 def _summary(config: dict[str, Any]) -> str:
@@ -124,9 +164,15 @@ def _summary(config: dict[str, Any]) -> str:
 
 def cmd_list(args: argparse.Namespace) -> int:
     root = repo_root(args.root)
+    stacks = {name: _load(stacks_dir(root) / f"Pulumi.{name}.yaml").get("config", {})
+              for name in stack_names(root)}
+    if args.json:
+        local = {"name": "local", "provider": "local", "kubernetes_version": None,
+                 "shared_fs": "directory", "summary": "processes on this machine, no Pulumi"}
+        print(json.dumps([local] + [_facts(n, c) for n, c in stacks.items()], indent=1))
+        return 0
     print(f"{'local':<16} {'built-in':<9} {'':<9} {'directory':<11} processes on this machine, no Pulumi")
-    for name in stack_names(root):
-        config = _load(stacks_dir(root) / f"Pulumi.{name}.yaml").get("config", {})
+    for name, config in stacks.items():
         print(f"{name:<16} {_summary(config)}")
     return 0
 
@@ -166,6 +212,7 @@ def cmd_replicate(args: argparse.Namespace) -> int:
 
     root = repo_root(args.root)
     src = stack_file(root, args.src)
+    check_stack_name(args.dst, "DST")
     dst = stacks_dir(root) / f"Pulumi.{args.dst}.yaml"
     if dst.exists() and not args.force:
         raise UserError(f"{dst.relative_to(root)} exists; accepted: a new stack name, or --force to overwrite")
@@ -188,17 +235,11 @@ def cmd_replicate(args: argparse.Namespace) -> int:
         )
     left_out = sorted(k for k, v in config.items() if v == "")
     config = {k: v for k, v in config.items() if v != ""}
-    _with_infra(root)
-    from infra.config import SECRET_KEYS, StackConfigError, parse, pulumi_value
-
-    # Secrets left out are checked as if set, so the rest of the replica is validated now.
-    later = [k for k in left_out if k.split(":", 1)[1] in SECRET_KEYS]
-    raw = {k: pulumi_value(v) for k, v in config.items()}
-    raw.update({k: "set-later" for k in later})
-    try:
-        parse(raw, set(later), where=f"{dst.relative_to(root)}")
-    except StackConfigError as e:
-        raise UserError(str(e)) from None
+    checked = infra_tool(root, "check", {"config": config, "left_out": left_out,
+                                         "where": str(dst.relative_to(root))})
+    if checked["error"]:
+        raise UserError(checked["error"])
+    later = checked["later"]
     sets = " ".join(f"--set {s}" for s in args.sets)
     header = (f"# A replica of {args.src}: `alchemist stack replicate {args.src} {args.dst}"
               f"{' ' + sets if sets else ''}`.\n")  # fmt: skip
@@ -239,17 +280,15 @@ def cmd_diff(args: argparse.Namespace) -> int:
         raise UserError("alchemist stack diff: needs the Pulumi SDK; accepted: pip install 'alchemist[infra]'")
     a, b = stack_file(root, args.a), stack_file(root, args.b)
     ra, rb = render(root, [a, b])
-    _with_infra(root)
-    from infra.stack_diff import compare
-
-    report = compare(ra, rb)
-    a_name, b_name = ra["stack"], rb["stack"]
-    for d in report.differences:
-        print(d.line(a_name, b_name))
+    report = infra_tool(root, "diff", {"a": ra, "b": rb})
+    for line in report["differences"]:
+        print(line)
     if args.all:
-        for d in report.allowed:
-            print(f"  (allowed: {d.allowed_because}) {d.line(a_name, b_name)}")
-    verdict = "differ" if report.platform_differs else "are identical"
-    print(f"platforms of {a_name} and {b_name} {verdict}: {len(report.differences)} difference(s), "
-          f"{len(report.allowed)} allowed provider-specific difference(s) (see infra/stack_diff.py)")  # fmt: skip
-    return EXIT_DIFFERS if report.platform_differs else 0
+        for reason, line in report["allowed"]:
+            print(f"  (allowed: {reason}) {line}")
+    differs = bool(report["differences"])
+    verdict = "differ" if differs else "are identical"
+    print(f"platforms of {report['a']} and {report['b']} {verdict}: "
+          f"{len(report['differences'])} difference(s), {len(report['allowed'])} allowed "
+          "provider-specific difference(s) (see infra/stack_diff.py)")
+    return EXIT_DIFFERS if differs else 0

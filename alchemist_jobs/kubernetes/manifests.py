@@ -28,6 +28,7 @@ from alchemist_jobs.contract import (MANAGED_BY_LABEL, METRICS_BASE_PORT, RUN_LA
 from alchemist_jobs.errors import UserError
 from alchemist_jobs.kubernetes.code_assets import CodeSnapshot
 from alchemist_jobs.spec import JobSpec
+from alchemist_jobs.worker_env import WorkerEnv, threads_per_worker
 
 RDZV_PORT = 29500
 PS_BASE_PORT = server_role.CLUSTER_BASE_PORT  # parameter-server shard k listens on this + k
@@ -155,25 +156,14 @@ def pod_command(spec: JobSpec, name: str, run_id: str, run_dir: str) -> list[str
 
 
 def _env(spec: JobSpec, stack: StackOutput, name: str, run_dir: str, root: str) -> list[dict]:
-    fixed = {
-        "ALCHEMIST_RUN_DIR": run_dir,
-        "ALCHEMIST_SHARED_ROOT": root,
-        "ALCHEMIST_STACK": stack.stack,
-        "ALCHEMIST_METRICS_PORT": str(METRICS_BASE_PORT),
-        # Workers print to the pod log (torchrun tees it), not to rank-N.log files.
-        "ALCHEMIST_LOG_TO_CONSOLE": "1",
-        "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": LOG_PREFIX_TEMPLATE,
-        # Workers get their own store per attempt: with the agent's shared TCPStore, a
-        # restarted group hangs in init_process_group (pytorch/pytorch#135712).
-        "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
-        "PYTHONUNBUFFERED": "1",
-        # The pod's CPUs are shared by its workers.
-        "OMP_NUM_THREADS": str(max(1, int(spec.resources.cpu // spec.procs_per_node))),
-    }
     servers = parameter_servers(spec)
-    if servers:
-        fixed["ALCHEMIST_PS_ADDRS"] = ",".join(
-            f"{name}-{spec.nodes + k}.{name}:{PS_BASE_PORT + k}" for k in range(servers))
+    ps_addrs = ",".join(f"{name}-{spec.nodes + k}.{name}:{PS_BASE_PORT + k}"
+                        for k in range(servers)) if servers else None
+    # Workers print to the pod log (torchrun tees it), not to rank-N.log files.
+    fixed = WorkerEnv(run_dir=run_dir, shared_root=root, stack=stack.stack,
+                      threads=threads_per_worker(spec.resources.cpu, spec.procs_per_node),
+                      ps_addrs=ps_addrs, metrics_port=METRICS_BASE_PORT, log_to_console=True,
+                      log_prefix_template=LOG_PREFIX_TEMPLATE).as_dict()
     values = {**fixed, **spec.env}
     env: list[dict] = []
     if "ALCHEMIST_NODE" not in values:  # the pod's name: where a worker runs

@@ -98,7 +98,12 @@ def _lines(resp: Any) -> Iterator[str]:
         yield rest
 
 
-class KubernetesScheduler(Scheduler):
+class KubernetesScheduler(Scheduler[KubeRequest, KubeHandle]):
+    runs_on_its_own = True
+
+    def run_id(self, handle: KubeHandle) -> str:
+        return handle.run_id
+
     def __init__(self, out: StackOutput, connector: Connector | None = None):
         self.out = out
         self.stack = out.stack
@@ -197,7 +202,7 @@ class KubernetesScheduler(Scheduler):
     def _status(self, job: dict, pods: list[dict]) -> RunStatus:
         st = run_status(job, pods, self.stack)
         # Where the pods keep the run (checkpoints, TensorBoard, logs/torchrun): the shared FS.
-        st.extra["run_dir"] = mf.shared_paths(self.out, st.run_id)[1]
+        st.extra["run_dir"] = st.run_dir = mf.shared_paths(self.out, st.run_id)[1]
         return st
 
     def status(self, run_id: str) -> RunStatus:

@@ -67,6 +67,9 @@ def main(argv: list[str]) -> int:
     if os.environ.get("ALCHEMIST_LOG_TO_CONSOLE") != "1":
         _redirect_output(run_dir / "logs" / f"rank-{rank}.log", rank)
     _record(run_dir, rank, kind)
+    from alchemist_jobs import store_bind
+
+    store_bind.apply()  # rank 0's worker store listens only where the run allows (local: loopback)
 
     if kind == "builtin":
         from alchemist_jobs.runtime import trainer
@@ -83,7 +86,7 @@ def main(argv: list[str]) -> int:
             traceback.print_exc()
             code = 1
         # A prompt exit without interpreter teardown: gloo's destructors can abort after a
-        # finished job (see MACHINE.md); everything worth keeping is flushed already.
+        # finished job; everything worth keeping is flushed already.
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)

@@ -9,6 +9,8 @@
                                         worker ran on a slower machine
     ALCHEMIST_ALLOW_NAN=1               keep training when the loss is not finite (the loop
                                         otherwise stops with an error)
+    ALCHEMIST_FAULT_HOLD_FILE=PATH      after step 1, every rank waits until PATH exists (a
+                                        test lets the job go once monitoring has seen it)
 
 The stalled rank keeps serving its metrics, so monitoring sees a live worker that no longer
 steps: what the `AlchemistJobStalled` alert is for (docs/monitoring.md), and what the stall
@@ -48,6 +50,7 @@ class Faults:
         self.active = self.stall_at is not None and rank == int(env.get("ALCHEMIST_FAULT_STALL_RANK", 0))
         self.slow = slowdown(rank, env.get("ALCHEMIST_SLOW_RANKS", ""))
         self.allow_nan = env.get("ALCHEMIST_ALLOW_NAN") == "1"
+        self.hold_file = env.get("ALCHEMIST_FAULT_HOLD_FILE")
 
     def stretch(self, step_seconds: float) -> None:
         """Make this step last `slow` times as long, as on a slower machine."""
@@ -60,6 +63,10 @@ class Faults:
                 raise FloatingPointError(f"loss is {loss} at step {step}; stopping")
 
     def after_step(self, step: int) -> None:
+        if self.hold_file and step == 1:
+            print(f"alchemist: fault injection: holding until {self.hold_file} exists", flush=True)
+            while not os.path.exists(self.hold_file):
+                time.sleep(0.2)
         if not self.active or step != self.stall_at:
             return
         print(f"alchemist: fault injection: stalling after step {step} "

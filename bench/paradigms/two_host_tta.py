@@ -3,7 +3,7 @@ joined by a 100 Mbit/s link, with a model of about a million parameters.
 
     /work/main/.venv/bin/python bench/paradigms/two_host_tta.py [--epochs 6] [--rate 100]
 
-Two network namespaces (alchemist_jobs/netns.py) with a token-bucket limit on each host's
+Two network namespaces (tests/netns.py) with a token-bucket limit on each host's
 egress; one worker per host (nodes: 2), the parameter server (async) in host 0. The task is
 `synthetic` (8 features, 8192 samples) with an MLP of ~1M parameters (8-991-991-10), batch
 64 per worker, lr 0.02, momentum 0.9 for every algorithm; bmuf and easgd exchange every
@@ -22,7 +22,7 @@ import sys
 
 from common import curve, figure, home, run_job, save_figure, time_to, write_markdown
 
-from alchemist_jobs.netns import Hosts, NetnsScheduler, unavailable
+from tests.netns import Hosts, NetnsScheduler, unavailable
 
 TASK = {"builtin": "synthetic",
         "synthetic": {"params": 1_000_000, "samples": 8192, "features": 8}}

@@ -154,14 +154,16 @@ def test_killed_server_and_worker_resume_from_checkpoints(tmp_path: Path):
     def tick(run: RunDir) -> None:
         step = (run.progress() or {}).get("step", 0)
         server = read_json(run.workers / "server-0.json") or {}
-        if "server" not in killed and step >= 150 and server.get("pid"):
-            os.kill(server["pid"], signal.SIGKILL)
-            killed["server"] = (server["pid"], step)
+        if "server" not in killed and step >= 150 and _alive(server.get("pid")):
+            if _kill(server["pid"]):
+                killed["server"] = (server["pid"], step)
         elif "server" in killed and "worker" not in killed and server.get("restart") == 1 \
                 and step >= killed["server"][1] + 100:
-            w = read_json(run.worker_file(1))
-            os.kill(w["pid"], signal.SIGKILL)
-            killed["worker"] = (w["pid"], step)
+            # The record may still name an attempt that has ended (a stale pid): only a live
+            # worker counts; otherwise try again at the next tick.
+            w = read_json(run.worker_file(1)) or {}
+            if _alive(w.get("pid")) and _kill(w["pid"]):
+                killed["worker"] = (w["pid"], step)
 
     job = digits_job("p-fail", {"name": "async", "servers": 2}, hyper={"epochs": 40})
     status, run = run_job(tmp_path, job, tick=tick, timeout=300)
@@ -176,13 +178,26 @@ def test_killed_server_and_worker_resume_from_checkpoints(tmp_path: Path):
         assert "resumed from checkpoint at step" in run.rank_log(rank).read_text()
     assert res["test_accuracy"] >= 0.90
     assert res["steps"] == run.progress()["total_steps"]  # the whole job was done
-    # nothing left running: servers and workers are gone
-    time.sleep(0.2)
+    # nothing left running: servers and workers are gone (waited for, as exits are reaped
+    # asynchronously)
     for pid in [killed["server"][0], killed["worker"][0], *run.state().get("servers", [])]:
+        deadline = time.monotonic() + 60
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
         assert not _alive(pid), pid
 
 
-def _alive(pid: int) -> bool:
+def _kill(pid: int) -> bool:
+    try:
+        os.kill(pid, signal.SIGKILL)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def _alive(pid: object) -> bool:
+    if not isinstance(pid, int):
+        return False
     try:
         with open(f"/proc/{pid}/stat") as f:
             return f.read().split(")")[-1].split()[0] != "Z"

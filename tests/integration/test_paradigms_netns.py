@@ -1,4 +1,4 @@
-"""Several hosts on one machine (alchemist_jobs/netns.py): a job across two network
+"""Several hosts on one machine (tests/netns.py): a job across two network
 namespaces over a rate-limited link, the limit itself, and clean-up on failure."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from alchemist_jobs import netns
+from tests import netns
 from alchemist_jobs.rundir import read_json
 from alchemist_jobs.scheduler import SUCCEEDED
 from tests.integration.paradigm_jobs import digits_job, run_job
@@ -45,7 +45,7 @@ def test_stale_namespaces_of_a_killed_owner_are_swept():
     # A child process creates hosts and is SIGKILLed: its `finally` never runs.
     code = textwrap.dedent("""
         import os, signal, sys
-        from alchemist_jobs.netns import Hosts
+        from tests.netns import Hosts
         h = Hosts(2).__enter__()
         print(h.token, flush=True)
         os.kill(os.getpid(), signal.SIGKILL)

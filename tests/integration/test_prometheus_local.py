@@ -115,9 +115,14 @@ def stack(tmp_path_factory):
             return state_file.exists() and json.loads(state_file.read_text())
         s.state = _wait("alchemist monitor to start Prometheus", started, 90)
     overrides = [f"hyper.steps={STEPS}", "checkpoint.every_steps=50"]
+    hold = home.parent / f"{home.name}-go"
     if HAVE_PROMETHEUS:
+        # The job holds after step 1 until Prometheus has scraped both workers (the fixture
+        # then creates `hold`): on a loaded machine it could otherwise reach the stall
+        # before the first scrape, and every rate would be zero.
         overrides += [f'env.ALCHEMIST_FAULT_STALL_AT_STEP="{STALL_AT}"',
-                      f'env.ALCHEMIST_FAULT_STALL_SECONDS="{STALL_S}"']
+                      f'env.ALCHEMIST_FAULT_STALL_SECONDS="{STALL_S}"',
+                      f"env.ALCHEMIST_FAULT_HOLD_FILE={hold}"]
     s.job = subprocess.Popen(
         [sys.executable, "-m", "alchemist_jobs", "run", "examples/digits.yaml", "--quiet",
          "--home", str(home), *[a for o in overrides for a in ("--set", o)]],
@@ -126,6 +131,10 @@ def stack(tmp_path_factory):
     s.run_id = _wait("the run directory", lambda: runs.exists() and next(
         (p.name for p in runs.iterdir() if (p / "spec.yaml").exists()), None), 60)
     try:
+        if HAVE_PROMETHEUS:
+            _wait("Prometheus to scrape both workers at step 1", lambda: len(s.query(
+                f'alchemist_steps_total{{run="{s.run_id}"}} >= 1')) == 2, 180)
+        hold.touch()
         yield s
     finally:
         for proc in (s.job, s.monitor):

@@ -55,8 +55,10 @@ BAD = [
      ["hyper.batch_size", "'lots'", "integer"]),
     ("out of range", GOOD + "nodes: 0\n", [],
      ["nodes", "0", ">= 1"]),
-    ("bad choice", GOOD + "hyper: {optimizer: adagrad}\n", [],
+    ("bad choice", GOOD.replace("epochs: 1", "epochs: 1, optimizer: adagrad"), [],
      ["hyper.optimizer", "adagrad", "sgd"]),
+    ("duplicate key", GOOD + "hyper: {optimizer: adam}\n", [],
+     ["line 5", "'hyper'", "appears twice"]),
     ("unknown algorithm", GOOD + "algorithm: {name: gossip}\n", [],
      ["algorithm", "gossip", "sync, async, bmuf, easgd"]),
     ("algorithm parameter out of range", GOOD + "algorithm: {name: bmuf, tau: 0}\n", [],
@@ -144,6 +146,6 @@ def test_every_example_spec_is_valid(path):
 def test_dry_run_prints_the_processes_and_starts_nothing(tmp_path, home, capsys):
     assert cli.main(["run", str(EXAMPLES / "digits.yaml"), "--dry-run"]) == 0
     out = capsys.readouterr().out
-    assert "torch.distributed.run" in out and "--nproc-per-node=2" in out
+    assert "-m alchemist_jobs.agent" in out and "--nproc-per-node=2" in out
     assert "alchemist_jobs.runtime.bootstrap builtin" in out
     assert not home.exists()

@@ -321,8 +321,10 @@ def test_server_role_only_for_parameter_server_algorithms(tmp_path: Path):
     req = sched.dryrun(spec({"name": "async", "servers": 2}), tmp_path)
     text = req.describe()
     assert text.count("-m alchemist_jobs.runtime.parameter_server") == 2
-    assert "ALCHEMIST_PS_SHARD=1" in text and "ALCHEMIST_PS_PORT=PS_PORT1" in text
-    assert "ALCHEMIST_PS_ADDRS=127.0.0.1:PS_PORT0,127.0.0.1:PS_PORT1" in text
+    ports = [s.port for s in req.servers]  # real free ports, picked by the dry run
+    assert all(isinstance(p, int) and p > 0 for p in ports) and len(set(ports)) == 2
+    assert "ALCHEMIST_PS_SHARD=1" in text and f"ALCHEMIST_PS_PORT={ports[1]}" in text
+    assert f"ALCHEMIST_PS_ADDRS=127.0.0.1:{ports[0]},127.0.0.1:{ports[1]}" in text
     assert not list(tmp_path.iterdir())  # dryrun creates nothing
     plain = sched.dryrun(spec({"name": "bmuf"}), tmp_path).describe()
     assert "parameter_server" not in plain and "ALCHEMIST_PS_ADDRS" not in plain

@@ -13,7 +13,7 @@ Only the namespaces created here are touched, and they are deleted on exit, on a
 exception, on SIGTERM, and (should this process be killed outright) by the next Hosts()
 on this machine, which sweeps namespaces whose creator is gone. Needs root and `ip`.
 
-For torchrun across namespaces three things are needed (see MACHINE.md): the rendezvous
+For torchrun across namespaces three things are needed: the rendezvous
 host flag (`is_host`), `--local-addr` and GLOO_SOCKET_IFNAME; NetnsScheduler sets them.
 """
 
@@ -210,7 +210,8 @@ class NetnsScheduler(LocalScheduler):
                     a = f"--local-addr={host.addr}"
                 argv.append(a)
             p.argv = [*host.exec_prefix, *argv]
-            p.env.update(GLOO_SOCKET_IFNAME=host.ifname, ALCHEMIST_NODE=host.netns)
+            p.env.update(GLOO_SOCKET_IFNAME=host.ifname, ALCHEMIST_NODE=host.netns,
+                         ALCHEMIST_STORE_ADDR=host.addr)  # reachable from the other hosts
             if addrs:
                 p.env["ALCHEMIST_PS_ADDRS"] = addrs
         return req

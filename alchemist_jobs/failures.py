@@ -1,0 +1,92 @@
+"""Why a local run failed, told from its own files: the rank torchrun names as the root
+cause (its exit code or signal), the end of that rank's last attempt, and the agent's lines
+that say so. torchrun writes the root cause into the agent's log (ChildFailedError)."""
+
+from __future__ import annotations
+
+import re
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+
+_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)")
+_EXIT = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)")
+ROOT_CAUSE = "Root Cause (first observed failure):"
+
+
+@dataclass
+class RootCause:
+    rank: int
+    exitcode: int
+    agent_log: Path
+    agent_lines: list[str]
+
+    def describe(self) -> str:
+        return f"rank {self.rank} failed: {exit_text(self.exitcode)}"
+
+
+def exit_text(code: int) -> str:
+    """`exit 1`, or `exit -6 (SIGABRT)` for a process a signal ended."""
+    if code < 0:
+        try:
+            return f"exit {code} ({signal.Signals(-code).name})"
+        except ValueError:
+            return f"exit {code} (signal {-code})"
+    return f"exit {code}"
+
+
+def _lines(path: Path, limit: int = 1 << 20) -> list[str]:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            f.seek(max(0, f.tell() - limit))
+            return f.read().decode(errors="replace").splitlines()
+    except OSError:
+        return []
+
+
+def root_cause(logs: Path) -> RootCause | None:
+    """The newest root cause any agent log of the run reports."""
+    for path in sorted(logs.glob("agent-*.log")):
+        lines = _lines(path)
+        starts = [i for i, line in enumerate(lines) if line.strip() == ROOT_CAUSE]
+        if not starts:
+            continue
+        block = lines[starts[-1]:starts[-1] + 9]
+        rank = next((int(m.group(1)) for m in map(_RANK.match, block) if m), None)
+        code = next((int(m.group(1)) for m in map(_EXIT.match, block) if m), None)
+        if rank is not None and code is not None:
+            shown = [ln for ln in block if ln.strip() and not ln.strip().startswith("=")]
+            return RootCause(rank, code, path, shown)
+    return None
+
+
+def last_attempt(path: Path) -> list[str]:
+    """The lines of a rank log's last attempt (the bootstrap heads each with `=== rank`)."""
+    lines = _lines(path)
+    starts = [i for i, line in enumerate(lines) if line.startswith("=== rank ")]
+    return lines[starts[-1] + 1:] if starts else lines
+
+
+def failure_lines(logs: Path, n: int = 12) -> list[str]:
+    """What the summary of a failed run shows: the root cause and the failing rank's last
+    lines, then the agent's; without a root cause, the rank log that holds an error."""
+    cause = root_cause(logs)
+    if cause is not None:
+        body = last_attempt(logs / f"rank-{cause.rank}.log")
+        out = [cause.describe()]
+        out += [f"[rank-{cause.rank}.log] {line}" for line in body[-n:]]
+        out += [f"[{cause.agent_log.name}] {line}" for line in cause.agent_lines]
+        return out
+    ranked = []
+    for path in sorted(logs.glob("rank-*.log"), key=lambda p: int(p.stem.split("-")[1])):
+        body = last_attempt(path)
+        if body:
+            text = "\n".join(body)
+            ranked.append((0 if ("Traceback" in text or "Error" in text) else 1, path, body))
+    if ranked:
+        _, path, body = min(ranked, key=lambda t: t[0])
+    else:
+        path = logs / "agent-0.log"
+        body = last_attempt(path)
+    return [f"[{path.name}] {line}" for line in body[-n:]]

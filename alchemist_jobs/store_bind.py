@@ -1,0 +1,63 @@
+"""Make every c10d TCPStore server this process starts listen on one address, not all.
+
+torch's TCPStore server binds every interface (`*:PORT`) whatever host name it is given,
+and torch's dynamic rendezvous unpickles what its store holds: anyone who can reach the
+agent's rendezvous store, or rank 0's worker store, can run code in the job. A local run
+sets ALCHEMIST_STORE_ADDR=127.0.0.1 for its agents and workers, and both call `apply()`
+before torch starts a store: each store server then listens on a socket this module binds
+to that address, handed to TCPStore through its `master_listen_fd` argument. Unset (a
+cluster pod), nothing changes. Standard library only until `apply()` finds the variable.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+
+ENV = "ALCHEMIST_STORE_ADDR"
+
+
+def apply() -> bool:
+    """Bind every later TCPStore server to $ALCHEMIST_STORE_ADDR; False when it is unset."""
+    addr = os.environ.get(ENV)
+    if not addr:
+        return False
+    import torch.distributed as dist
+
+    original = dist.TCPStore
+    if getattr(original, "_alchemist_bound", None) == addr:
+        return True
+    base = getattr(original, "_alchemist_original", original)
+
+    class BoundTCPStore(base):  # type: ignore[misc, valid-type]
+        _alchemist_bound = addr
+        _alchemist_original = base
+
+        def __init__(self, host_name, port, world_size=None, is_master=False, *args, **kw):
+            if is_master and kw.get("master_listen_fd") is None and len(args) < 4:
+                sock = listen_socket(addr, int(port))
+                port = sock.getsockname()[1]
+                kw["master_listen_fd"] = sock.detach()  # the store owns the descriptor now
+            super().__init__(host_name, port, world_size, is_master, *args, **kw)
+
+    # Modules that did `from torch.distributed import TCPStore` hold the class itself.
+    for name, module in list(sys.modules.items()):
+        if name == "torch.distributed" or name.startswith("torch.distributed."):
+            if getattr(module, "TCPStore", None) in (original, base):
+                setattr(module, "TCPStore", BoundTCPStore)
+    return True
+
+
+def listen_socket(addr: str, port: int) -> socket.socket:
+    """A listening TCP socket on addr:port (port 0: any free one)."""
+    family = socket.AF_INET6 if ":" in addr else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((addr, port))
+        sock.listen(socket.SOMAXCONN)
+    except OSError:
+        sock.close()
+        raise
+    return sock

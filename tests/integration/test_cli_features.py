@@ -1,0 +1,105 @@
+"""What users of SkyPilot, TorchX and Ray Jobs expect from the CLI, on the local stack:
+`run --detach` (survives SIGHUP), `submit --stack local`, --json shapes, list order and
+filters, --version, unique-part ids, `run train.py -- ARGS`, --env."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from alchemist_jobs import cli as cli_mod
+from alchemist_jobs.rundir import RunDir
+from tests.conftest import EXAMPLES, cli
+from tests.integration.test_local_runs import no_process_of
+
+pytestmark = pytest.mark.timeout(420)
+
+
+def wait_finished(home: Path, run_id: str, timeout: float = 300) -> dict:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        r = cli("status", run_id, "--json", home=home)
+        st = json.loads(r.stdout)
+        if st["state"] not in ("pending", "running"):
+            return st
+        time.sleep(0.5)
+    raise AssertionError(f"run {run_id} did not finish")
+
+
+def test_a_detached_run_survives_sighup_and_is_followed_by_id(home):
+    r = cli("run", str(EXAMPLES / "digits.yaml"), "--detach", "--set", "hyper.epochs=3",
+            "--env", "ALCHEMIST_TEST_MARK=5", home=home)
+    assert r.returncode == 0, r.stderr
+    run_id = r.stdout.strip()
+    assert run_id.startswith("digits-") and "alchemist status" in r.stderr
+    run = RunDir(home / "runs" / run_id)
+    launcher = run.state()["launcher_pid"]
+    os.kill(launcher, signal.SIGHUP)  # as a closed terminal would
+    st = wait_finished(home, run_id[-8:])  # any unique part of the id finds it
+    assert st["state"] == "succeeded", st
+    assert st["result"]["test_accuracy"] > 0.8 and st["run_dir"] == str(run.path)
+    assert "ALCHEMIST_TEST_MARK: '5'" in run.spec.read_text()
+    assert no_process_of(run) == []
+
+
+def test_submit_on_the_local_stack_runs_detached(home):
+    r = cli("submit", str(EXAMPLES / "digits.yaml"), "--stack", "local", "--set",
+            "hyper.epochs=1", home=home)
+    assert r.returncode == 0, r.stderr
+    assert wait_finished(home, r.stdout.strip())["state"] == "succeeded"
+
+
+def test_a_script_runs_without_a_spec(home, tmp_path):
+    (tmp_path / "train.py").write_text(
+        "import sys, os\nprint('args', sys.argv[1:], os.environ['WORLD_SIZE'], flush=True)\n")
+    r = cli("run", str(tmp_path / "train.py"), "--set", "procs_per_node=2", "--quiet", "--",
+            "--epochs", "3", home=home)
+    assert r.returncode == 0, r.stdout + r.stderr
+    log = next((home / "runs").iterdir()) / "logs" / "rank-1.log"
+    assert "args ['--epochs', '3'] 2" in log.read_text()
+
+
+def _fake_run(home: Path, run_id: str, state: str, created: float) -> None:
+    d = home / "runs" / run_id
+    (d / "logs").mkdir(parents=True)
+    (d / "spec.yaml").write_text("name: x\n")
+    (d / "run.json").write_text(json.dumps(dict(run_id=run_id, name="digits", state=state,
+                                                created=created, workers=2)))
+
+
+def test_list_is_newest_first_with_limit_state_and_json(home, capsys):
+    _fake_run(home, "digits-20260101-000000-0000aaaa", "succeeded", 100.0)
+    _fake_run(home, "digits-20260101-000100-0000bbbb", "failed", 200.0)
+    _fake_run(home, "digits-20260101-000200-0000cccc", "succeeded", 300.0)
+    assert cli_mod.main(["list", "--json"]) == 0
+    runs = json.loads(capsys.readouterr().out)
+    assert [r["run_id"][-4:] for r in runs] == ["cccc", "bbbb", "aaaa"]
+    assert set(runs[0]) == {"run_id", "name", "stack", "state", "created", "ended", "workers",
+                            "restarts", "step", "total_steps", "message", "run_dir",
+                            "exit_codes", "progress", "result"}
+    assert cli_mod.main(["list", "--state", "succeeded", "--limit", "1"]) == 0
+    rows = capsys.readouterr().out.splitlines()[1:]
+    assert len(rows) == 1 and rows[0].startswith("digits-20260101-000200-0000cccc")
+    # any unique part of an id; an ambiguous part says which runs it matches
+    assert cli_mod.main(["status", "bbbb", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["state"] == "failed"
+    assert cli_mod.main(["status", "digits-2026"]) == 2
+    err = capsys.readouterr().err
+    assert "3 runs match" in err and err.count("\n") == 1
+
+
+def test_version_and_dry_run_json(home, capsys):
+    with pytest.raises(SystemExit) as e:
+        cli_mod.main(["--version"])
+    assert e.value.code == 0 and capsys.readouterr().out.startswith("alchemist ")
+    assert cli_mod.main(["run", str(EXAMPLES / "digits.yaml"), "--dry-run", "--json",
+                         "--set", "env.X=5"]) == 0
+    req = json.loads(capsys.readouterr().out)
+    assert req["stack"] == "local" and req["processes"][0]["role"] == "agent"
+    assert req["processes"][0]["env"]["X"] == "5"
+    assert not home.exists()

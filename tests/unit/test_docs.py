@@ -1,0 +1,96 @@
+"""The docs stay true to the repository: every file they name exists, and every
+`alchemist` command in them that can run here (no cluster, no job started) runs as written."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from alchemist_jobs import cli
+from tests.conftest import REPO
+
+DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+TOP = {p.name for p in REPO.iterdir() if not p.name.startswith(".")}
+# A backticked repository path: starts with a top-level entry, has a '/'.
+PATH = re.compile(r"`([A-Za-z0-9_.-]+/[A-Za-z0-9_./<>*-]*)`")
+LINK = re.compile(r"\]\(([^)#:\s]+)(#[^)]*)?\)")
+GENERATED = ("bench/results/",)  # written by benchmark runs, not shipped
+
+
+def referenced(doc: Path) -> list[str]:
+    text = doc.read_text()
+    out = [m.group(1) for m in LINK.finditer(text)]
+    out += [m.group(1) for m in PATH.finditer(text) if m.group(1).split("/")[0] in TOP]
+    return out
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
+def test_every_file_a_doc_names_exists(doc: Path):
+    missing = []
+    for ref in referenced(doc):
+        if ref.startswith(GENERATED):
+            continue
+        if any(c in ref for c in "<>*"):  # a pattern (runs/<run id>/, *.yaml): its folder
+            ref = re.split(r"[<>*]", ref)[0].rsplit("/", 1)[0]
+        base = doc.parent if not ref.split("/")[0] in TOP else REPO
+        if not (base / ref).exists() and not (REPO / ref).exists():
+            missing.append(ref)
+    assert missing == [], f"{doc.name} names files that do not exist: {missing}"
+
+
+def commands() -> list[tuple[str, str]]:
+    """(doc, command line) for every `alchemist ...` line in a fenced shell block."""
+    out = []
+    for doc in DOCS:
+        fence, lang = False, ""
+        for raw in doc.read_text().splitlines():
+            if raw.strip().startswith("```"):
+                fence, lang = not fence, raw.strip()[3:]
+                continue
+            if not fence or lang not in ("", "bash", "sh", "shell", "console"):
+                continue
+            for line in [raw]:
+                line = re.sub(r"^\$ ", "", line.strip())
+                line = line.replace(".venv/bin/alchemist", "alchemist")
+                if line.startswith("alchemist "):
+                    out.append((doc.name, line.split("  #")[0].split(" #")[0].strip()))
+    return out
+
+
+RUNNABLE = re.compile(r"--dry-run|--version|--help|^alchemist list|^alchemist stack list")
+
+
+def runnable_here(line: str) -> bool:
+    """Needs no cluster and starts no job; a template (an ALL-CAPS placeholder such as RUN
+    or S, a spec that is only an example name) is not a command to run."""
+    if not RUNNABLE.search(line) or line.endswith("\\"):
+        return False  # a continued line: the command goes on below
+    words = shlex.split(line)
+    if any(re.fullmatch(r"[A-Z]+", w) for w in words):
+        return False
+    if any(w.endswith((".yaml", ".py")) and not (REPO / w).exists() for w in words):
+        return False
+    stack = words[words.index("--stack") + 1] if "--stack" in words else "local"
+    return stack == "local" or "--outputs" in words
+
+
+def test_the_docs_show_runnable_commands():
+    assert sum(1 for _, c in commands() if runnable_here(c)) >= 4
+
+
+@pytest.mark.parametrize("doc,line", [c for c in commands() if runnable_here(c[1])])
+def test_doc_commands_run_as_written(doc, line, home, monkeypatch):
+    monkeypatch.chdir(REPO)
+    monkeypatch.setenv("ALCHEMIST_WARM_AGENT", "0")
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = cli.main(shlex.split(line)[1:])
+        except SystemExit as e:  # --version and --help exit through argparse
+            code = e.code
+    assert code == 0, f"{doc}: `{line}` exited {code}: {err.getvalue()[-500:]}"
