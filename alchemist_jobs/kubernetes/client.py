@@ -111,10 +111,15 @@ def _configuration(out: StackOutput) -> Any:
     cfg.host = endpoint
     cfg.ssl_ca_cert = _private_file(base64.b64decode(ca), ".crt")
     token = Token(eks.cluster_name, eks.region)
-    cfg.api_key_prefix["authorization"] = "Bearer"
+    # kubernetes-client/python v36 (kubernetes/client/configuration.py, auth_settings and
+    # get_api_key_with_prefix): the header is sent only if api_key already holds
+    # 'BearerToken' (or the legacy 'authorization'), the refresh hook runs only then, and
+    # the prefix is read under 'BearerToken'. So seed the token under that key.
+    cfg.api_key_prefix["BearerToken"] = "Bearer"
+    cfg.api_key["BearerToken"] = token.value()
 
-    def refresh(c: Any) -> None:  # called before every request
-        c.api_key["authorization"] = token.value()
+    def refresh(c: Any) -> None:  # called before every request's headers are made
+        c.api_key["BearerToken"] = token.value()
 
     cfg.refresh_api_key_hook = refresh
     return cfg

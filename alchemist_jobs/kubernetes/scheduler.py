@@ -22,7 +22,7 @@ from alchemist_jobs.errors import JobFailed, UserError
 from alchemist_jobs.kubernetes import manifests as mf
 from alchemist_jobs.kubernetes.client import ClusterError, Cluster, Connector, NotFound
 from alchemist_jobs.kubernetes.code_assets import CodeSnapshot, pack
-from alchemist_jobs.kubernetes.job_state import newest_pods, run_status
+from alchemist_jobs.kubernetes.job_state import newest_pods, parse_time, run_status
 from alchemist_jobs.rundir import new_run_id
 from alchemist_jobs.scheduler import (CANCELLED, RUNNING, SUCCEEDED, Request, RunStatus,
                                       Scheduler)
@@ -30,6 +30,7 @@ from alchemist_jobs.spec import JobSpec
 
 POLL_S = 2.0
 PROGRESS_EVERY_S = 10.0
+LOG_REATTACH_MARGIN_S = 300
 _CREATE = {"ConfigMap": ("core", "create_namespaced_config_map"),
            "Service": ("core", "create_namespaced_service"),
            "Job": ("batch", "create_namespaced_job")}
@@ -38,6 +39,8 @@ _DELETE = {"ConfigMap": ("core", "delete_namespaced_config_map"),
            "Job": ("batch", "delete_namespaced_job")}
 _PATCH = {"ConfigMap": ("core", "patch_namespaced_config_map"),
           "Service": ("core", "patch_namespaced_service")}
+_TIMESTAMP = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?Z")
+_RANK_LINE = re.compile(r"\[rank\d+\]: ")
 _REF = re.compile(r"[A-Za-z0-9][-A-Za-z0-9_.]{0,62}")
 
 
@@ -84,6 +87,48 @@ def rank_pod_index(rank: int, nodes: int, procs_per_node: int) -> int:
     """
     order = sorted(range(nodes), key=lambda i: f"{i}.")
     return order[rank // procs_per_node]
+
+
+class LogCursor:
+    """Where a pod's log was read up to, so a reattached stream repeats no line: lines carry the API server's RFC 3339 timestamps
+    (`timestamps=true`), which are stripped here."""
+
+    def __init__(self) -> None:
+        self.last, self.at_last = "", 0  # newest timestamp seen; lines seen with it
+
+    def since_seconds(self) -> int | None:
+        """`sinceSeconds` for a reattach (the generated client has no `sinceTime`): back to
+        the newest line seen, with a margin for clock skew; the overlap is dropped here."""
+        if not self.last:
+            return None
+        newest = parse_time(self.last) or 0.0
+        return max(1, int(time.time() - newest) + LOG_REATTACH_MARGIN_S)
+
+    def new_lines(self, lines: Iterator[str]) -> Iterator[str]:
+        start, skip = self.last, self.at_last  # what the previous streams already gave
+        for line in lines:
+            raw, sep, text = line.partition(" ")
+            ts = _nanos(raw) if sep else ""
+            if not ts:  # no timestamp: pass through
+                yield line
+                continue
+            if ts < start:
+                continue
+            if ts == start and skip:
+                skip -= 1
+                continue
+            if ts == self.last:
+                self.at_last += 1
+            else:
+                self.last, self.at_last = ts, 1
+            yield text
+
+
+def _nanos(ts: str) -> str:
+    """An RFC 3339 timestamp with exactly nine fraction digits (Go's RFC3339Nano trims
+    trailing zeros), so that text order is time order; "" if `ts` is not one."""
+    m = _TIMESTAMP.fullmatch(ts)
+    return f"{m[1]}.{(m[2] or '').ljust(9, '0')}Z" if m else ""
 
 
 def _lines(resp: Any) -> Iterator[str]:
@@ -241,7 +286,11 @@ class KubernetesScheduler(Scheduler):
 
     def _follow_pod_log(self, run_id: str, index: int, prefix: str,
                         follow: bool) -> Iterator[str]:
-        seen: set[str] = set()
+        """The lines of `prefix` (one rank) and torchrun's own agent lines from the pod of
+        `index`; with `follow`, reattaches when a stream drops while the pod still runs, and
+        moves on to the replacement pod when the group restarts."""
+        seen: set[str] = set()  # pods whose log was read to their end
+        cursor: dict[str, LogCursor] = {}
         while True:
             job, all_pods = self._job(run_id), self._pods(run_id)
             st = run_status(job, all_pods, self.stack)
@@ -257,19 +306,36 @@ class KubernetesScheduler(Scheduler):
                 time.sleep(POLL_S)
                 continue
             name = pod["metadata"]["name"]
-            seen.add(name)
+            at = cursor.setdefault(name, LogCursor())
+            since = at.since_seconds()
+            kw = {"since_seconds": since} if since else {}
             try:
                 resp = self.cluster.raw("core", "read_namespaced_pod_log", name=name,
-                                        namespace=self.cluster.namespace,
-                                        container=mf.CONTAINER, follow=follow)
+                                        namespace=self.cluster.namespace, timestamps=True,
+                                        container=mf.CONTAINER, follow=follow, **kw)
             except NotFound:  # deleted meanwhile: a replacement, if any, is found next round
+                seen.add(name)
                 continue
-            for line in _lines(resp):
-                if line.startswith(prefix):
-                    yield line[len(prefix):]
+            try:
+                for line in at.new_lines(_lines(resp)):
+                    if line.startswith(prefix):
+                        yield line[len(prefix):]
+                    elif not _RANK_LINE.match(line):  # the agent's own lines (errors too)
+                        yield line
+            except ClusterError:  # the stream broke mid-way: reattach below
+                pass
             if not follow:
                 return
-            # The stream ends when the pod does; a replacement pod carries on, if any.
+            # A stream ends when its pod does, or when a connection drops (API server
+            # restart, load balancer idle timeout): reattach unless the pod has finished.
+            if (pod.get("status") or {}).get("phase") != "Running" or self._pod_done(name):
+                seen.add(name)
+
+    def _pod_done(self, name: str) -> bool:
+        pod = self.cluster.get("core", "read_namespaced_pod", name=name,
+                               namespace=self.cluster.namespace)
+        return pod is None or bool(pod["metadata"].get("deletionTimestamp")) or \
+            (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
 
     # -- following a run from the CLI ----------------------------------------------------------
 

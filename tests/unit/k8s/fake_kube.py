@@ -137,7 +137,11 @@ class FakeKube:
             name = kw["name"]
             if ("Pod", name) not in self.objects:
                 raise _api_error(404, "NotFound", f'pods "{name}" not found')
-            text = self.pod_logs.get(name, "").encode()
+            text = self.pod_logs.get(name, "")
+            if kw.get("timestamps"):  # as the kubelet: an RFC3339Nano stamp and a space
+                text = "".join(f"2026-01-01T12:00:00.{i + 1:09d}Z {line}"
+                               for i, line in enumerate(text.splitlines(keepends=True)))
+            text = text.encode()
             # Chunks that split lines: the backend must join them.
             return FakeResponse(text, [text[i:i + 7] for i in range(0, len(text), 7)])
         if method == "connect_get_namespaced_pod_proxy_with_path":

@@ -195,7 +195,9 @@ def test_logs_follow_the_pod_of_the_rank(fake, run_cli):
     code, out, err = run_cli("logs", RUN, "--rank", "3", "--follow", "--stack", "dev",
                              "--outputs", outputs("dev"))
     assert code == 0, err
-    assert out == "three a\nthree b\n"
+    # Its own rank's lines without the prefix, and torchrun's agent lines of its pod (where
+    # the agent reports a worker's failure); never another rank's lines.
+    assert out == "agent line\nthree a\nthree b\n"
     calls = _log_calls(fake)
     assert [c["name"] for c in calls] == [f"{RUN}-1-abcde"]
     assert calls[0]["follow"] is True and calls[0]["container"] == "train"
