@@ -30,22 +30,26 @@ class NotFound(Exception):
 
 
 class Cluster:
-    """The two API groups the backend uses, bound to the stack's namespace."""
+    """The API groups the backend uses (`core`, `batch`, `custom` for JobSets and Kueue
+    Workloads, `networking`), bound to the stack's namespace."""
 
-    def __init__(self, core: Any, batch: Any, stack: str, namespace: str):
+    def __init__(self, core: Any, batch: Any, stack: str, namespace: str,
+                 custom: Any = None, networking: Any = None):
         self.core, self.batch, self.stack, self.namespace = core, batch, stack, namespace
+        self.apis = {"core": core, "batch": batch, "custom": custom, "networking": networking}
 
     def raw(self, api: str, method: str, **kw: Any) -> Any:
         """Call `<api>.<method>(**kw)` and return the raw (streamable) response."""
         from kubernetes.client.exceptions import ApiException
 
-        fn = getattr(self.core if api == "core" else self.batch, method)
+        fn = getattr(self.apis[api], method)
         try:
             return fn(_preload_content=False, **kw)
         except ApiException as e:
             # A missing object is an answer for reads and deletes; for a create or a list it
             # means the namespace itself is missing: an error to report.
-            if e.status == 404 and method.startswith(("read_", "delete_", "patch_", "connect_")):
+            if e.status == 404 and method.startswith(("read_", "delete_", "patch_", "connect_",
+                                                      "get_namespaced_custom_object")):
                 raise NotFound(method) from None
             raise ClusterError(f"stack {self.stack}: {method} was refused: "
                                f"{_api_reason(e)}") from None
@@ -133,7 +137,8 @@ def connect(out: StackOutput) -> Cluster:
         raise UserError(f"stack {out.stack}: the Kubernetes backend needs the `kubernetes` "
                         "package; accepted: pip install 'alchemist[cluster]'") from None
     api = client.ApiClient(_configuration(out))
-    return Cluster(client.CoreV1Api(api), client.BatchV1Api(api), out.stack, out.namespace)
+    return Cluster(client.CoreV1Api(api), client.BatchV1Api(api), out.stack, out.namespace,
+                   custom=client.CustomObjectsApi(api), networking=client.NetworkingV1Api(api))
 
 
 Connector = Callable[[StackOutput], Cluster]

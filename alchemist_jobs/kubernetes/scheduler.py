@@ -31,14 +31,14 @@ from alchemist_jobs.spec import JobSpec
 POLL_S = 2.0
 PROGRESS_EVERY_S = 10.0
 LOG_REATTACH_MARGIN_S = 300
-_CREATE = {"ConfigMap": ("core", "create_namespaced_config_map"),
-           "Service": ("core", "create_namespaced_service"),
-           "Job": ("batch", "create_namespaced_job")}
-_DELETE = {"ConfigMap": ("core", "delete_namespaced_config_map"),
-           "Service": ("core", "delete_namespaced_service"),
-           "Job": ("batch", "delete_namespaced_job")}
-_PATCH = {"ConfigMap": ("core", "patch_namespaced_config_map"),
-          "Service": ("core", "patch_namespaced_service")}
+_JOBSET = {"group": mf.JOBSET_API[0], "version": mf.JOBSET_API[1], "plural": mf.JOBSET_API[2]}
+# Kueue v0.13.4 Workloads: one per JobSet, labelled with the JobSet's uid
+# (kueue pkg/controller/constants JobUIDLabel).
+_WORKLOAD = {"group": "kueue.x-k8s.io", "version": "v1beta1", "plural": "workloads"}
+WORKLOAD_JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
+_API = {"ConfigMap": ("core", "namespaced_config_map", {}),
+        "NetworkPolicy": ("networking", "namespaced_network_policy", {}),
+        "JobSet": ("custom", "namespaced_custom_object", _JOBSET)}
 _TIMESTAMP = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?Z")
 _RANK_LINE = re.compile(r"\[rank\d+\]: ")
 _REF = re.compile(r"[A-Za-z0-9][-A-Za-z0-9_.]{0,62}")
@@ -170,28 +170,36 @@ class KubernetesScheduler(Scheduler):
             code = pack(Path(spec_dir), source="task")
             if spec.task.script:
                 _check_shipped(spec.task.script, code)
+        from alchemist_jobs.kubernetes.api_checks import validate_for_api_server
+
         run_id = run_id or new_run_id(spec.name)
-        return KubeRequest(run_id=run_id, stack=self.out, spec=spec,
-                           manifests=mf.build(spec, self.out, run_id, code), code=code)
+        manifests = mf.build(spec, self.out, run_id, code)
+        validate_for_api_server(manifests)  # what the API server would refuse, said now
+        return KubeRequest(run_id=run_id, stack=self.out, spec=spec, manifests=manifests,
+                           code=code)
 
     def schedule(self, request: KubeRequest) -> KubeHandle:
-        """ConfigMap, then the Service, then the Job (so pod 0's DNS name exists before it
-        starts); then the Job owns the other two, so its TTL removes them all. If anything
-        fails, what was created is deleted again."""
+        """ConfigMap and NetworkPolicy, then the JobSet; then the JobSet owns the other two,
+        so its TTL (or a cancel) removes them all. If anything fails, what was created is
+        deleted again. Checks the API server would make first (validate_for_api_server)."""
+        from alchemist_jobs.kubernetes.api_checks import validate_for_api_server
+
+        validate_for_api_server(request.manifests)
         c = self.cluster
         handle = KubeHandle(run_id=request.run_id, name=request.name, namespace=c.namespace,
                             spec=request.spec)
         try:
-            job = {}
+            owner_obj = {}
             for obj in request.manifests:
-                api, method = _CREATE[obj["kind"]]
-                job = c.call(api, method, namespace=c.namespace, body=obj)
+                api, what, kw = _API[obj["kind"]]
+                owner_obj = c.call(api, f"create_{what}", namespace=c.namespace, body=obj, **kw)
                 handle.created.append((obj["kind"], obj["metadata"]["name"]))
-            owner = [{"apiVersion": "batch/v1", "kind": "Job", "name": handle.name,
-                      "uid": job["metadata"]["uid"], "blockOwnerDeletion": False}]
+            owner = [{"apiVersion": owner_obj["apiVersion"], "kind": owner_obj["kind"],
+                      "name": handle.name, "uid": owner_obj["metadata"]["uid"],
+                      "blockOwnerDeletion": False}]
             for kind, name in handle.created[:-1]:
-                api, method = _PATCH[kind]
-                c.call(api, method, name=name, namespace=c.namespace,
+                api, what, kw = _API[kind]
+                c.call(api, f"patch_{what}", name=name, namespace=c.namespace, **kw,
                        body=[{"op": "add", "path": "/metadata/ownerReferences", "value": owner}])
         except BaseException:
             self._delete(handle.created)
@@ -200,18 +208,35 @@ class KubernetesScheduler(Scheduler):
 
     def _delete(self, objects: list[tuple[str, str]]) -> None:
         for kind, name in reversed(objects):
-            api, method = _DELETE[kind]
-            kw = {"propagation_policy": "Background"} if kind == "Job" else {}
+            api, what, kw = _API[kind]
+            if kind == "JobSet":  # its Jobs and their pods go too
+                kw = {**kw, "propagation_policy": "Background"}
             try:
-                self.cluster.call(api, method, name=name, namespace=self.cluster.namespace, **kw)
+                self.cluster.call(api, f"delete_{what}", name=name,
+                                  namespace=self.cluster.namespace, **kw)
             except NotFound:
                 pass
 
     # -- finding runs -------------------------------------------------------------------------
 
-    def _list(self, api: str, method: str, selector: str) -> list[dict]:
+    def _list(self, api: str, method: str, selector: str, **kw: Any) -> list[dict]:
         return self.cluster.call(api, method, namespace=self.cluster.namespace,
-                                 label_selector=selector).get("items", [])
+                                 label_selector=selector, **kw).get("items", [])
+
+    def _jobsets(self, selector: str) -> list[dict]:
+        return self._list("custom", "list_namespaced_custom_object", selector, **_JOBSET)
+
+    def _workload(self, jobset: dict) -> dict | None:
+        """Kueue's Workload of a JobSet (why it waits), or None where it cannot be read."""
+        uid = jobset["metadata"].get("uid")
+        if not uid:
+            return None
+        try:
+            items = self._list("custom", "list_namespaced_custom_object",
+                               f"{WORKLOAD_JOB_UID_LABEL}={uid}", **_WORKLOAD)
+        except ClusterError:  # no Kueue, or no right to read Workloads: pods still tell
+            return None
+        return items[0] if items else None
 
     def _managed(self) -> str:
         return f"{MANAGED_BY_LABEL[0]}={MANAGED_BY_LABEL[1]}"
@@ -220,9 +245,9 @@ class KubernetesScheduler(Scheduler):
         """A run's Job by run id, or by a unique prefix of one."""
         if not _REF.fullmatch(ref):
             raise UserError(f"run {ref!r}: not a run id; accepted: letters, digits, '-', '.', '_'")
-        jobs = self._list("batch", "list_namespaced_job", f"{RUN_LABEL}={ref}")
+        jobs = self._jobsets(f"{RUN_LABEL}={ref}")
         if not jobs:
-            every = self._list("batch", "list_namespaced_job", self._managed())
+            every = self._jobsets(self._managed())
             jobs = [j for j in every if j["metadata"]["labels"].get(RUN_LABEL, "").startswith(ref)]
             if len(jobs) != 1:
                 recent = sorted(every, key=lambda j: j["metadata"].get("creationTimestamp", ""))
@@ -239,23 +264,31 @@ class KubernetesScheduler(Scheduler):
 
     # -- status / list / cancel ----------------------------------------------------------------
 
-    def _status(self, job: dict, pods: list[dict]) -> RunStatus:
-        st = run_status(job, pods, self.stack)
+    def _status(self, job: dict, pods: list[dict], workload: dict | None = None) -> RunStatus:
+        st = run_status(job, pods, self.stack, workload)
         # Where the pods keep the run (checkpoints, TensorBoard, logs/torchrun): the shared FS.
         st.extra["run_dir"] = mf.shared_paths(self.out, st.run_id)[1]
         return st
 
     def status(self, run_id: str) -> RunStatus:
         job = self._job(run_id)
-        return self._status(job, self._pods(job["metadata"]["labels"][RUN_LABEL]))
+        return self._status(job, self._pods(job["metadata"]["labels"][RUN_LABEL]),
+                            self._workload(job))
 
     def list(self) -> list[RunStatus]:
-        jobs = self._list("batch", "list_namespaced_job", self._managed())
+        jobs = self._jobsets(self._managed())
         pods = self._list("core", "list_namespaced_pod", self._managed())
+        try:
+            workloads = {w["metadata"].get("labels", {}).get(WORKLOAD_JOB_UID_LABEL): w
+                         for w in self._list("custom", "list_namespaced_custom_object", "",
+                                             **_WORKLOAD)}
+        except ClusterError:
+            workloads = {}
         by_run: dict[str, list[dict]] = {}
         for p in pods:
             by_run.setdefault(p["metadata"]["labels"].get(RUN_LABEL, ""), []).append(p)
-        out = [self._status(j, by_run.get(j["metadata"]["labels"].get(RUN_LABEL, ""), []))
+        out = [self._status(j, by_run.get(j["metadata"]["labels"].get(RUN_LABEL, ""), []),
+                            workloads.get(j["metadata"].get("uid")))
                for j in jobs]
         return sorted(out, key=lambda s: s.created or 0)
 
@@ -265,10 +298,11 @@ class KubernetesScheduler(Scheduler):
         if st.finished:
             return st
         name = job["metadata"]["name"]
-        # The Job first: its pods stop (Background propagation), then what served them.
-        self._delete([("ConfigMap", name), ("Service", name), ("Job", name)])
+        # The JobSet first: its Jobs, pods and Service go (Background propagation), then
+        # what it owns but a failed owner patch might have left.
+        self._delete([("ConfigMap", name), ("NetworkPolicy", name), ("JobSet", name)])
         st.state, st.ended = CANCELLED, time.time()
-        st.message = "cancelled: Job (and its pods), Service and ConfigMap deleted"
+        st.message = "cancelled: JobSet (its Jobs, pods and Service), ConfigMap deleted"
         return st
 
     # -- logs ----------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
-"""The pods of a cluster job, run for real without a cluster: each pod of the Indexed Job is a
-network namespace with the pod's hostname and the /etc/hosts the kubelet and the headless
-Service would give it, and runs exactly the init-container and container commands and
+"""The pods of a cluster job, run for real without a cluster: each worker pod of the JobSet is
+a network namespace with the pod's hostname and the /etc/hosts the kubelet and JobSet's
+headless Service would give it, and runs exactly the init-container and container commands and
 environment of the rendered manifests (only the ConfigMap's mount point is a directory here
 and `python`/`torchrun` are this environment's). Real torchrun, real c10d rendezvous at pod 0
 through the Service's DNS name, real gloo. The Kubernetes API is the fake client (the far
@@ -76,9 +76,12 @@ def test_the_rendered_pods_train_together(tmp_path, pods_network):
     fake = FakeKube()
     sched = KubernetesScheduler(out, connector=fake.connector)
     request = sched.dryrun(spec, EXAMPLES)
-    cm, svc, job = request.manifests
-    name, ns = job["metadata"]["name"], out.namespace
+    cm, policy, jobset = request.manifests
+    name, ns = jobset["metadata"]["name"], out.namespace
+    assert jobset["spec"]["network"]["subdomain"] == name
+    job = jobset["spec"]["replicatedJobs"][0]["template"]
     pod = job["spec"]["template"]["spec"]
+    host = [f"{name}-{mf.WORKER_RJOB}-0-{i}" for i in range(2)]  # JobSet's pod hostnames
 
     # The ConfigMap's volume.
     config = tmp_path / "config"
@@ -88,8 +91,8 @@ def test_the_rendered_pods_train_together(tmp_path, pods_network):
 
     # What the kubelet writes to /etc/hosts, plus what cluster DNS answers for the Service.
     hosts = "127.0.0.1 localhost\n" + "".join(
-        f"{ip} {name}-{i}.{svc['metadata']['name']}.{ns}.svc.cluster.local "
-        f"{name}-{i}.{svc['metadata']['name']} {name}-{i}\n" for i, ip in enumerate(ips))
+        f"{ip} {host[i]}.{name}.{ns}.svc.cluster.local {host[i]}.{name} {host[i]}\n"
+        for i, ip in enumerate(ips))
     for n in names:
         Path(f"/etc/netns/{n}").mkdir(parents=True, exist_ok=True)
         Path(f"/etc/netns/{n}/hosts").write_text(hosts)
@@ -101,12 +104,12 @@ def test_the_rendered_pods_train_together(tmp_path, pods_network):
     def pod_env(i: int) -> dict:
         env = dict(base_env, JOB_COMPLETION_INDEX=str(i))
         for e in pod["containers"][0]["env"]:
-            env[e["name"]] = e["value"] if "value" in e else f"{name}-{i}-emul{i}"
+            env[e["name"]] = e["value"] if "value" in e else f"{host[i]}-emul{i}"
         return env
 
     def in_pod(i: int, argv: list[str]) -> list[str]:
         return ["ip", "netns", "exec", names[i], "unshare", "--uts", "sh", "-c",
-                'hostname "$0" && exec "$@"', f"{name}-{i}", *argv]
+                'hostname "$0" && exec "$@"', host[i], *argv]
 
     # Init containers: every pod, idempotently.
     init = [sys.executable if a == "python" else a.replace(mf.CONFIG_MOUNT, str(config))
@@ -142,7 +145,7 @@ def test_the_rendered_pods_train_together(tmp_path, pods_network):
     run = shared / "runs" / request.run_id
     for rank in range(2):
         rec = json.loads((run / "workers" / f"rank-{rank}.json").read_text())
-        assert rec["node"].startswith(f"{name}-{rank_pod_index(rank, 2, 1)}-")
+        assert rec["node"].startswith(f"{host[rank_pod_index(rank, 2, 1)]}-")
     assert (run / "spec.yaml").read_text() == cm["data"][mf.SPEC_KEY]
     assert list((run / "logs" / "torchrun").glob("*/attempt_0/0/stdout.log"))
     code_dir = Path(train["workingDir"])
@@ -151,7 +154,7 @@ def test_the_rendered_pods_train_together(tmp_path, pods_network):
     # `alchemist logs --rank 0` on those pods' real logs (the API is the fake).
     sched.schedule(request)
     fake.set_job(name, spec={"suspend": False},
-                 status={"conditions": [{"type": "Complete", "status": "True"}]})
+                 status={"conditions": [{"type": "Completed", "status": "True"}]})
     for i in range(2):
         fake.add_pod(name, i, "Succeeded", log=pod_logs[i])
     lines = list(sched.logs(request.run_id, rank=0))

@@ -58,12 +58,15 @@ class _Recorder(BaseHTTPRequestHandler):
             if "on_log" in self.hooks:
                 self.hooks["on_log"]()
             ctype = "text/plain"
-        elif self.command == "GET" and url.path.endswith("/jobs"):
+        elif self.command == "GET" and url.path.endswith("/jobsets"):
             job = _JOB
             if len(self.requests) > 200:  # a follow that never reattaches: end the run
                 job = {**_JOB, "status": {"conditions": [
                     {"type": "Failed", "status": "True", "reason": "TestGaveUp"}]}}
-            payload = json.dumps({"kind": "JobList", "items": [job]}).encode()
+            payload = json.dumps({"kind": "JobSetList", "items": [job]}).encode()
+            ctype = "application/json"
+        elif self.command == "GET" and url.path.endswith("/workloads"):
+            payload = json.dumps({"kind": "WorkloadList", "items": []}).encode()
             ctype = "application/json"
         elif self.command == "GET" and url.path.endswith(_POD["metadata"]["name"]):
             payload, ctype = json.dumps(_POD).encode(), "application/json"
@@ -83,14 +86,17 @@ class _Recorder(BaseHTTPRequestHandler):
     do_GET = do_POST = do_PATCH = do_DELETE = _answer
 
 
-_JOB = {"metadata": {"name": RUN, "namespace": "research", "creationTimestamp": "2026-01-01T12:00:00Z",
+_JOB = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+        "metadata": {"name": RUN, "namespace": "research", "uid": "js-uid",
+                     "creationTimestamp": "2026-01-01T12:00:00Z",
                      "labels": {"alchemist.io/run": RUN, "alchemist.io/name": "digits"},
                      "annotations": {"alchemist.io/workers": "2", "alchemist.io/nodes": "1",
                                      "alchemist.io/procs-per-node": "2"}},
-        "spec": {"completions": 1, "suspend": False}, "status": {"active": 1}}
-_POD = {"metadata": {"name": f"{RUN}-0-abcde", "creationTimestamp": "2026-01-01T12:00:01Z",
+        "spec": {"suspend": False}, "status": {"restarts": 0}}
+_POD = {"metadata": {"name": f"{RUN}-worker-0-0-abcde", "creationTimestamp": "2026-01-01T12:00:01Z",
                      "annotations": {"batch.kubernetes.io/job-completion-index": "0"},
-                     "labels": {"alchemist.io/run": RUN}},
+                     "labels": {"alchemist.io/run": RUN,
+                                "jobset.sigs.k8s.io/replicatedjob-name": "worker"}},
         "status": {"phase": "Running"}}
 
 
@@ -120,13 +126,14 @@ def test_the_real_client_sends_what_the_api_server_expects(api_server):
     sched.schedule(sched.dryrun(spec, EXAMPLES, run_id=RUN))
     assert [(r["method"], r["path"]) for r in requests] == [
         ("POST", "/api/v1/namespaces/research/configmaps"),
-        ("POST", "/api/v1/namespaces/research/services"),
-        ("POST", "/apis/batch/v1/namespaces/research/jobs"),
+        ("POST", "/apis/networking.k8s.io/v1/namespaces/research/networkpolicies"),
+        ("POST", "/apis/jobset.x-k8s.io/v1alpha2/namespaces/research/jobsets"),
         ("PATCH", f"/api/v1/namespaces/research/configmaps/{RUN}"),
-        ("PATCH", f"/api/v1/namespaces/research/services/{RUN}"),
+        ("PATCH", f"/apis/networking.k8s.io/v1/namespaces/research/networkpolicies/{RUN}"),
     ]
     assert all(r["auth"] == f"Bearer {TOKEN}" for r in requests)
-    assert requests[2]["body"]["spec"]["completionMode"] == "Indexed"
+    assert requests[2]["body"]["spec"]["replicatedJobs"][0]["template"]["spec"][
+        "completionMode"] == "Indexed"
     patch = requests[3]
     assert patch["content_type"] == "application/json-patch+json"
     assert patch["body"][0]["path"] == "/metadata/ownerReferences"
@@ -135,20 +142,20 @@ def test_the_real_client_sends_what_the_api_server_expects(api_server):
     requests.clear()
     assert list(sched.logs(RUN, rank=0, follow=False)) == ["first\n", "second\n"]
     log = requests[-1]
-    assert log["path"] == f"/api/v1/namespaces/research/pods/{RUN}-0-abcde/log"
+    assert log["path"] == f"/api/v1/namespaces/research/pods/{RUN}-worker-0-0-abcde/log"
     assert log["query"]["container"] == ["train"]
     assert requests[0]["query"]["labelSelector"] == [f"alchemist.io/run={RUN}"]
 
     requests.clear()
     sched.progress(sched.status(RUN))  # rank 0's /metrics through the API server's pod proxy
     assert requests[-1]["path"] == \
-        f"/api/v1/namespaces/research/pods/{RUN}-0-abcde:9400/proxy/metrics"
+        f"/api/v1/namespaces/research/pods/{RUN}-worker-0-0-abcde:9400/proxy/metrics"
 
     requests.clear()
     assert sched.cancel(RUN).state == "cancelled"
     assert [(r["method"], r["path"]) for r in requests if r["method"] == "DELETE"] == [
-        ("DELETE", f"/apis/batch/v1/namespaces/research/jobs/{RUN}"),
-        ("DELETE", f"/api/v1/namespaces/research/services/{RUN}"),
+        ("DELETE", f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/research/jobsets/{RUN}"),
+        ("DELETE", f"/apis/networking.k8s.io/v1/namespaces/research/networkpolicies/{RUN}"),
         ("DELETE", f"/api/v1/namespaces/research/configmaps/{RUN}"),
     ]
     job_delete = next(r for r in requests if r["method"] == "DELETE")
