@@ -66,6 +66,7 @@ class KubeRequest(Request):
         if self.code is not None:
             head.append(f"# code snapshot {self.code.digest}: {len(self.code.files)} file(s) "
                         f"from {self.code.root}, {len(self.code.tarball)} bytes packed")
+            head += [f"#   ships {f}" for f in self.code.files]
         return "\n".join(head) + "\n" + mf.to_yaml(self.manifests)
 
 

@@ -20,7 +20,7 @@ from alchemist_jobs.kubernetes.api_checks import ApiServerWouldRefuse, validate_
 from alchemist_jobs.kubernetes.scheduler import KubernetesScheduler
 from alchemist_jobs.spec import load_spec
 from tests.k8s_stacks import stack
-from tests.unit.k8s.conftest import EXAMPLES, outputs
+from tests.unit.k8s.conftest import EXAMPLES
 
 RUN = "digits-20260101-120000-ab12"
 
@@ -96,16 +96,13 @@ def test_config_map_over_1_mib():
     _refused(objs, r"^ConfigMap .*: data: 10\d{5} bytes; accepted: at most 1048576 bytes")
 
 
-def test_submit_refuses_before_any_call(fake, run_cli, tmp_path, monkeypatch):
-    """A code snapshot too big for a ConfigMap: one line, exit 2, nothing created."""
-    (tmp_path / "spec.yaml").write_text((EXAMPLES / "script.yaml").read_text())
-    for f in EXAMPLES.glob("*.py"):
-        (tmp_path / f.name).write_text(f.read_text())
-    import os
-    (tmp_path / "weights.bin").write_bytes(os.urandom(1100 * 1024))  # incompressible
-    code, out, err = run_cli("submit", tmp_path / "spec.yaml", "--stack", "dev",
-                             "--outputs", outputs("dev"))
-    assert code == 2 and err.count("\n") == 1, err
-    assert "data:" in err and "accepted: at most 1048576 bytes" in err
-    assert fake.calls == []
-    assert issubclass(ApiServerWouldRefuse, UserError)
+def test_schedule_refuses_before_any_call(fake):
+    """`schedule` runs the checks too (a request built or edited elsewhere): one line, and
+    the cluster is never called."""
+    sched = KubernetesScheduler(stack("dev").output)
+    request = sched.dryrun(load_spec(EXAMPLES / "digits.yaml"), EXAMPLES, run_id=RUN)
+    request.manifests[2]["metadata"]["labels"]["alchemist.io/name"] = "n" * 64
+    with pytest.raises(ApiServerWouldRefuse) as e:
+        sched.schedule(request)
+    assert "\n" not in str(e.value) and fake.calls == []
+    assert issubclass(ApiServerWouldRefuse, UserError)  # exit 2 from the CLI

@@ -143,3 +143,26 @@ def test_pod_setup_refuses_a_snapshot_that_does_not_match_its_name(tmp_path):
     assert res.returncode != 0 and "does not match its name" in res.stderr
     assert not wrong.exists() and not [p for p in wrong.parent.iterdir()]
     shutil.rmtree(tmp_path / "shared")
+
+
+def test_secret_looking_files_and_the_enclosing_repositorys_ignores_never_ship(tmp_path):
+    """17.3: a project whose credentials are listed in its repository's .gitignore, with the
+    spec one directory below the repository's top: none of them, nor anything the enclosing
+    .gitignore (or .git/info/exclude) ignores, reaches the snapshot; secret-looking files are
+    excluded even where no ignore file lists them."""
+    repo = tmp_path / "proj"
+    (repo / ".git" / "info").mkdir(parents=True)
+    (repo / ".git" / "info" / "exclude").write_text("scratch.txt\n")
+    (repo / ".gitignore").write_text("data/\n*.ckpt\n/train/local_only.py\n")
+    job = repo / "train"
+    for rel, text in {"train.py": "print()\n", "local_only.py": "x\n", "model.ckpt": "w",
+                      "scratch.txt": "s", "data/big.bin": "d", ".env": "TOKEN=1\n",
+                      ".netrc": "machine x\n", ".aws/credentials": "[default]\n",
+                      "secrets/deploy.pem": "-----BEGIN\n", "conf/id_rsa": "k",
+                      "conf/settings.yaml": "a: 1\n"}.items():
+        p = job / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+    from alchemist_jobs.kubernetes.code_assets import list_files
+
+    assert list_files(job) == ["conf/settings.yaml", "train.py"]
