@@ -19,6 +19,11 @@ from alchemist_jobs.contract import StackOutput
 from alchemist_jobs.errors import UserError
 
 
+CONNECT_TIMEOUT_S = 15
+READ_TIMEOUT_S = 60
+FOLLOW_READ_TIMEOUT_S = 600
+
+
 class ClusterError(UserError):
     """The cluster refused or could not be reached: one line, exit 1 (not bad input)."""
 
@@ -43,6 +48,11 @@ class Cluster:
         from kubernetes.client.exceptions import ApiException
 
         fn = getattr(self.apis[api], method)
+        # Every request has a deadline (a hung API server must not hang the CLI); a followed
+        # log may stay quiet for long, and its reader reattaches when the read times out.
+        kw.setdefault("_request_timeout",
+                      (CONNECT_TIMEOUT_S, FOLLOW_READ_TIMEOUT_S if kw.get("follow")
+                       else READ_TIMEOUT_S))
         try:
             return fn(_preload_content=False, **kw)
         except ApiException as e:

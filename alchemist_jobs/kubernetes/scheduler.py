@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from alchemist_jobs.contract import MANAGED_BY_LABEL, RUN_LABEL, StackOutput
+from alchemist_jobs.contract import (MANAGED_BY_LABEL, PROGRESS_LINE_PREFIX, RUN_LABEL,
+                                     StackOutput)
 from alchemist_jobs.errors import JobFailed, UserError
 from alchemist_jobs.kubernetes import manifests as mf
 from alchemist_jobs.kubernetes.client import ClusterError, Cluster, Connector, NotFound
@@ -31,6 +32,7 @@ from alchemist_jobs.spec import JobSpec
 POLL_S = 2.0
 PROGRESS_EVERY_S = 10.0
 LOG_REATTACH_MARGIN_S = 300
+PROGRESS_TAIL_LINES = 200
 _JOBSET = {"group": mf.JOBSET_API[0], "version": mf.JOBSET_API[1], "plural": mf.JOBSET_API[2]}
 # Kueue v0.13.4 Workloads: one per JobSet, labelled with the JobSet's uid
 # (kueue pkg/controller/constants JobUIDLabel).
@@ -354,7 +356,8 @@ class KubernetesScheduler(Scheduler):
             try:
                 for line in at.new_lines(_lines(resp)):
                     if line.startswith(prefix):
-                        yield line[len(prefix):]
+                        if not line.startswith(PROGRESS_LINE_PREFIX, len(prefix)):
+                            yield line[len(prefix):]
                     elif not _RANK_LINE.match(line):  # the agent's own lines (errors too)
                         yield line
             except ClusterError:  # the stream broke mid-way: reattach below
@@ -375,20 +378,30 @@ class KubernetesScheduler(Scheduler):
     # -- following a run from the CLI ----------------------------------------------------------
 
     def progress(self, st: RunStatus) -> dict | None:
-        """Rank 0's progress from its /metrics, through the API server's pod proxy."""
-        from alchemist_jobs.kubernetes.progress import parse
+        """Rank 0's newest progress line from the tail of its pod log, through the API server
+        (pods/log reaches the kubelet, not the pod's network, so the platform's default-deny
+        NetworkPolicy does not stand in the way), with the client's request timeout."""
+        import json
 
         pod = st.extra["pods"].get(rank_pod_index(0, st.extra["nodes"] or 1, 1))
         if pod is None:
             return None
         try:
-            resp = self.cluster.raw("core", "connect_get_namespaced_pod_proxy_with_path",
-                                    name=f"{pod}:{mf.METRICS_BASE_PORT}",
-                                    namespace=self.cluster.namespace, path="metrics")
+            resp = self.cluster.raw("core", "read_namespaced_pod_log", name=pod,
+                                    namespace=self.cluster.namespace, container=mf.CONTAINER,
+                                    tail_lines=PROGRESS_TAIL_LINES)
         except (NotFound, ClusterError):
             return None
-        data = resp.data.decode() if isinstance(resp.data, bytes) else str(resp.data)
-        return parse(data, rank=0)
+        text = resp.data.decode(errors="replace") if isinstance(resp.data, bytes) \
+            else str(resp.data)
+        marker = mf.LOG_PREFIX_TEMPLATE.replace("${rank}", "0") + PROGRESS_LINE_PREFIX
+        for line in reversed(text.splitlines()):
+            if line.startswith(marker):
+                try:
+                    return json.loads(line[len(marker):])
+                except ValueError:
+                    continue
+        return None
 
     def follow(self, handle: KubeHandle, logs: bool = False, quiet: bool = False) -> int:
         """Watch a run to its end: state changes and progress on stderr, rank 0's log on

@@ -13,6 +13,7 @@ worker ran on a slower machine.
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import os
 import random
@@ -28,6 +29,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from alchemist_jobs.rundir import RunDir, read_json, write_json_atomic
+from alchemist_jobs.contract import PROGRESS_LINE_PREFIX
 from alchemist_jobs.runtime.checkpoint import Checkpointer
 from alchemist_jobs.runtime.faults import Faults
 from alchemist_jobs.runtime.metrics import WorkerMetrics
@@ -249,6 +251,10 @@ def train(spec: JobSpec, run: RunDir, shared_root: Path) -> dict[str, Any]:
                             lr=optimizer.param_groups[0]["lr"], samples_per_s=rate * world,
                             restarts=restarts, time=time.time(), final=final)
         write_json_atomic(run.progress_file, run_progress)
+        if os.environ.get("ALCHEMIST_LOG_TO_CONSOLE") == "1":
+            # On clusters the CLI reads progress from rank 0's pod log through the API
+            # server: it works where NetworkPolicies keep the API server off the pods.
+            print(PROGRESS_LINE_PREFIX + json.dumps(run_progress), flush=True)
         writer.add_scalar("train/loss", loss_value, step)
         writer.add_scalar("train/lr", run_progress["lr"], step)
         writer.add_scalar("train/samples_per_s", run_progress["samples_per_s"], step)

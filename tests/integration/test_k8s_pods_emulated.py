@@ -16,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -159,3 +160,158 @@ def test_the_rendered_pods_train_together(tmp_path, pods_network):
         fake.add_pod(name, i, "Succeeded", log=pod_logs[i])
     lines = list(sched.logs(request.run_id, rank=0))
     assert any(line.startswith("steps ") for line in lines) and not any("[rank" in l for l in lines)
+
+
+# --- failure injection: what JobSet does when a pod is lost or the run is preempted ----------
+
+
+class EmulatedJobSet:
+    """The worker pods of a rendered JobSet as network namespaces (see the test above), and
+    JobSet v0.12.0's group restart as upstream does it (pkg/controllers/jobset_controller.go
+    with restartStrategy BlockingRecreate: every Job of the old attempt, and so every pod, is
+    deleted (the kubelet sends SIGTERM) before all Jobs are created anew; each new pod runs
+    its init container and container again)."""
+
+    def __init__(self, tmp_path: Path, names: list[str], ips: list[str], overrides: list[str]):
+        self.tmp, self.names = tmp_path, names
+        data = stack("dev").output.model_dump(mode="json")
+        data["kubeconfig"] = "unused"
+        data["shared_fs"]["mount_path"] = str(tmp_path / "shared")
+        out = StackOutput.parse(data, "emulated")
+        spec = load_spec(EXAMPLES / "digits.yaml", ["nodes=2", "procs_per_node=1", *overrides])
+        self.request = KubernetesScheduler(out, connector=FakeKube().connector).dryrun(
+            spec, EXAMPLES)
+        cm, _, jobset = self.request.manifests
+        self.name = jobset["metadata"]["name"]
+        self.pod = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+        self.hosts = [f"{self.name}-{mf.WORKER_RJOB}-0-{i}" for i in range(2)]
+        self.config = tmp_path / "config"
+        self.config.mkdir()
+        (self.config / mf.SPEC_KEY).write_text(cm["data"][mf.SPEC_KEY])
+        lines = "127.0.0.1 localhost\n" + "".join(
+            f"{ip} {h}.{self.name}.{out.namespace}.svc.cluster.local {h}.{self.name} {h}\n"
+            for h, ip in zip(self.hosts, ips))
+        for n in names:
+            Path(f"/etc/netns/{n}").mkdir(parents=True, exist_ok=True)
+            Path(f"/etc/netns/{n}/hosts").write_text(lines)
+        self.base_env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
+                         "HOME": str(tmp_path), "LANG": "C.UTF-8", "PYTHONPATH": str(REPO)}
+        self.run = tmp_path / "shared" / "runs" / self.request.run_id
+        self.procs: dict[int, subprocess.Popen] = {}
+        self.attempt = -1
+
+    def _in_pod(self, i: int, argv: list[str]) -> list[str]:
+        return ["ip", "netns", "exec", self.names[i], "unshare", "--uts", "sh", "-c",
+                'hostname "$0" && exec "$@"', self.hosts[i], *argv]
+
+    def log(self, i: int, attempt: int | None = None) -> str:
+        a = self.attempt if attempt is None else attempt
+        return (self.tmp / f"pod-{i}-attempt-{a}.log").read_text()
+
+    def start(self, indices=(0, 1)) -> None:
+        """A new attempt's pods (init container, then the container), started at once."""
+        self.attempt += 1
+        init = [sys.executable if a == "python" else a.replace(mf.CONFIG_MOUNT, str(self.config))
+                for a in self.pod["initContainers"][0]["command"]]
+        for i in indices:
+            self.start_pod(i, init)
+
+    def start_pod(self, i: int, init: list[str] | None = None) -> None:
+        if init is None:
+            init = [sys.executable if a == "python" else
+                    a.replace(mf.CONFIG_MOUNT, str(self.config))
+                    for a in self.pod["initContainers"][0]["command"]]
+        subprocess.run(self._in_pod(i, init), env=self.base_env, check=True,
+                       capture_output=True, timeout=120)
+        env = dict(self.base_env, JOB_COMPLETION_INDEX=str(i))
+        for e in self.pod["containers"][0]["env"]:
+            env[e["name"]] = e["value"] if "value" in e else f"{self.hosts[i]}-a{self.attempt}"
+        log = open(self.tmp / f"pod-{i}-attempt-{self.attempt}.log", "w")
+        self.procs[i] = subprocess.Popen(self._in_pod(i, self.pod["containers"][0]["command"]),
+                                         env=env, stdout=log, stderr=subprocess.STDOUT,
+                                         start_new_session=True)
+        log.close()
+
+    def wait_for_checkpoint(self, timeout: float = 300) -> int:
+        """The step of the first checkpoint on the shared file system (an event, polled)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            done = sorted(self.run.glob("checkpoints/step-*.pt"))
+            if done:
+                return int(done[0].stem.split("-")[1])
+            assert all(p.poll() is None for p in self.procs.values()), \
+                [self.log(i) for i in self.procs]
+            time.sleep(0.2)
+        raise AssertionError("no checkpoint was written")
+
+    def terminate(self, i: int) -> None:
+        """The kubelet deleting the pod: SIGTERM to its main process (the pod script)."""
+        os.kill(self.procs[i].pid, signal.SIGTERM)
+
+    def lose(self, i: int) -> None:
+        """The pod's node is gone: everything in it dies at once."""
+        os.killpg(self.procs[i].pid, signal.SIGKILL)
+
+    def wait(self, timeout: float = 420) -> list[int]:
+        try:
+            return [self.procs[i].wait(timeout=timeout) for i in sorted(self.procs)]
+        finally:
+            self.kill_all()
+
+    def kill_all(self) -> None:
+        for p in self.procs.values():
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+
+
+def _result(js: EmulatedJobSet) -> dict:
+    return json.loads((js.run / "result.json").read_text())
+
+
+def test_losing_pod_0_restarts_the_group_from_the_newest_checkpoint(tmp_path, pods_network):
+    """(a) Pod 0, which holds torchrun's c10d store, is lost mid-run. Its Job fails
+    (backoffLimit 0), JobSet deletes every pod and recreates them all; the new group resumes
+    from the newest checkpoint and finishes with test accuracy >= 0.9."""
+    js = EmulatedJobSet(tmp_path, *pods_network,
+                        ["hyper.epochs=12", "checkpoint.every_steps=20"])
+    js.start()
+    try:
+        first = js.wait_for_checkpoint()
+        js.lose(0)
+        js.procs[0].wait()
+        js.terminate(1)  # JobSet deletes the rest of the group (BlockingRecreate)
+        js.procs[1].wait(timeout=120)
+    finally:
+        js.kill_all()
+    js.start()  # restart 1: all pods anew
+    codes = js.wait()
+    assert codes == [0, 0], [js.log(i) for i in range(2)]
+    result = _result(js)
+    assert result["resumed_from_step"] and result["resumed_from_step"] >= first
+    assert "resumed from checkpoint at step" in js.log(0)
+    assert result["test_accuracy"] >= 0.9, result
+
+
+def test_sigterm_to_every_pod_is_a_preemption_and_the_restart_resumes(tmp_path, pods_network):
+    """(c) Kueue preempts: JobSet suspends, every pod is deleted (SIGTERM). Each pod script
+    passes SIGTERM to torchrun and exits 143, which the Job's FailJob rule and JobSet's
+    `StoppedFromOutside` rule turn into an uncounted restart. Readmitted, the new group
+    resumes, not from step 0."""
+    js = EmulatedJobSet(tmp_path, *pods_network,
+                        ["hyper.epochs=12", "checkpoint.every_steps=20"])
+    js.start()
+    try:
+        first = js.wait_for_checkpoint()
+        for i in range(2):
+            js.terminate(i)
+        codes = [js.procs[i].wait(timeout=120) for i in range(2)]
+    finally:
+        js.kill_all()
+    assert codes == [mf.PREEMPTED_EXIT_CODE] * 2, [js.log(i) for i in range(2)]
+    js.start()
+    codes = js.wait()
+    assert codes == [0, 0], [js.log(i) for i in range(2)]
+    result = _result(js)
+    assert result["resumed_from_step"] and result["resumed_from_step"] >= first
+    assert result["test_accuracy"] >= 0.9, result

@@ -147,9 +147,10 @@ def test_the_real_client_sends_what_the_api_server_expects(api_server):
     assert requests[0]["query"]["labelSelector"] == [f"alchemist.io/run={RUN}"]
 
     requests.clear()
-    sched.progress(sched.status(RUN))  # rank 0's /metrics through the API server's pod proxy
+    sched.progress(sched.status(RUN))  # rank 0's pod log tail, through the API server
     assert requests[-1]["path"] == \
-        f"/api/v1/namespaces/research/pods/{RUN}-worker-0-0-abcde:9400/proxy/metrics"
+        f"/api/v1/namespaces/research/pods/{RUN}-worker-0-0-abcde/log"
+    assert requests[-1]["query"]["tailLines"] == ["200"]
 
     requests.clear()
     assert sched.cancel(RUN).state == "cancelled"

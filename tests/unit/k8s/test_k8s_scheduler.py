@@ -234,12 +234,8 @@ def test_logs_bad_rank_is_one_line(fake, run_cli):
 # --- run: submit and follow -----------------------------------------------------------------
 
 
-METRICS = """# HELP alchemist_steps_total Optimizer steps completed.
-alchemist_steps_total{job="digits",rank="0",run="R"} 120.0
-alchemist_steps_total{job="digits",rank="1",run="R"} 119.0
-alchemist_epoch{job="digits",rank="0",run="R"} 4.2
-alchemist_loss{job="digits",rank="0",run="R"} 0.1234
-"""
+PROGRESS = ('[rank0]: alchemist-progress {"step": 100, "epoch": 3.9, "loss": 0.2}\n'
+            '[rank0]: alchemist-progress {"step": 120, "epoch": 4.2, "loss": 0.1234}\n')
 
 
 def _timeline(final: str):
@@ -255,8 +251,7 @@ def _timeline(final: str):
         (name,) = [n for (k, n) in fake.objects if k == "JobSet"]
         if state["lists"] == 5:  # Kueue admits it, the pod runs
             fake.set_job(name, spec={"suspend": False}, status={"active": 1})
-            fake.add_pod(name, 0, "Running", log="[rank0]: hello from rank 0\n")
-            fake.metrics[f"{name}-worker-0-0-abcde:9400"] = METRICS
+            fake.add_pod(name, 0, "Running", log="[rank0]: hello from rank 0\n" + PROGRESS)
         if state["lists"] == 16:
             cond = {"type": "Completed", "status": "True"} if final == "ok" else \
                 {"type": "Failed", "status": "True", "reason": "ReachedMaxRestarts",
@@ -272,11 +267,15 @@ def test_run_follows_a_cluster_job_to_success(fake, run_cli):
     assert code == 0, err
     assert "queued: waiting in Kueue queue research" in err
     assert "running: 1 pod(s) running" in err
-    assert "step 120  epoch 4.20/10  loss 0.1234" in err  # rank 0's metrics via the pod proxy
+    # Rank 0's newest progress line, read from its pod log tail through the API server.
+    assert "step 120  epoch 4.20/10  loss 0.1234" in err
     assert "hello from rank 0\n" in out  # --follow: rank 0's log, rank prefix removed
+    assert "alchemist-progress" not in out  # the channel's lines are not the user's log
     assert "succeeded" in out
-    proxy = [kw for m, kw in fake.calls if m == "connect_get_namespaced_pod_proxy_with_path"]
-    assert proxy and proxy[0]["path"] == "metrics" and proxy[0]["name"].endswith("-0-abcde:9400")
+    tails = [kw for m, kw in fake.calls if m == "read_namespaced_pod_log" and "tail_lines" in kw]
+    assert tails and tails[0]["name"].endswith("-worker-0-0-abcde")
+    assert all(kw["_request_timeout"] for m, kw in fake.calls)  # nothing can hang the CLI
+    assert not [m for m, _ in fake.calls if m.startswith("connect_")]  # no pods/proxy
 
 
 def test_run_reports_a_failed_cluster_job(fake, run_cli):
