@@ -62,7 +62,7 @@ def session_pod(stack: StackOutput, name: str, gpus: int = 0, hours: float = 8.0
               f"exec jupyter lab --ip=127.0.0.1 --port={JUPYTER_PORT} --no-browser "
               "--IdentityProvider.token= --ServerApp.password= "
               f"--ServerApp.root_dir={root}\n")
-    pod_sc, container_sc = mf.security_contexts()
+    pod_sc, container_sc = mf.security_contexts(stack.shared_fs.uid, stack.shared_fs.gid)
     labels = {MANAGED_BY_LABEL[0]: MANAGED_BY_LABEL[1], SESSION_LABEL: name,
               # Admitted by Kueue like jobs where its pod integration is on; ignored elsewhere.
               mf.QUEUE_LABEL: stack.queue}

@@ -40,7 +40,8 @@ CONTAINER = "train"
 SETUP_CONTAINER = "setup"
 CONFIG_MOUNT = "/etc/alchemist"
 SPEC_KEY, CODE_KEY = "spec.yaml", "code.tar.gz"
-# The images' `alchemist` user (images/Dockerfile.*); the shared file system is writable by it.
+# The images' `alchemist` user (images/Dockerfile.*); pods run as the stack's team identity
+# (shared_fs.uid/gid, which owns the team's subtree), 1000:1000 by default.
 RUN_AS_UID = 1000
 # Finished Jobs (and, through owner references, their Service and ConfigMap) are garbage-
 # collected after this long; results stay on the shared file system.
@@ -242,11 +243,12 @@ def secret_env(spec: JobSpec, stack: StackOutput) -> list[dict]:
     return out
 
 
-def security_contexts() -> tuple[dict, dict]:
-    """(pod, container) security contexts: non-root, no privilege escalation, no
-    capabilities, the runtime's default seccomp profile (Pod Security Standard `restricted`)."""
-    pod = {"runAsNonRoot": True, "runAsUser": RUN_AS_UID, "runAsGroup": RUN_AS_UID,
-           "fsGroup": RUN_AS_UID, "fsGroupChangePolicy": "OnRootMismatch",
+def security_contexts(uid: int = RUN_AS_UID, gid: int = RUN_AS_UID) -> tuple[dict, dict]:
+    """(pod, container) security contexts: the team's uid/gid, non-root, no privilege
+    escalation, no capabilities, the runtime's default seccomp profile (Pod Security
+    Standard `restricted`)."""
+    pod = {"runAsNonRoot": True, "runAsUser": uid, "runAsGroup": gid,
+           "fsGroup": gid, "fsGroupChangePolicy": "OnRootMismatch",
            "seccompProfile": {"type": "RuntimeDefault"}}
     container = {"allowPrivilegeEscalation": False, "privileged": False,
                  "runAsNonRoot": True, "capabilities": {"drop": ["ALL"]}}
@@ -369,7 +371,7 @@ def _replicated_job(rjob: str, pods: int, pod_spec: dict, spec: JobSpec, stack: 
 def _pod_spec(spec: JobSpec, stack: StackOutput, name: str, run_id: str, train: dict,
               code: CodeSnapshot | None, gpus: int) -> dict:
     root, run_dir = shared_paths(stack, run_id)
-    pod_sc, container_sc = security_contexts()
+    pod_sc, container_sc = security_contexts(stack.shared_fs.uid, stack.shared_fs.gid)
     setup_args = ["python", "-m", "alchemist_jobs.kubernetes.pod_setup", "--run-dir", run_dir,
                   "--spec", f"{CONFIG_MOUNT}/{SPEC_KEY}"]
     if code is not None:

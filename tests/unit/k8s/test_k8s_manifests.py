@@ -318,6 +318,21 @@ def test_efa_devices_and_nccl_environment_where_the_stack_has_efa():
     assert "FI_PROVIDER" not in _env(cpu["containers"][0])
 
 
+def test_pods_run_as_the_teams_identity():
+    """The stack's shared_fs.uid/gid own the team's subtree: job pods run as them."""
+    data = stack("dev").output.model_dump(mode="json")
+    data["shared_fs"].update(uid=2001, gid=2002)
+    from alchemist_jobs.contract import StackOutput
+
+    class _S:
+        output = StackOutput.parse(data, "test")
+    pod = _job(_render(_S, EXAMPLES / "digits.yaml"))["spec"]["template"]["spec"]
+    sc = pod["securityContext"]
+    assert (sc["runAsUser"], sc["runAsGroup"], sc["fsGroup"]) == (2001, 2002, 2002)
+    session = session_pod(_S.output, "alchemist-session-a")["spec"]["securityContext"]
+    assert (session["runAsUser"], session["runAsGroup"]) == (2001, 2002)
+
+
 def test_security_context_is_restricted():
     job = _job(_render(stack("dev"), EXAMPLES / "digits.yaml"))
     pod = job["spec"]["template"]["spec"]
