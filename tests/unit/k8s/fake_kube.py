@@ -21,7 +21,7 @@ from alchemist_jobs.contract import StackOutput
 from alchemist_jobs.kubernetes.client import Cluster
 
 KINDS = {"config_map": "ConfigMap", "service": "Service", "job": "Job", "pod": "Pod",
-         "network_policy": "NetworkPolicy"}
+         "network_policy": "NetworkPolicy", "secret": "Secret"}
 PLURALS = {"jobsets": "JobSet", "workloads": "Workload"}  # custom objects, by plural
 
 
