@@ -493,3 +493,23 @@ def test_environment_is_not_read(monkeypatch):
     monkeypatch.setenv("PYTHONPATH", "/also/nowhere")
     objs = _render(stack("dev"), EXAMPLES / "digits.yaml")
     assert "/nowhere" not in str(objs) and os.environ["PYTHONPATH"] not in str(objs)
+
+
+def test_the_preemption_rule_matches_the_job_controllers_own_message():
+    """JobSet matches onJobFailureMessagePatterns (RE2) against the failed Job's condition
+    message, which the Job controller writes for a FailJob rule as
+    "Container %s for pod %s/%s failed with exit code %v matching %v rule at index %d"
+    (kubernetes/kubernetes pkg/controller/job/pod_failure_policy.go, release-1.33). Exit
+    143 (SIGTERM) matches; a crash (exit 1) would not reach this rule at all, as only 143
+    has a FailJob rule, and its message would not match either."""
+    import re
+
+    objs = _render(stack("dev"), EXAMPLES / "digits.yaml")
+    (rule,) = _jobset(objs)["spec"]["failurePolicy"]["rules"]
+    (pattern,) = rule["onJobFailureMessagePatterns"]
+    msg = "Container {} for pod research/{}-worker-0-1-x7k2p failed with exit code {} " \
+          "matching FailJob rule at index 0"
+    assert re.search(pattern, msg.format("train", RUN, 143))
+    assert not re.search(pattern, msg.format("train", RUN, 1))
+    job_rule = _job(objs)["spec"]["podFailurePolicy"]["rules"][0]
+    assert job_rule["action"] == "FailJob" and job_rule["onExitCodes"]["values"] == [143]
