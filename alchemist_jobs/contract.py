@@ -28,6 +28,9 @@ RUN_LABEL = "alchemist.io/run"
 METRICS_PORT_NAME = "metrics"
 METRICS_BASE_PORT = 9400
 METRICS_PORT_SLOTS = 16
+# On cluster stacks rank 0 prints its progress (JSON) on this prefix to its pod log; the CLI
+# reads it back through the API server (pods/log), not from the pod's network.
+PROGRESS_LINE_PREFIX = "alchemist-progress "
 
 
 def metrics_port_name(local_rank: int) -> str:

@@ -254,6 +254,9 @@ class JobSpec(_Node):
     )
     image: str | None = Field(None, description="container image on cluster stacks")
     max_restarts: int = Field(3, ge=0, le=100, description="worker-group restarts before failing")
+    rendezvous_timeout_s: int = Field(
+        900, ge=60, le=24 * 3600,
+        description="cluster stacks: how long pods wait for each other and for pod 0 (seconds)")
     metrics: bool = Field(True, description="serve Prometheus metrics from every worker")
 
     @property

@@ -53,7 +53,7 @@ def cmd_interactive(args: argparse.Namespace) -> int:
         f"{'starting' if created else 'already there'} ({out.images.interactive})")
     sessions.wait_running(name, say=say)
     print(f"session {name} is running (ends by itself after {args.hours:g} h)")
-    print(how_to_reach(out, name))
+    print(how_to_reach(out, name, sessions.token))
     return 0
 
 

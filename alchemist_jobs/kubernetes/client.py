@@ -19,6 +19,11 @@ from alchemist_jobs.contract import StackOutput
 from alchemist_jobs.errors import UserError
 
 
+CONNECT_TIMEOUT_S = 15
+READ_TIMEOUT_S = 60
+FOLLOW_READ_TIMEOUT_S = 600
+
+
 class ClusterError(UserError):
     """The cluster refused or could not be reached: one line, exit 1 (not bad input)."""
 
@@ -30,22 +35,31 @@ class NotFound(Exception):
 
 
 class Cluster:
-    """The two API groups the backend uses, bound to the stack's namespace."""
+    """The API groups the backend uses (`core`, `batch`, `custom` for JobSets and Kueue
+    Workloads, `networking`), bound to the stack's namespace."""
 
-    def __init__(self, core: Any, batch: Any, stack: str, namespace: str):
+    def __init__(self, core: Any, batch: Any, stack: str, namespace: str,
+                 custom: Any = None, networking: Any = None):
         self.core, self.batch, self.stack, self.namespace = core, batch, stack, namespace
+        self.apis = {"core": core, "batch": batch, "custom": custom, "networking": networking}
 
     def raw(self, api: str, method: str, **kw: Any) -> Any:
         """Call `<api>.<method>(**kw)` and return the raw (streamable) response."""
         from kubernetes.client.exceptions import ApiException
 
-        fn = getattr(self.core if api == "core" else self.batch, method)
+        fn = getattr(self.apis[api], method)
+        # Every request has a deadline (a hung API server must not hang the CLI); a followed
+        # log may stay quiet for long, and its reader reattaches when the read times out.
+        kw.setdefault("_request_timeout",
+                      (CONNECT_TIMEOUT_S, FOLLOW_READ_TIMEOUT_S if kw.get("follow")
+                       else READ_TIMEOUT_S))
         try:
             return fn(_preload_content=False, **kw)
         except ApiException as e:
             # A missing object is an answer for reads and deletes; for a create or a list it
             # means the namespace itself is missing: an error to report.
-            if e.status == 404 and method.startswith(("read_", "delete_", "patch_", "connect_")):
+            if e.status == 404 and method.startswith(("read_", "delete_", "patch_", "connect_",
+                                                      "get_namespaced_custom_object")):
                 raise NotFound(method) from None
             raise ClusterError(f"stack {self.stack}: {method} was refused: "
                                f"{_api_reason(e)}") from None
@@ -111,10 +125,15 @@ def _configuration(out: StackOutput) -> Any:
     cfg.host = endpoint
     cfg.ssl_ca_cert = _private_file(base64.b64decode(ca), ".crt")
     token = Token(eks.cluster_name, eks.region)
-    cfg.api_key_prefix["authorization"] = "Bearer"
+    # kubernetes-client/python v36 (kubernetes/client/configuration.py, auth_settings and
+    # get_api_key_with_prefix): the header is sent only if api_key already holds
+    # 'BearerToken' (or the legacy 'authorization'), the refresh hook runs only then, and
+    # the prefix is read under 'BearerToken'. So seed the token under that key.
+    cfg.api_key_prefix["BearerToken"] = "Bearer"
+    cfg.api_key["BearerToken"] = token.value()
 
-    def refresh(c: Any) -> None:  # called before every request
-        c.api_key["authorization"] = token.value()
+    def refresh(c: Any) -> None:  # called before every request's headers are made
+        c.api_key["BearerToken"] = token.value()
 
     cfg.refresh_api_key_hook = refresh
     return cfg
@@ -128,7 +147,8 @@ def connect(out: StackOutput) -> Cluster:
         raise UserError(f"stack {out.stack}: the Kubernetes backend needs the `kubernetes` "
                         "package; accepted: pip install 'alchemist[cluster]'") from None
     api = client.ApiClient(_configuration(out))
-    return Cluster(client.CoreV1Api(api), client.BatchV1Api(api), out.stack, out.namespace)
+    return Cluster(client.CoreV1Api(api), client.BatchV1Api(api), out.stack, out.namespace,
+                   custom=client.CustomObjectsApi(api), networking=client.NetworkingV1Api(api))
 
 
 Connector = Callable[[StackOutput], Cluster]

@@ -22,8 +22,16 @@ from pathlib import Path
 from alchemist_jobs.errors import UserError
 
 IGNORE_FILES = (".gitignore", ".alchemistignore")  # read in every directory, in this order
-# Never shipped, whatever the ignore files say: VCS internals and bytecode of this machine.
+# Never shipped, whatever the ignore files say: VCS internals and bytecode of this machine,
+# and files that look like credentials (the snapshot is readable by every pod of the run and
+# sits on the shared file system).
 ALWAYS_IGNORED = (".git/", "__pycache__/", "*.py[cod]")
+SECRET_LOOKING = (".env", ".env.*", "*.env", ".netrc", "_netrc", ".pgpass", ".pypirc",
+                  ".npmrc", ".git-credentials", "*.pem", "*.key", "*.p12", "*.pfx",
+                  "*.keystore", "*.jks", "id_rsa*", "id_dsa*", "id_ecdsa*", "id_ed25519*",
+                  ".aws/", ".ssh/", ".gnupg/", ".kube/", ".docker/", ".azure/", ".config/gcloud/",
+                  "credentials", "credentials.*", "*credentials*.json", "kubeconfig",
+                  "*.kubeconfig", "secrets/", "*.secret", "*.secrets")
 # The tarball travels in a ConfigMap, whose data may not exceed 1 MiB; leave room for the spec.
 MAX_TARBALL_BYTES = 900 * 1024
 HASH_CHARS = 16
@@ -54,6 +62,34 @@ def _ignore_spec(directory: Path):
     return pathspec.GitIgnoreSpec.from_lines(lines) if lines else None
 
 
+def _enclosing_specs(root: Path) -> list[tuple[str, object]]:
+    """(path of root relative to the directory, its ignore spec) for each directory from
+    root's parent up to the enclosing git repository's top (nearest first), plus that
+    repository's .git/info/exclude: git applies them all to files below root."""
+    top = next((d for d in (root, *root.parents) if (d / ".git").exists()), None)
+    if top is None or top == root:
+        return _info_exclude(top, root) if top else []
+    out: list[tuple[str, object]] = []
+    for d in root.parents:
+        spec = _ignore_spec(d)
+        if spec is not None:
+            out.append((root.relative_to(d).as_posix() + "/", spec))
+        if d == top:
+            break
+    return out + _info_exclude(top, root)
+
+
+def _info_exclude(top: Path, root: Path) -> list[tuple[str, object]]:
+    import pathspec
+
+    try:
+        lines = (top / ".git" / "info" / "exclude").read_text(errors="replace").splitlines()
+    except OSError:
+        return []
+    rel = root.relative_to(top).as_posix()
+    return [("" if rel == "." else rel + "/", pathspec.GitIgnoreSpec.from_lines(lines))]
+
+
 def list_files(root: Path) -> list[str]:
     """Files under root that are shipped, as sorted POSIX paths relative to root.
 
@@ -64,13 +100,18 @@ def list_files(root: Path) -> list[str]:
     import pathspec
 
     root = Path(root).resolve()
-    always = pathspec.GitIgnoreSpec.from_lines(ALWAYS_IGNORED)
+    always = pathspec.GitIgnoreSpec.from_lines(ALWAYS_IGNORED + SECRET_LOOKING)
     specs: dict[str, object] = {}  # directory (relative, "" for root) -> its spec or None
+    enclosing = _enclosing_specs(root)
 
     def ignored(rel: str, is_dir: bool) -> bool:
         probe = rel + "/" if is_dir else rel
         if always.match_file(probe):
             return True
+        for part_count in range(1, rel.count("/") + 2):  # a secret-looking name at any depth
+            if always.match_file("/".join(rel.split("/")[part_count - 1:]) +
+                                 ("/" if is_dir else "")):
+                return True
         parts = rel.split("/")
         # Deepest directory first: its ignore file overrides the ones above it.
         for depth in range(len(parts) - 1, -1, -1):
@@ -80,6 +121,11 @@ def list_files(root: Path) -> list[str]:
                 continue
             sub = "/".join(parts[depth:]) + ("/" if is_dir else "")
             result = spec.check_file(sub)
+            if result.include is not None:
+                return bool(result.include)
+        # Then the ignore files of the enclosing git repository, above the spec's directory.
+        for prefix, spec in enclosing:
+            result = spec.check_file(prefix + rel + ("/" if is_dir else ""))
             if result.include is not None:
                 return bool(result.include)
         return False

@@ -1,9 +1,11 @@
 """Interactive sessions on a cluster stack: one pod per user with JupyterLab and a shell, from
 the stack's interactive image, with the shared volume and a worker's environment.
 
-JupyterLab listens on the pod's loopback only and without a token: it is reachable solely
-through `kubectl port-forward`, so the cluster's own authentication and RBAC
-(pods/portforward) guard it and there is no secret to print. The pod ends by itself after
+JupyterLab listens on the pod's loopback only, reachable through `kubectl port-forward`
+(guarded by the cluster's RBAC, pods/portforward), and asks for a token as well: a random
+one, kept in a Secret `<session>-token` that the pod reads as JUPYTER_TOKEN, and printed once
+when the session is created. The session pod has no job label, so the jobs' NetworkPolicies
+do not admit it to any run's pods. The pod ends by itself after
 `--hours` (activeDeadlineSeconds), so a forgotten session does not hold GPUs for ever.
 """
 
@@ -11,15 +13,17 @@ from __future__ import annotations
 
 import getpass
 import re
+import secrets
 import time
 
-from alchemist_jobs.contract import MANAGED_BY_LABEL, StackOutput
+from alchemist_jobs.contract import StackOutput
 from alchemist_jobs.errors import UserError
 from alchemist_jobs.kubernetes import manifests as mf
 from alchemist_jobs.kubernetes.client import Cluster, ClusterError, Connector, NotFound
 from alchemist_jobs.kubernetes.job_state import failure_reason, pending_reason
 
 SESSION_LABEL = "alchemist.io/session"
+TOKEN_KEY = "token"
 CONTAINER = "session"
 JUPYTER_PORT = 8888
 START_TIMEOUT_S = 900
@@ -57,15 +61,18 @@ def session_pod(stack: StackOutput, name: str, gpus: int = 0, hours: float = 8.0
         {"name": "ALCHEMIST_METRICS_PORT", "value": str(mf.METRICS_BASE_PORT)},
         {"name": "TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "value": "1"},
         {"name": "PYTHONUNBUFFERED", "value": "1"},
+        {"name": "JUPYTER_TOKEN", "valueFrom": {"secretKeyRef": {
+            "name": token_secret(name), "key": TOKEN_KEY}}},
     ]
+    # The shared root is the team's own subtree (the PVC's root): the session sees no more.
     script = ('mkdir -p "$ALCHEMIST_RUN_DIR"\n'
               f"exec jupyter lab --ip=127.0.0.1 --port={JUPYTER_PORT} --no-browser "
-              "--IdentityProvider.token= --ServerApp.password= "
+              '--IdentityProvider.token="$JUPYTER_TOKEN" --ServerApp.password= '
               f"--ServerApp.root_dir={root}\n")
-    pod_sc, container_sc = mf.security_contexts()
-    labels = {MANAGED_BY_LABEL[0]: MANAGED_BY_LABEL[1], SESSION_LABEL: name,
-              # Admitted by Kueue like jobs where its pod integration is on; ignored elsewhere.
-              mf.QUEUE_LABEL: stack.queue}
+    pod_sc, container_sc = mf.security_contexts(stack.shared_fs.uid, stack.shared_fs.gid)
+    # No managed-by (job) label: the jobs' NetworkPolicies must not admit a session. Kueue
+    # admits it like a job (its pod integration: the queue label) before it takes GPUs.
+    labels = {SESSION_LABEL: name, mf.QUEUE_LABEL: stack.queue}
     return {
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "namespace": stack.namespace, "labels": labels},
@@ -96,13 +103,21 @@ def session_pod(stack: StackOutput, name: str, gpus: int = 0, hours: float = 8.0
     }
 
 
-def how_to_reach(stack: StackOutput, name: str) -> str:
+def token_secret(name: str) -> str:
+    return f"{name}-token"
+
+
+def how_to_reach(stack: StackOutput, name: str, token: str | None = None) -> str:
+    """The commands that reach the session; the token only when the session was just made
+    (it is printed once)."""
     ns = stack.namespace
+    url = f"http://127.0.0.1:{JUPYTER_PORT}/lab" + (f"?token={token}" if token else "")
     creds = (f"aws eks update-kubeconfig --name {stack.eks.cluster_name} --region "
              f"{stack.eks.region}" if stack.eks else "the stack's kubeconfig output")
     return "\n".join([
         f"  JupyterLab  kubectl -n {ns} port-forward pod/{name} {JUPYTER_PORT}:{JUPYTER_PORT}",
-        f"              then open http://127.0.0.1:{JUPYTER_PORT}/lab",
+        f"              then open {url}" + ("" if token else "  (token: printed when the "
+                                                      "session was started)"),
         f"  shell       kubectl -n {ns} exec -it {name} -- bash",
         f"  stop        alchemist interactive --stack {stack.stack} --stop",
         f"  (kubectl reaches the cluster with {creds})",
@@ -120,6 +135,7 @@ class Sessions:
             connector = connect
         self._connector = connector
         self._cluster: Cluster | None = None
+        self.token: str | None = None  # set when start() makes a new session
 
     @property
     def cluster(self) -> Cluster:
@@ -140,8 +156,19 @@ class Sessions:
         if existing is not None:  # a finished session: make room for the new one
             self.stop(name)
             self._wait_gone(name)
-        return self.cluster.call("core", "create_namespaced_pod", namespace=self.out.namespace,
-                                 body=pod), True
+        self.token = secrets.token_urlsafe(32)
+        secret = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+                  "metadata": {"name": token_secret(name), "namespace": self.out.namespace,
+                               "labels": {SESSION_LABEL: name}},
+                  "stringData": {TOKEN_KEY: self.token}}
+        self.cluster.call("core", "create_namespaced_secret", namespace=self.out.namespace,
+                          body=secret)
+        try:
+            return self.cluster.call("core", "create_namespaced_pod",
+                                     namespace=self.out.namespace, body=pod), True
+        except BaseException:
+            self._delete_secret(name)
+            raise
 
     def _wait_gone(self, name: str, timeout: float = 120.0) -> None:
         deadline = time.monotonic() + timeout
@@ -172,7 +199,15 @@ class Sessions:
                                    f"{self.out.stack} --stop` removes it")
             time.sleep(POLL_S)
 
+    def _delete_secret(self, name: str) -> None:
+        try:
+            self.cluster.call("core", "delete_namespaced_secret", name=token_secret(name),
+                              namespace=self.out.namespace)
+        except NotFound:
+            pass
+
     def stop(self, name: str) -> bool:
+        self._delete_secret(name)
         try:
             self.cluster.call("core", "delete_namespaced_pod", name=name,
                               namespace=self.out.namespace)

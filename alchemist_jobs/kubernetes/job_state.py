@@ -1,11 +1,14 @@
-"""A Job and its pods, as the API server reports them, become a RunStatus (pure).
+"""A JobSet, its pods and its Kueue Workload, as the API server reports them, become a
+RunStatus (pure).
 
-    suspended, never started      -> pending    (waiting in the Kueue queue)
-    admitted, pods not all running -> pending    (scheduling, pulling, setting up: the reason)
-    every index's pod running      -> running
-    a pod failed or evicted, its replacement not running yet -> restarting
-    condition Complete             -> succeeded
-    condition Failed/FailureTarget -> failed     (reason and message of the condition)
+    suspended, Workload without quota       -> queued     (Kueue's own reason: no flavor fits...)
+    suspended, Workload evicted             -> preempted  (requeued: waits for readmission)
+    suspended, Workload admitted            -> admitted   (Kueue is unsuspending it)
+    running, pods not all running yet       -> pending    (scheduling, pulling: the reason)
+    every worker pod running                -> running
+    a pod failed or gone, the group being recreated -> restarting (JobSet's failurePolicy)
+    condition Completed                     -> succeeded
+    condition Failed                        -> failed     (reason, message and the pod's why)
 """
 
 from __future__ import annotations
@@ -15,11 +18,16 @@ import time
 from typing import Any
 
 from alchemist_jobs.contract import RUN_LABEL
-from alchemist_jobs.kubernetes.manifests import (INDEX_ANNOTATION, NAME_LABEL, NODES_ANNOTATION,
-                                                 PROCS_ANNOTATION, QUEUE_LABEL,
-                                                 SERVERS_ANNOTATION, WORKERS_ANNOTATION)
+from alchemist_jobs.kubernetes.manifests import (INDEX_ANNOTATION, MAX_RESTARTS_ANNOTATION,
+                                                 NAME_LABEL, NODES_ANNOTATION, PROCS_ANNOTATION,
+                                                 QUEUE_LABEL, RESTART_ATTEMPT_LABEL, RJOB_LABEL,
+                                                 SERVERS_ANNOTATION, WORKER_RJOB,
+                                                 WORKERS_ANNOTATION)
 from alchemist_jobs.scheduler import (FAILED, PENDING, RESTARTING, RUNNING, SUCCEEDED,
                                       RunStatus)
+
+# States only a queued cluster run has (not final).
+QUEUED, ADMITTED, PREEMPTED = "queued", "admitted", "preempted"
 
 
 def parse_time(ts: str | None) -> float | None:
@@ -36,10 +44,21 @@ def pod_index(pod: dict) -> int:
     return int(value) if value is not None else -1
 
 
+def worker_pods(pods: list[dict]) -> list[dict]:
+    return [p for p in pods
+            if (p["metadata"].get("labels") or {}).get(RJOB_LABEL, WORKER_RJOB) == WORKER_RJOB]
+
+
+def attempt(pod: dict) -> int:
+    """Which JobSet restart a pod belongs to (its restart-attempt label)."""
+    return int((pod["metadata"].get("labels") or {}).get(RESTART_ATTEMPT_LABEL, 0))
+
+
 def newest_pods(pods: list[dict]) -> dict[int, dict]:
-    """The newest pod of each completion index (a replaced pod leaves its failed one behind)."""
+    """The newest worker pod of each completion index (a replaced pod, or an older attempt of
+    the group, leaves its pods behind for a while)."""
     out: dict[int, dict] = {}
-    for pod in sorted(pods, key=lambda p: (parse_time(p["metadata"].get("creationTimestamp")) or 0,
+    for pod in sorted(worker_pods(pods), key=lambda p: (parse_time(p["metadata"].get("creationTimestamp")) or 0,
                                            p["metadata"]["name"])):
         out[pod_index(pod)] = pod
     return out
@@ -88,63 +107,99 @@ def pending_reason(pod: dict) -> str:
     return "starting"
 
 
-def run_status(job: dict, pods: list[dict], stack: str) -> RunStatus:
+def _true(obj: dict | None) -> dict[str, dict]:
+    return {c["type"]: c for c in ((obj or {}).get("status") or {}).get("conditions") or []
+            if c.get("status") == "True"}
+
+
+def _cond_message(c: dict) -> str:
+    return ": ".join(x for x in (c.get("reason"), c.get("message")) if x)
+
+
+def queue_state(workload: dict | None, queue: str, pods: int) -> tuple[str, str]:
+    """(state, message) of a suspended run, from its Kueue Workload's conditions
+    (kueue v0.13.4 apis/kueue/v1beta1/workload_types.go: QuotaReserved, Admitted, Evicted,
+    Requeued)."""
+    wl = _true(workload)
+    every = ((workload or {}).get("status") or {}).get("conditions") or []
+    if "Evicted" in wl and "Admitted" not in wl:
+        return PREEMPTED, (f"preempted by Kueue ({_cond_message(wl['Evicted'])}); requeued "
+                           f"in queue {queue}, resumes from its newest checkpoint when "
+                           "admitted again")
+    if "Admitted" in wl:
+        return ADMITTED, f"admitted by Kueue in queue {queue}; starting its {pods} pod(s)"
+    why = next((c for c in every if c.get("type") == "QuotaReserved"
+                and c.get("status") == "False" and c.get("message")), None)
+    if why is not None:  # e.g. "couldn't assign flavors to pod set worker: insufficient..."
+        return QUEUED, f"waiting in Kueue queue {queue}: {why['message']}"
+    return QUEUED, f"waiting in Kueue queue {queue} for admission of all {pods} pod(s)"
+
+
+def run_status(job: dict, pods: list[dict], stack: str,
+               workload: dict | None = None) -> RunStatus:
     meta, spec, st = job["metadata"], job.get("spec") or {}, job.get("status") or {}
     labels, ann = meta.get("labels") or {}, meta.get("annotations") or {}
-    conds = {c["type"]: c for c in st.get("conditions") or [] if c.get("status") == "True"}
-    expected = int(spec.get("completions") or 0)
-    failed_pods = [p for p in pods if _phase(p) == "Failed"]
-    newest = newest_pods(pods)
+    conds = _true(job)
+    nodes = int(ann.get(NODES_ANNOTATION, 0))
+    servers = int(ann.get(SERVERS_ANNOTATION, 0))
+    restarts = int(st.get("restarts") or 0)
+    current = [p for p in worker_pods(pods) if attempt(p) >= restarts]
+    newest = newest_pods(current)
     extra: dict[str, Any] = {
-        "job": meta["name"], "namespace": meta.get("namespace"),
-        "queue": labels.get(QUEUE_LABEL), "nodes": int(ann.get(NODES_ANNOTATION, 0)),
-        "procs_per_node": int(ann.get(PROCS_ANNOTATION, 1)),
-        "parameter_servers": int(ann.get(SERVERS_ANNOTATION, 0)),
+        "jobset": meta["name"], "namespace": meta.get("namespace"),
+        "queue": labels.get(QUEUE_LABEL), "nodes": nodes,
+        "procs_per_node": int(ann.get(PROCS_ANNOTATION, 1)), "parameter_servers": servers,
+        "max_restarts": int(ann.get(MAX_RESTARTS_ANNOTATION, 0)),
         "pods": {i: p["metadata"]["name"] for i, p in sorted(newest.items())},
     }
     out = RunStatus(run_id=labels.get(RUN_LABEL, meta["name"]), name=labels.get(NAME_LABEL, ""),
                     stack=stack, state=PENDING, created=parse_time(meta.get("creationTimestamp")),
-                    workers=int(ann.get(WORKERS_ANNOTATION, 0)), restarts=len(failed_pods),
+                    workers=int(ann.get(WORKERS_ANNOTATION, 0)), restarts=restarts,
                     extra=extra)
-
-    def cond_message(c: dict) -> str:
-        return ": ".join(x for x in (c.get("reason"), c.get("message")) if x)
-
-    if "Complete" in conds or "SuccessCriteriaMet" in conds:
+    failed_pods = [p for p in pods if _gone(p)]
+    if "Completed" in conds:
         out.state = SUCCEEDED
-        c = conds.get("Complete") or conds["SuccessCriteriaMet"]
-        out.ended = parse_time(st.get("completionTime") or c.get("lastTransitionTime"))
-        out.message = f"all {expected} pod(s) completed"
-    elif "Failed" in conds or "FailureTarget" in conds:
-        c = conds.get("Failed") or conds["FailureTarget"]
-        out.state, out.message = FAILED, cond_message(c)
+        out.ended = parse_time(conds["Completed"].get("lastTransitionTime"))
+        out.message = f"all {nodes} worker pod(s) completed"
+    elif "Failed" in conds:
+        c = conds["Failed"]
+        out.state, out.message = FAILED, _cond_message(c)
         out.ended = parse_time(c.get("lastTransitionTime"))
         culprit = next((p for p in failed_pods if failure_reason(p) != "failed"), None)
         if culprit is not None:
             out.message += f" (pod {culprit['metadata']['name']}: {failure_reason(culprit)})"
     elif spec.get("suspend"):
-        queue = labels.get(QUEUE_LABEL, "?")
-        if st.get("startTime"):  # it ran before: Kueue took it back (preemption)
-            out.message = (f"suspended (preempted?); waiting in Kueue queue {queue} "
-                           "to be admitted again")
-        else:
-            out.message = f"waiting in Kueue queue {queue} for admission of all {expected} pods"
+        out.state, out.message = queue_state(workload, labels.get(QUEUE_LABEL, "?"),
+                                             nodes + servers)
     else:
-        broken = [p for i, p in sorted(newest.items()) if _gone(p)]
-        not_running = [p for i, p in sorted(newest.items()) if not _gone(p)
-                       and _phase(p) not in ("Running", "Succeeded")]
-        missing = expected - len(newest)
-        if broken or (failed_pods and (not_running or missing)):
-            p = broken[0] if broken else failed_pods[-1]
-            out.state = RESTARTING
-            out.message = f"pod {p['metadata']['name']} {failure_reason(p)}; replacing it"
-        elif not not_running and missing <= 0:
-            out.state = RUNNING
-            out.message = f"{len(newest)} pod(s) running"
-        else:
-            ready = sum(1 for p in newest.values() if _phase(p) in ("Running", "Succeeded"))
-            out.message = f"{ready}/{expected} pods running"
-            if not_running:
-                p = not_running[0]
-                out.message += f"; pod {p['metadata']['name']}: {pending_reason(p)}"
+        _running_state(out, newest, pods, nodes, restarts)
     return out
+
+
+def _running_state(out: RunStatus, newest: dict[int, dict], pods: list[dict], nodes: int,
+                   restarts: int) -> None:
+    """An admitted, unsuspended run: running, starting (and why), or restarting."""
+    broken = [p for _, p in sorted(newest.items()) if _gone(p)]
+    old = [p for p in worker_pods(pods) if attempt(p) < restarts]
+    not_running = [p for _, p in sorted(newest.items()) if not _gone(p)
+                   and _phase(p) not in ("Running", "Succeeded")]
+    of = f" (restart {restarts} of at most {out.extra['max_restarts']})" if restarts else ""
+    if broken:
+        p = broken[0]
+        out.state = RESTARTING
+        out.message = (f"pod {p['metadata']['name']} {failure_reason(p)}; "
+                       "restarting the group from its newest checkpoint")
+    elif old and (not_running or len(newest) < nodes):
+        gone = [p for p in old if _gone(p)] or old
+        out.state = RESTARTING
+        out.message = (f"group restarting{of} after pod {gone[0]['metadata']['name']} "
+                       f"{failure_reason(gone[0])}")
+    elif not not_running and len(newest) >= nodes:
+        out.state = RUNNING
+        out.message = f"{len(newest)} pod(s) running{of}"
+    else:
+        ready = sum(1 for p in newest.values() if _phase(p) in ("Running", "Succeeded"))
+        out.message = f"{ready}/{nodes} worker pods running{of}"
+        if not_running:
+            p = not_running[0]
+            out.message += f"; pod {p['metadata']['name']}: {pending_reason(p)}"

@@ -1,14 +1,19 @@
 """A job spec on a stack becomes Kubernetes manifests: pure, printable, the same on every stack.
 
-    build(spec, stack output, run id, code snapshot) -> [ConfigMap, Service, Job]
+    build(spec, stack output, run id, code snapshot) -> [ConfigMap, NetworkPolicy, JobSet]
 
 * ConfigMap: the resolved spec and the code tarball; every pod's init container (`pod_setup`)
   writes them onto the shared file system, idempotently, before the workers start.
-* Service: headless, so pod `<job>-<i>` is reachable as `<job>-<i>.<service>`; pod 0 hosts
-  torchrun's c10d rendezvous on RDZV_PORT.
-* Job: Indexed, `completions = parallelism = nodes (+ parameter servers)`, created suspended
-  with the Kueue queue label so Kueue admits all pods at once; restarts through torchrun's
-  --max-restarts inside a pod and backoffLimit / podFailurePolicy for lost pods.
+* NetworkPolicy: only pods of the same run reach a run's pods (torchrun's store on pod 0
+  unpickles what it reads), plus Prometheus on the metrics ports.
+* JobSet (kubernetes-sigs/jobset v0.12.0): one replicatedJob `worker` (an Indexed Job, one
+  pod per node, torchrun with c10d rendezvous at pod 0, `<name>-worker-0-0.<name>` by
+  JobSet's own headless Service) and, for `async`, one replicatedJob `ps` whose pods run
+  the parameter server on CPU and memory only. Created suspended with the Kueue queue label:
+  Kueue admits all pods at once. Losing any pod fails its Job (backoffLimit 0) and JobSet's
+  failurePolicy recreates every Job: the group restarts from the newest checkpoint, at most
+  `max_restarts` times. A pod stopped from outside (SIGTERM: Kueue preemption, eviction,
+  drain) exits PREEMPTED_EXIT_CODE and restarts the group without spending a restart.
 
 Only the stack-specific fields (namespace, queue, image, volume claim, mount path, GPU
 resource, node selector, tolerations, scrape labels, stack name) differ between stacks.
@@ -23,8 +28,8 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from alchemist_jobs import server_role
-from alchemist_jobs.contract import (MANAGED_BY_LABEL, METRICS_BASE_PORT, RUN_LABEL, StackOutput,
-                                     metrics_port_name)
+from alchemist_jobs.contract import (MANAGED_BY_LABEL, METRICS_BASE_PORT, METRICS_PORT_SLOTS,
+                                     RUN_LABEL, StackOutput, metrics_port_name)
 from alchemist_jobs.errors import UserError
 from alchemist_jobs.kubernetes.code_assets import CodeSnapshot
 from alchemist_jobs.spec import JobSpec
@@ -36,13 +41,23 @@ CONTAINER = "train"
 SETUP_CONTAINER = "setup"
 CONFIG_MOUNT = "/etc/alchemist"
 SPEC_KEY, CODE_KEY = "spec.yaml", "code.tar.gz"
-# The images' `alchemist` user (images/Dockerfile.*); the shared file system is writable by it.
+# The images' `alchemist` user (images/Dockerfile.*); pods run as the stack's team identity
+# (shared_fs.uid/gid, which owns the team's subtree), 1000:1000 by default.
 RUN_AS_UID = 1000
 # Finished Jobs (and, through owner references, their Service and ConfigMap) are garbage-
 # collected after this long; results stay on the shared file system.
 TTL_AFTER_FINISHED_S = 3 * 24 * 3600
-# Pods start minutes apart (image pulls, node scale-up): wait that long for all to join.
-RDZV_JOIN_TIMEOUT_S = 900
+# JobSet (apiVersion, the replicatedJobs): pod i of the workers is `<name>-worker-0-<i>`.
+JOBSET_API = ("jobset.x-k8s.io", "v1alpha2", "jobsets")
+WORKER_RJOB, PS_RJOB = "worker", "ps"
+RJOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
+JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
+RESTART_ATTEMPT_LABEL = "jobset.sigs.k8s.io/restart-attempt"
+# What the pod script exits with when stopped from outside (SIGTERM from the kubelet: Kueue
+# preemption, eviction, drain): 128 + 15, as a shell killed by SIGTERM would report.
+PREEMPTED_EXIT_CODE = 143
+# The Prometheus of the platform runs in this namespace (infra/labels.py).
+MONITORING_NAMESPACE = "monitoring"
 # torchrun prefixes every worker line with its global rank; `alchemist logs --rank` filters on it.
 LOG_PREFIX_TEMPLATE = "[rank${rank}]: "
 NAME_LABEL = "alchemist.io/name"
@@ -51,14 +66,15 @@ WORKERS_ANNOTATION = "alchemist.io/workers"
 NODES_ANNOTATION = "alchemist.io/nodes"
 PROCS_ANNOTATION = "alchemist.io/procs-per-node"
 SERVERS_ANNOTATION = "alchemist.io/parameter-servers"
+MAX_RESTARTS_ANNOTATION = "alchemist.io/max-restarts"
 CODE_ANNOTATION = "alchemist.io/code"
 INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
-# A pod's hostname is `<job>-<index>`, at most 63 characters: leave room for "-1087".
-MAX_NAME = 63 - 5
+# A pod's hostname is `<name>-worker-0-<index>`, at most 63 characters: room for "-1087".
+MAX_NAME = 63 - len(f"-{WORKER_RJOB}-0-") - 4
 
 
 def object_name(run_id: str) -> str:
-    """The Job's (and its Service's and ConfigMap's) name: a DNS-1035 label derived from the
+    """The JobSet's (and its Service's and ConfigMap's) name: a DNS-1035 label derived from the
     run id, short enough that every pod hostname `<name>-<index>` is a valid label too."""
     name = run_id if run_id[:1].isalpha() else f"r-{run_id}"
     if len(name) > MAX_NAME:
@@ -121,70 +137,116 @@ def shared_paths(stack: StackOutput, run_id: str) -> tuple[str, str]:
     return root, f"{root.rstrip('/')}/runs/{run_id}"
 
 
+def pod_host(name: str, rjob: str, index: int) -> str:
+    """The DNS name JobSet gives a pod: `<jobset>-<replicatedJob>-<job index>-<pod index>`
+    under the subdomain `<jobset>` (jobset v0.12.0 pkg/util/placement GenJobName, plus the
+    Indexed Job's `<job>-<index>` hostname)."""
+    return f"{name}-{rjob}-0-{index}.{name}"
+
+
 def pod_command(spec: JobSpec, name: str, run_id: str, run_dir: str) -> list[str]:
-    """The container command: torchrun on worker pods, the parameter server on the rest.
+    """The worker container's command: torchrun, with c10d rendezvous at pod 0.
 
     A small shell script, because one pod template serves every index: it reads the index
     the Job controller gives each pod (JOB_COMPLETION_INDEX). The task's arguments follow the
-    script as positional parameters, so they never pass through shell quoting.
+    script as positional parameters, so they never pass through shell quoting. SIGTERM is
+    passed on to torchrun and the script then exits PREEMPTED_EXIT_CODE, so the failure
+    policies tell a pod stopped from outside from a failed run.
     """
-    servers = parameter_servers(spec)
-    lines = ["set -e", 'i="${JOB_COMPLETION_INDEX:?not an Indexed Job pod}"']
-    if servers:
-        lines += [
-            f'if [ "$i" -ge {spec.nodes} ]; then',
-            f"  export ALCHEMIST_PS_SHARD=$((i - {spec.nodes})) "
-            f"ALCHEMIST_PS_PORT=$(({PS_BASE_PORT} + i - {spec.nodes}))",
-            "  exec python -m alchemist_jobs.runtime.parameter_server",
-            "fi",
-        ]
-    # Pod 0 hosts the rendezvous store; saying so spares torchrun guessing it from DNS,
-    # which may not resolve yet when pod 0 starts.
-    lines.append('if [ "$i" -eq 0 ]; then host=1; else host=0; fi')
+    lines = ["set -e", 'i="${JOB_COMPLETION_INDEX:?not an Indexed Job pod}"',
+             # Pod 0 hosts the rendezvous store; saying so spares torchrun guessing it from
+             # DNS, which may not resolve yet when pod 0 starts.
+             'if [ "$i" -eq 0 ]; then host=1; else host=0; fi']
+    timeout = spec.rendezvous_timeout_s
     torchrun = [
-        "exec", "torchrun", f"--nnodes={spec.nodes}", f"--nproc-per-node={spec.procs_per_node}",
-        "--rdzv-backend=c10d", f"--rdzv-endpoint={name}-0.{name}:{RDZV_PORT}",
-        f"--rdzv-id={run_id}", f"--max-restarts={spec.max_restarts}",
+        "torchrun", f"--nnodes={spec.nodes}", f"--nproc-per-node={spec.procs_per_node}",
+        "--rdzv-backend=c10d", f"--rdzv-endpoint={pod_host(name, WORKER_RJOB, 0)}:{RDZV_PORT}",
+        # Restarts are JobSet's (the whole group, from the newest checkpoint): one count.
+        f"--rdzv-id={run_id}", "--max-restarts=0",
     ]
+    # read_timeout is the c10d store's connect and read timeout
+    # (torch/distributed/elastic/rendezvous/c10d_rendezvous_backend.py, _create_tcp_store;
+    # default 60 s): it, not join_timeout, decides how late pod 0 may start.
     lines.append(" ".join(shlex.quote(a) for a in torchrun)
-                 + f' "--rdzv-conf=is_host=$host,join_timeout={RDZV_JOIN_TIMEOUT_S}"'
+                 + f' "--rdzv-conf=is_host=$host,join_timeout={timeout},read_timeout={timeout}"'
                  # Worker output goes to the pod log (prefixed with the rank) and to files
                  # on the shared file system.
                  + " --tee=3 " + shlex.quote(f"--log-dir={run_dir}/logs/torchrun")
-                 + ' -m alchemist_jobs.runtime.bootstrap "$@"')
+                 + ' -m alchemist_jobs.runtime.bootstrap "$@" &')
+    lines += ["pid=$!", "stopped=",
+              "trap 'stopped=1; kill -TERM $pid 2>/dev/null' TERM",
+              "set +e", "wait $pid; rc=$?",
+              # `wait` returns early when the trap runs: wait for torchrun itself.
+              'if [ -n "$stopped" ]; then wait $pid; exit ' + str(PREEMPTED_EXIT_CODE) + "; fi",
+              "exit $rc"]
     return ["/bin/sh", "-c", "\n".join(lines) + "\n", "alchemist", *worker_target(spec)]
+
+
+def ps_command() -> list[str]:
+    """The parameter-server container's command: shard k = the pod's completion index."""
+    script = ('k="${JOB_COMPLETION_INDEX:?not an Indexed Job pod}"\n'
+              f'export ALCHEMIST_PS_SHARD=$k ALCHEMIST_PS_PORT=$(({PS_BASE_PORT} + k))\n'
+              "exec python -m alchemist_jobs.runtime.parameter_server\n")
+    return ["/bin/sh", "-c", script]
+
+
+def _efa_env(spec: JobSpec, stack: StackOutput) -> dict[str, str]:
+    """NCCL over EFA through the aws-ofi-nccl plugin (aws/aws-ofi-nccl doc/efa-env-var.md;
+    the AWS EFA user guide): libfabric's efa provider, GPUDirect RDMA where the instance
+    has it, and fork safety for DataLoader workers."""
+    if not (spec.resources.gpu and stack.gpu.efa):
+        return {}
+    return {"FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1", "FI_EFA_FORK_SAFE": "1",
+            "NCCL_NET": "AWS Libfabric"}
 
 
 def _env(spec: JobSpec, stack: StackOutput, name: str, run_dir: str, root: str) -> list[dict]:
     servers = parameter_servers(spec)
-    ps_addrs = ",".join(f"{name}-{spec.nodes + k}.{name}:{PS_BASE_PORT + k}"
+    ps_addrs = ",".join(f"{pod_host(name, PS_RJOB, k)}:{PS_BASE_PORT + k}"
                         for k in range(servers)) if servers else None
     # Workers print to the pod log (torchrun tees it), not to rank-N.log files.
     fixed = WorkerEnv(run_dir=run_dir, shared_root=root, stack=stack.stack,
                       threads=threads_per_worker(spec.resources.cpu, spec.procs_per_node),
                       ps_addrs=ps_addrs, metrics_port=METRICS_BASE_PORT, log_to_console=True,
                       log_prefix_template=LOG_PREFIX_TEMPLATE).as_dict()
+    fixed.update(_efa_env(spec, stack))
     values = {**fixed, **spec.env}
     env: list[dict] = []
     if "ALCHEMIST_NODE" not in values:  # the pod's name: where a worker runs
         env.append({"name": "ALCHEMIST_NODE",
                     "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}})
     env += [{"name": k, "value": v} for k, v in values.items()]
-    return env
+    return env + secret_env(spec, stack)
 
 
-def security_contexts() -> tuple[dict, dict]:
-    """(pod, container) security contexts: non-root, no privilege escalation, no
-    capabilities, the runtime's default seccomp profile (Pod Security Standard `restricted`)."""
-    pod = {"runAsNonRoot": True, "runAsUser": RUN_AS_UID, "runAsGroup": RUN_AS_UID,
-           "fsGroup": RUN_AS_UID, "fsGroupChangePolicy": "OnRootMismatch",
+def secret_env(spec: JobSpec, stack: StackOutput) -> list[dict]:
+    """`secret_env` as Secret key references: the value stays in the cluster's Secret and is
+    never in a manifest, a dry run or a log."""
+    out = []
+    for var, ref in sorted(spec.secret_env.items()):
+        if not (ref.secret and ref.key):
+            raise UserError(f"secret_env.{var}: no `secret` and `key` for stack {stack.stack}; "
+                            "accepted: {secret: <Secret in namespace "
+                            f"{stack.namespace}>, key: <key in it>}} on cluster stacks")
+        out.append({"name": var, "valueFrom": {"secretKeyRef": {
+            "name": ref.secret, "key": ref.key}}})
+    return out
+
+
+def security_contexts(uid: int = RUN_AS_UID, gid: int = RUN_AS_UID) -> tuple[dict, dict]:
+    """(pod, container) security contexts: the team's uid/gid, non-root, no privilege
+    escalation, no capabilities, the runtime's default seccomp profile (Pod Security
+    Standard `restricted`)."""
+    pod = {"runAsNonRoot": True, "runAsUser": uid, "runAsGroup": gid,
+           "fsGroup": gid, "fsGroupChangePolicy": "OnRootMismatch",
            "seccompProfile": {"type": "RuntimeDefault"}}
     container = {"allowPrivilegeEscalation": False, "privileged": False,
                  "runAsNonRoot": True, "capabilities": {"drop": ["ALL"]}}
     return pod, container
 
 
-def resources(cpu: float, memory: str, gpus: int, stack: StackOutput) -> dict:
+def resources(cpu: float, memory: str, gpus: int, stack: StackOutput,
+              efa: bool = False) -> dict:
     requests: dict[str, Any] = {"cpu": _cpu(cpu), "memory": memory}
     # Memory limit = request: a worker that outgrows it is stopped, not its neighbours. No
     # CPU limit: throttling a collective stalls every worker.
@@ -192,6 +254,9 @@ def resources(cpu: float, memory: str, gpus: int, stack: StackOutput) -> dict:
     if gpus:
         requests[stack.gpu.resource] = gpus
         limits[stack.gpu.resource] = gpus
+        if efa and stack.gpu.efa:  # every EFA interface of the node: NCCL uses them all
+            requests[stack.gpu.efa.resource] = stack.gpu.efa.per_node
+            limits[stack.gpu.efa.resource] = stack.gpu.efa.per_node
     return {"requests": requests, "limits": limits}
 
 
@@ -210,16 +275,16 @@ def gpu_placement(gpus: int, stack: StackOutput) -> dict:
 
 def build(spec: JobSpec, stack: StackOutput, run_id: str,
           code: CodeSnapshot | None = None) -> list[dict]:
-    """[ConfigMap, Service, Job] for one run; raises UserError if the stack cannot run it."""
+    """[ConfigMap, NetworkPolicy, JobSet] for one run; UserError if the stack cannot run it."""
     check_fits(spec, stack)
     name, ns = object_name(run_id), stack.namespace
     root, run_dir = shared_paths(stack, run_id)
     servers = parameter_servers(spec)
-    pods = spec.nodes + servers
     labels = _labels(spec, run_id)
     annotations = {WORKERS_ANNOTATION: str(spec.world_size), NODES_ANNOTATION: str(spec.nodes),
                    PROCS_ANNOTATION: str(spec.procs_per_node),
-                   SERVERS_ANNOTATION: str(servers)}
+                   SERVERS_ANNOTATION: str(servers),
+                   MAX_RESTARTS_ANNOTATION: str(spec.max_restarts)}
     if code is not None:
         annotations[CODE_ANNOTATION] = code.digest
 
@@ -232,61 +297,88 @@ def build(spec: JobSpec, stack: StackOutput, run_id: str,
     if code is not None:
         config_map["binaryData"] = {CODE_KEY: base64.b64encode(code.tarball).decode()}
 
-    ports = [{"name": "rdzv", "port": RDZV_PORT, "targetPort": RDZV_PORT, "protocol": "TCP"}]
-    ports += [{"name": f"ps-{k}", "port": PS_BASE_PORT + k, "targetPort": PS_BASE_PORT + k,
-               "protocol": "TCP"} for k in range(servers)]
-    service = {
-        "apiVersion": "v1", "kind": "Service",
-        "metadata": {"name": name, "namespace": ns, "labels": dict(labels)},
+    rjobs = [_replicated_job(WORKER_RJOB, spec.nodes, _worker_pod(spec, stack, name, run_id,
+                                                                  code), spec, stack, labels,
+                             annotations)]
+    if servers:
+        rjobs.append(_replicated_job(PS_RJOB, servers, _ps_pod(spec, stack, name, run_id),
+                                     spec, stack, labels, annotations))
+    jobset = {
+        "apiVersion": f"{JOBSET_API[0]}/{JOBSET_API[1]}", "kind": "JobSet",
+        "metadata": {"name": name, "namespace": ns,
+                     "labels": {**labels, QUEUE_LABEL: stack.queue},
+                     "annotations": annotations},
         "spec": {
-            "clusterIP": "None",
-            # DNS names exist as soon as pods do, before they are ready: the rendezvous
-            # starts before any readiness could be known.
-            "publishNotReadyAddresses": True,
-            "selector": {RUN_LABEL: run_id},
-            "ports": ports,
+            # JobSet's headless Service `<name>`: pod DNS names exist as soon as the pods do,
+            # before they are ready (the rendezvous starts before readiness is known).
+            "network": {"enableDNSHostnames": True, "subdomain": name,
+                        "publishNotReadyAddresses": True},
+            "replicatedJobs": rjobs,
+            # The run succeeds when the workers do; parameter servers are stopped then.
+            "successPolicy": {"operator": "All", "targetReplicatedJobs": [WORKER_RJOB]},
+            "failurePolicy": {
+                "maxRestarts": spec.max_restarts,
+                # Every Job of the old attempt is gone before the new ones start: one pod
+                # per hostname, and no old worker still holding the rendezvous port.
+                "restartStrategy": "BlockingRecreate",
+                "rules": [{
+                    # Stopped from outside (the worker Job's podFailurePolicy turns exit
+                    # PREEMPTED_EXIT_CODE into reason PodFailurePolicy with this message):
+                    # restart without spending one of max_restarts.
+                    "name": "StoppedFromOutside", "action": "RestartJobSetAndIgnoreMaxRestarts",
+                    "onJobFailureReasons": ["PodFailurePolicy"],
+                    "onJobFailureMessagePatterns": [
+                        f"exit code {PREEMPTED_EXIT_CODE} matching FailJob rule"],
+                }],  # anything else: RestartJobSet (the default action), counted
+            },
+            "suspend": True,  # Kueue admits the whole group at once, then unsuspends it
+            "ttlSecondsAfterFinished": TTL_AFTER_FINISHED_S,
         },
     }
+    return [config_map, network_policy(spec, stack, run_id, name), jobset]
 
-    pod_sc, container_sc = security_contexts()
-    volume_mounts = [{"name": "shared", "mountPath": root},
-                     {"name": "dshm", "mountPath": "/dev/shm"}]
+
+def _replicated_job(rjob: str, pods: int, pod_spec: dict, spec: JobSpec, stack: StackOutput,
+                    labels: dict, annotations: dict) -> dict:
+    return {"name": rjob, "replicas": 1, "template": {"spec": {
+        "completionMode": "Indexed", "completions": pods, "parallelism": pods,
+        # Any lost pod fails its Job at once; JobSet then restarts the whole group.
+        "backoffLimit": 0,
+        "podFailurePolicy": {"rules": [
+            {"action": "FailJob", "onExitCodes": {
+                "containerName": CONTAINER, "operator": "In", "values": [PREEMPTED_EXIT_CODE]}},
+        ]},
+        # A replacement pod starts only once the old one is gone: one pod per hostname.
+        "podReplacementPolicy": "Failed",
+        "template": {
+            "metadata": {"labels": {**labels, **stack.monitoring.pod_monitor_labels},
+                         "annotations": dict(annotations)},
+            "spec": pod_spec,
+        },
+    }}}
+
+
+def _pod_spec(spec: JobSpec, stack: StackOutput, name: str, run_id: str, train: dict,
+              code: CodeSnapshot | None, gpus: int) -> dict:
+    root, run_dir = shared_paths(stack, run_id)
+    pod_sc, container_sc = security_contexts(stack.shared_fs.uid, stack.shared_fs.gid)
     setup_args = ["python", "-m", "alchemist_jobs.kubernetes.pod_setup", "--run-dir", run_dir,
                   "--spec", f"{CONFIG_MOUNT}/{SPEC_KEY}"]
     if code is not None:
         setup_args += ["--code", f"{CONFIG_MOUNT}/{CODE_KEY}",
                        "--code-dir", code.path_under(root)]
-    image = image_for(spec, stack)
     setup = {
-        "name": SETUP_CONTAINER, "image": image, "imagePullPolicy": "IfNotPresent",
-        "command": setup_args,
+        "name": SETUP_CONTAINER, "image": image_for(spec, stack),
+        "imagePullPolicy": "IfNotPresent", "command": setup_args,
         "resources": {"requests": {"cpu": "100m", "memory": "256Mi"},
                       "limits": {"memory": "256Mi"}},
         "securityContext": container_sc,
         "volumeMounts": [{"name": "shared", "mountPath": root},
                          {"name": "config", "mountPath": CONFIG_MOUNT, "readOnly": True}],
     }
-    container_ports = [{"name": metrics_port_name(r),
-                        "containerPort": METRICS_BASE_PORT + r, "protocol": "TCP"}
-                       for r in range(spec.procs_per_node)]
-    container_ports.append({"name": "rdzv", "containerPort": RDZV_PORT, "protocol": "TCP"})
-    container_ports += [{"name": f"ps-{k}", "containerPort": PS_BASE_PORT + k, "protocol": "TCP"}
-                        for k in range(servers)]
-    train = {
-        "name": CONTAINER, "image": image, "imagePullPolicy": "IfNotPresent",
-        "command": pod_command(spec, name, run_id, run_dir),
-        "env": _env(spec, stack, name, run_dir, root),
-        "ports": container_ports,
-        "resources": resources(spec.resources.cpu, spec.resources.memory,
-                               spec.resources.gpu, stack),
-        "securityContext": security_contexts()[1],
-        "volumeMounts": volume_mounts,
-    }
-    if code is not None:  # the workers run from the snapshot: exactly the submitted code
-        train["workingDir"] = code.path_under(root)
-    pod_spec: dict[str, Any] = {
-        "subdomain": name,  # with the Indexed Job's hostname: <job>-<i>.<service>
-        "restartPolicy": "Never",  # restarts are torchrun's and the Job's, not the kubelet's
+    return {
+        "restartPolicy": "Never",  # restarts are JobSet's, not the kubelet's
+        "priorityClassName": f"alchemist-{spec.priority}",
         "enableServiceLinks": False,
         "automountServiceAccountToken": False,  # workers never talk to the API server
         "securityContext": pod_sc,
@@ -296,42 +388,76 @@ def build(spec: JobSpec, stack: StackOutput, run_id: str,
             {"name": "shared", "persistentVolumeClaim": {"claimName": stack.shared_fs.pvc}},
             {"name": "config", "configMap": {"name": name}},
             # Shared memory for DataLoader workers and NCCL; the default 64 MiB is too small.
-            {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": spec.resources.memory}},
+            {"name": "dshm", "emptyDir": {"medium": "Memory",
+                                          "sizeLimit": spec.resources.memory}},
         ],
-        **gpu_placement(spec.resources.gpu, stack),
+        **gpu_placement(gpus, stack),
     }
-    job = {
-        "apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {"name": name, "namespace": ns,
-                     "labels": {**labels, QUEUE_LABEL: stack.queue},
-                     "annotations": annotations},
+
+
+def _worker_pod(spec: JobSpec, stack: StackOutput, name: str, run_id: str,
+                code: CodeSnapshot | None) -> dict:
+    root, run_dir = shared_paths(stack, run_id)
+    ports = [{"name": metrics_port_name(r), "containerPort": METRICS_BASE_PORT + r,
+              "protocol": "TCP"} for r in range(spec.procs_per_node)]
+    ports.append({"name": "rdzv", "containerPort": RDZV_PORT, "protocol": "TCP"})
+    train = {
+        "name": CONTAINER, "image": image_for(spec, stack), "imagePullPolicy": "IfNotPresent",
+        "command": pod_command(spec, name, run_id, run_dir),
+        "env": _env(spec, stack, name, run_dir, root),
+        "ports": ports,
+        "resources": resources(spec.resources.cpu, spec.resources.memory,
+                               spec.resources.gpu, stack, efa=True),
+        "securityContext": security_contexts()[1],
+        "volumeMounts": [{"name": "shared", "mountPath": root},
+                         {"name": "dshm", "mountPath": "/dev/shm"}],
+    }
+    if code is not None:  # the workers run from the snapshot: exactly the submitted code
+        train["workingDir"] = code.path_under(root)
+    return _pod_spec(spec, stack, name, run_id, train, code, spec.resources.gpu)
+
+
+def _ps_pod(spec: JobSpec, stack: StackOutput, name: str, run_id: str) -> dict:
+    """Parameter servers: CPU and memory only, off the GPU nodes."""
+    root, run_dir = shared_paths(stack, run_id)
+    servers = parameter_servers(spec)
+    train = {
+        "name": CONTAINER, "image": image_for(spec, stack), "imagePullPolicy": "IfNotPresent",
+        "command": ps_command(),
+        "env": _env(spec, stack, name, run_dir, root),
+        "ports": [{"name": f"ps-{k}", "containerPort": PS_BASE_PORT + k, "protocol": "TCP"}
+                  for k in range(servers)]
+        + [{"name": metrics_port_name(0), "containerPort": METRICS_BASE_PORT,
+            "protocol": "TCP"}],
+        "resources": resources(spec.resources.cpu, spec.resources.memory, 0, stack),
+        "securityContext": security_contexts()[1],
+        "volumeMounts": [{"name": "shared", "mountPath": root},
+                         {"name": "dshm", "mountPath": "/dev/shm"}],
+    }
+    return _pod_spec(spec, stack, name, run_id, train, None, 0)
+
+
+def network_policy(spec: JobSpec, stack: StackOutput, run_id: str, name: str) -> dict:
+    """Ingress to this run's pods: from pods of the same run (rendezvous, collectives,
+    parameter servers), and from Prometheus on the metrics ports. Policies add up, so this
+    narrows only together with a platform policy that does not admit every job pod."""
+    run = {RUN_LABEL: run_id}
+    return {
+        "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+        "metadata": {"name": name, "namespace": stack.namespace,
+                     "labels": _labels(spec, run_id)},
         "spec": {
-            "completionMode": "Indexed",
-            "completions": pods,
-            "parallelism": pods,
-            "suspend": True,  # Kueue admits the whole job at once, then unsuspends it
-            "backoffLimit": spec.max_restarts,
-            "podFailurePolicy": {"rules": [
-                # Evicted, preempted or on a lost node: replace the pod, do not count it.
-                {"action": "Ignore",
-                 "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
-                # torchrun exits non-zero only after its own --max-restarts are spent: the
-                # job has failed, and restarting the pod would multiply the restarts.
-                {"action": "FailJob",
-                 "onExitCodes": {"containerName": CONTAINER, "operator": "NotIn",
-                                 "values": [0]}},
-            ]},
-            # A replacement pod starts only once the old one is gone: one pod per hostname.
-            "podReplacementPolicy": "Failed",
-            "ttlSecondsAfterFinished": TTL_AFTER_FINISHED_S,
-            "template": {
-                "metadata": {"labels": {**labels, **stack.monitoring.pod_monitor_labels},
-                             "annotations": dict(annotations)},
-                "spec": pod_spec,
-            },
+            "podSelector": {"matchLabels": dict(run)},
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                {"from": [{"podSelector": {"matchLabels": dict(run)}}]},
+                {"from": [{"namespaceSelector": {"matchLabels": {
+                    "kubernetes.io/metadata.name": MONITORING_NAMESPACE}}}],
+                 "ports": [{"protocol": "TCP", "port": METRICS_BASE_PORT,
+                            "endPort": METRICS_BASE_PORT + METRICS_PORT_SLOTS - 1}]},
+            ],
         },
     }
-    return [config_map, service, job]
 
 
 def to_yaml(objs: list[dict]) -> str:

@@ -45,6 +45,7 @@ def unpack_code(tarball: Path, code_dir: Path) -> bool:
     from alchemist_jobs.kubernetes.code_assets import tree_hash
 
     if code_dir.is_dir():
+        _verify(code_dir)
         return False
     code_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = code_dir.with_name(f".{code_dir.name}.{secrets.token_hex(4)}.tmp")
@@ -55,20 +56,40 @@ def unpack_code(tarball: Path, code_dir: Path) -> bool:
         if got != code_dir.name:
             raise SystemExit(f"pod_setup: code snapshot hash {got} does not match its name "
                              f"{code_dir.name}; the ConfigMap is corrupt")
-        # Shipped code is read-only: a job cannot change what the next pod will run.
-        for p in tmp.rglob("*"):
-            if p.is_file():
+        # Shipped code is read-only, directories too: a job cannot change what the next pod
+        # will run without first restoring a write bit (and then the hash check refuses it).
+        for p in [*tmp.rglob("*"), tmp]:
+            if not p.is_symlink():
                 p.chmod(p.stat().st_mode & 0o555)
         try:
             os.rename(tmp, code_dir)
             return True
         except OSError:
             if code_dir.is_dir():  # another pod won the race
+                _verify(code_dir)
                 return False
             raise
     finally:
         if tmp.exists():
+            _make_writable(tmp)  # read-only directories cannot be emptied
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _verify(code_dir: Path) -> None:
+    """A snapshot already in place is used only if its content still hashes to its name."""
+    from alchemist_jobs.kubernetes.code_assets import tree_hash
+
+    got = tree_hash(code_dir)
+    if got != code_dir.name:
+        raise SystemExit(f"pod_setup: code snapshot {code_dir} hashes to {got}, not to its name "
+                         f"{code_dir.name}: it was changed after it was unpacked; refusing to "
+                         "run it (delete the directory to have it unpacked again)")
+
+
+def _make_writable(tmp: Path) -> None:
+    for p in [tmp, *tmp.rglob("*")]:
+        if p.is_dir() and not p.is_symlink():
+            p.chmod(0o755)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,5 +1,6 @@
-"""A worker's progress read from its own /metrics (through the API server's pod proxy), for
-`alchemist run --stack X`: the cluster's counterpart of the local run's progress.json."""
+"""A worker's progress for `alchemist run --stack X`, described in one line: from rank 0's
+progress lines in its pod log (the cluster's counterpart of the local run's progress.json),
+or parsed from a Prometheus text exposition."""
 
 from __future__ import annotations
 

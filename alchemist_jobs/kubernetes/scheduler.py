@@ -17,12 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from alchemist_jobs.contract import MANAGED_BY_LABEL, RUN_LABEL, StackOutput
+from alchemist_jobs.contract import (MANAGED_BY_LABEL, PROGRESS_LINE_PREFIX, RUN_LABEL,
+                                     StackOutput)
 from alchemist_jobs.errors import JobFailed, UserError
 from alchemist_jobs.kubernetes import manifests as mf
 from alchemist_jobs.kubernetes.client import ClusterError, Cluster, Connector, NotFound
 from alchemist_jobs.kubernetes.code_assets import CodeSnapshot, pack
-from alchemist_jobs.kubernetes.job_state import newest_pods, run_status
+from alchemist_jobs.kubernetes.job_state import newest_pods, parse_time, run_status
 from alchemist_jobs.rundir import new_run_id
 from alchemist_jobs.scheduler import (CANCELLED, RUNNING, SUCCEEDED, Request, RunStatus,
                                       Scheduler)
@@ -30,14 +31,28 @@ from alchemist_jobs.spec import JobSpec
 
 POLL_S = 2.0
 PROGRESS_EVERY_S = 10.0
-_CREATE = {"ConfigMap": ("core", "create_namespaced_config_map"),
-           "Service": ("core", "create_namespaced_service"),
-           "Job": ("batch", "create_namespaced_job")}
-_DELETE = {"ConfigMap": ("core", "delete_namespaced_config_map"),
-           "Service": ("core", "delete_namespaced_service"),
-           "Job": ("batch", "delete_namespaced_job")}
-_PATCH = {"ConfigMap": ("core", "patch_namespaced_config_map"),
-          "Service": ("core", "patch_namespaced_service")}
+LOG_REATTACH_MARGIN_S = 300
+PROGRESS_TAIL_LINES = 200
+_JOBSET = {"group": mf.JOBSET_API[0], "version": mf.JOBSET_API[1], "plural": mf.JOBSET_API[2]}
+# Kueue v0.13.4 Workloads: one per JobSet, labelled with the JobSet's uid
+# (kueue pkg/controller/constants JobUIDLabel).
+_WORKLOAD = {"group": "kueue.x-k8s.io", "version": "v1beta1", "plural": "workloads"}
+WORKLOAD_JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
+# kind -> verb -> (API group, client method), spelled out so the platform's RBAC test can
+# find every call the backend makes.
+_API = {
+    "ConfigMap": {"create": ("core", "create_namespaced_config_map"),
+                  "patch": ("core", "patch_namespaced_config_map"),
+                  "delete": ("core", "delete_namespaced_config_map")},
+    "NetworkPolicy": {"create": ("networking", "create_namespaced_network_policy"),
+                      "patch": ("networking", "patch_namespaced_network_policy"),
+                      "delete": ("networking", "delete_namespaced_network_policy")},
+    "JobSet": {"create": ("custom", "create_namespaced_custom_object"),
+               "delete": ("custom", "delete_namespaced_custom_object")},
+}
+_KW = {"JobSet": _JOBSET}
+_TIMESTAMP = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?Z")
+_RANK_LINE = re.compile(r"\[rank\d+\]: ")
 _REF = re.compile(r"[A-Za-z0-9][-A-Za-z0-9_.]{0,62}")
 
 
@@ -63,6 +78,7 @@ class KubeRequest(Request):
         if self.code is not None:
             head.append(f"# code snapshot {self.code.digest}: {len(self.code.files)} file(s) "
                         f"from {self.code.root}, {len(self.code.tarball)} bytes packed")
+            head += [f"#   ships {f}" for f in self.code.files]
         return "\n".join(head) + "\n" + mf.to_yaml(self.manifests)
 
 
@@ -84,6 +100,48 @@ def rank_pod_index(rank: int, nodes: int, procs_per_node: int) -> int:
     """
     order = sorted(range(nodes), key=lambda i: f"{i}.")
     return order[rank // procs_per_node]
+
+
+class LogCursor:
+    """Where a pod's log was read up to, so a reattached stream repeats no line: lines carry the API server's RFC 3339 timestamps
+    (`timestamps=true`), which are stripped here."""
+
+    def __init__(self) -> None:
+        self.last, self.at_last = "", 0  # newest timestamp seen; lines seen with it
+
+    def since_seconds(self) -> int | None:
+        """`sinceSeconds` for a reattach (the generated client has no `sinceTime`): back to
+        the newest line seen, with a margin for clock skew; the overlap is dropped here."""
+        if not self.last:
+            return None
+        newest = parse_time(self.last) or 0.0
+        return max(1, int(time.time() - newest) + LOG_REATTACH_MARGIN_S)
+
+    def new_lines(self, lines: Iterator[str]) -> Iterator[str]:
+        start, skip = self.last, self.at_last  # what the previous streams already gave
+        for line in lines:
+            raw, sep, text = line.partition(" ")
+            ts = _nanos(raw) if sep else ""
+            if not ts:  # no timestamp: pass through
+                yield line
+                continue
+            if ts < start:
+                continue
+            if ts == start and skip:
+                skip -= 1
+                continue
+            if ts == self.last:
+                self.at_last += 1
+            else:
+                self.last, self.at_last = ts, 1
+            yield text
+
+
+def _nanos(ts: str) -> str:
+    """An RFC 3339 timestamp with exactly nine fraction digits (Go's RFC3339Nano trims
+    trailing zeros), so that text order is time order; "" if `ts` is not one."""
+    m = _TIMESTAMP.fullmatch(ts)
+    return f"{m[1]}.{(m[2] or '').ljust(9, '0')}Z" if m else ""
 
 
 def _lines(resp: Any) -> Iterator[str]:
@@ -130,28 +188,37 @@ class KubernetesScheduler(Scheduler[KubeRequest, KubeHandle]):
             code = pack(Path(spec_dir), source="task")
             if spec.task.script:
                 _check_shipped(spec.task.script, code)
+        from alchemist_jobs.kubernetes.api_checks import validate_for_api_server
+
         run_id = run_id or new_run_id(spec.name)
-        return KubeRequest(run_id=run_id, stack=self.out, spec=spec,
-                           manifests=mf.build(spec, self.out, run_id, code), code=code)
+        manifests = mf.build(spec, self.out, run_id, code)
+        validate_for_api_server(manifests)  # what the API server would refuse, said now
+        return KubeRequest(run_id=run_id, stack=self.out, spec=spec, manifests=manifests,
+                           code=code)
 
     def schedule(self, request: KubeRequest) -> KubeHandle:
-        """ConfigMap, then the Service, then the Job (so pod 0's DNS name exists before it
-        starts); then the Job owns the other two, so its TTL removes them all. If anything
-        fails, what was created is deleted again."""
+        """ConfigMap and NetworkPolicy, then the JobSet; then the JobSet owns the other two,
+        so its TTL (or a cancel) removes them all. If anything fails, what was created is
+        deleted again. Checks the API server would make first (validate_for_api_server)."""
+        from alchemist_jobs.kubernetes.api_checks import validate_for_api_server
+
+        validate_for_api_server(request.manifests)
         c = self.cluster
         handle = KubeHandle(run_id=request.run_id, name=request.name, namespace=c.namespace,
                             spec=request.spec)
         try:
-            job = {}
+            owner_obj = {}
             for obj in request.manifests:
-                api, method = _CREATE[obj["kind"]]
-                job = c.call(api, method, namespace=c.namespace, body=obj)
+                api, method = _API[obj["kind"]]["create"]
+                owner_obj = c.call(api, method, namespace=c.namespace, body=obj,
+                                   **_KW.get(obj["kind"], {}))
                 handle.created.append((obj["kind"], obj["metadata"]["name"]))
-            owner = [{"apiVersion": "batch/v1", "kind": "Job", "name": handle.name,
-                      "uid": job["metadata"]["uid"], "blockOwnerDeletion": False}]
+            owner = [{"apiVersion": owner_obj["apiVersion"], "kind": owner_obj["kind"],
+                      "name": handle.name, "uid": owner_obj["metadata"]["uid"],
+                      "blockOwnerDeletion": False}]
             for kind, name in handle.created[:-1]:
-                api, method = _PATCH[kind]
-                c.call(api, method, name=name, namespace=c.namespace,
+                api, method = _API[kind]["patch"]
+                c.call(api, method, name=name, namespace=c.namespace, **_KW.get(kind, {}),
                        body=[{"op": "add", "path": "/metadata/ownerReferences", "value": owner}])
         except BaseException:
             self._delete(handle.created)
@@ -160,18 +227,36 @@ class KubernetesScheduler(Scheduler[KubeRequest, KubeHandle]):
 
     def _delete(self, objects: list[tuple[str, str]]) -> None:
         for kind, name in reversed(objects):
-            api, method = _DELETE[kind]
-            kw = {"propagation_policy": "Background"} if kind == "Job" else {}
+            api, method = _API[kind]["delete"]
+            kw = dict(_KW.get(kind, {}))
+            if kind == "JobSet":  # its Jobs and their pods go too
+                kw["propagation_policy"] = "Background"
             try:
-                self.cluster.call(api, method, name=name, namespace=self.cluster.namespace, **kw)
+                self.cluster.call(api, method, name=name,
+                                  namespace=self.cluster.namespace, **kw)
             except NotFound:
                 pass
 
     # -- finding runs -------------------------------------------------------------------------
 
-    def _list(self, api: str, method: str, selector: str) -> list[dict]:
+    def _list(self, api: str, method: str, selector: str, **kw: Any) -> list[dict]:
         return self.cluster.call(api, method, namespace=self.cluster.namespace,
-                                 label_selector=selector).get("items", [])
+                                 label_selector=selector, **kw).get("items", [])
+
+    def _jobsets(self, selector: str) -> list[dict]:
+        return self._list("custom", "list_namespaced_custom_object", selector, **_JOBSET)
+
+    def _workload(self, jobset: dict) -> dict | None:
+        """Kueue's Workload of a JobSet (why it waits), or None where it cannot be read."""
+        uid = jobset["metadata"].get("uid")
+        if not uid:
+            return None
+        try:
+            items = self._list("custom", "list_namespaced_custom_object",
+                               f"{WORKLOAD_JOB_UID_LABEL}={uid}", **_WORKLOAD)
+        except ClusterError:  # no Kueue, or no right to read Workloads: pods still tell
+            return None
+        return items[0] if items else None
 
     def _managed(self) -> str:
         return f"{MANAGED_BY_LABEL[0]}={MANAGED_BY_LABEL[1]}"
@@ -180,9 +265,9 @@ class KubernetesScheduler(Scheduler[KubeRequest, KubeHandle]):
         """A run's Job by run id, or by a unique prefix of one."""
         if not _REF.fullmatch(ref):
             raise UserError(f"run {ref!r}: not a run id; accepted: letters, digits, '-', '.', '_'")
-        jobs = self._list("batch", "list_namespaced_job", f"{RUN_LABEL}={ref}")
+        jobs = self._jobsets(f"{RUN_LABEL}={ref}")
         if not jobs:
-            every = self._list("batch", "list_namespaced_job", self._managed())
+            every = self._jobsets(self._managed())
             jobs = [j for j in every if j["metadata"]["labels"].get(RUN_LABEL, "").startswith(ref)]
             if len(jobs) != 1:
                 recent = sorted(every, key=lambda j: j["metadata"].get("creationTimestamp", ""))
@@ -199,23 +284,31 @@ class KubernetesScheduler(Scheduler[KubeRequest, KubeHandle]):
 
     # -- status / list / cancel ----------------------------------------------------------------
 
-    def _status(self, job: dict, pods: list[dict]) -> RunStatus:
-        st = run_status(job, pods, self.stack)
+    def _status(self, job: dict, pods: list[dict], workload: dict | None = None) -> RunStatus:
+        st = run_status(job, pods, self.stack, workload)
         # Where the pods keep the run (checkpoints, TensorBoard, logs/torchrun): the shared FS.
         st.extra["run_dir"] = st.run_dir = mf.shared_paths(self.out, st.run_id)[1]
         return st
 
     def status(self, run_id: str) -> RunStatus:
         job = self._job(run_id)
-        return self._status(job, self._pods(job["metadata"]["labels"][RUN_LABEL]))
+        return self._status(job, self._pods(job["metadata"]["labels"][RUN_LABEL]),
+                            self._workload(job))
 
     def list(self) -> list[RunStatus]:
-        jobs = self._list("batch", "list_namespaced_job", self._managed())
+        jobs = self._jobsets(self._managed())
         pods = self._list("core", "list_namespaced_pod", self._managed())
+        try:
+            workloads = {w["metadata"].get("labels", {}).get(WORKLOAD_JOB_UID_LABEL): w
+                         for w in self._list("custom", "list_namespaced_custom_object", "",
+                                             **_WORKLOAD)}
+        except ClusterError:
+            workloads = {}
         by_run: dict[str, list[dict]] = {}
         for p in pods:
             by_run.setdefault(p["metadata"]["labels"].get(RUN_LABEL, ""), []).append(p)
-        out = [self._status(j, by_run.get(j["metadata"]["labels"].get(RUN_LABEL, ""), []))
+        out = [self._status(j, by_run.get(j["metadata"]["labels"].get(RUN_LABEL, ""), []),
+                            workloads.get(j["metadata"].get("uid")))
                for j in jobs]
         return sorted(out, key=lambda s: s.created or 0)
 
@@ -225,10 +318,11 @@ class KubernetesScheduler(Scheduler[KubeRequest, KubeHandle]):
         if st.finished:
             return st
         name = job["metadata"]["name"]
-        # The Job first: its pods stop (Background propagation), then what served them.
-        self._delete([("ConfigMap", name), ("Service", name), ("Job", name)])
+        # The JobSet first: its Jobs, pods and Service go (Background propagation), then
+        # what it owns but a failed owner patch might have left.
+        self._delete([("ConfigMap", name), ("NetworkPolicy", name), ("JobSet", name)])
         st.state, st.ended = CANCELLED, time.time()
-        st.message = "cancelled: Job (and its pods), Service and ConfigMap deleted"
+        st.message = "cancelled: JobSet (its Jobs, pods and Service), ConfigMap deleted"
         return st
 
     # -- logs ----------------------------------------------------------------------------------
@@ -246,7 +340,11 @@ class KubernetesScheduler(Scheduler[KubeRequest, KubeHandle]):
 
     def _follow_pod_log(self, run_id: str, index: int, prefix: str,
                         follow: bool) -> Iterator[str]:
-        seen: set[str] = set()
+        """The lines of `prefix` (one rank) and torchrun's own agent lines from the pod of
+        `index`; with `follow`, reattaches when a stream drops while the pod still runs, and
+        moves on to the replacement pod when the group restarts."""
+        seen: set[str] = set()  # pods whose log was read to their end
+        cursor: dict[str, LogCursor] = {}
         while True:
             job, all_pods = self._job(run_id), self._pods(run_id)
             st = run_status(job, all_pods, self.stack)
@@ -262,37 +360,65 @@ class KubernetesScheduler(Scheduler[KubeRequest, KubeHandle]):
                 time.sleep(POLL_S)
                 continue
             name = pod["metadata"]["name"]
-            seen.add(name)
+            at = cursor.setdefault(name, LogCursor())
+            since = at.since_seconds()
+            kw = {"since_seconds": since} if since else {}
             try:
                 resp = self.cluster.raw("core", "read_namespaced_pod_log", name=name,
-                                        namespace=self.cluster.namespace,
-                                        container=mf.CONTAINER, follow=follow)
+                                        namespace=self.cluster.namespace, timestamps=True,
+                                        container=mf.CONTAINER, follow=follow, **kw)
             except NotFound:  # deleted meanwhile: a replacement, if any, is found next round
+                seen.add(name)
                 continue
-            for line in _lines(resp):
-                if line.startswith(prefix):
-                    yield line[len(prefix):]
+            try:
+                for line in at.new_lines(_lines(resp)):
+                    if line.startswith(prefix):
+                        if not line.startswith(PROGRESS_LINE_PREFIX, len(prefix)):
+                            yield line[len(prefix):]
+                    elif not _RANK_LINE.match(line):  # the agent's own lines (errors too)
+                        yield line
+            except ClusterError:  # the stream broke mid-way: reattach below
+                pass
             if not follow:
                 return
-            # The stream ends when the pod does; a replacement pod carries on, if any.
+            # A stream ends when its pod does, or when a connection drops (API server
+            # restart, load balancer idle timeout): reattach unless the pod has finished.
+            if (pod.get("status") or {}).get("phase") != "Running" or self._pod_done(name):
+                seen.add(name)
+
+    def _pod_done(self, name: str) -> bool:
+        pod = self.cluster.get("core", "read_namespaced_pod", name=name,
+                               namespace=self.cluster.namespace)
+        return pod is None or bool(pod["metadata"].get("deletionTimestamp")) or \
+            (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
 
     # -- following a run from the CLI ----------------------------------------------------------
 
     def progress(self, st: RunStatus) -> dict | None:
-        """Rank 0's progress from its /metrics, through the API server's pod proxy."""
-        from alchemist_jobs.kubernetes.progress import parse
+        """Rank 0's newest progress line from the tail of its pod log, through the API server
+        (pods/log reaches the kubelet, not the pod's network, so the platform's default-deny
+        NetworkPolicy does not stand in the way), with the client's request timeout."""
+        import json
 
         pod = st.extra["pods"].get(rank_pod_index(0, st.extra["nodes"] or 1, 1))
         if pod is None:
             return None
         try:
-            resp = self.cluster.raw("core", "connect_get_namespaced_pod_proxy_with_path",
-                                    name=f"{pod}:{mf.METRICS_BASE_PORT}",
-                                    namespace=self.cluster.namespace, path="metrics")
+            resp = self.cluster.raw("core", "read_namespaced_pod_log", name=pod,
+                                    namespace=self.cluster.namespace, container=mf.CONTAINER,
+                                    tail_lines=PROGRESS_TAIL_LINES)
         except (NotFound, ClusterError):
             return None
-        data = resp.data.decode() if isinstance(resp.data, bytes) else str(resp.data)
-        return parse(data, rank=0)
+        text = resp.data.decode(errors="replace") if isinstance(resp.data, bytes) \
+            else str(resp.data)
+        marker = mf.LOG_PREFIX_TEMPLATE.replace("${rank}", "0") + PROGRESS_LINE_PREFIX
+        for line in reversed(text.splitlines()):
+            if line.startswith(marker):
+                try:
+                    return json.loads(line[len(marker):])
+                except ValueError:
+                    continue
+        return None
 
     def follow(self, handle: KubeHandle, logs: bool = False, quiet: bool = False) -> int:
         """Watch a run to its end: state changes and progress on stderr, rank 0's log on

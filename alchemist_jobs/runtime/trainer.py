@@ -14,6 +14,7 @@ in runtime/faults.py; the stall watchdog in runtime/watchdog.py.
 from __future__ import annotations
 
 import io
+import json
 import math
 import os
 import socket
@@ -28,6 +29,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from alchemist_jobs.rundir import RunDir, read_json, write_json_atomic
+from alchemist_jobs.contract import PROGRESS_LINE_PREFIX
 from alchemist_jobs.runtime.batches import Batches, evaluate
 from alchemist_jobs.runtime.checkpoint import Checkpointer
 from alchemist_jobs.runtime.faults import Faults, slowdown  # noqa: F401 (slowdown: re-export)
@@ -218,11 +220,16 @@ class Trainer:
         elapsed = time.perf_counter() - self.t_loop
         rate = self.step_metrics.samples / elapsed if elapsed > 0 else 0.0
         s, lr = self.state, self.optimizer.param_groups[0]["lr"]
-        write_json_atomic(self.run.progress_file, dict(
+        progress = dict(
             step=s.step, total_steps=self.total_steps, epoch=s.epoch,
             epochs=self.total_steps / self.steps_per_epoch, loss=self.loss_value, lr=lr,
             samples_per_s=rate * self.world, restarts=self.place.restarts, time=time.time(),
-            final=final))
+            final=final)
+        write_json_atomic(self.run.progress_file, progress)
+        if os.environ.get("ALCHEMIST_LOG_TO_CONSOLE") == "1":
+            # On clusters the CLI reads progress from rank 0's pod log through the API
+            # server: it works where NetworkPolicies keep the API server off the pods.
+            print(PROGRESS_LINE_PREFIX + json.dumps(progress), flush=True)
         self.writer.add_scalar("train/loss", self.loss_value, s.step)
         self.writer.add_scalar("train/lr", lr, s.step)
         self.writer.add_scalar("train/samples_per_s", rate * self.world, s.step)

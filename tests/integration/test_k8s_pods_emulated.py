@@ -1,6 +1,6 @@
-"""The pods of a cluster job, run for real without a cluster: each pod of the Indexed Job is a
-network namespace with the pod's hostname and the /etc/hosts the kubelet and the headless
-Service would give it, and runs exactly the init-container and container commands and
+"""The pods of a cluster job, run for real without a cluster: each worker pod of the JobSet is
+a network namespace with the pod's hostname and the /etc/hosts the kubelet and JobSet's
+headless Service would give it, and runs exactly the init-container and container commands and
 environment of the rendered manifests (only the ConfigMap's mount point is a directory here
 and `python`/`torchrun` are this environment's). Real torchrun, real c10d rendezvous at pod 0
 through the Service's DNS name, real gloo. The Kubernetes API is the fake client (the far
@@ -16,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -76,9 +77,12 @@ def test_the_rendered_pods_train_together(tmp_path, pods_network):
     fake = FakeKube()
     sched = KubernetesScheduler(out, connector=fake.connector)
     request = sched.dryrun(spec, EXAMPLES)
-    cm, svc, job = request.manifests
-    name, ns = job["metadata"]["name"], out.namespace
+    cm, policy, jobset = request.manifests
+    name, ns = jobset["metadata"]["name"], out.namespace
+    assert jobset["spec"]["network"]["subdomain"] == name
+    job = jobset["spec"]["replicatedJobs"][0]["template"]
     pod = job["spec"]["template"]["spec"]
+    host = [f"{name}-{mf.WORKER_RJOB}-0-{i}" for i in range(2)]  # JobSet's pod hostnames
 
     # The ConfigMap's volume.
     config = tmp_path / "config"
@@ -88,8 +92,8 @@ def test_the_rendered_pods_train_together(tmp_path, pods_network):
 
     # What the kubelet writes to /etc/hosts, plus what cluster DNS answers for the Service.
     hosts = "127.0.0.1 localhost\n" + "".join(
-        f"{ip} {name}-{i}.{svc['metadata']['name']}.{ns}.svc.cluster.local "
-        f"{name}-{i}.{svc['metadata']['name']} {name}-{i}\n" for i, ip in enumerate(ips))
+        f"{ip} {host[i]}.{name}.{ns}.svc.cluster.local {host[i]}.{name} {host[i]}\n"
+        for i, ip in enumerate(ips))
     for n in names:
         Path(f"/etc/netns/{n}").mkdir(parents=True, exist_ok=True)
         Path(f"/etc/netns/{n}/hosts").write_text(hosts)
@@ -101,12 +105,12 @@ def test_the_rendered_pods_train_together(tmp_path, pods_network):
     def pod_env(i: int) -> dict:
         env = dict(base_env, JOB_COMPLETION_INDEX=str(i))
         for e in pod["containers"][0]["env"]:
-            env[e["name"]] = e["value"] if "value" in e else f"{name}-{i}-emul{i}"
+            env[e["name"]] = e["value"] if "value" in e else f"{host[i]}-emul{i}"
         return env
 
     def in_pod(i: int, argv: list[str]) -> list[str]:
         return ["ip", "netns", "exec", names[i], "unshare", "--uts", "sh", "-c",
-                'hostname "$0" && exec "$@"', f"{name}-{i}", *argv]
+                'hostname "$0" && exec "$@"', host[i], *argv]
 
     # Init containers: every pod, idempotently.
     init = [sys.executable if a == "python" else a.replace(mf.CONFIG_MOUNT, str(config))
@@ -142,7 +146,7 @@ def test_the_rendered_pods_train_together(tmp_path, pods_network):
     run = shared / "runs" / request.run_id
     for rank in range(2):
         rec = json.loads((run / "workers" / f"rank-{rank}.json").read_text())
-        assert rec["node"].startswith(f"{name}-{rank_pod_index(rank, 2, 1)}-")
+        assert rec["node"].startswith(f"{host[rank_pod_index(rank, 2, 1)]}-")
     assert (run / "spec.yaml").read_text() == cm["data"][mf.SPEC_KEY]
     assert list((run / "logs" / "torchrun").glob("*/attempt_0/0/stdout.log"))
     code_dir = Path(train["workingDir"])
@@ -151,8 +155,193 @@ def test_the_rendered_pods_train_together(tmp_path, pods_network):
     # `alchemist logs --rank 0` on those pods' real logs (the API is the fake).
     sched.schedule(request)
     fake.set_job(name, spec={"suspend": False},
-                 status={"conditions": [{"type": "Complete", "status": "True"}]})
+                 status={"conditions": [{"type": "Completed", "status": "True"}]})
     for i in range(2):
         fake.add_pod(name, i, "Succeeded", log=pod_logs[i])
     lines = list(sched.logs(request.run_id, rank=0))
     assert any(line.startswith("steps ") for line in lines) and not any("[rank" in l for l in lines)
+
+
+# --- failure injection: what JobSet does when a pod is lost or the run is preempted ----------
+
+
+class EmulatedJobSet:
+    """The worker pods of a rendered JobSet as network namespaces (see the test above), and
+    JobSet v0.12.0's group restart as upstream does it (pkg/controllers/jobset_controller.go
+    with restartStrategy BlockingRecreate: every Job of the old attempt, and so every pod, is
+    deleted (the kubelet sends SIGTERM) before all Jobs are created anew; each new pod runs
+    its init container and container again)."""
+
+    def __init__(self, tmp_path: Path, names: list[str], ips: list[str], overrides: list[str]):
+        self.tmp, self.names = tmp_path, names
+        data = stack("dev").output.model_dump(mode="json")
+        data["kubeconfig"] = "unused"
+        data["shared_fs"]["mount_path"] = str(tmp_path / "shared")
+        out = StackOutput.parse(data, "emulated")
+        spec = load_spec(EXAMPLES / "digits.yaml", ["nodes=2", "procs_per_node=1", *overrides])
+        self.request = KubernetesScheduler(out, connector=FakeKube().connector).dryrun(
+            spec, EXAMPLES)
+        cm, _, jobset = self.request.manifests
+        self.name = jobset["metadata"]["name"]
+        self.pod = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+        self.hosts = [f"{self.name}-{mf.WORKER_RJOB}-0-{i}" for i in range(2)]
+        self.config = tmp_path / "config"
+        self.config.mkdir()
+        (self.config / mf.SPEC_KEY).write_text(cm["data"][mf.SPEC_KEY])
+        lines = "127.0.0.1 localhost\n" + "".join(
+            f"{ip} {h}.{self.name}.{out.namespace}.svc.cluster.local {h}.{self.name} {h}\n"
+            for h, ip in zip(self.hosts, ips))
+        for n in names:
+            Path(f"/etc/netns/{n}").mkdir(parents=True, exist_ok=True)
+            Path(f"/etc/netns/{n}/hosts").write_text(lines)
+        self.base_env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
+                         "HOME": str(tmp_path), "LANG": "C.UTF-8", "PYTHONPATH": str(REPO)}
+        self.run = tmp_path / "shared" / "runs" / self.request.run_id
+        self.procs: dict[int, subprocess.Popen] = {}
+        self.attempt = -1
+
+    def _in_pod(self, i: int, argv: list[str]) -> list[str]:
+        return ["ip", "netns", "exec", self.names[i], "unshare", "--uts", "sh", "-c",
+                'hostname "$0" && exec "$@"', self.hosts[i], *argv]
+
+    def log(self, i: int, attempt: int | None = None) -> str:
+        a = self.attempt if attempt is None else attempt
+        return (self.tmp / f"pod-{i}-attempt-{a}.log").read_text()
+
+    def start(self, indices=(0, 1)) -> None:
+        """A new attempt's pods (init container, then the container), started at once."""
+        self.attempt += 1
+        init = [sys.executable if a == "python" else a.replace(mf.CONFIG_MOUNT, str(self.config))
+                for a in self.pod["initContainers"][0]["command"]]
+        for i in indices:
+            self.start_pod(i, init)
+
+    def start_pod(self, i: int, init: list[str] | None = None) -> None:
+        if init is None:
+            init = [sys.executable if a == "python" else
+                    a.replace(mf.CONFIG_MOUNT, str(self.config))
+                    for a in self.pod["initContainers"][0]["command"]]
+        subprocess.run(self._in_pod(i, init), env=self.base_env, check=True,
+                       capture_output=True, timeout=120)
+        env = dict(self.base_env, JOB_COMPLETION_INDEX=str(i))
+        for e in self.pod["containers"][0]["env"]:
+            env[e["name"]] = e["value"] if "value" in e else f"{self.hosts[i]}-a{self.attempt}"
+        log = open(self.tmp / f"pod-{i}-attempt-{self.attempt}.log", "w")
+        self.procs[i] = subprocess.Popen(self._in_pod(i, self.pod["containers"][0]["command"]),
+                                         env=env, stdout=log, stderr=subprocess.STDOUT,
+                                         start_new_session=True)
+        log.close()
+
+    def wait_for_checkpoint(self, timeout: float = 300) -> int:
+        """The step of the first checkpoint on the shared file system (an event, polled)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            done = sorted(self.run.glob("checkpoints/step-*.pt"))
+            if done:
+                return int(done[0].stem.split("-")[1])
+            assert all(p.poll() is None for p in self.procs.values()), \
+                [self.log(i) for i in self.procs]
+            time.sleep(0.2)
+        raise AssertionError("no checkpoint was written")
+
+    def terminate(self, i: int) -> None:
+        """The kubelet deleting the pod: SIGTERM to its main process (the pod script)."""
+        os.kill(self.procs[i].pid, signal.SIGTERM)
+
+    def lose(self, i: int) -> None:
+        """The pod's node is gone: everything in it dies at once."""
+        os.killpg(self.procs[i].pid, signal.SIGKILL)
+
+    def wait(self, timeout: float = 420) -> list[int]:
+        try:
+            return [self.procs[i].wait(timeout=timeout) for i in sorted(self.procs)]
+        finally:
+            self.kill_all()
+
+    def kill_all(self) -> None:
+        for p in self.procs.values():
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+
+
+def _result(js: EmulatedJobSet) -> dict:
+    return json.loads((js.run / "result.json").read_text())
+
+
+def test_losing_pod_0_restarts_the_group_from_the_newest_checkpoint(tmp_path, pods_network):
+    """(a) Pod 0, which holds torchrun's c10d store, is lost mid-run. Its Job fails
+    (backoffLimit 0), JobSet deletes every pod and recreates them all; the new group resumes
+    from the newest checkpoint and finishes with test accuracy >= 0.9."""
+    js = EmulatedJobSet(tmp_path, *pods_network,
+                        ["hyper.epochs=12", "checkpoint.every_steps=20"])
+    js.start()
+    try:
+        first = js.wait_for_checkpoint()
+        js.lose(0)
+        js.procs[0].wait()
+        js.terminate(1)  # JobSet deletes the rest of the group (BlockingRecreate)
+        js.procs[1].wait(timeout=120)
+    finally:
+        js.kill_all()
+    js.start()  # restart 1: all pods anew
+    codes = js.wait()
+    assert codes == [0, 0], [js.log(i) for i in range(2)]
+    result = _result(js)
+    assert result["resumed_from_step"] and result["resumed_from_step"] >= first
+    assert "resumed from checkpoint at step" in js.log(0)
+    assert result["test_accuracy"] >= 0.9, result
+
+
+def test_sigterm_to_every_pod_is_a_preemption_and_the_restart_resumes(tmp_path, pods_network):
+    """(c) Kueue preempts: JobSet suspends, every pod is deleted (SIGTERM). Each pod script
+    passes SIGTERM to torchrun and exits 143, which the Job's FailJob rule and JobSet's
+    `StoppedFromOutside` rule turn into an uncounted restart. Readmitted, the new group
+    resumes, not from step 0."""
+    js = EmulatedJobSet(tmp_path, *pods_network,
+                        ["hyper.epochs=12", "checkpoint.every_steps=20"])
+    js.start()
+    try:
+        first = js.wait_for_checkpoint()
+        for i in range(2):
+            js.terminate(i)
+        codes = [js.procs[i].wait(timeout=120) for i in range(2)]
+    finally:
+        js.kill_all()
+    assert codes == [mf.PREEMPTED_EXIT_CODE] * 2, [js.log(i) for i in range(2)]
+    js.start()
+    codes = js.wait()
+    assert codes == [0, 0], [js.log(i) for i in range(2)]
+    result = _result(js)
+    assert result["resumed_from_step"] and result["resumed_from_step"] >= first
+    assert result["test_accuracy"] >= 0.9, result
+
+
+# torch 2.13, torch/distributed/elastic/rendezvous/c10d_rendezvous_backend.py,
+# _create_tcp_store: the store client's `read_timeout` defaults to 60 s, and with `is_host`
+# given explicitly there is no second try; the issue's "about 2 minutes" is 2 x 60 s.
+OLD_STORE_TIMEOUT_S = 2 * 60
+
+
+def test_a_pod_0_that_starts_late_is_waited_for(tmp_path, pods_network):
+    """(b) Pod 0 (the c10d store) starts long after pod 1 (a GPU scale-up, a big image
+    pull). Rather than a literal 5 minutes, pod 0 is held until pod 1 has been waiting longer
+    than torch's old store timeout (2 x 60 s, which is what failed runs before): the same
+    code path (pod 1's agent connecting to a store that is not there yet, under
+    read_timeout), then pod 0 starts and the run succeeds. Pod 1 still being alive at that
+    moment is the assertion that fails with the old flags."""
+    js = EmulatedJobSet(tmp_path, *pods_network, ["hyper.epochs=3"])
+    js.attempt += 1
+    js.start_pod(1)
+    started = time.monotonic()
+    try:
+        while time.monotonic() - started < OLD_STORE_TIMEOUT_S + 10:
+            assert js.procs[1].poll() is None, "pod 1 gave up waiting for pod 0: " + js.log(1)
+            time.sleep(1)
+        js.start_pod(0)
+    except BaseException:
+        js.kill_all()
+        raise
+    codes = js.wait()
+    assert codes == [0, 0], [js.log(i) for i in range(2)]
+    assert _result(js)["test_accuracy"] >= 0.9

@@ -82,3 +82,41 @@ def test_a_cancelled_run_leaves_nothing(live_stack):
             break
         time.sleep(2)
     assert gone.returncode == 2 and "no such run" in gone.stderr
+
+
+def test_losing_pod_0_mid_run_restarts_the_group_and_succeeds(live_stack):
+    """A 2-node job; once rank 0 has logged training progress, pod 0 (the c10d store) is
+    deleted. JobSet recreates the whole group, which resumes from its newest checkpoint, and
+    the run still succeeds."""
+    name, outputs = live_stack
+    stack = ["--stack", name, "--outputs", str(outputs)]
+    res = _cli("submit", "examples/digits.yaml", *stack, "--set", "nodes=2",
+               "--set", "procs_per_node=1", "--set", "hyper.epochs=20", *_image_args())
+    assert res.returncode == 0, res.stderr
+    run_id = res.stderr.split("submitted ")[1].split()[0]
+    kubectl = ["kubectl", "--kubeconfig", KUBECONFIG, "-n",
+               json.loads(outputs.read_text())["namespace"]]
+    deadline = time.monotonic() + TIMEOUT
+    while True:  # until the group runs and rank 0 has written to its log
+        st = _cli("status", run_id, *stack)
+        logs = _cli("logs", run_id, "--rank", "0", *stack)
+        if ("state      running" in st.stdout and logs.stdout.strip()) or \
+                time.monotonic() > deadline:
+            break
+        time.sleep(5)
+    assert time.monotonic() < deadline, "the run never got running: " + st.stdout
+    pods = subprocess.run(kubectl + ["get", "pods", "-l", f"alchemist.io/run={run_id},"
+                                     "batch.kubernetes.io/job-completion-index=0,"
+                                     "jobset.sigs.k8s.io/replicatedjob-name=worker",
+                                     "-o", "name"], capture_output=True, text=True, check=True)
+    assert pods.stdout.strip(), "pod 0 not found"
+    subprocess.run(kubectl + ["delete", "--wait=false", *pods.stdout.split()], check=True,
+                   capture_output=True)
+    while True:
+        st = _cli("status", run_id, *stack)
+        if any(f"state      {s}" in st.stdout for s in ("succeeded", "failed")) or \
+                time.monotonic() > deadline:
+            break
+        time.sleep(5)
+    assert "state      succeeded" in st.stdout, st.stdout + st.stderr
+    assert "restarts   " in st.stdout and "restarts   0\n" not in st.stdout  # JobSet's count

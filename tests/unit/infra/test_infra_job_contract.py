@@ -32,10 +32,15 @@ def test_rendered_stack_output_drives_valid_job_manifests(renders, name):
     for spec_path in EXAMPLES:
         spec = load_spec(spec_path)
         objs = KubernetesScheduler(out).dryrun(spec, spec_path.parent, run_id=RUN).manifests
+        jobset = next(o for o in objs if o["kind"] == "JobSet")
         for obj in objs:
-            kubernetes_validate.validate(obj, f"{version}.0", strict=True)
-        job = next(o for o in objs if o["kind"] == "Job")
-        assert job["metadata"]["namespace"] == out.namespace
+            if obj is not jobset:  # the JobSet's schema is the CRD's (tests/unit/k8s)
+                kubernetes_validate.validate(obj, f"{version}.0", strict=True)
+        assert jobset["metadata"]["namespace"] == out.namespace
+        job = jobset["spec"]["replicatedJobs"][0]["template"]
+        kubernetes_validate.validate({"apiVersion": "batch/v1", "kind": "Job",
+                                      "metadata": {"name": "x"}, **job}, f"{version}.0",
+                                     strict=True)
         pod = job["spec"]["template"]
         labels = pod["metadata"]["labels"]
         # The platform's PodMonitor selects these pods, in this namespace, on their ports.
@@ -54,7 +59,7 @@ def test_rendered_stack_output_drives_valid_job_manifests(renders, name):
                   for m in c.get("volumeMounts", [])}
         assert mounts["shared"] == out.shared_fs.mount_path
         assert labels.get("kueue.x-k8s.io/queue-name") == out.queue or \
-            job["metadata"]["labels"].get("kueue.x-k8s.io/queue-name") == out.queue
+            jobset["metadata"]["labels"].get("kueue.x-k8s.io/queue-name") == out.queue
 
 
 # kubernetes-client method -> (API group, resource, verb) as RBAC names them.
@@ -62,7 +67,10 @@ _VERBS = {"create": "create", "delete": "delete", "patch": "patch", "list": "lis
           "connect_get": "get"}
 _RESOURCES = {"job": ("batch", "jobs"), "pod": ("", "pods"), "service": ("", "services"),
               "config_map": ("", "configmaps"), "pod_log": ("", "pods/log"),
-              "pod_proxy_with_path": ("", "pods/proxy")}
+              "pod_proxy_with_path": ("", "pods/proxy"), "secret": ("", "secrets"),
+              "network_policy": ("networking.k8s.io", "networkpolicies"),
+              # custom objects: the JobSet; the Kueue Workloads are only listed
+              "custom_object": ("jobset.x-k8s.io", "jobsets")}
 
 
 def test_the_submitter_role_allows_every_call_the_kubernetes_backend_makes(renders):
@@ -72,7 +80,7 @@ def test_the_submitter_role_allows_every_call_the_kubernetes_backend_makes(rende
 
     src = "\n".join(p.read_text() for p in
                     (Path(__file__).resolve().parents[3] / "alchemist_jobs" / "kubernetes").glob("*.py"))
-    calls = set(re.findall(r'"(?:core|batch)", "([a-z_]+)"', src))
+    calls = set(re.findall(r'"(?:core|batch|networking|custom)", "([a-z_]+)"', src))
     assert len(calls) >= 10, calls
     role = next(x["inputs"] for x in resources(renders[SHIPPED[0]])
                 if x["type"] == "kubernetes:rbac.authorization.k8s.io/v1:Role"

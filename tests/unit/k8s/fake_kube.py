@@ -20,7 +20,9 @@ from kubernetes.client.exceptions import ApiException
 from alchemist_jobs.contract import StackOutput
 from alchemist_jobs.kubernetes.client import Cluster
 
-KINDS = {"config_map": "ConfigMap", "service": "Service", "job": "Job", "pod": "Pod"}
+KINDS = {"config_map": "ConfigMap", "service": "Service", "job": "Job", "pod": "Pod",
+         "network_policy": "NetworkPolicy", "secret": "Secret"}
+PLURALS = {"jobsets": "JobSet", "workloads": "Workload"}  # custom objects, by plural
 
 
 class FakeResponse:
@@ -71,23 +73,30 @@ class FakeKube:
         self.metrics: dict[str, str] = {}  # "pod:port" -> /metrics text
         self.fail: dict[str, ApiException] = {}  # method -> error to raise
         self.core, self.batch = _Api(self, "core"), _Api(self, "batch")
+        self.custom, self.networking = _Api(self, "custom"), _Api(self, "networking")
         self._clock = itertools.count(1)
         self.on_call = None  # hook(fake, method) for scripted timelines
 
     def connector(self, out: StackOutput) -> Cluster:
-        return Cluster(self.core, self.batch, out.stack, out.namespace)
+        return Cluster(self.core, self.batch, out.stack, out.namespace,
+                       custom=self.custom, networking=self.networking)
 
     # -- what tests look at -----------------------------------------------------------------
 
     def methods(self) -> list[str]:
         return [m for m, _ in self.calls]
 
+    @staticmethod
+    def _kind(method: str, kw: dict) -> str:
+        rest = method.partition("_namespaced_")[2]
+        return PLURALS[kw["plural"]] if rest == "custom_object" else KINDS[rest]
+
     def creates(self) -> list[tuple[str, str]]:
-        return [(KINDS[m.removeprefix("create_namespaced_")], kw["body"]["metadata"]["name"])
+        return [(self._kind(m, kw), kw["body"]["metadata"]["name"])
                 for m, kw in self.calls if m.startswith("create_namespaced_")]
 
     def deletes(self) -> list[tuple[str, str]]:
-        return [(KINDS[m.removeprefix("delete_namespaced_")], kw["name"])
+        return [(self._kind(m, kw), kw["name"])
                 for m, kw in self.calls if m.startswith("delete_namespaced_")]
 
     # -- what tests set up -------------------------------------------------------------------
@@ -99,7 +108,8 @@ class FakeKube:
         return obj
 
     def set_job(self, name: str, spec: dict | None = None, status: dict | None = None) -> dict:
-        job = self.objects[("Job", name)]
+        """Set the JobSet's spec fields or status."""
+        job = self.objects[("JobSet", name)]
         if spec:
             job["spec"].update(spec)
         if status is not None:
@@ -107,13 +117,22 @@ class FakeKube:
         return job
 
     def add_pod(self, job_name: str, index: int, phase: str = "Running", suffix: str = "",
-                status: dict | None = None, log: str = "", created: str | None = None) -> dict:
-        job = self.objects[("Job", job_name)]
+                status: dict | None = None, log: str = "", created: str | None = None,
+                rjob: str = "worker", attempt: int = 0) -> dict:
+        """A pod as JobSet's Job for `rjob` makes it (labels from jobset v0.12.0
+        api/jobset/v1alpha2/jobset_types.go and pkg/constants/constants.go)."""
+        jobset = self.objects[("JobSet", job_name)]
+        rj = next(r for r in jobset["spec"]["replicatedJobs"] if r["name"] == rjob)
+        job = rj["template"]
         labels = dict(job["spec"]["template"]["metadata"]["labels"])
-        labels["batch.kubernetes.io/job-completion-index"] = str(index)
-        name = f"{job_name}-{index}-{suffix or 'abcde'}"
+        labels.update({"batch.kubernetes.io/job-completion-index": str(index),
+                       "jobset.sigs.k8s.io/jobset-name": job_name,
+                       "jobset.sigs.k8s.io/replicatedjob-name": rjob,
+                       "jobset.sigs.k8s.io/job-index": "0",
+                       "jobset.sigs.k8s.io/restart-attempt": str(attempt)})
+        name = f"{job_name}-{rjob}-0-{index}-{suffix or 'abcde'}"
         pod = self._stamp({"apiVersion": "v1", "kind": "Pod", "metadata": {
-            "name": name, "namespace": job["metadata"]["namespace"], "labels": labels,
+            "name": name, "namespace": jobset["metadata"]["namespace"], "labels": labels,
             "annotations": {"batch.kubernetes.io/job-completion-index": str(index)},
             **({"creationTimestamp": created} if created else {})},
             "spec": copy.deepcopy(job["spec"]["template"]["spec"]),
@@ -137,7 +156,11 @@ class FakeKube:
             name = kw["name"]
             if ("Pod", name) not in self.objects:
                 raise _api_error(404, "NotFound", f'pods "{name}" not found')
-            text = self.pod_logs.get(name, "").encode()
+            text = self.pod_logs.get(name, "")
+            if kw.get("timestamps"):  # as the kubelet: an RFC3339Nano stamp and a space
+                text = "".join(f"2026-01-01T12:00:00.{i + 1:09d}Z {line}"
+                               for i, line in enumerate(text.splitlines(keepends=True)))
+            text = text.encode()
             # Chunks that split lines: the backend must join them.
             return FakeResponse(text, [text[i:i + 7] for i in range(0, len(text), 7)])
         if method == "connect_get_namespaced_pod_proxy_with_path":
@@ -145,7 +168,11 @@ class FakeKube:
             if text is None:
                 raise _api_error(503, "ServiceUnavailable", "no endpoints")
             return FakeResponse(text.encode())
-        kind = KINDS[rest]
+        kind = PLURALS[kw["plural"]] if rest == "custom_object" else KINDS[rest]
+        if rest == "custom_object":
+            assert kw["group"] == {"JobSet": "jobset.x-k8s.io", "Workload": "kueue.x-k8s.io"}[kind]
+        if verb == "get":
+            verb = "read"
         if verb == "create":
             body = copy.deepcopy(kw["body"])
             key = (kind, body["metadata"]["name"])

@@ -145,3 +145,54 @@ def test_pod_setup_refuses_a_snapshot_that_does_not_match_its_name(tmp_path):
     assert res.returncode != 0 and "does not match its name" in res.stderr
     assert not wrong.exists() and not [p for p in wrong.parent.iterdir()]
     shutil.rmtree(tmp_path / "shared")
+
+
+def test_secret_looking_files_and_the_enclosing_repositorys_ignores_never_ship(tmp_path):
+    """17.3: a project whose credentials are listed in its repository's .gitignore, with the
+    spec one directory below the repository's top: none of them, nor anything the enclosing
+    .gitignore (or .git/info/exclude) ignores, reaches the snapshot; secret-looking files are
+    excluded even where no ignore file lists them."""
+    repo = tmp_path / "proj"
+    (repo / ".git" / "info").mkdir(parents=True)
+    (repo / ".git" / "info" / "exclude").write_text("scratch.txt\n")
+    (repo / ".gitignore").write_text("data/\n*.ckpt\n/train/local_only.py\n")
+    job = repo / "train"
+    for rel, text in {"train.py": "print()\n", "local_only.py": "x\n", "model.ckpt": "w",
+                      "scratch.txt": "s", "data/big.bin": "d", ".env": "TOKEN=1\n",
+                      ".netrc": "machine x\n", ".aws/credentials": "[default]\n",
+                      "secrets/deploy.pem": "-----BEGIN\n", "conf/id_rsa": "k",
+                      "conf/settings.yaml": "a: 1\n"}.items():
+        p = job / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+    from alchemist_jobs.kubernetes.code_assets import list_files
+
+    assert list_files(job) == ["conf/settings.yaml", "train.py"]
+
+
+def test_pod_setup_refuses_a_planted_or_tampered_snapshot(tmp_path):
+    """17.2/17.3: `code/<hash>` already on the shared file system is used only if its
+    content still hashes to its name; a planted or rewritten one is refused with one line
+    and no worker starts. Unpacked snapshots have no write bits, directories included."""
+    root = _project(tmp_path / "p")
+    snap = pack(root)
+    tarball = tmp_path / "code.tar.gz"
+    tarball.write_bytes(snap.tarball)
+    (tmp_path / "spec.yaml").write_text("name: x\n")
+    code_dir = tmp_path / "shared/code" / snap.digest
+    args = ["--run-dir", tmp_path / "shared/runs/x", "--spec", tmp_path / "spec.yaml",
+            "--code", tarball, "--code-dir", code_dir]
+    assert _pod_setup(*args).returncode == 0
+    assert not code_dir.stat().st_mode & 0o222
+    # Someone with the same uid restores a write bit and rewrites a file.
+    victim = next(p for p in sorted(code_dir.rglob("*")) if p.is_file())
+    code_dir.chmod(0o755)
+    victim.chmod(0o644)
+    victim.write_text("import os; os.system('evil')\n")
+    res = _pod_setup(*args)
+    assert res.returncode != 0
+    assert res.stderr.strip().count("\n") == 0 and "refusing to run it" in res.stderr, res.stderr
+    assert snap.digest in res.stderr
+    for p in [code_dir, *code_dir.rglob("*")]:
+        p.chmod(0o755 if p.is_dir() else 0o644)
+    shutil.rmtree(tmp_path / "shared")

@@ -80,7 +80,8 @@ def test_an_eks_stack_connects_with_a_bearer_token(aws_env):
     assert cfg.host == made["endpoint"]
     with open(cfg.ssl_ca_cert, "rb") as f:
         assert f.read() == base64.b64decode(made["certificateAuthority"]["data"])
-    auth = cfg.get_api_key_with_prefix("authorization")
+    # What the client itself puts in the header (auth_settings, not a helper we call).
+    auth = cfg.auth_settings()["BearerToken"]["value"]
     assert auth.startswith("Bearer k8s-aws-v1.")
     url = eks_auth.decode_token(auth.removeprefix("Bearer "))
     assert "Action=GetCallerIdentity" in url

@@ -42,7 +42,16 @@ def test_the_session_pod_has_the_image_volume_environment_and_gpus():
     assert {m["mountPath"] for m in c["volumeMounts"]} >= {"/shared"}
     assert pod["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"] == s.shared_fs.pvc
     # JupyterLab only on the pod's loopback: reachable through port-forward alone.
-    assert "--ip=127.0.0.1" in c["command"][2] and "--IdentityProvider.token=" in c["command"][2]
+    assert "--ip=127.0.0.1" in c["command"][2]
+    # 17.8: a token from a Secret (never a plain value), and no job label: the jobs'
+    # NetworkPolicies select app.kubernetes.io/managed-by and alchemist.io/run.
+    assert '--IdentityProvider.token="$JUPYTER_TOKEN"' in c["command"][2]
+    token = next(e for e in c["env"] if e["name"] == "JUPYTER_TOKEN")
+    assert token == {"name": "JUPYTER_TOKEN", "valueFrom": {"secretKeyRef": {
+        "name": "alchemist-session-alice-token", "key": "token"}}}
+    labels = pod["metadata"]["labels"]
+    assert "app.kubernetes.io/managed-by" not in labels and "alchemist.io/run" not in labels
+    assert labels["kueue.x-k8s.io/queue-name"] == s.queue  # admitted by Kueue like jobs
     assert c["securityContext"]["allowPrivilegeEscalation"] is False
 
 
@@ -67,7 +76,10 @@ def test_start_waits_until_running_and_prints_how_to_reach_it(fake, run_cli, use
     code, out, err = run_cli("interactive", "--stack", "aws-us-west-2", "--outputs",
                              outputs("aws-us-west-2"), "--gpus", "1")
     assert code == 0, err
-    assert fake.creates() == [("Pod", user)]
+    assert fake.creates() == [("Secret", f"{user}-token"), ("Pod", user)]
+    token = fake.objects[("Secret", f"{user}-token")]["stringData"]["token"]
+    assert len(token) >= 32
+    assert f"http://127.0.0.1:8888/lab?token={token}" in out  # printed once, here
     assert "pending: session: ContainerCreating" in err
     assert f"kubectl -n research port-forward pod/{user} 8888:8888" in out
     assert f"kubectl -n research exec -it {user} -- bash" in out
@@ -77,6 +89,7 @@ def test_start_waits_until_running_and_prints_how_to_reach_it(fake, run_cli, use
     code, out, err = run_cli("interactive", "--stack", "aws-us-west-2", "--outputs",
                              outputs("aws-us-west-2"))
     assert code == 0 and fake.creates() == [] and "already there" in err
+    assert token not in out + err
 
 
 def test_stop_deletes_the_session(fake, run_cli, user):
@@ -84,7 +97,7 @@ def test_stop_deletes_the_session(fake, run_cli, user):
     code, out, err = run_cli("interactive", "--stack", "dev", "--outputs", outputs("dev"),
                              "--stop")
     assert code == 0 and f"session {user} on stack dev: stopped" in out
-    assert fake.deletes() == [("Pod", user)]
+    assert fake.deletes() == [("Secret", f"{user}-token"), ("Pod", user)]
 
 
 def test_gpus_on_a_stack_without_gpus_creates_nothing(fake, run_cli, user):

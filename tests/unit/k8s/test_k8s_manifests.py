@@ -1,6 +1,7 @@
-"""Manifests: valid against the real Kubernetes schema (kubernetes-validate, strict) for every
-stack and example spec; the same between stacks but for the stack-specific fields; and the
-shapes the issue asks for (Indexed Job, headless Service, Kueue, security, restarts, GPUs)."""
+"""Manifests: valid against the real Kubernetes schema (kubernetes-validate, strict) and the
+upstream JobSet v0.12.0 CRD schema (tests/fixtures/crds) for every stack and example spec;
+the same between stacks but for the stack-specific fields; and the shapes the issue asks
+for (JobSet with Indexed Jobs, its headless Service, Kueue, security, restarts, GPUs)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from alchemist_jobs.kubernetes import manifests as mf
 from alchemist_jobs.kubernetes.interactive import session_pod
 from alchemist_jobs.kubernetes.scheduler import KubernetesScheduler, rank_pod_index
 from alchemist_jobs.spec import load_spec
+from tests.unit.k8s.jobset_schema import validate_jobset
 from tests.k8s_stacks import SUPPORTED_KUBERNETES, stack, stack_outputs
 from tests.unit.k8s.conftest import EXAMPLES
 
@@ -35,8 +37,30 @@ def _kinds(objs: list[dict]) -> list[str]:
     return [o["kind"] for o in objs]
 
 
-def _job(objs: list[dict]) -> dict:
-    return next(o for o in objs if o["kind"] == "Job")
+def _jobset(objs: list[dict]) -> dict:
+    return next(o for o in objs if o["kind"] == "JobSet")
+
+
+def _job(objs: list[dict], rjob: str = "worker") -> dict:
+    """The Job JobSet makes for `rjob`: the JobSet's metadata, the replicatedJob's spec."""
+    js = _jobset(objs)
+    rj = next(r for r in js["spec"]["replicatedJobs"] if r["name"] == rjob)
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": js["metadata"],
+            "spec": rj["template"]["spec"]}
+
+
+def validate(obj: dict, version: str) -> None:
+    """Strict Kubernetes schema for built-in kinds; for a JobSet the upstream CRD schema, and
+    each Job template as the batch/v1 Job the JobSet controller makes from it."""
+    if obj["kind"] != "JobSet":
+        kubernetes_validate.validate(obj, version, strict=True)
+        return
+    validate_jobset(obj)
+    for rj in obj["spec"]["replicatedJobs"]:
+        job = {"apiVersion": "batch/v1", "kind": "Job",
+               "metadata": {"name": f"{obj['metadata']['name']}-{rj['name']}-0"},
+               **rj["template"]}
+        kubernetes_validate.validate(job, version, strict=True)
 
 
 def _render(s, spec_path: Path, overrides=(), run_id: str = RUN) -> list[dict]:
@@ -61,11 +85,11 @@ def test_every_manifest_is_valid_for_every_stack_and_example(variant):
                     _render(s, spec_path, VARIANTS[variant])
                 continue
             objs = _render(s, spec_path, VARIANTS[variant])
-            assert _kinds(objs) == ["ConfigMap", "Service", "Job"]
+            assert _kinds(objs) == ["ConfigMap", "NetworkPolicy", "JobSet"]
             for obj in objs:
                 try:
-                    kubernetes_validate.validate(obj, s.schema_version, strict=True)
-                except kubernetes_validate.ValidationError as e:
+                    validate(obj, s.schema_version)
+                except (kubernetes_validate.ValidationError, ValueError) as e:
                     pytest.fail(f"{s.name} {spec_path.name} {obj['kind']}: {e}")
                 checked += 1
     assert checked >= 3 * len(EXAMPLE_SPECS) * (1 if variant == "gpu-1" else 4)
@@ -81,16 +105,23 @@ def test_session_pods_are_valid_for_every_stack():
 def test_valid_on_every_supported_kubernetes_minor(version):
     for variant in VARIANTS.values():
         for obj in _render(stack("aws-us-west-2"), EXAMPLES / "script.yaml", variant):
-            kubernetes_validate.validate(obj, f"{version}.0", strict=True)
+            validate(obj, f"{version}.0")
 
 
 def test_strict_validation_would_catch_a_misspelled_field():
     """The check above can fail: the same manifests with one typo are rejected."""
     s = stack("dev")
-    job = _job(_render(s, EXAMPLES / "digits.yaml"))
-    job["spec"]["template"]["spec"]["containers"][0]["workingdir"] = "/tmp"
-    with pytest.raises(kubernetes_validate.ValidationError):
-        kubernetes_validate.validate(job, s.schema_version, strict=True)
+    objs = _render(s, EXAMPLES / "digits.yaml")
+    js = _jobset(objs)
+    js["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0][
+        "workingdir"] = "/tmp"
+    with pytest.raises((kubernetes_validate.ValidationError, ValueError), match="workingdir"):
+        validate(js, s.schema_version)
+    # And a misspelled JobSet field fails the upstream CRD schema.
+    js = _jobset(_render(s, EXAMPLES / "digits.yaml"))
+    js["spec"]["failurePolicy"]["maxRestart"] = 3
+    with pytest.raises(ValueError, match="maxRestart"):
+        validate(js, s.schema_version)
 
 
 # --- same spec, different stacks -----------------------------------------------------------
@@ -98,14 +129,14 @@ def test_strict_validation_would_catch_a_misspelled_field():
 # Paths (with list indices and map keys as * where they vary) that may differ between stacks.
 STACK_FIELDS = (
     "*.metadata.namespace",
-    "Job.metadata.labels.kueue.x-k8s.io/queue-name",
-    "Job.spec.template.spec.initContainers.*.image",
-    "Job.spec.template.spec.containers.*.image",
-    "Job.spec.template.spec.volumes.0.persistentVolumeClaim.claimName",
-    "Job.spec.template.spec.containers.*.env.*.value",  # ALCHEMIST_STACK
-    "Job.spec.template.metadata.labels.*",  # the stack's PodMonitor labels
-    "Job.spec.template.spec.nodeSelector.*",
-    "Job.spec.template.spec.tolerations.*",
+    "JobSet.metadata.labels.kueue.x-k8s.io/queue-name",
+    "JobSet.spec.replicatedJobs.*.template.spec.template.spec.initContainers.*.image",
+    "JobSet.spec.replicatedJobs.*.template.spec.template.spec.containers.*.image",
+    "JobSet.spec.replicatedJobs.*.template.spec.template.spec.volumes.0.persistentVolumeClaim.claimName",
+    "JobSet.spec.replicatedJobs.*.template.spec.template.spec.containers.*.env.*.value",
+    "JobSet.spec.replicatedJobs.*.template.spec.template.metadata.labels.*",  # PodMonitor's
+    "JobSet.spec.replicatedJobs.*.template.spec.template.spec.nodeSelector.*",
+    "JobSet.spec.replicatedJobs.*.template.spec.template.spec.tolerations.*",
 )
 
 
@@ -155,6 +186,8 @@ def test_one_spec_differs_between_stacks_only_in_stack_fields(spec_name, overrid
         for p in envs:
             name_path = p.rsplit(".", 1)[0] + ".name"
             assert base[name_path] == "ALCHEMIST_STACK", p
+        # ...and EFA exists only where the stack says the GPU nodes have it (none here).
+        assert not any("vpc.amazonaws.com/efa" in p for p in differing)
 
 
 # --- shapes ---------------------------------------------------------------------------------
@@ -164,41 +197,48 @@ def _env(container: dict) -> dict:
     return {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
 
 
-def test_indexed_job_headless_service_and_rendezvous_at_pod_0():
+def test_jobset_with_its_headless_service_and_rendezvous_at_pod_0():
     s = stack("aws-us-west-2")
-    cm, svc, job = _render(s, EXAMPLES / "digits.yaml", ["nodes=3", "procs_per_node=2",
-                                                          "max_restarts=5"])
-    name = job["metadata"]["name"]
+    objs = _render(s, EXAMPLES / "digits.yaml", ["nodes=3", "procs_per_node=2",
+                                                  "max_restarts=5"])
+    cm, policy, js = objs
+    job = _job(objs)
+    name = js["metadata"]["name"]
+    # JobSet v0.12.0: the whole group restarts on any Job failure, at most max_restarts
+    # times; Kueue admits it (suspended, queue label); DNS hostnames by its network config.
+    assert js["spec"]["suspend"] is True
+    assert js["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == s.output.queue
+    assert js["spec"]["network"] == {"enableDNSHostnames": True, "subdomain": name,
+                                     "publishNotReadyAddresses": True}
+    fp = js["spec"]["failurePolicy"]
+    assert fp["maxRestarts"] == 5
+    assert [r["action"] for r in fp["rules"]] == ["RestartJobSetAndIgnoreMaxRestarts"]
+    assert fp["rules"][0]["onJobFailureReasons"] == ["PodFailurePolicy"]
+    assert js["spec"]["successPolicy"] == {"operator": "All", "targetReplicatedJobs": ["worker"]}
+    assert js["spec"]["ttlSecondsAfterFinished"] > 0
     spec = job["spec"]
     assert spec["completionMode"] == "Indexed"
     assert spec["completions"] == spec["parallelism"] == 3
-    assert spec["suspend"] is True
-    assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == s.output.queue
-    assert spec["backoffLimit"] == 5
-    rules = spec["podFailurePolicy"]["rules"]
-    assert rules[0] == {"action": "Ignore",
-                        "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
-    assert rules[1]["action"] == "FailJob" and rules[1]["onExitCodes"]["containerName"] == "train"
-    assert spec["ttlSecondsAfterFinished"] > 0
+    assert spec["backoffLimit"] == 0  # any lost pod fails the Job: JobSet restarts the group
+    assert spec["podFailurePolicy"]["rules"] == [{"action": "FailJob", "onExitCodes": {
+        "containerName": "train", "operator": "In", "values": [mf.PREEMPTED_EXIT_CODE]}}]
     pod = spec["template"]["spec"]
     assert pod["restartPolicy"] == "Never"
-    assert svc["spec"]["clusterIP"] == "None" and svc["spec"]["publishNotReadyAddresses"] is True
-    assert pod["subdomain"] == svc["metadata"]["name"] == name
+    assert pod["priorityClassName"] == "alchemist-batch"
     labels = spec["template"]["metadata"]["labels"]
-    assert all(labels[k] == v for k, v in svc["spec"]["selector"].items())
     assert labels["app.kubernetes.io/managed-by"] == "alchemist"
     assert labels["alchemist.io/run"] == RUN
     for k, v in s.output.monitoring.pod_monitor_labels.items():
         assert labels[k] == v
     script = pod["containers"][0]["command"][2]
-    torchrun = shlex.split(script.splitlines()[-1])
-    assert torchrun[:2] == ["exec", "torchrun"]
+    torchrun = shlex.split(next(line for line in script.splitlines() if "torchrun" in line))
+    assert torchrun[0] == "torchrun" and torchrun[-1] == "&"
     for flag in ("--nnodes=3", "--nproc-per-node=2", "--rdzv-backend=c10d",
-                 f"--rdzv-endpoint={name}-0.{name}:29500", f"--rdzv-id={RUN}",
-                 "--max-restarts=5"):
+                 f"--rdzv-endpoint={name}-worker-0-0.{name}:29500", f"--rdzv-id={RUN}",
+                 "--max-restarts=0"):
         assert flag in torchrun
-    assert torchrun[-3:] == ["-m", "alchemist_jobs.runtime.bootstrap", "$@"]
-    assert any(a.startswith("--rdzv-conf=is_host=$host,") for a in torchrun)
+    assert torchrun[-4:-1] == ["-m", "alchemist_jobs.runtime.bootstrap", "$@"]
+    assert "--rdzv-conf=is_host=$host,join_timeout=900,read_timeout=900" in torchrun
     assert pod["containers"][0]["command"][3:] == ["alchemist", "builtin"]
     env = _env(pod["containers"][0])
     assert env["ALCHEMIST_RUN_DIR"] == f"/shared/runs/{RUN}"
@@ -218,6 +258,79 @@ def test_indexed_job_headless_service_and_rendezvous_at_pod_0():
     assert setup["command"][:3] == ["python", "-m", "alchemist_jobs.kubernetes.pod_setup"]
     assert f"/shared/runs/{RUN}" in setup["command"]
     assert "name: digits" in cm["data"]["spec.yaml"]
+
+
+def test_the_rendezvous_waits_for_a_late_pod_0_as_long_as_the_spec_says():
+    """torch 2.13's c10d backend connects to pod 0's store with `read_timeout` (default 60 s)
+    and not `join_timeout`: both must carry the spec's rendezvous_timeout_s."""
+    job = _job(_render(stack("dev"), EXAMPLES / "digits.yaml", ["rendezvous_timeout_s=1800"]))
+    script = job["spec"]["template"]["spec"]["containers"][0]["command"][2]
+    assert '"--rdzv-conf=is_host=$host,join_timeout=1800,read_timeout=1800"' in script
+    with pytest.raises(UserError, match="rendezvous_timeout_s"):
+        load_spec(EXAMPLES / "digits.yaml", ["rendezvous_timeout_s=10"])
+
+
+def test_interactive_priority_and_per_run_network_policy():
+    objs = _render(stack("dev"), EXAMPLES / "digits.yaml", ["priority=interactive"])
+    assert _job(objs)["spec"]["template"]["spec"]["priorityClassName"] == \
+        "alchemist-interactive"
+    policy = objs[1]
+    run = {"alchemist.io/run": RUN}
+    assert policy["spec"]["podSelector"] == {"matchLabels": run}
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    same_run, metrics = policy["spec"]["ingress"]
+    assert same_run == {"from": [{"podSelector": {"matchLabels": run}}]}
+    assert metrics["ports"] == [{"protocol": "TCP", "port": 9400, "endPort": 9415}]
+    assert metrics["from"][0]["namespaceSelector"]["matchLabels"] == {
+        "kubernetes.io/metadata.name": "monitoring"}
+
+
+def test_secret_env_is_a_secret_key_reference_never_a_value(tmp_path):
+    spec_path = tmp_path / "spec.yaml"
+    spec_path.write_text((EXAMPLES / "digits.yaml").read_text()
+                         + "secret_env:\n  WANDB_API_KEY: {secret: wandb, key: api-key}\n")
+    objs = _render(stack("dev"), spec_path)
+    env = _job(objs)["spec"]["template"]["spec"]["containers"][0]["env"]
+    (entry,) = [e for e in env if e["name"] == "WANDB_API_KEY"]
+    assert entry == {"name": "WANDB_API_KEY", "valueFrom": {"secretKeyRef": {
+        "name": "wandb", "key": "api-key"}}}
+    spec_path.write_text((EXAMPLES / "digits.yaml").read_text()
+                         + "secret_env:\n  TOKEN: {from_env: TOKEN}\n")
+    with pytest.raises(UserError, match=r"^secret_env\.TOKEN: no `secret` and `key`"):
+        _render(stack("dev"), spec_path)
+
+
+def test_efa_devices_and_nccl_environment_where_the_stack_has_efa():
+    data = stack("aws-us-west-2").output.model_dump(mode="json")
+    data["gpu"]["efa"] = {"resource": "vpc.amazonaws.com/efa", "per_node": 4}
+    from alchemist_jobs.contract import StackOutput
+
+    class _S:
+        output = StackOutput.parse(data, "test")
+    gpu = _job(_render(_S, EXAMPLES / "digits.yaml", ["resources.gpu=1", "procs_per_node=1"]))
+    train = gpu["spec"]["template"]["spec"]["containers"][0]
+    assert train["resources"]["requests"]["vpc.amazonaws.com/efa"] == 4
+    assert train["resources"]["limits"]["vpc.amazonaws.com/efa"] == 4
+    env = _env(train)
+    assert env["FI_PROVIDER"] == "efa" and env["FI_EFA_USE_DEVICE_RDMA"] == "1"
+    cpu = _job(_render(_S, EXAMPLES / "digits.yaml"))["spec"]["template"]["spec"]
+    assert "vpc.amazonaws.com/efa" not in cpu["containers"][0]["resources"]["requests"]
+    assert "FI_PROVIDER" not in _env(cpu["containers"][0])
+
+
+def test_pods_run_as_the_teams_identity():
+    """The stack's shared_fs.uid/gid own the team's subtree: job pods run as them."""
+    data = stack("dev").output.model_dump(mode="json")
+    data["shared_fs"].update(uid=2001, gid=2002)
+    from alchemist_jobs.contract import StackOutput
+
+    class _S:
+        output = StackOutput.parse(data, "test")
+    pod = _job(_render(_S, EXAMPLES / "digits.yaml"))["spec"]["template"]["spec"]
+    sc = pod["securityContext"]
+    assert (sc["runAsUser"], sc["runAsGroup"], sc["fsGroup"]) == (2001, 2002, 2002)
+    session = session_pod(_S.output, "alchemist-session-a")["spec"]["securityContext"]
+    assert (session["runAsUser"], session["runAsGroup"]) == (2001, 2002)
 
 
 def test_security_context_is_restricted():
@@ -246,15 +359,28 @@ def test_gpus_request_limit_and_land_on_the_stacks_gpu_nodes():
     assert "nodeSelector" not in cpu_pod and "tolerations" not in cpu_pod
 
 
-def test_async_jobs_carry_their_parameter_servers():
-    s = stack("onprem-lab")
-    cm, svc, job = _render(s, EXAMPLES / "digits.yaml", VARIANTS["async-2x2-servers-2"])
-    name = job["metadata"]["name"]
-    assert job["spec"]["completions"] == job["spec"]["parallelism"] == 2 + 2
-    env = _env(job["spec"]["template"]["spec"]["containers"][0])
-    assert env["ALCHEMIST_PS_ADDRS"] == f"{name}-2.{name}:29600,{name}-3.{name}:29601"
-    assert {p["name"]: p["port"] for p in svc["spec"]["ports"]} == \
-        {"rdzv": 29500, "ps-0": 29600, "ps-1": 29601}
+def test_parameter_servers_have_their_own_cpu_only_pods():
+    """10.8: nodes=4, gpu=4, 2 servers asks for 16 GPUs, not 24."""
+    s = stack("aws-us-west-2")
+    objs = _render(s, EXAMPLES / "digits.yaml", ["algorithm.name=async", "algorithm.servers=2",
+                                                  "nodes=4", "procs_per_node=4",
+                                                  "resources.gpu=4"])
+    name = _jobset(objs)["metadata"]["name"]
+    workers, servers = _job(objs), _job(objs, "ps")
+    assert workers["spec"]["completions"] == 4 and servers["spec"]["completions"] == 2
+    env = _env(workers["spec"]["template"]["spec"]["containers"][0])
+    assert env["ALCHEMIST_PS_ADDRS"] == \
+        f"{name}-ps-0-0.{name}:29600,{name}-ps-0-1.{name}:29601"
+    gpus = 0
+    for job in (workers, servers):
+        pod = job["spec"]["template"]["spec"]
+        gpus += job["spec"]["completions"] * pod["containers"][0]["resources"]["requests"].get(
+            "nvidia.com/gpu", 0)
+    assert gpus == 16
+    ps_pod = servers["spec"]["template"]["spec"]
+    assert set(ps_pod["containers"][0]["resources"]["requests"]) == {"cpu", "memory"}
+    assert "nodeSelector" not in ps_pod and "tolerations" not in ps_pod
+    assert {p["name"] for p in ps_pod["containers"][0]["ports"]} >= {"ps-0", "ps-1"}
 
 
 def _run_pod_script(command: list[str], index: int, tmp_path: Path) -> str:
@@ -270,23 +396,53 @@ def _run_pod_script(command: list[str], index: int, tmp_path: Path) -> str:
     return subprocess.run(command, env=env, capture_output=True, text=True, check=True).stdout
 
 
-def test_the_pod_script_branches_on_the_completion_index(tmp_path):
-    job = _job(_render(stack("dev"), EXAMPLES / "script.yaml", VARIANTS["async-2x2-servers-2"]))
-    command = job["spec"]["template"]["spec"]["containers"][0]["command"]
-    out = [_run_pod_script(command, i, tmp_path) for i in range(4)]
+def test_the_pod_scripts_branch_on_the_completion_index(tmp_path):
+    objs = _render(stack("dev"), EXAMPLES / "script.yaml", VARIANTS["async-2x2-servers-2"])
+    command = _job(objs)["spec"]["template"]["spec"]["containers"][0]["command"]
+    out = [_run_pod_script(command, i, tmp_path) for i in range(2)]
     assert out[0].startswith("torchrun ") and "is_host=1" in out[0]
     assert out[1].startswith("torchrun ") and "is_host=0" in out[1]
     # The user's arguments arrive intact, after the bootstrap, without shell quoting games.
     assert out[0].split(" shard=")[0].endswith(
         "-m alchemist_jobs.runtime.bootstrap script plain_ddp.py --epochs 10")
-    assert out[2].strip() == "python -m alchemist_jobs.runtime.parameter_server shard=0 port=29600"
-    assert out[3].strip() == "python -m alchemist_jobs.runtime.parameter_server shard=1 port=29601"
-    sync = _job(_render(stack("dev"), EXAMPLES / "digits.yaml", ["nodes=2"]))
-    assert "parameter_server" not in sync["spec"]["template"]["spec"]["containers"][0]["command"][2]
+    ps = _job(objs, "ps")["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert _run_pod_script(ps, 0, tmp_path).strip() == \
+        "python -m alchemist_jobs.runtime.parameter_server shard=0 port=29600"
+    assert _run_pod_script(ps, 1, tmp_path).strip() == \
+        "python -m alchemist_jobs.runtime.parameter_server shard=1 port=29601"
+
+
+def test_a_pod_stopped_by_sigterm_exits_the_preempted_code(tmp_path):
+    """The kubelet's SIGTERM (preemption, eviction) reaches torchrun, and the script exits
+    PREEMPTED_EXIT_CODE so the Job's FailJob rule and JobSet's rule tell it from a crash;
+    torchrun's own exit code passes through otherwise."""
+    import signal
+    import time as _time
+
+    command = _job(_render(stack("dev"), EXAMPLES / "digits.yaml"))["spec"]["template"][
+        "spec"]["containers"][0]["command"]
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    ready = tmp_path / "ready"
+    (bin_dir / "torchrun").write_text(
+        f"#!/bin/sh\ntrap 'echo got-term >> {tmp_path}/log; exit 1' TERM\n"
+        f"touch {ready}\nwhile :; do sleep 0.1; done\n")
+    (bin_dir / "torchrun").chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "JOB_COMPLETION_INDEX": "0"}
+    proc = subprocess.Popen(command, env=env)
+    while not ready.exists():  # waits on the stand-in having started, not on time
+        assert proc.poll() is None
+        _time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait() == mf.PREEMPTED_EXIT_CODE
+    assert (tmp_path / "log").read_text() == "got-term\n"
+    (bin_dir / "torchrun").write_text("#!/bin/sh\nexit 7\n")
+    assert subprocess.run(command, env=env).returncode == 7
 
 
 def test_script_tasks_run_from_their_code_snapshot():
-    cm, svc, job = _render(stack("dev"), EXAMPLES / "script.yaml")
+    objs = _render(stack("dev"), EXAMPLES / "script.yaml")
+    cm, job = objs[0], _job(objs)
     digest = job["metadata"]["annotations"]["alchemist.io/code"]
     train = job["spec"]["template"]["spec"]["containers"][0]
     assert train["workingDir"] == f"/shared/code/{digest}"
@@ -301,13 +457,13 @@ def test_object_names_fit_pod_hostnames():
     assert mf.object_name(RUN) == RUN
     long_id = "a" * 40 + "-20260101-120000-ab12"
     name = mf.object_name(long_id)
-    assert len(name) <= mf.MAX_NAME and len(f"{name}-1087") <= 63
+    assert len(name) <= mf.MAX_NAME and len(f"{name}-worker-0-1087") <= 63
     assert name != mf.object_name("a" * 40 + "-20260101-120000-ab13")
     assert mf.object_name("3d-unet-20260101-120000-ab12")[0].isalpha()
 
 
 def test_rank_to_pod_follows_torchruns_host_name_order():
-    # c10d ranks nodes by host name: <job>-0, <job>-1, <job>-10, <job>-11, <job>-2, ...
+    # c10d ranks nodes by host name: <js>-worker-0-0, ...-0-1, ...-0-10, ...-0-11, ...-0-2
     assert [rank_pod_index(r, 12, 1) for r in range(12)] == [0, 1, 10, 11, 2, 3, 4, 5, 6, 7, 8, 9]
     assert [rank_pod_index(r, 2, 2) for r in range(4)] == [0, 0, 1, 1]
     hosts = sorted(f"job-{i}.job.ns.svc.cluster.local" for i in range(12))
@@ -324,10 +480,10 @@ def test_dry_run_prints_yaml_that_parses_back_to_the_manifests(run_cli):
                              "aws-us-west-2", "--outputs", outputs("aws-us-west-2"))
     assert code == 0, err
     docs = [d for d in yaml.safe_load_all(out) if d]
-    assert _kinds(docs) == ["ConfigMap", "Service", "Job"]
+    assert _kinds(docs) == ["ConfigMap", "NetworkPolicy", "JobSet"]
     s = stack("aws-us-west-2")
     for d in docs:
-        kubernetes_validate.validate(d, s.schema_version, strict=True)
+        validate(d, s.schema_version)
     assert "fake-secret" not in out
 
 
@@ -337,3 +493,23 @@ def test_environment_is_not_read(monkeypatch):
     monkeypatch.setenv("PYTHONPATH", "/also/nowhere")
     objs = _render(stack("dev"), EXAMPLES / "digits.yaml")
     assert "/nowhere" not in str(objs) and os.environ["PYTHONPATH"] not in str(objs)
+
+
+def test_the_preemption_rule_matches_the_job_controllers_own_message():
+    """JobSet matches onJobFailureMessagePatterns (RE2) against the failed Job's condition
+    message, which the Job controller writes for a FailJob rule as
+    "Container %s for pod %s/%s failed with exit code %v matching %v rule at index %d"
+    (kubernetes/kubernetes pkg/controller/job/pod_failure_policy.go, release-1.33). Exit
+    143 (SIGTERM) matches; a crash (exit 1) would not reach this rule at all, as only 143
+    has a FailJob rule, and its message would not match either."""
+    import re
+
+    objs = _render(stack("dev"), EXAMPLES / "digits.yaml")
+    (rule,) = _jobset(objs)["spec"]["failurePolicy"]["rules"]
+    (pattern,) = rule["onJobFailureMessagePatterns"]
+    msg = "Container {} for pod research/{}-worker-0-1-x7k2p failed with exit code {} " \
+          "matching FailJob rule at index 0"
+    assert re.search(pattern, msg.format("train", RUN, 143))
+    assert not re.search(pattern, msg.format("train", RUN, 1))
+    job_rule = _job(objs)["spec"]["podFailurePolicy"]["rules"][0]
+    assert job_rule["action"] == "FailJob" and job_rule["onExitCodes"]["values"] == [143]

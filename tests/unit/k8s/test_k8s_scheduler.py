@@ -29,37 +29,40 @@ def _submit(fake, stack_name="dev", spec="digits.yaml", overrides=(), run_id=RUN
 # --- submit / cancel ---------------------------------------------------------------------------
 
 
-def test_submit_creates_the_service_before_the_job(fake, run_cli):
+def test_submit_creates_the_config_map_and_policy_before_the_jobset(fake, run_cli):
     code, out, err = run_cli("submit", "examples/digits.yaml", "--stack", "dev",
                              "--outputs", outputs("dev"))
     assert code == 0, err
-    assert [k for k, _ in fake.creates()] == ["ConfigMap", "Service", "Job"]
+    assert [k for k, _ in fake.creates()] == ["ConfigMap", "NetworkPolicy", "JobSet"]
     names = {n for _, n in fake.creates()}
     assert len(names) == 1
     run_id = err.split("submitted ")[1].split()[0]
     assert run_id.startswith("digits-")
-    # Then the Job owns the other two, so its TTL (or a delete) removes them all.
-    job_uid = fake.objects[("Job", run_id)]["metadata"]["uid"]
-    for kind in ("ConfigMap", "Service"):
+    # Then the JobSet owns the other two, so its TTL (or a delete) removes them all.
+    job_uid = fake.objects[("JobSet", run_id)]["metadata"]["uid"]
+    for kind in ("ConfigMap", "NetworkPolicy"):
         owners = fake.objects[(kind, run_id)]["metadata"]["ownerReferences"]
-        assert owners[0]["kind"] == "Job" and owners[0]["uid"] == job_uid
-    assert fake.methods()[-2:] == ["patch_namespaced_config_map", "patch_namespaced_service"]
+        assert owners[0]["kind"] == "JobSet" and owners[0]["uid"] == job_uid
+        assert owners[0]["apiVersion"] == "jobset.x-k8s.io/v1alpha2"
+    assert fake.methods()[-2:] == ["patch_namespaced_config_map",
+                                   "patch_namespaced_network_policy"]
     # The namespace is the stack's, on every call.
     assert {kw["namespace"] for _, kw in fake.calls} == {"research"}
 
 
 def test_a_refused_job_leaves_nothing_behind(fake, run_cli):
-    fake.fail["create_namespaced_job"] = _api_error(
-        403, "Forbidden", 'jobs.batch is forbidden: User "alice" cannot create resource')
+    fake.fail["create_namespaced_custom_object"] = _api_error(
+        403, "Forbidden", 'jobsets.jobset.x-k8s.io is forbidden: User "alice" cannot create')
     code, out, err = run_cli("submit", "examples/digits.yaml", "--stack", "dev",
                              "--outputs", outputs("dev"))
     assert code == 1
-    assert err.count("\n") == 1 and "create_namespaced_job was refused: 403 Forbidden" in err
-    assert [k for k, _ in fake.deletes()] == ["Service", "ConfigMap"]
+    assert err.count("\n") == 1 and \
+        "create_namespaced_custom_object was refused: 403 Forbidden" in err
+    assert [k for k, _ in fake.deletes()] == ["NetworkPolicy", "ConfigMap"]
     assert not fake.objects
 
 
-def test_cancel_deletes_the_job_and_its_service(fake, run_cli):
+def test_cancel_deletes_the_jobset_and_what_it_owns(fake, run_cli):
     _submit(fake)
     fake.set_job(RUN, spec={"suspend": False})
     fake.add_pod(RUN, 0)
@@ -67,15 +70,17 @@ def test_cancel_deletes_the_job_and_its_service(fake, run_cli):
     code, out, err = run_cli("cancel", RUN[:12], "--stack", "dev", "--outputs", outputs("dev"))
     assert code == 0, err
     assert f"run {RUN}: cancelled" in out
-    assert sorted(fake.deletes()) == sorted([("Job", RUN), ("Service", RUN), ("ConfigMap", RUN)])
-    job_delete = next(kw for m, kw in fake.calls if m == "delete_namespaced_job")
+    assert sorted(fake.deletes()) == sorted([("JobSet", RUN), ("NetworkPolicy", RUN),
+                                             ("ConfigMap", RUN)])
+    job_delete = next(kw for m, kw in fake.calls if m == "delete_namespaced_custom_object"
+                      and kw["plural"] == "jobsets")
     assert job_delete["propagation_policy"] == "Background"  # its pods go with it
 
 
 def test_cancel_of_a_finished_run_deletes_nothing(fake):
     sched, _ = _submit(fake)
     fake.set_job(RUN, spec={"suspend": False}, status={"conditions": [
-        {"type": "Complete", "status": "True", "lastTransitionTime": "2026-01-01T13:00:00Z"}]})
+        {"type": "Completed", "status": "True", "lastTransitionTime": "2026-01-01T13:00:00Z"}]})
     fake.calls.clear()
     assert sched.cancel(RUN).state == SUCCEEDED
     assert fake.deletes() == []
@@ -88,10 +93,10 @@ def _running(index: int) -> dict:
     return {"containerStatuses": [{"name": "train", "state": {"running": {}}}]}
 
 
-def test_status_pending_in_the_queue(fake):
+def test_status_queued(fake):
     sched, _ = _submit(fake)
     st = sched.status(RUN)
-    assert st.state == PENDING
+    assert st.state == "queued"
     assert "waiting in Kueue queue research" in st.message
 
 
@@ -104,9 +109,9 @@ def test_status_pending_pods_say_why(fake):
          "message": "0/3 nodes are available: 3 Insufficient cpu."}]})
     st = sched.status(RUN)
     assert st.state == PENDING
-    assert "1/2 pods running" in st.message and "Insufficient cpu" in st.message
+    assert "1/2 worker pods running" in st.message and "Insufficient cpu" in st.message
     # An image that cannot be pulled is named, too.
-    fake.objects[("Pod", f"{RUN}-1-abcde")]["status"] = {"phase": "Pending", "containerStatuses": [
+    fake.objects[("Pod", f"{RUN}-worker-0-1-abcde")]["status"] = {"phase": "Pending", "containerStatuses": [
         {"name": "train", "state": {"waiting": {"reason": "ImagePullBackOff",
                                                 "message": "Back-off pulling image"}}}]}
     assert "ImagePullBackOff" in sched.status(RUN).message
@@ -124,18 +129,24 @@ def test_status_running(fake, run_cli):
 
 
 def test_status_restarting_then_running_again(fake):
+    """JobSet v0.12.0 (pkg/controllers/failure_policy.go): a failed Job restarts the group;
+    status.restarts counts it and the new pods carry restart-attempt = restarts."""
     sched, _ = _submit(fake, overrides=["nodes=2", "procs_per_node=1"])
-    fake.set_job(RUN, spec={"suspend": False}, status={"active": 2})
+    fake.set_job(RUN, spec={"suspend": False}, status={"restarts": 0})
     fake.add_pod(RUN, 0, "Running", created="2026-01-01T12:00:00Z")
     fake.add_pod(RUN, 1, "Failed", suffix="old01", created="2026-01-01T12:00:00Z", status={
         "conditions": [{"type": "DisruptionTarget", "status": "True",
                         "reason": "DeletionByTaintManager"}]})
     st = sched.status(RUN)
     assert st.state == RESTARTING
-    assert "DeletionByTaintManager" in st.message and f"{RUN}-1-old01" in st.message
-    fake.add_pod(RUN, 1, "Pending", suffix="new01", created="2026-01-01T12:05:00Z")
-    assert sched.status(RUN).state == RESTARTING
-    fake.objects[("Pod", f"{RUN}-1-new01")]["status"]["phase"] = "Running"
+    assert "DeletionByTaintManager" in st.message and f"{RUN}-worker-0-1-old01" in st.message
+    # JobSet recreates every Job: restarts 1, the new attempt's pods come up.
+    fake.set_job(RUN, status={"restarts": 1, "restartsCountTowardsMax": 1})
+    fake.add_pod(RUN, 0, "Pending", suffix="new00", created="2026-01-01T12:05:00Z", attempt=1)
+    st = sched.status(RUN)
+    assert st.state == RESTARTING and "restart 1 of at most 3" in st.message
+    fake.objects[("Pod", f"{RUN}-worker-0-0-new00")]["status"]["phase"] = "Running"
+    fake.add_pod(RUN, 1, "Running", suffix="new01", created="2026-01-01T12:05:00Z", attempt=1)
     st = sched.status(RUN)
     assert st.state == RUNNING and st.restarts == 1
 
@@ -143,19 +154,19 @@ def test_status_restarting_then_running_again(fake):
 def test_status_succeeded_and_failed(fake):
     sched, _ = _submit(fake)
     fake.set_job(RUN, spec={"suspend": False}, status={
-        "completionTime": "2026-01-01T13:00:00Z",
-        "conditions": [{"type": "Complete", "status": "True"}]})
+        "conditions": [{"type": "Completed", "status": "True",
+                        "lastTransitionTime": "2026-01-01T13:00:00Z"}]})
     st = sched.status(RUN)
     assert st.state == SUCCEEDED and st.ended is not None
     fake.set_job(RUN, status={"conditions": [
-        {"type": "Failed", "status": "True", "reason": "PodFailurePolicy",
-         "message": "Container train for pod research/x-0 failed with exit code 1 matching "
-                    "FailJob rule at index 1", "lastTransitionTime": "2026-01-01T13:00:00Z"}]})
+        {"type": "Failed", "status": "True", "reason": "ReachedMaxRestarts",
+         "message": "jobset failed due to reaching max number of restarts",
+         "lastTransitionTime": "2026-01-01T13:00:00Z"}]})
     fake.add_pod(RUN, 0, "Failed", status={"containerStatuses": [
         {"name": "train", "state": {"terminated": {"exitCode": 1, "reason": "Error"}}}]})
     st = sched.status(RUN)
     assert st.state == FAILED
-    assert st.message.startswith("PodFailurePolicy: Container train")
+    assert st.message.startswith("ReachedMaxRestarts: jobset failed")
     assert "train exited 1 (Error)" in st.message
 
 
@@ -163,13 +174,13 @@ def test_list_shows_every_run(fake, run_cli):
     _submit(fake, run_id="digits-20260101-120000-aaaa")
     _submit(fake, run_id="digits-20260101-130000-bbbb")
     fake.set_job("digits-20260101-130000-bbbb", spec={"suspend": False},
-                 status={"conditions": [{"type": "Complete", "status": "True"}]})
+                 status={"conditions": [{"type": "Completed", "status": "True"}]})
     code, out, err = run_cli("list", "--stack", "dev", "--outputs", outputs("dev"))
     assert code == 0, err
     rows = [line.split() for line in out.splitlines()[1:]]
     # newest first
     assert [(r[0], r[1]) for r in rows] == [("digits-20260101-130000-bbbb", "succeeded"),
-                                            ("digits-20260101-120000-aaaa", "pending")]
+                                            ("digits-20260101-120000-aaaa", "queued")]
 
 
 def test_unknown_run_is_one_line(fake, run_cli):
@@ -189,16 +200,18 @@ def _log_calls(fake):
 def test_logs_follow_the_pod_of_the_rank(fake, run_cli):
     _submit(fake, overrides=["nodes=2", "procs_per_node=2"])
     fake.set_job(RUN, spec={"suspend": False}, status={"conditions": [
-        {"type": "Complete", "status": "True"}]})
+        {"type": "Completed", "status": "True"}]})
     fake.add_pod(RUN, 0, "Succeeded", log="[rank0]: zero\n[rank1]: one\n")
     fake.add_pod(RUN, 1, "Succeeded",
                  log="agent line\n[rank2]: two\n[rank3]: three a\n[rank3]: three b\n")
     code, out, err = run_cli("logs", RUN, "--rank", "3", "--follow", "--stack", "dev",
                              "--outputs", outputs("dev"))
     assert code == 0, err
-    assert out == "three a\nthree b\n"
+    # Its own rank's lines without the prefix, and torchrun's agent lines of its pod (where
+    # the agent reports a worker's failure); never another rank's lines.
+    assert out == "agent line\nthree a\nthree b\n"
     calls = _log_calls(fake)
-    assert [c["name"] for c in calls] == [f"{RUN}-1-abcde"]
+    assert [c["name"] for c in calls] == [f"{RUN}-worker-0-1-abcde"]
     assert calls[0]["follow"] is True and calls[0]["container"] == "train"
 
 
@@ -208,7 +221,7 @@ def test_logs_of_rank_on_a_many_pod_job_use_torchruns_order(fake):
     for i in range(12):
         fake.add_pod(RUN, i, "Running", log=f"[rank{[0, 1, 10, 11, 2, 3, 4, 5, 6, 7, 8, 9].index(i)}]: pod {i}\n")
     assert list(sched.logs(RUN, rank=2)) == ["pod 10\n"]
-    assert _log_calls(fake)[-1]["name"] == f"{RUN}-10-abcde"
+    assert _log_calls(fake)[-1]["name"] == f"{RUN}-worker-0-10-abcde"
     assert _log_calls(fake)[-1]["follow"] is False
 
 
@@ -222,12 +235,8 @@ def test_logs_bad_rank_is_one_line(fake, run_cli):
 # --- run: submit and follow -----------------------------------------------------------------
 
 
-METRICS = """# HELP alchemist_steps_total Optimizer steps completed.
-alchemist_steps_total{job="digits",rank="0",run="R"} 120.0
-alchemist_steps_total{job="digits",rank="1",run="R"} 119.0
-alchemist_epoch{job="digits",rank="0",run="R"} 4.2
-alchemist_loss{job="digits",rank="0",run="R"} 0.1234
-"""
+PROGRESS = ('[rank0]: alchemist-progress {"step": 100, "epoch": 3.9, "loss": 0.2}\n'
+            '[rank0]: alchemist-progress {"step": 120, "epoch": 4.2, "loss": 0.1234}\n')
 
 
 def _timeline(final: str):
@@ -236,18 +245,18 @@ def _timeline(final: str):
 
     def on_call(fake, method):
         # Counted on the main thread only: the --follow log thread reads at its own pace.
-        if method != "list_namespaced_job" or threading.current_thread() is not threading.main_thread():
+        if method != "list_namespaced_custom_object" or \
+                threading.current_thread() is not threading.main_thread():
             return
         state["lists"] += 1
-        (name,) = [n for (k, n) in fake.objects if k == "Job"]
-        if state["lists"] == 3:  # Kueue admits it, the pod runs
+        (name,) = [n for (k, n) in fake.objects if k == "JobSet"]
+        if state["lists"] == 5:  # Kueue admits it, the pod runs
             fake.set_job(name, spec={"suspend": False}, status={"active": 1})
-            fake.add_pod(name, 0, "Running", log="[rank0]: hello from rank 0\n")
-            fake.metrics[f"{name}-0-abcde:9400"] = METRICS
-        if state["lists"] == 8:
-            cond = {"type": "Complete", "status": "True"} if final == "ok" else \
-                {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded",
-                 "message": "Job has reached the specified backoff limit"}
+            fake.add_pod(name, 0, "Running", log="[rank0]: hello from rank 0\n" + PROGRESS)
+        if state["lists"] == 16:
+            cond = {"type": "Completed", "status": "True"} if final == "ok" else \
+                {"type": "Failed", "status": "True", "reason": "ReachedMaxRestarts",
+                 "message": "jobset failed due to reaching max number of restarts"}
             fake.set_job(name, status={"conditions": [cond]})
     return on_call
 
@@ -257,13 +266,17 @@ def test_run_follows_a_cluster_job_to_success(fake, run_cli):
     code, out, err = run_cli("run", "examples/digits.yaml", "--stack", "dev", "--outputs",
                              outputs("dev"), "--follow")
     assert code == 0, err
-    assert "pending: waiting in Kueue queue research" in err
+    assert "queued: waiting in Kueue queue research" in err
     assert "running: 1 pod(s) running" in err
-    assert "step 120  epoch 4.20/10  loss 0.1234" in err  # rank 0's metrics via the pod proxy
+    # Rank 0's newest progress line, read from its pod log tail through the API server.
+    assert "step 120  epoch 4.20/10  loss 0.1234" in err
     assert "hello from rank 0\n" in out  # --follow: rank 0's log, rank prefix removed
+    assert "alchemist-progress" not in out  # the channel's lines are not the user's log
     assert "succeeded" in out
-    proxy = [kw for m, kw in fake.calls if m == "connect_get_namespaced_pod_proxy_with_path"]
-    assert proxy and proxy[0]["path"] == "metrics" and proxy[0]["name"].endswith("-0-abcde:9400")
+    tails = [kw for m, kw in fake.calls if m == "read_namespaced_pod_log" and "tail_lines" in kw]
+    assert tails and tails[0]["name"].endswith("-worker-0-0-abcde")
+    assert all(kw["_request_timeout"] for m, kw in fake.calls)  # nothing can hang the CLI
+    assert not [m for m, _ in fake.calls if m.startswith("connect_")]  # no pods/proxy
 
 
 def test_run_reports_a_failed_cluster_job(fake, run_cli):
@@ -271,7 +284,7 @@ def test_run_reports_a_failed_cluster_job(fake, run_cli):
     code, out, err = run_cli("run", "examples/digits.yaml", "--stack", "dev", "--outputs",
                              outputs("dev"), "--quiet")
     assert code == 1
-    assert "BackoffLimitExceeded" in err.splitlines()[-1]
+    assert "ReachedMaxRestarts" in err.splitlines()[-1]
 
 
 def test_submit_returns_at_once(fake, run_cli):
@@ -314,7 +327,8 @@ def test_missing_image_is_one_line_and_creates_nothing(fake, run_cli, tmp_path):
     code, out, err = run_cli("submit", "examples/digits.yaml", "--stack", "onprem-lab",
                              "--outputs", path, "--set", "image=registry.lab.internal:5000/mine:1")
     assert code == 0, err
-    job = next(o for (k, _), o in fake.objects.items() if k == "Job")
+    jobset = next(o for (k, _), o in fake.objects.items() if k == "JobSet")
+    job = jobset["spec"]["replicatedJobs"][0]["template"]
     assert job["spec"]["template"]["spec"]["containers"][0]["image"] == \
         "registry.lab.internal:5000/mine:1"
 
@@ -333,7 +347,8 @@ def test_unknown_stack_is_one_line_and_creates_nothing(fake, run_cli, monkeypatc
 
 def test_a_run_deleted_while_watched_ends_the_watch(fake, run_cli):
     def on_call(f, method):
-        if method == "list_namespaced_job" and threading.current_thread() is threading.main_thread():
+        if method == "list_namespaced_custom_object" and \
+                threading.current_thread() is threading.main_thread():
             f.objects.clear()  # someone else cancelled it
     fake.on_call = on_call
     code, out, err = run_cli("run", "examples/digits.yaml", "--stack", "dev", "--outputs",

@@ -176,4 +176,5 @@ def test_an_unknown_stack_through_the_cli_creates_nothing(fake_pulumi, fake, run
                    "aws-eu-west-1, aws-us-west-2, dev, onprem-lab\n")
     assert fake.calls == []
     code, out, err = run_cli("submit", "examples/digits.yaml", "--stack", "dev")
-    assert code == 0 and [k for k, _ in fake.creates()] == ["ConfigMap", "Service", "Job"]
+    assert code == 0 and [k for k, _ in fake.creates()] == ["ConfigMap", "NetworkPolicy",
+                                                         "JobSet"]
