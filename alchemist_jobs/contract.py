@@ -25,6 +25,9 @@ RUN_LABEL = "alchemist.io/run"
 # METRICS_BASE_PORT + r, named `metrics` (r = 0) or `metrics-<r>`. The platform's PodMonitor
 # scrapes and its NetworkPolicy admits that many slots: workers of local rank >= the slots
 # still train, but are not scraped.
+# Secrets a job or session pod may read: the platform's admission policy admits only these
+# names in pod volumes and environment (infra/admission.py).
+JOB_SECRET_PREFIX = "alchemist-job-"
 METRICS_PORT_NAME = "metrics"
 METRICS_BASE_PORT = 9400
 METRICS_PORT_SLOTS = 16

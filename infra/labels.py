@@ -19,8 +19,9 @@ TEAM_LABEL = "alchemist.io/team"  # on every team namespace
 # token is mounted. The admission policy refuses any other ServiceAccount.
 JOB_SERVICE_ACCOUNT = "alchemist-job"
 # The only Secrets a submitter's pod may reference (volumes, env, envFrom): a team admin
-# creates them with this prefix; submitters cannot read or create Secrets themselves.
-JOB_SECRET_PREFIX = "alchemist-job-"
+# creates them with this prefix (and an interactive session its own token Secret);
+# submitters can create and delete Secrets but never read one.
+from alchemist_jobs.contract import JOB_SECRET_PREFIX  # noqa: E402  (the contract names it)
 
 # kube-prometheus-stack's release name; its Prometheus selects ServiceMonitors, PodMonitors
 # and PrometheusRules carrying this label (set explicitly in the chart values).

@@ -96,7 +96,11 @@ def submitter_role(namespace: str) -> dict[str, Any]:
             {"apiGroups": [""], "resources": ["pods/portforward"], "verbs": ["get", "create"],
              "resourceNames": [TENSORBOARD_POD]},
             # Each run gets its own NetworkPolicy admitting only its own pods.
-            {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"], "verbs": ["get", "create", "delete"]},
+            # (patched once, to make the run's JobSet its owner; admission keeps it per-run)
+            {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"],
+             "verbs": ["get", "create", "delete", "patch"]},
+            # An interactive session keeps its token in a Secret it creates; nobody here reads one.
+            {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create", "delete"]},
             {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads", "localqueues"], "verbs": read},
         ],
     }  # fmt: skip

@@ -16,7 +16,7 @@ import re
 import secrets
 import time
 
-from alchemist_jobs.contract import StackOutput
+from alchemist_jobs.contract import JOB_SECRET_PREFIX, StackOutput
 from alchemist_jobs.errors import UserError
 from alchemist_jobs.kubernetes import manifests as mf
 from alchemist_jobs.kubernetes.client import Cluster, ClusterError, Connector, NotFound
@@ -104,7 +104,8 @@ def session_pod(stack: StackOutput, name: str, gpus: int = 0, hours: float = 8.0
 
 
 def token_secret(name: str) -> str:
-    return f"{name}-token"
+    """The session's token Secret: named so the platform's admission policy lets the pod read it."""
+    return f"{JOB_SECRET_PREFIX}{name.removeprefix('alchemist-')}-token"
 
 
 def how_to_reach(stack: StackOutput, name: str, token: str | None = None) -> str:

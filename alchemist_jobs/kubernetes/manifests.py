@@ -28,7 +28,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from alchemist_jobs import server_role
-from alchemist_jobs.contract import (MANAGED_BY_LABEL, METRICS_BASE_PORT, METRICS_PORT_SLOTS,
+from alchemist_jobs.contract import (MANAGED_BY_LABEL, METRICS_BASE_PORT,
                                      RUN_LABEL, StackOutput, metrics_port_name)
 from alchemist_jobs.errors import UserError
 from alchemist_jobs.kubernetes.code_assets import CodeSnapshot
@@ -438,9 +438,10 @@ def _ps_pod(spec: JobSpec, stack: StackOutput, name: str, run_id: str) -> dict:
 
 
 def network_policy(spec: JobSpec, stack: StackOutput, run_id: str, name: str) -> dict:
-    """Ingress to this run's pods: from pods of the same run (rendezvous, collectives,
-    parameter servers), and from Prometheus on the metrics ports. Policies add up, so this
-    narrows only together with a platform policy that does not admit every job pod."""
+    """Ingress to this run's pods from pods of the same run (rendezvous, collectives,
+    parameter servers). Policies add up: the platform's own policy admits Prometheus on the
+    metrics ports, and its admission policy accepts a submitter's NetworkPolicy only when
+    every peer is a pod of the same run (infra/admission.py), so nothing else is listed."""
     run = {RUN_LABEL: run_id}
     return {
         "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
@@ -451,10 +452,6 @@ def network_policy(spec: JobSpec, stack: StackOutput, run_id: str, name: str) ->
             "policyTypes": ["Ingress"],
             "ingress": [
                 {"from": [{"podSelector": {"matchLabels": dict(run)}}]},
-                {"from": [{"namespaceSelector": {"matchLabels": {
-                    "kubernetes.io/metadata.name": MONITORING_NAMESPACE}}}],
-                 "ports": [{"protocol": "TCP", "port": METRICS_BASE_PORT,
-                            "endPort": METRICS_BASE_PORT + METRICS_PORT_SLOTS - 1}]},
             ],
         },
     }

@@ -48,7 +48,7 @@ def test_the_session_pod_has_the_image_volume_environment_and_gpus():
     assert '--IdentityProvider.token="$JUPYTER_TOKEN"' in c["command"][2]
     token = next(e for e in c["env"] if e["name"] == "JUPYTER_TOKEN")
     assert token == {"name": "JUPYTER_TOKEN", "valueFrom": {"secretKeyRef": {
-        "name": "alchemist-session-alice-token", "key": "token"}}}
+        "name": "alchemist-job-session-alice-token", "key": "token"}}}
     labels = pod["metadata"]["labels"]
     assert "app.kubernetes.io/managed-by" not in labels and "alchemist.io/run" not in labels
     assert labels["kueue.x-k8s.io/queue-name"] == s.queue  # admitted by Kueue like jobs
@@ -76,8 +76,8 @@ def test_start_waits_until_running_and_prints_how_to_reach_it(fake, run_cli, use
     code, out, err = run_cli("interactive", "--stack", "aws-us-west-2", "--outputs",
                              outputs("aws-us-west-2"), "--gpus", "1")
     assert code == 0, err
-    assert fake.creates() == [("Secret", f"{user}-token"), ("Pod", user)]
-    token = fake.objects[("Secret", f"{user}-token")]["stringData"]["token"]
+    assert fake.creates() == [("Secret", f"alchemist-job-{user.removeprefix('alchemist-')}-token"), ("Pod", user)]
+    token = fake.objects[("Secret", f"alchemist-job-{user.removeprefix('alchemist-')}-token")]["stringData"]["token"]
     assert len(token) >= 32
     assert f"http://127.0.0.1:8888/lab?token={token}" in out  # printed once, here
     assert "pending: session: ContainerCreating" in err
@@ -97,7 +97,7 @@ def test_stop_deletes_the_session(fake, run_cli, user):
     code, out, err = run_cli("interactive", "--stack", "dev", "--outputs", outputs("dev"),
                              "--stop")
     assert code == 0 and f"session {user} on stack dev: stopped" in out
-    assert fake.deletes() == [("Secret", f"{user}-token"), ("Pod", user)]
+    assert fake.deletes() == [("Secret", f"alchemist-job-{user.removeprefix('alchemist-')}-token"), ("Pod", user)]
 
 
 def test_gpus_on_a_stack_without_gpus_creates_nothing(fake, run_cli, user):

@@ -179,15 +179,33 @@ def test_one_spec_differs_between_stacks_only_in_stack_fields(spec_name, overrid
         cur = rendered[other]
         differing = {p for p in base.keys() | cur.keys() if base.get(p) != cur.get(p)}
         assert differing, f"{names[0]} and {other} render identically: stack fields are lost"
-        stray = sorted(p for p in differing if not _allowed(p))
+        efa = {n for n in (names[0], other) if stack(n).output.gpu.efa and overrides}
+        stray = sorted(p for p in differing if not _allowed(p) and ".env." not in p
+                       and not (efa and "vpc.amazonaws.com/efa" in p))
         assert not stray, f"{names[0]} vs {other}: non-stack fields differ: {stray}"
-        # And ALCHEMIST_STACK is the one env value that differs.
-        envs = {p for p in differing if ".env." in p}
-        for p in envs:
-            name_path = p.rsplit(".", 1)[0] + ".name"
-            assert base[name_path] == "ALCHEMIST_STACK", p
-        # ...and EFA exists only where the stack says the GPU nodes have it (none here).
-        assert not any("vpc.amazonaws.com/efa" in p for p in differing)
+        # Environments, by name: ALCHEMIST_STACK is the one value that differs, plus NCCL's
+        # EFA settings where one of the stacks has EFA on its GPU nodes (a stack fact too).
+        for prefix in {p.split(".env.")[0] for p in base.keys() | cur.keys() if ".env." in p}:
+            env_a, env_b = _env_at(base, prefix), _env_at(cur, prefix)
+            changed = {k for k in env_a.keys() | env_b.keys() if env_a.get(k) != env_b.get(k)}
+            expected = {"ALCHEMIST_STACK"} | (set(EFA_ENV) if efa else set())
+            assert changed <= expected and "ALCHEMIST_STACK" in changed, (prefix, changed)
+        # EFA devices exist only where the stack says the GPU nodes have them.
+        if not efa:
+            assert not any("vpc.amazonaws.com/efa" in p for p in differing)
+
+
+EFA_ENV = ("FI_PROVIDER", "FI_EFA_USE_DEVICE_RDMA", "FI_EFA_FORK_SAFE", "NCCL_NET")
+
+
+def _env_at(flat: dict, prefix: str) -> dict:
+    """The container env under `prefix` of a flattened manifest set, by variable name."""
+    out, k = {}, 0
+    while f"{prefix}.env.{k}.name" in flat:
+        value = {p.rsplit(".", 1)[1]: v for p, v in flat.items() if p.startswith(f"{prefix}.env.{k}.")}
+        out[flat[f"{prefix}.env.{k}.name"]] = value
+        k += 1
+    return out
 
 
 # --- shapes ---------------------------------------------------------------------------------
@@ -278,11 +296,9 @@ def test_interactive_priority_and_per_run_network_policy():
     run = {"alchemist.io/run": RUN}
     assert policy["spec"]["podSelector"] == {"matchLabels": run}
     assert policy["spec"]["policyTypes"] == ["Ingress"]
-    same_run, metrics = policy["spec"]["ingress"]
-    assert same_run == {"from": [{"podSelector": {"matchLabels": run}}]}
-    assert metrics["ports"] == [{"protocol": "TCP", "port": 9400, "endPort": 9415}]
-    assert metrics["from"][0]["namespaceSelector"]["matchLabels"] == {
-        "kubernetes.io/metadata.name": "monitoring"}
+    # Only pods of the same run: the platform's own policy admits Prometheus, and its
+    # admission policy refuses a per-run policy with any other peer (test_infra_admits_jobs).
+    assert policy["spec"]["ingress"] == [{"from": [{"podSelector": {"matchLabels": run}}]}]
 
 
 def test_secret_env_is_a_secret_key_reference_never_a_value(tmp_path):
