@@ -81,10 +81,9 @@ def submitter_role(namespace: str) -> dict[str, Any]:
         "kind": "Role",
         "metadata": {"name": SUBMITTER_ROLE, "namespace": namespace},
         "rules": [
-            # A run is a JobSet. Jobs stay manageable while the backend still submits plain
-            # Jobs; once it submits only JobSets this becomes `read` (their child Jobs' status).
+            # A run is a JobSet; its child Jobs are the JobSet controller's, read for status.
             {"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"], "verbs": manage},
-            {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": manage},
+            {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": read},
             # A run's Service and ConfigMap are patched to make the JobSet their owner.
             {"apiGroups": [""], "resources": ["services", "configmaps"], "verbs": manage},
             # Interactive sessions are bare pods (the admission policy bounds what they may be).
@@ -92,7 +91,6 @@ def submitter_role(namespace: str) -> dict[str, Any]:
             {"apiGroups": [""], "resources": ["pods/log"], "verbs": read},
             {"apiGroups": [""], "resources": ["events"], "verbs": ["list", "watch"]},
             {"apiGroups": [""], "resources": ["persistentvolumeclaims"], "verbs": read},
-            {"apiGroups": [""], "resources": ["pods/proxy"], "verbs": ["get"]},
             {"apiGroups": [""], "resources": ["pods/portforward"], "verbs": ["get", "create"],
              "resourceNames": [TENSORBOARD_POD]},
             # Each run gets its own NetworkPolicy admitting only its own pods.

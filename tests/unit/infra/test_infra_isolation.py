@@ -169,8 +169,11 @@ def test_the_submitter_role_grants_what_the_jobs_half_calls(roles):
 
 def test_the_submitter_role_denies_secrets_exec_and_port_forward(roles):
     sub = roles["alchemist-job-submitter"]
-    for verb in ("get", "list", "watch", "create"):
+    for verb in ("get", "list", "watch", "update", "patch"):  # never read or rewrite one
         assert not rule_allows(sub, "", "secrets", verb, "grafana-admin")
+    # An interactive session creates (and deletes) its own token Secret; the admission
+    # policy lets pods read only alchemist-job-* Secrets, so creating one reveals nothing.
+    assert rule_allows(sub, "", "secrets", "create", "alchemist-job-session-alice-token")
     assert not rule_allows(sub, "", "pods/exec", "create", "train-abc-workers-0-0")
     assert not rule_allows(sub, "", "pods/portforward", "create", "train-abc-workers-0-0")
     assert rule_allows(sub, "", "pods/portforward", "create", "tensorboard-0")
