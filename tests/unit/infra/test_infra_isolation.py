@@ -178,7 +178,16 @@ def test_the_submitter_role_denies_secrets_exec_and_port_forward(roles):
     assert not rule_allows(sub, "", "pods/portforward", "create", "train-abc-workers-0-0")
     assert rule_allows(sub, "", "pods/portforward", "create", "tensorboard-0")
     assert not rule_allows(sub, "", "serviceaccounts/token", "create", "alchemist-job")
-    assert not rule_allows(sub, "networking.k8s.io", "networkpolicies", "patch", "default-deny")
+    # A run's policy is patched once (its JobSet becomes the owner), so RBAC allows patch;
+    # the admission policy is what keeps the platform's own policies out of reach.
+    from test_infra_admission import admit
+
+    deny_all = {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+                "metadata": {"name": "default-deny", "namespace": "research"},
+                "spec": {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}}
+    opened = {**deny_all, "spec": {"podSelector": {}, "ingress": [{}], "policyTypes": ["Ingress"]}}
+    assert admit(opened, operation="UPDATE", old=deny_all)  # refused, with a reason
+    assert admit(deny_all, operation="DELETE", old=deny_all)
 
 
 def test_exec_and_port_forward_are_an_opt_in_role_bound_to_no_one(roles, renders):
