@@ -29,7 +29,7 @@ from packaging.utils import canonicalize_name, parse_wheel_filename, parse_sdist
 from packaging.version import Version
 
 PROJECT = "alchemist"
-NOT_LOCKED = {"alchemist", "pip", "setuptools", "wheel"}  # the project and the installer itself
+NOT_LOCKED = {"alchemist", "pip"}  # the project and the installer; setuptools is a dependency of torch
 INDEX = os.environ.get("ALCHEMIST_LOCK_INDEX", "https://pypi.org/simple")
 
 HEADER = """\

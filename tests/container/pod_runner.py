@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import re
+import secrets
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -95,7 +96,8 @@ def _pods_of_job(job_name: str, job_spec: dict, namespace: str, subdomain: str |
         meta = tmpl.get("metadata", {})
         spec = tmpl["spec"]
         group.pods.append(Pod(
-            name=f"{job_name}-{i}", hostname=f"{job_name}-{i}",
+            # generateName `<job>-<index>-`: the API server appends five random characters
+            name=f"{job_name}-{i}-{secrets.token_hex(3)[:5]}", hostname=f"{job_name}-{i}",
             subdomain=subdomain or spec.get("subdomain"), namespace=namespace,
             labels={**meta.get("labels", {}), **labels, "batch.kubernetes.io/job-completion-index": str(i)},
             annotations={**meta.get("annotations", {}), **annotations,
