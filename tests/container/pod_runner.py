@@ -149,14 +149,15 @@ class Cluster:
     """The pods of one run on a podman network, with the controllers' restart behaviour."""
 
     def __init__(self, objects: list[dict], claims: dict[str, Path], workdir: Path, tag: str,
-                 secrets: dict[tuple[str, str], str] | None = None):
+                 secret_values: dict[tuple[str, str], str] | None = None):
         self.objects, self.claims, self.workdir, self.tag = objects, claims, workdir, tag
-        self.secrets = secrets or {}
+        self.secrets = secret_values or {}  # (Secret name, key) -> value, for secretKeyRef
         self.groups, self.jobset = groups_of(objects)
         self.pods = [p for g in self.groups for p in g.pods]
-        self.network = f"alc-{tag}"
-        self.subnet = f"10.{88 + hash(tag) % 10}.{hash(tag) % 250}"
-        self.ips = {p.name: f"{self.subnet}.{10 + i}" for i, p in enumerate(self.pods)}
+        self.tag = f"{tag}-{secrets.token_hex(3)}"  # unique: a crashed run leaves its network
+        self.network = f"alc-{self.tag}"
+        self.subnet = ""
+        self.ips: dict[str, str] = {}
         self.containers: dict[str, str] = {}  # pod name -> its running container
         self.restarts = 0
         self.events: list[str] = []
@@ -164,7 +165,14 @@ class Cluster:
 
     # --- the pod network and names -------------------------------------------------------
     def __enter__(self) -> "Cluster":
-        podman("network", "create", "--subnet", f"{self.subnet}.0/24", self.network)
+        for _ in range(20):  # a free /24 for the pod network (others' networks may hold some)
+            self.subnet = f"10.{secrets.choice(range(100, 250))}.{secrets.choice(range(250))}"
+            if podman("network", "create", "--subnet", f"{self.subnet}.0/24", self.network,
+                      check=False).returncode == 0:
+                break
+        else:
+            raise RuntimeError("no free subnet for the pod network")
+        self.ips = {p.name: f"{self.subnet}.{10 + i}" for i, p in enumerate(self.pods)}
         return self
 
     def __exit__(self, *exc) -> None:
