@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -12,33 +11,28 @@ import pulumi_command as command
 
 from infra.cluster import Registry
 
-IMAGES = ("train", "interactive")
-# Everything an image is built from: a change to any of these rebuilds and re-pushes it.
-BUILD_INPUTS = ("images/Dockerfile.train", "images/Dockerfile.interactive", "requirements.lock",
-                "pyproject.toml", "README.md")  # fmt: skip
+from alchemist_jobs.image_context import IMAGES, context_hash, image_tag
 
-# Runs on the deployer's Docker. Only the digest goes to stdout, so it becomes the output;
-# the registry password comes in through the (secret) environment, never the command line.
+# Runs on the deployer's Docker, for linux/amd64 whatever the deployer's own architecture. A tag
+# already in the registry holds the same content (the tag is the content hash; ECR tags are
+# IMMUTABLE), so it is pulled, not rebuilt. Only the digest goes to stdout: it is the output.
 BUILD_SCRIPT = r"""set -euo pipefail
-if [ -n "${REGISTRY_PASSWORD:-}" ]; then
-  printf '%s' "$REGISTRY_PASSWORD" | docker login --username "$REGISTRY_USER" --password-stdin "$REGISTRY_HOST" >&2
+if docker manifest inspect "$IMAGE:$TAG" >/dev/null 2>&1; then
+  docker pull --platform linux/amd64 "$IMAGE:$TAG" >&2
+else
+  docker build --platform linux/amd64 --file "$DOCKERFILE" --tag "$IMAGE:$TAG" \
+    ${BUILD_ARG:+--build-arg "$BUILD_ARG"} . >&2
+  docker push "$IMAGE:$TAG" >&2
 fi
-docker build --file "$DOCKERFILE" --tag "$IMAGE:$TAG" ${BUILD_ARG:+--build-arg "$BUILD_ARG"} . >&2
-docker push "$IMAGE:$TAG" >&2
 docker image inspect --format '{{range .RepoDigests}}{{println .}}{{end}}' "$IMAGE:$TAG" \
   | grep "^$IMAGE@" | head -n 1 | cut -d @ -f 2
 """
-
-
-def source_hash(repo_root: Path) -> str:
-    """A hash of every file the images are built from (Dockerfiles, lock, package source)."""
-    h = hashlib.sha256()
-    files = [repo_root / p for p in BUILD_INPUTS]
-    files += sorted((repo_root / "alchemist_jobs").rglob("*.py"))
-    for path in files:
-        h.update(str(path.relative_to(repo_root)).encode())
-        h.update(path.read_bytes() if path.exists() else b"<absent>")
-    return h.hexdigest()
+# The registry login is its own command: its short-lived password (ECR's token changes on every
+# `pulumi up`) would otherwise be an input of the builds and re-run them each time. The password
+# comes in through the (secret) environment, never the command line.
+LOGIN_SCRIPT = r"""set -euo pipefail
+printf '%s' "$REGISTRY_PASSWORD" | docker login --username "$REGISTRY_USER" --password-stdin "$REGISTRY_HOST" >&2
+"""
 
 
 @dataclass
@@ -46,7 +40,7 @@ class ImagesArgs:
     stack: str
     registry: Registry
     repo_root: Path
-    version: str  # the package version, the first part of every tag
+    version: str  # the package version (the tag's first part comes from image_context)
     aws_provider: Any | None = None  # set when the registry is ECR
 
 
@@ -56,8 +50,6 @@ class Images(pulumi.ComponentResource):
     def __init__(self, name: str, args: ImagesArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("alchemist:infra:Images", name, None, opts)
         reg = args.registry
-        digest_of = source_hash(args.repo_root)
-        tag = f"{args.version}-{digest_of[:12]}"
         repos: dict[str, pulumi.Input[str]] = {}
         user, password, host = reg.user, reg.password, reg.host
         if reg.ecr_repositories:
@@ -85,27 +77,35 @@ class Images(pulumi.ComponentResource):
         else:
             repos = {image: f"{reg.prefix}/{image}" for image in IMAGES}
 
-        self.refs: dict[str, pulumi.Output[str]] = {}
         previous: list[Any] = []
+        if password is not None:
+            login = command.local.Command(
+                f"{name}-login",
+                create=LOGIN_SCRIPT,
+                interpreter=["/bin/bash", "-c"],
+                environment={"REGISTRY_HOST": host, "REGISTRY_USER": user or "",
+                             "REGISTRY_PASSWORD": pulumi.Output.secret(password)},
+                logging=command.local.Logging.STDERR,
+                opts=pulumi.ResourceOptions(parent=self),
+            )
+            previous = [login]
+        self.refs: dict[str, pulumi.Output[str]] = {}
         for image in IMAGES:
+            # Nothing here may change between two `up`s of the same tree: any change re-runs it.
             env: dict[str, pulumi.Input[str]] = {
                 "IMAGE": repos[image],
-                "TAG": tag,
+                "TAG": image_tag(args.repo_root, image),
                 "DOCKERFILE": f"images/Dockerfile.{image}",
-                "REGISTRY_HOST": host,
             }
             if image == "interactive":
                 env["BUILD_ARG"] = pulumi.Output.concat("TRAIN_IMAGE=", self.refs["train"])
-            if password is not None:
-                env["REGISTRY_USER"] = user or ""
-                env["REGISTRY_PASSWORD"] = pulumi.Output.secret(password)
             build = command.local.Command(
                 f"{name}-{image}-build",
                 create=BUILD_SCRIPT,
                 interpreter=["/bin/bash", "-c"],
                 dir=str(args.repo_root),
                 environment=env,
-                triggers=[digest_of, repos[image]],
+                triggers=[context_hash(args.repo_root, image), repos[image]],
                 logging=command.local.Logging.STDERR,
                 opts=pulumi.ResourceOptions(parent=self, depends_on=previous),
             )

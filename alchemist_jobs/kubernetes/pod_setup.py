@@ -101,7 +101,14 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if (args.code is None) != (args.code_dir is None):
         p.error("--code and --code-dir go together")
-    write_spec(RunDir(args.run_dir), args.spec.read_text())
+    try:
+        write_spec(RunDir(args.run_dir), args.spec.read_text())
+    except PermissionError as e:
+        # A shared volume whose root is not the job identity's (an EFS/FSx root without an
+        # access point, an NFS export owned by root): say which path and which uid, once.
+        raise SystemExit(f"pod_setup: cannot write {e.filename or args.run_dir}: permission denied "
+                         f"for uid {os.getuid()} gid {os.getgid()}; the shared volume must be "
+                         "writable by the job's uid (an EFS access point or an export owned by it)") from None
     print(f"pod_setup: run directory {args.run_dir} ready", flush=True)
     if args.code is not None:
         did = unpack_code(args.code, args.code_dir)

@@ -25,8 +25,11 @@ def _die_with_parent() -> None:
     """The kernel sends SIGKILL to this worker if torchrun dies."""
     from alchemist_jobs.processes import die_with_parent
 
+    launcher = os.getppid()
     die_with_parent(signal.SIGKILL)
-    if os.getppid() == 1:  # the launcher died before prctl took effect
+    # Re-parented: the launcher died before prctl took effect. Compared with the parent seen
+    # before, never with 1: in a container (a Kubernetes pod) torchrun itself is PID 1.
+    if os.getppid() != launcher:
         os._exit(1)
 
 

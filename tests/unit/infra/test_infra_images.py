@@ -1,4 +1,4 @@
-"""The training and interactive images: built from the lock file, pushed, exported by digest."""
+"""The training and interactive images: built from the lock file, tagged by content, pushed, exported by digest."""
 
 from __future__ import annotations
 
@@ -7,13 +7,14 @@ import shutil
 
 from infra_helpers import REPO, resources
 
-from infra.images import BUILD_SCRIPT, source_hash
+from alchemist_jobs.image_context import context_files, context_hash, image_tag
+from infra.images import BUILD_SCRIPT, LOGIN_SCRIPT
 
 
 def test_training_image_installs_the_lock_then_the_package():
     text = (REPO / "images" / "Dockerfile.train").read_text()
-    lock, package = text.index("pip install -r requirements.lock"), text.index("pip install --no-deps .")
-    assert lock < package
+    lock = text.index("pip install --require-hashes --no-deps -r runtime.txt")
+    assert text.index("lock-sections runtime") < lock < text.index("pip install --no-deps .")
     assert "ENTRYPOINT" not in text  # pods run `torchrun ...` as their command
     assert re.search(r"^USER 1000:1000$", text, re.M)
 
@@ -21,12 +22,25 @@ def test_training_image_installs_the_lock_then_the_package():
 def test_interactive_image_is_the_training_image_plus_jupyterlab():
     text = (REPO / "images" / "Dockerfile.interactive").read_text()
     assert "FROM ${TRAIN_IMAGE}" in text
-    assert re.search(r"pip install jupyterlab==\d+\.\d+\.\d+", text)
+    # JupyterLab comes from the lock's interactive section, hash-checked, never pinned ad hoc.
+    assert "lock-sections interactive" in text and "--require-hashes" in text
+    assert not re.search(r"pip install[^\n]*jupyter", text, re.I)
+
+
+def test_default_base_is_pinned_by_digest():
+    text = (REPO / "images" / "Dockerfile.train").read_text()
+    assert re.search(r"^ARG BASE_IMAGE=\S+:\S+@sha256:[0-9a-f]{64}$", text, re.M)
 
 
 def test_build_context_sends_only_what_the_image_copies():
     ignore = (REPO / "images" / "Dockerfile.train.dockerignore").read_text().split()
-    assert ignore[ignore.index("*"):][:5] == ["*", "!requirements.lock", "!pyproject.toml", "!README.md", "!alchemist_jobs/"]
+    assert context_files(REPO, "interactive") == ["requirements.lock", "scripts/lock-sections"]
+    train = context_files(REPO, "train")
+    assert {"requirements.lock", "scripts/lock-sections", "pyproject.toml", "README.md", "LICENSE",
+            "alchemist_jobs/spec.py"} <= set(train)
+    assert all(p in ("requirements.lock", "scripts/lock-sections", "pyproject.toml", "README.md", "LICENSE")
+               or p.startswith("alchemist_jobs/") for p in train)
+    assert not any("__pycache__" in p or p.endswith(".pyc") for p in train)
 
 
 def test_builds_push_and_export_digests(renders):
@@ -36,22 +50,63 @@ def test_builds_push_and_export_digests(renders):
     assert train["create"] == interactive["create"] == BUILD_SCRIPT
     assert train["environment"]["DOCKERFILE"] == "images/Dockerfile.train"
     assert interactive["environment"]["BUILD_ARG"] == "TRAIN_IMAGE=" + r["outputs"]["alchemist"]["images"]["train"]
-    assert train["triggers"][0] == source_hash(REPO)
-    tag = train["environment"]["TAG"]
-    assert tag.endswith(source_hash(REPO)[:12])
+    # Tag and trigger are the content hash of each image's own build context (image_context).
+    for image, inputs in (("train", train), ("interactive", interactive)):
+        assert inputs["triggers"][0] == context_hash(REPO, image)
+        assert inputs["environment"]["TAG"] == image_tag(REPO, image)
+    assert train["environment"]["TAG"] != interactive["environment"]["TAG"]
     assert "docker push" in BUILD_SCRIPT and "RepoDigests" in BUILD_SCRIPT
 
 
-def test_source_hash_follows_the_lock_and_the_package(tmp_path):
-    for path in ("images", "alchemist_jobs"):
+def test_registry_token_is_no_input_of_the_builds(renders):
+    """Issue 9.7: ECR's token changes on every `pulumi up`; any input that changes re-runs a
+    pulumi-command Command's create (pulumi-command v1.2.1, provider/pkg/provider/local/
+    command.go: Update runs `update`, or `create` when there is none), and IMMUTABLE tags then
+    collide. Only the login command may carry the token; the builds' inputs are the content."""
+    for stack in ("aws-us-west-2", "secret:existing"):
+        cmds = {c["name"]: c for c in resources(renders[stack], "command:local:Command")}
+        for image in ("train", "interactive"):
+            build = cmds[f"images-{image}-build"]
+            assert build["secret_inputs"] == [], (stack, build["secret_inputs"])
+            assert not {"REGISTRY_PASSWORD", "REGISTRY_USER"} & set(build["inputs"]["environment"])
+        login = cmds["images-login"]
+        assert login["inputs"]["create"] == LOGIN_SCRIPT
+        assert login["inputs"]["environment"]["REGISTRY_PASSWORD"] == "[secret]"
+    assert "REGISTRY_PASSWORD" not in BUILD_SCRIPT
+
+
+def test_builds_for_linux_amd64_whatever_the_deployer_runs():
+    for line in BUILD_SCRIPT.splitlines():
+        if re.search(r"docker (build|pull)", line):
+            assert "--platform linux/amd64" in line, line
+
+
+def _copy_tree(tmp_path):
+    for path in ("images", "alchemist_jobs", "scripts"):
         shutil.copytree(REPO / path, tmp_path / path, ignore=shutil.ignore_patterns("__pycache__"))
-    for path in ("requirements.lock", "pyproject.toml"):
+    for path in ("requirements.lock", "pyproject.toml", "README.md", "LICENSE"):
         shutil.copy(REPO / path, tmp_path / path)
-    before = source_hash(tmp_path)
-    assert source_hash(tmp_path) == before
-    with (tmp_path / "requirements.lock").open("a") as f:
+    return tmp_path
+
+
+def test_context_hash_follows_what_the_builder_sends(tmp_path):
+    root = _copy_tree(tmp_path)
+    train, interactive = context_hash(root, "train"), context_hash(root, "interactive")
+    assert (train, interactive) == (context_hash(REPO, "train"), context_hash(REPO, "interactive"))
+    # Files the .dockerignore keeps out change nothing.
+    (root / "docs").mkdir()
+    (root / "docs" / "notes.md").write_text("x\n")
+    (root / "alchemist_jobs" / "__pycache__").mkdir()
+    (root / "alchemist_jobs" / "__pycache__" / "spec.cpython-311.pyc").write_bytes(b"\0")
+    assert context_hash(root, "train") == train
+    # A new module changes the training image, and so the interactive image built on it.
+    (root / "alchemist_jobs" / "new_module.py").write_text("x = 1\n")
+    assert context_hash(root, "train") != train
+    assert context_hash(root, "interactive") != interactive
+    # So do a pin and a build argument (another base image).
+    before = context_hash(root, "train")
+    with (root / "requirements.lock").open("a") as f:
         f.write("extra==1.0\n")
-    after_lock = source_hash(tmp_path)
-    assert after_lock != before
-    (tmp_path / "alchemist_jobs" / "new_module.py").write_text("x = 1\n")
-    assert source_hash(tmp_path) != after_lock
+    assert context_hash(root, "train") != before
+    after = context_hash(root, "train")
+    assert context_hash(root, "train", {"BASE_IMAGE": "debian:12"}) != after

@@ -1,0 +1,122 @@
+"""The images, built for real from a clean checkout: exactly the lock's packages, uid 1000,
+nothing left from the build; and the interactive image serving JupyterLab."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+from tests.container.conftest import REPO
+from tests.container.pod_runner import PODMAN, run_in
+
+# Installed by the image's own Python, not from the lock: the installer, and the package itself.
+NOT_FROM_LOCK = {"pip", "alchemist"}
+
+
+def _section(*names: str) -> dict[str, str]:
+    text = subprocess.run([str(REPO / "scripts" / "lock-sections"), *names], check=True,
+                          capture_output=True, text=True).stdout
+    return {_norm(m.group(1)): m.group(2) for m in re.finditer(r"^([A-Za-z0-9_.-]+)==(\S+)", text, re.M)}
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _installed(image: str) -> dict[str, str]:
+    code = ("import importlib.metadata as m, json; "
+            "print(json.dumps({d.metadata['Name']: d.version for d in m.distributions()}))")
+    out = json.loads(run_in(image, "python", "-c", code).stdout)
+    # torch's CPU build carries a local label (2.13.0+cpu); the lock pins the public version.
+    return {_norm(k): v.split("+")[0] for k, v in out.items() if _norm(k) not in NOT_FROM_LOCK}
+
+
+def test_training_image_holds_exactly_the_runtime_section(images):
+    assert _installed(images["train"]) == _section("runtime")
+    assert "pytest" not in _section("runtime")  # test packages live in the dev section
+
+
+def test_training_image_runs_the_cli_as_uid_1000(images):
+    assert run_in(images["train"], "id", "-u").stdout.strip() == "1000"
+    assert run_in(images["train"], "id", "-g").stdout.strip() == "1000"
+    from alchemist_jobs import __version__
+
+    cli = (REPO / "alchemist_jobs" / "cli.py").read_text()
+    if '"--version"' in cli:
+        assert __version__ in run_in(images["train"], "alchemist", "--version").stdout
+    else:  # the CLI has no --version yet: the entry point and the package must still load
+        assert "usage" in run_in(images["train"], "alchemist", "--help").stdout.lower()
+    version = run_in(images["train"], "python", "-c", "import alchemist_jobs; print(alchemist_jobs.__version__)")
+    assert version.stdout.strip() == __version__
+
+
+def test_training_image_keeps_no_compiler_or_package_cache(images):
+    probe = r"""
+for c in gcc cc c++ g++ clang make; do command -v "$c" && echo "compiler: $c"; done
+for d in /root/.cache /home/alchemist/.cache /tmp /var/cache/apt/archives /var/lib/apt/lists; do
+  [ -d "$d" ] && find "$d" -mindepth 1 \( -name '*.deb' -o -name '*.whl' -o -path '*/pip*' -o -path '/tmp/*' \) \
+    -print 2>/dev/null | sed 's/^/cached: /'
+done
+ls -d /opt/alchemist/build /opt/alchemist/*.egg-info 2>/dev/null | sed 's/^/left: /'
+true
+"""
+    out = run_in(images["train"], "sh", "-c", probe, user="0").stdout
+    assert not out.strip(), out
+
+
+def test_interactive_image_serves_jupyterlab_as_uid_1000(images, tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    subprocess.run(["chown", "1000:1000", str(shared)], check=True)
+    name = f"alc-jupyter-{tmp_path.name}"[:60]
+    subprocess.run([*PODMAN, "run", "-d", "--name", name, "-p", "127.0.0.1::8888",
+                    "-v", f"{shared}:/shared", images["interactive"]], check=True, capture_output=True)
+    started = time.monotonic()
+    try:
+        port = subprocess.run([*PODMAN, "port", name, "8888"], check=True, capture_output=True,
+                              text=True).stdout.strip().rsplit(":", 1)[1]
+        answer, waited = None, 0.0
+        # A hang guard, not a speed test: the figure is reported, the issue's 60 s in docs/images.md.
+        while answer is None and waited < 300:
+            state = subprocess.run([*PODMAN, "inspect", "--format", "{{.State.Status}}", name],
+                                   capture_output=True, text=True).stdout.strip()
+            assert state == "running", subprocess.run([*PODMAN, "logs", name], capture_output=True, text=True).stderr
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api", timeout=5) as r:
+                    answer = json.load(r)
+            except OSError:
+                time.sleep(0.5)
+            waited = time.monotonic() - started
+        print(f"JupyterLab answered after {waited:.1f} s")
+        assert answer and "version" in answer
+        users = subprocess.run([*PODMAN, "top", name, "user", "comm"], check=True, capture_output=True,
+                               text=True).stdout.split("\n")[1:]
+        assert users and all(line.split()[0] in ("1000", "alchemist") for line in users if line.strip()), users
+    finally:
+        subprocess.run([*PODMAN, "rm", "-f", "-t", "0", name], capture_output=True)
+
+
+def test_image_context_is_what_podman_sends(base_image, clean_checkout, tmp_path):
+    """The hash covers exactly the files the builder sends: a probe image with the training
+    image's .dockerignore copies its whole context, and the list must equal context_files."""
+    from alchemist_jobs.image_context import context_files
+
+    probe = clean_checkout / "images" / "Dockerfile.probe"
+    probe.write_text(f"FROM {base_image}\nCOPY . /ctx\n")
+    ignore = clean_checkout / "images" / "Dockerfile.probe.dockerignore"
+    ignore.write_text((clean_checkout / "images" / "Dockerfile.train.dockerignore").read_text())
+    try:
+        tag = f"localhost/alchemist-context-probe:{tmp_path.name[-20:]}"
+        subprocess.run([*PODMAN, "build", "-f", str(probe), "-t", tag, "."],
+                       cwd=clean_checkout, check=True, capture_output=True)
+        sent = run_in(tag, "sh", "-c", "cd /ctx && find . -type f -o -type l | sed 's|^./||' | sort").stdout.split()
+        subprocess.run([*PODMAN, "rmi", "-f", tag], capture_output=True)
+    finally:
+        probe.unlink()
+        ignore.unlink()
+    assert sent == context_files(clean_checkout, "train")
+    assert Path(clean_checkout / "requirements.lock").exists()
