@@ -86,6 +86,19 @@ class Gpu(_Strict):
     efa: Efa | None = None  # present when the GPU nodes have EFA devices
 
 
+class ObjectStore(_Strict):
+    """An S3-compatible bucket where datasets live (`alchemist data push`, `data.source: s3://`).
+
+    On AWS the endpoint is absent (boto3's regional default) and pods reach the bucket through
+    the job service account's IAM role; elsewhere it is the URL of an S3-compatible service
+    (MinIO, Ceph RGW) named in the stack config.
+    """
+
+    endpoint: str | None = Field(None, pattern=r"^https?://")
+    bucket: str = Field(min_length=3, max_length=63)
+    region: str = "us-east-1"
+
+
 class Monitoring(_Strict):
     prometheus_url: str
     grafana_url: str
@@ -106,6 +119,7 @@ class StackOutput(_Strict):
     images: Images
     gpu: Gpu
     monitoring: Monitoring
+    object_store: ObjectStore | None = None  # absent: the stack has no object storage
 
     @classmethod
     def parse(cls, data: Any, source: str) -> "StackOutput":
