@@ -30,6 +30,14 @@ METRICS_BASE_PORT = 9400
 METRICS_PORT_SLOTS = 16
 
 
+# Datasets (docs/datasets.md). On stacks with an object store, the platform creates in every
+# job namespace the ServiceAccount JOB_SERVICE_ACCOUNT (on AWS bound to an IAM role that may
+# read and write the bucket) and, where the store takes access keys, the Secret
+# OBJECT_STORE_SECRET holding AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY.
+JOB_SERVICE_ACCOUNT = "alchemist-job"
+OBJECT_STORE_SECRET = "alchemist-object-store"
+
+
 def metrics_port_name(local_rank: int) -> str:
     return METRICS_PORT_NAME if local_rank == 0 else f"{METRICS_PORT_NAME}-{local_rank}"
 
