@@ -25,6 +25,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -46,6 +47,8 @@ def start_moto(port: int) -> subprocess.Popen:
             break
     else:
         raise SystemExit(f"moto server did not start (exit {proc.wait()})")
+    # it logs every request: keep reading, or the full pipe stops the server mid-benchmark
+    threading.Thread(target=lambda: all(proc.stderr), daemon=True).start()
     return proc
 
 

@@ -7,8 +7,9 @@
     <root>/locks/<key>.use            held shared by every process using <key>; eviction
                                       takes it exclusively, so an entry in use is never evicted
 
-The key is computed by the caller from what identifies the content (an object listing's keys,
-sizes and ETags), so every job on the node that stages the same data shares one entry.
+The key is computed by the caller from what identifies the content (a push manifest's ETag, or
+an object listing's keys, sizes and ETags), so every job on the node that stages the same data
+shares one entry.
 """
 
 from __future__ import annotations
@@ -111,11 +112,8 @@ class NodeCache:
         # Holding the fill lock: a tmp dir of this key is an abandoned fill (a killed process).
         for stale in (self.root / "tmp").glob(f"{key}.*"):
             shutil.rmtree(stale, ignore_errors=True)
-        if self.limit is not None and size_hint > self.limit:
-            raise DataError(f"dataset of {size_hint} bytes exceeds the node cache limit of "
-                            f"{self.limit} bytes (ALCHEMIST_DATA_CACHE_LIMIT); accepted: a larger "
-                            "limit, or data.cache: none")
-        self.make_room(size_hint)
+        if size_hint:
+            self.reserve(size_hint)
         tmp = self.root / "tmp" / f"{key}.{os.getpid()}.{secrets.token_hex(4)}"
         (tmp / "data").mkdir(parents=True)
         try:
@@ -126,6 +124,14 @@ class NodeCache:
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
+
+    def reserve(self, incoming: int) -> None:
+        """Make room for a fill of `incoming` bytes (a fill that learns its size late calls this)."""
+        if self.limit is not None and incoming > self.limit:
+            raise DataError(f"dataset of {incoming} bytes exceeds the node cache limit of "
+                            f"{self.limit} bytes (ALCHEMIST_DATA_CACHE_LIMIT); accepted: a larger "
+                            "limit, or data.cache: none")
+        self.make_room(incoming)
 
     def entries(self) -> list[tuple[str, int, float]]:
         """(key, bytes, last use) of every complete entry, least recently used first."""

@@ -95,17 +95,36 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def read_manifest(s3: Any, uri: S3Uri) -> dict[str, dict]:
+def manifest_etag(s3: Any, uri: S3Uri) -> str | None:
+    """The ETag of the push manifest under the prefix (one HEAD), or None if there is none."""
+    from botocore.exceptions import ClientError
+
     try:
-        body = s3.get_object(Bucket=uri.bucket, Key=uri.prefix + MANIFEST)["Body"].read()
+        return s3.head_object(Bucket=uri.bucket, Key=uri.prefix + MANIFEST)["ETag"].strip('"')
+    except ClientError as e:
+        if error_code(e) in ("404", "NoSuchKey", "NotFound"):
+            return None
+        raise DataError(f"{uri}: cannot read it ({error_code(e)})") from None
+
+
+def read_manifest(s3: Any, uri: S3Uri, etag: str | None = None) -> dict[str, dict]:
+    """The push manifest's files; with `etag`, exactly that version of it (else a DataError)."""
+    from botocore.exceptions import ClientError
+
+    extra = {"IfMatch": f'"{etag}"'} if etag else {}
+    try:
+        body = s3.get_object(Bucket=uri.bucket, Key=uri.prefix + MANIFEST, **extra)["Body"].read()
         return json.loads(body)["files"]
+    except ClientError as e:
+        raise DataError(f"{uri}{MANIFEST}: changed or vanished while staging ({error_code(e)}): "
+                        "a push is under way; stage again when it has finished") from None
     except (ValueError, KeyError, TypeError):
         raise DataError(f"{uri}{MANIFEST}: not a manifest written by `alchemist data push`; "
                         "push the dataset again") from None
 
 
 def download(s3: Any, uri: S3Uri, objects: list[Obj], dest: Path,
-             on_bytes: Callable[[int], None] | None = None) -> None:
+             on_bytes: Callable[[int], None] | None = None, manifest_etag: str | None = None) -> None:
     """Download `objects` of `uri` into `dest` in parallel, then check each one.
 
     A file whose size differs from the listing, or whose SHA-256 differs from the push's
@@ -131,7 +150,8 @@ def download(s3: Any, uri: S3Uri, objects: list[Obj], dest: Path,
             if on_bytes:
                 on_bytes(bytes_transferred)
 
-    manifest = read_manifest(s3, uri) if any(o.rel == MANIFEST for o in objects) else None
+    has_manifest = manifest_etag is not None or any(o.rel == MANIFEST for o in objects)
+    manifest = read_manifest(s3, uri, manifest_etag) if has_manifest else None
     files = [o for o in objects if o.rel != MANIFEST]
     if not files:
         raise DataError(f"{uri}: no objects there; accepted: a prefix holding the dataset "

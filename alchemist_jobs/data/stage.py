@@ -2,6 +2,9 @@
 
 Every worker calls `stage`; the cache's lock makes one of them per node download while the
 others wait, and jobs staging the same content later find it there without fetching a byte.
+A dataset pushed with `alchemist data push` is addressed by its manifest's ETag (one HEAD
+request on a hit; the manifest lists every file's key, size and SHA-256, and a fill checks
+each file against it); any other prefix by its listing's keys, sizes and ETags.
 Where the cache lives (`data.cache`):
 
     node    $ALCHEMIST_DATA_CACHE (the node-local volume on clusters), else
@@ -23,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from alchemist_jobs.data.cache import DataError, Entry, NodeCache, parse_size
-from alchemist_jobs.data.source import parse_s3_uri
+from alchemist_jobs.data.source import DATASETS_PREFIX, parse_s3_uri
 
 if TYPE_CHECKING:
     from alchemist_jobs.spec import JobSpec
@@ -57,15 +60,28 @@ def stage(spec: "JobSpec", shared_root: Path, run_dir: Path | None = None) -> En
 
 
 def _stage_s3(source: str, cache: NodeCache) -> Entry:
+    """A pushed dataset is addressed by its manifest (every file's key, size and SHA-256), so a
+    cache hit costs one HEAD; any other prefix by its listing (keys, sizes, ETags)."""
     from alchemist_jobs.data import s3
 
     uri = parse_s3_uri(source)
     client = s3.client()
+    etag = s3.manifest_etag(client, uri)
+    if etag is not None:
+        def fill(dest: Path) -> None:
+            objects = s3.list_prefix(client, uri)
+            cache.reserve(sum(o.size for o in objects if o.rel != s3.MANIFEST))
+            s3.download(client, uri, objects, dest, manifest_etag=etag)
+
+        return cache.acquire(hashlib.sha256(f"manifest {etag}".encode()).hexdigest(), fill)
     objects = s3.list_prefix(client, uri)
     if not objects:
         raise DataError(f"{uri}: no objects there; accepted: a prefix holding the dataset "
                         "(`alchemist data ls`)")
-    size = sum(o.size for o in objects if o.rel != s3.MANIFEST)
+    if uri.prefix.startswith(DATASETS_PREFIX):
+        raise DataError(f"{uri}: its push has not finished (no {s3.MANIFEST}); run `alchemist "
+                        "data push` again to complete it")
+    size = sum(o.size for o in objects)
     return cache.acquire(s3.listing_key(objects),
                          lambda dest: s3.download(client, uri, objects, dest), size)
 

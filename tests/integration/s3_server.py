@@ -35,8 +35,8 @@ class S3Server:
     puts_allowed: int = 0
     puts_seen: int = 0
     puts_blocked: threading.Condition = field(default_factory=threading.Condition)
-    gets_wait_for_lists: int = 0  # object GETs wait until this many listings have arrived
-    lists_seen: int = 0
+    gets_wait_for_heads: int = 0  # object GETs wait until this many object HEADs have arrived
+    heads_seen: int = 0
 
     def start(self) -> "S3Server":
         app = DomainDispatcherApplication(create_backend_app)
@@ -54,13 +54,13 @@ class S3Server:
                     # Its client was killed meanwhile: S3 stores no object from a cut request.
                     start_response("503 Service Unavailable", [("Content-Length", "0")])
                     return [b""]
-            if req.method == "GET" and "list-type=2" in req.query:
+            if req.method == "HEAD" and req.is_object:
                 with self.puts_blocked:
-                    self.lists_seen += 1
+                    self.heads_seen += 1
                     self.puts_blocked.notify_all()
-            elif req.method == "GET" and req.is_object and self.gets_wait_for_lists:
+            elif req.method == "GET" and req.is_object and self.gets_wait_for_heads:
                 with self.puts_blocked:
-                    self.puts_blocked.wait_for(lambda: self.lists_seen >= self.gets_wait_for_lists)
+                    self.puts_blocked.wait_for(lambda: self.heads_seen >= self.gets_wait_for_heads)
             self.requests.append(req)
             return app(environ, start_response)
 

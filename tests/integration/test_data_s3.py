@@ -56,7 +56,7 @@ def s3env(server, monkeypatch, request):
 
     s3.client().create_bucket(Bucket=bucket)
     server.clear()
-    server.put_gate, server.puts_seen, server.gets_wait_for_lists, server.lists_seen = None, 0, 0, 0
+    server.put_gate, server.puts_seen, server.gets_wait_for_heads, server.heads_seen = None, 0, 0, 0
     return bucket
 
 
@@ -119,15 +119,16 @@ def test_second_job_stage_makes_no_get_of_object_data(s3env, server, tmp_path):
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["False", str(first.path)]
     assert server.object_gets(s3env) == []
-    assert [r.method for r in server.requests] == ["GET"]  # the one listing
+    # one HEAD of the push manifest, whose ETag addresses the content: no listing, no GET
+    assert [(r.method, r.path) for r in server.requests] == [("HEAD", f"/{s3env}/datasets/d/{MANIFEST}")]
 
 
 def test_two_concurrent_stages_download_once(s3env, server, tmp_path):
     src = make_dataset(tmp_path / "src", files=6)
     assert push(src, "d") == 0
     server.clear()
-    # no object is served before both stagers have listed: they are truly concurrent
-    server.gets_wait_for_lists, server.lists_seen = 2, 0
+    # no object is served before both stagers have looked the dataset up: truly concurrent
+    server.gets_wait_for_heads, server.heads_seen = 2, 0
     code = textwrap.dedent(f"""
         from pathlib import Path
         from alchemist_jobs.data.stage import stage
@@ -274,3 +275,29 @@ def test_stack_outputs_object_store_is_used(s3env, server, tmp_path, capsys):
     assert main(["data", "ls", "--stack", "dev", "--outputs", str(outputs)]) == 0
     assert "d " in capsys.readouterr().out
     assert server.object_puts(s3env)
+
+
+def test_a_push_that_has_not_finished_is_not_staged(s3env, tmp_path):
+    from alchemist_jobs.data import s3
+
+    s3.client().put_object(Bucket=s3env, Key="datasets/half/a.bin", Body=b"abc")  # no manifest yet
+    with pytest.raises(DataError, match=r"datasets/half/: its push has not finished \(no \.alchemist-manifest\.json\)"):
+        stage(spec_for(f"s3://{s3env}/datasets/half"), tmp_path / "home")
+    _nothing_visible(tmp_path / "home")
+
+
+def test_a_prefix_not_pushed_by_alchemist_is_addressed_by_its_listing(s3env, server, tmp_path):
+    from alchemist_jobs.data import s3
+
+    client = s3.client()
+    for i in range(3):
+        client.put_object(Bucket=s3env, Key=f"raw/{i}.bin", Body=bytes([i]) * 1000)
+    first = stage(spec_for(f"s3://{s3env}/raw/"), tmp_path / "home")
+    assert first.filled and {p.name for p in first.path.iterdir()} == {"0.bin", "1.bin", "2.bin"}
+    server.clear()
+    again = stage(spec_for(f"s3://{s3env}/raw/"), tmp_path / "home")
+    assert not again.filled and again.path == first.path
+    assert server.object_gets(s3env) == []
+    client.put_object(Bucket=s3env, Key="raw/1.bin", Body=b"changed")  # a new listing: a new entry
+    changed = stage(spec_for(f"s3://{s3env}/raw/"), tmp_path / "home")
+    assert changed.filled and (changed.path / "1.bin").read_bytes() == b"changed"
