@@ -301,3 +301,22 @@ def test_a_prefix_not_pushed_by_alchemist_is_addressed_by_its_listing(s3env, ser
     client.put_object(Bucket=s3env, Key="raw/1.bin", Body=b"changed")  # a new listing: a new entry
     changed = stage(spec_for(f"s3://{s3env}/raw/"), tmp_path / "home")
     assert changed.filled and (changed.path / "1.bin").read_bytes() == b"changed"
+
+
+def test_a_local_directory_source_is_uploaded_for_a_cluster_run(s3env, server, tmp_path):
+    from alchemist_jobs.contract import StackOutput
+    from alchemist_jobs.data.pods import upload_local_source
+
+    fixture = json.loads((REPO / "tests/fixtures/stack_outputs/dev.json").read_text())
+    fixture["object_store"] = {"endpoint": server.url, "bucket": s3env}
+    out = StackOutput.parse(fixture, "dev")
+    src = make_dataset(tmp_path / "src", files=2)
+    local = parse_spec({"name": "j", "task": {"builtin": "digits"}, "data": {"source": str(src)}}, "t")
+    resolved = upload_local_source(local, out)
+    assert resolved.data.source.startswith(f"s3://{s3env}/runs-data/") and local.data.source == str(src)
+    entry = stage(resolved, tmp_path / "home")
+    assert tree(entry.path) == tree(src)
+    server.clear()
+    assert upload_local_source(local, out).data.source == resolved.data.source  # resubmitted
+    # nothing sent again; only the manifest is rewritten (same bytes, so the same ETag and cache entry)
+    assert [r.path.rsplit("/", 1)[1] for r in server.object_puts(s3env)] == [MANIFEST]
