@@ -136,3 +136,25 @@ def test_parse_size(text, expected):
 def test_parse_size_rejects_junk():
     with pytest.raises(DataError, match="X: '12 parsecs' is not a size"):
         parse_size("12 parsecs", "X")
+
+
+@pytest.mark.parametrize("mode,env_cache,where", [
+    ("node", None, "home/cache/datasets"), ("node", "nodecache", "nodecache"),
+    ("shared", "nodecache", "home/cache/datasets"), ("none", "nodecache", "run/data")])
+def test_cache_modes_put_the_staged_copy_where_documented(tmp_path, monkeypatch, mode, env_cache, where):
+    from alchemist_jobs.data.stage import stage
+    from alchemist_jobs.spec import parse_spec
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "train.npz").write_bytes(b"abc")
+    if env_cache:
+        monkeypatch.setenv("ALCHEMIST_DATA_CACHE", str(tmp_path / env_cache))
+    else:
+        monkeypatch.delenv("ALCHEMIST_DATA_CACHE", raising=False)
+    monkeypatch.delenv("ALCHEMIST_DATA_CACHE_LIMIT", raising=False)
+    spec = parse_spec({"name": "j", "task": {"builtin": "digits"},
+                       "data": {"source": str(src), "cache": mode}}, "t")
+    entry = stage(spec, tmp_path / "home", tmp_path / "run")
+    assert entry.path.is_relative_to(tmp_path / where)
+    assert (entry.path / "train.npz").read_bytes() == b"abc"
