@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from alchemist_jobs.data import s3 as s3mod
-from alchemist_jobs.errors import UserError
 from alchemist_jobs.data.source import DATASETS_PREFIX, S3Uri
+from alchemist_jobs.errors import UserError
 
 
 @dataclass
