@@ -75,6 +75,9 @@ class Images(_Strict):
 
     train: str
     interactive: str
+    # The Secret (type kubernetes.io/dockerconfigjson, in every job namespace) pods list in
+    # imagePullSecrets; absent when the registry needs no login.
+    pull_secret: str | None = None
 
 
 class Efa(_Strict):

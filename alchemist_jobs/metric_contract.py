@@ -36,7 +36,7 @@ class Metric:
     role: Literal["worker", "server", "both"] = "worker"
     # When the series exist: always (every built-in worker), only where the worker trains on a
     # GPU, or only in parameter-server runs (algorithm async, easgd variant async).
-    when: Literal["always", "gpu", "parameter_server"] = "always"
+    when: Literal["always", "gpu", "parameter_server", "script"] = "always"
 
     @property
     def labels(self) -> tuple[str, ...]:
@@ -125,13 +125,16 @@ METRICS: tuple[Metric, ...] = (
            "CPU time (user + system) this process has used.", "seconds", role="both"),
     Metric("alchemist_process_memory_bytes", "gauge", "Resident memory of this process.", "bytes",
            role="both"),
+    Metric("alchemist_script_metric", "gauge",
+           "A value a script reported with alchemist_jobs.report.report(NAME=value).",
+           extra_labels=("name",), when="script"),
     Metric("alchemist_gpu_utilization_ratio", "gauge",
            "Fraction of the last sample period the worker's GPU was busy (NVML).", "ratio",
-           extra_labels=("gpu",), when="gpu"),
+           extra_labels=("gpu", "UUID"), when="gpu"),
     Metric("alchemist_gpu_memory_used_bytes", "gauge", "Memory in use on the worker's GPU (NVML).",
-           "bytes", extra_labels=("gpu",), when="gpu"),
+           "bytes", extra_labels=("gpu", "UUID"), when="gpu"),
     Metric("alchemist_gpu_power_watts", "gauge", "Power draw of the worker's GPU (NVML).", "watts",
-           extra_labels=("gpu",), when="gpu"),
+           extra_labels=("gpu", "UUID"), when="gpu"),
 )
 
 # Created and updated on scrape by the system collector rather than by the training loop.

@@ -182,6 +182,11 @@ class CheckpointSpec(_Node):
     every_steps: int = Field(100, ge=1, description="write a checkpoint every N optimizer steps")
     keep: int = Field(3, ge=1, description="newest checkpoints kept")
     resume: bool = Field(True, description="a (re)started worker resumes from the newest one")
+    stall_timeout_s: float | None = Field(
+        600.0, gt=0, description="a worker that sees no optimizer step for this long (a "
+        "stopped or hung peer) exits, so the group restarts from the newest checkpoint; "
+        "null: never"
+    )
 
 
 _Quantity = Annotated[str, Field(pattern=_QUANTITY)]
@@ -208,6 +213,18 @@ class Resources(_Node):
     cpu: float = Field(1.0, gt=0)
     memory: _Quantity = "2Gi"
     gpu: int = Field(0, ge=0, description="GPUs per node; 0 trains on CPU with gloo")
+    gpu_fallback: bool = Field(
+        False, description="train on CPU when no usable GPU is found, instead of failing"
+    )
+
+
+class PrecisionSpec(_Node):
+    """Numeric precision of built-in tasks (GPUs; bf16 autocast also works on CPU)."""
+
+    autocast: Literal["none", "bf16"] = Field(
+        "none", description="bf16: forward in bfloat16 autocast; weights stay float32"
+    )
+    tf32: bool = Field(False, description="let float32 matmuls use TF32 tensor cores")
 
 
 class JobSpec(_Node):
@@ -222,6 +239,7 @@ class JobSpec(_Node):
     hyper: Hyper = Field(default_factory=Hyper)
     data: DataSpec = Field(default_factory=DataSpec)
     checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
+    precision: PrecisionSpec = Field(default_factory=PrecisionSpec)
     env: dict[str, str] = Field(default_factory=dict, description="extra environment variables")
     secret_env: dict[str, SecretRef] = Field(
         default_factory=dict, description="environment variables whose values are secrets"

@@ -16,6 +16,7 @@ SYSTEM_NODE_LABELS = {"alchemist.io/pool": "system"}
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}
 GPU_TOLERATIONS = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
 GPU_RESOURCE = "nvidia.com/gpu"
+EFA_RESOURCE = "vpc.amazonaws.com/efa"  # extended resource of the EFA device plugin
 # Where every kind node mounts the host's shared directory; the hostPath PV points here.
 KIND_SHARED_PATH = "/var/alchemist/shared"
 
@@ -47,12 +48,35 @@ class AwsNetwork:
 
 
 @dataclass
+class ClusterArgs:
+    """What every cluster component takes: the stack's name and its validated config."""
+
+    stack: str
+    cfg: StackConfig
+
+
+@dataclass
+class EksFacts:
+    """How jobs reach an EKS cluster: the fields of the contract's `EksAccess`, as Pulumi inputs."""
+
+    cluster_name: str
+    region: str
+    endpoint: pulumi.Input[str] | None = None
+    certificate_authority: pulumi.Input[str] | None = None
+
+    def output(self) -> dict[str, pulumi.Input[str]]:
+        """The stack output's `eks` (alchemist_jobs.contract.EksAccess)."""
+        fields = ("cluster_name", "region", "endpoint", "certificate_authority")
+        return {f: getattr(self, f) for f in fields if getattr(self, f) is not None}
+
+
+@dataclass
 class ClusterFacts:
     """The facts jobs and the platform need about a cluster, whatever made it."""
 
     provider: Any  # kubernetes.Provider
     kubeconfig: pulumi.Output[str] | None  # secret; None where `eks` is given
-    eks: dict[str, pulumi.Input[str]] | None
+    eks: EksFacts | None
     gpus_per_node: int
     # The GPU Operator installs what the nodes lack: the driver unless the AMI/host has it,
     # the container toolkit unless cluster creation already configured the runtime.
@@ -60,6 +84,7 @@ class ClusterFacts:
     toolkit_by_operator: bool
     registry: Registry
     aws: AwsNetwork | None = None
+    efa_per_node: int = 0  # EFA interfaces of every GPU node; 0 when EFA is off
     depends_on: list[Any] = field(default_factory=list)  # what k8s resources must wait for
 
 

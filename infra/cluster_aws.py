@@ -2,22 +2,41 @@
 
 from __future__ import annotations
 
+import datetime
 import ipaddress
 import json
-from dataclasses import dataclass
+from typing import Any
 
 import pulumi
 import pulumi_aws as aws
 import pulumi_eks as eks
 import pulumi_kubernetes as kubernetes
 
-from infra.cluster import GPU_NODE_LABELS, GPU_TAINT, SYSTEM_NODE_LABELS, AwsNetwork, ClusterFacts, Registry
-from infra.config import AwsConfig, StackConfig
+from infra.cluster import (
+    GPU_NODE_LABELS,
+    GPU_TOLERATIONS,
+    GPU_TAINT,
+    SYSTEM_NODE_LABELS,
+    AwsNetwork,
+    ClusterArgs,
+    ClusterFacts,
+    EksFacts,
+    Registry,
+)
+from infra.cluster_addons import CloudIdentityAddon, CloudIdentityAddonArgs
+from infra.cluster_versions import EFA_DEVICE_PLUGIN_CHART, autoscaler_chart, eks_support_warning
+from infra.config import AwsConfig, GpuPool, NodePool, StackConfig
+from infra.instance_types import ACCELERATOR_LABEL, gpu_model
 from infra.policies import OPEN_ENDPOINTS_TAG
-from infra.shared_fs import irsa_trust_policy
-from infra.versions import CHARTS
+from infra.versions import KUBERNETES_VERSIONS
 
 SYSTEM_AMI_TYPE = "AL2023_x86_64_STANDARD"
+# The root volume of the AL2023 EKS AMIs (pulumi-eks nodes/nodegroup.ts, createMNGCustomLaunchTemplate).
+ROOT_DEVICE = "/dev/xvda"
+EBS_CSI_DRIVER = "ebs.csi.aws.com"
+# The service account the aws-ebs-csi-driver add-on's controller runs as (AWS EKS user guide,
+# "Store Kubernetes volumes with Amazon EBS": the IAM role trusts kube-system:ebs-csi-controller-sa).
+EBS_CSI_SERVICE_ACCOUNT = "ebs-csi-controller-sa"
 NODE_POLICIES = (
     "arn:aws:iam::aws:policy/AmazonEKSWorkerNodePolicy",
     "arn:aws:iam::aws:policy/AmazonEKS_CNI_Policy",
@@ -53,10 +72,7 @@ def subnet_cidrs(vpc_cidr: ipaddress.IPv4Network, zones: int) -> tuple[list[str]
     return [str(b) for b in blocks[:zones]], [str(b) for b in blocks[8 : 8 + zones]]
 
 
-@dataclass
-class EksClusterArgs:
-    stack: str
-    cfg: StackConfig
+EksClusterArgs = ClusterArgs
 
 
 class EksCluster(pulumi.ComponentResource):
@@ -66,6 +82,10 @@ class EksCluster(pulumi.ComponentResource):
         super().__init__("alchemist:infra:EksCluster", name, None, opts)
         cfg: AwsConfig = args.cfg.aws  # type: ignore[assignment]
         cluster_name = f"alchemist-{args.stack}"
+        warning = eks_support_warning(args.cfg.kubernetes_version, datetime.date.today().isoformat(),
+                                      KUBERNETES_VERSIONS)
+        if warning:
+            pulumi.log.warn(warning, resource=self)
         self.aws_provider = aws.Provider(
             f"{name}-aws",
             region=cfg.region,
@@ -75,6 +95,52 @@ class EksCluster(pulumi.ComponentResource):
         on_aws = pulumi.ResourceOptions(parent=self, provider=self.aws_provider)
         vpc, private_ids, public_ids = self._network(name, cluster_name, cfg, on_aws)
 
+        node_role, attachments = self._node_role(name, on_aws)
+        self.cluster = self._control_plane(name, cluster_name, args, vpc.id, private_ids, public_ids, on_aws)
+        gpu = cfg.gpu_nodes
+        self._node_groups(name, cluster_name, cfg, vpc.id, private_ids, node_role, attachments, on_aws)
+        self.kubeconfig_json = pulumi.Output.secret(self.cluster.kubeconfig_json)
+        self.provider = kubernetes.Provider(
+            f"{name}-k8s", kubeconfig=self.kubeconfig_json, opts=pulumi.ResourceOptions(parent=self)
+        )
+        self._access_entries(name, cluster_name, args.cfg, on_aws)
+        if gpu.efa_interfaces:
+            self._efa_device_plugin(name)
+        self._ebs_csi(name, cluster_name, on_aws)
+        self._autoscaler(name, cluster_name, args.cfg)
+
+        kubeconfig = self.cluster.kubeconfig_json.apply(json.loads)
+        # Neither is secret: the pulumi-eks kubeconfig holds no credential (it runs `aws eks get-token`).
+        endpoint = pulumi.Output.unsecret(kubeconfig.apply(lambda k: k["clusters"][0]["cluster"]["server"]))
+        ca = pulumi.Output.unsecret(
+            kubeconfig.apply(lambda k: k["clusters"][0]["cluster"]["certificate-authority-data"])
+        )
+        self.facts = ClusterFacts(
+            provider=self.provider,
+            kubeconfig=None,
+            eks=EksFacts(cluster_name=cluster_name, region=cfg.region, endpoint=endpoint,
+                         certificate_authority=ca),  # fmt: skip
+            gpus_per_node=gpu.gpus_per_node,
+            gpu_driver_by_operator=False,
+            toolkit_by_operator=False,
+            registry=Registry(prefix="", host="", ecr_repositories=True),
+            efa_per_node=gpu.efa_interfaces,
+            aws=AwsNetwork(
+                aws_provider=self.aws_provider,
+                region=cfg.region,
+                vpc_id=vpc.id,
+                vpc_cidr=str(cfg.vpc_cidr),
+                private_subnet_ids=private_ids,
+                oidc_provider_arn=self.cluster.oidc_provider_arn,
+                oidc_provider_url=self.cluster.oidc_provider_url,
+                node_security_group_id=self.cluster.node_security_group_id,
+            ),
+            depends_on=[self.system_nodes, self.ebs_csi],
+        )
+        self.register_outputs({"cluster_name": cluster_name, "region": cfg.region, "endpoint": endpoint})
+
+    def _node_role(self, name: str, on_aws: pulumi.ResourceOptions) -> tuple[Any, list[Any]]:
+        """The IAM role every node runs as, with the managed policies EKS nodes need."""
         node_role = aws.iam.Role(
             f"{name}-node-role",
             assume_role_policy=json.dumps({
@@ -88,6 +154,12 @@ class EksCluster(pulumi.ComponentResource):
             aws.iam.RolePolicyAttachment(f"{name}-node-policy-{i}", role=node_role.name, policy_arn=arn, opts=on_aws)
             for i, arn in enumerate(NODE_POLICIES)
         ]
+        return node_role, attachments
+
+    def _control_plane(self, name: str, cluster_name: str, args: EksClusterArgs, vpc_id: pulumi.Input[str],
+                       private_ids: list[Any], public_ids: list[Any], on_aws: pulumi.ResourceOptions) -> Any:  # fmt: skip
+        """EKS (pulumi-eks): API-only authentication, KMS-encrypted secrets, the CNI's policy agent on."""
+        cfg: AwsConfig = args.cfg.aws  # type: ignore[assignment]
         secrets_key = aws.kms.Key(
             f"{name}-secrets-key",
             description=f"{cluster_name}: envelope encryption of Kubernetes secrets",
@@ -99,11 +171,11 @@ class EksCluster(pulumi.ComponentResource):
         if args.cfg.allow_open_endpoints:
             tags[OPEN_ENDPOINTS_TAG] = "allowed-by-stack-config"
         with_aws = pulumi.ResourceOptions(parent=self, providers={"aws": self.aws_provider})
-        self.cluster = eks.Cluster(
+        return eks.Cluster(
             f"{name}-eks",
             name=cluster_name,
             version=args.cfg.kubernetes_version,
-            vpc_id=vpc.id,
+            vpc_id=vpc_id,
             private_subnet_ids=private_ids,
             public_subnet_ids=public_ids,
             node_associate_public_ip_address=False,
@@ -115,10 +187,21 @@ class EksCluster(pulumi.ComponentResource):
             create_oidc_provider=True,
             encryption_config_key_arn=secrets_key.arn,
             enabled_cluster_log_types=["api", "audit", "authenticator"],
-            storage_classes={"gp3": eks.StorageClassArgs(type="gp3", default=True, encrypted=True)},
+            # pulumi-eks's own StorageClasses use the in-tree kubernetes.io/aws-ebs provisioner
+            # (cluster/storageclass.ts), which needs the EBS CSI driver anyway since 1.23: we
+            # install the driver and make gp3 ours (_ebs_csi).
+            storage_classes=None,
+            # The VPC CNI enforces NetworkPolicies only with its policy agent on (pulumi-eks
+            # addons/cni-addon.ts merges this into the vpc-cni add-on's configurationValues).
+            vpc_cni_options=eks.VpcCniOptionsArgs(enable_network_policy=True),
             tags=tags,
             opts=with_aws,
         )
+
+    def _node_groups(self, name: str, cluster_name: str, cfg: AwsConfig, vpc_id: pulumi.Input[str],
+                     private_ids: list[Any], node_role: Any, attachments: list[Any],
+                     on_aws: pulumi.ResourceOptions) -> None:  # fmt: skip
+        """The system node group and the GPU node group (tainted, labelled, EFA where the type has it)."""
         after_cluster = pulumi.ResourceOptions(
             parent=self, providers={"aws": self.aws_provider}, depends_on=attachments
         )
@@ -130,13 +213,17 @@ class EksCluster(pulumi.ComponentResource):
             ami_type=SYSTEM_AMI_TYPE,
             subnet_ids=private_ids,
             labels=dict(SYSTEM_NODE_LABELS),
-            scaling_config={"min_size": cfg.system_nodes.min_size, "max_size": cfg.system_nodes.max_size,
-                            "desired_size": cfg.system_nodes.desired_size},  # fmt: skip
-            disk_size=50,
-            enable_imd_sv2=True,
+            scaling_config=_scaling(cfg.system_nodes),
+            launch_template=self._launch_template(f"{name}-system", 50, on_aws),
             opts=after_cluster,
         )
         gpu = cfg.gpu_nodes
+        gpu_labels = dict(GPU_NODE_LABELS)
+        model = gpu_model(list(gpu.instance_types))
+        if model:
+            # The autoscaler's AWS provider knows a GPU node by this label; without it, it sees
+            # no GPU while the device plugin starts and scales up again and again.
+            gpu_labels[ACCELERATOR_LABEL] = model
         self.gpu_nodes = eks.ManagedNodeGroup(
             f"{name}-gpu-nodes",
             cluster=self.cluster,
@@ -144,49 +231,17 @@ class EksCluster(pulumi.ComponentResource):
             instance_types=list(gpu.instance_types),
             ami_type=gpu.ami_type,  # the EKS NVIDIA AMI: driver and container toolkit included
             capacity_type=gpu.capacity_type,
-            subnet_ids=private_ids,
-            labels=dict(GPU_NODE_LABELS),
+            # EFA traffic does not cross availability zones: EFA nodes share one zone and a cluster placement group.
+            subnet_ids=private_ids[:1] if gpu.efa_interfaces else private_ids,
+            labels=gpu_labels,
             taints=[{"key": GPU_TAINT["key"], "value": GPU_TAINT["value"], "effect": "NO_SCHEDULE"}],
-            scaling_config={"min_size": gpu.min_size, "max_size": gpu.max_size, "desired_size": gpu.desired_size},
+            scaling_config=_scaling(gpu),
             ignore_scaling_changes=True,  # the cluster autoscaler owns the desired size
-            disk_size=gpu.disk_size_gib,
-            enable_imd_sv2=gpu.require_imdsv2,
+            launch_template=self._launch_template(f"{name}-gpu", gpu.disk_size_gib, on_aws,
+                                                  require_imdsv2=gpu.require_imdsv2, pool="gpu",
+                                                  efa=self._efa(name, cluster_name, vpc_id, gpu.efa_interfaces, on_aws)),
             opts=after_cluster,
         )
-        self.kubeconfig_json = pulumi.Output.secret(self.cluster.kubeconfig_json)
-        self.provider = kubernetes.Provider(
-            f"{name}-k8s", kubeconfig=self.kubeconfig_json, opts=pulumi.ResourceOptions(parent=self)
-        )
-        self._autoscaler(name, cluster_name, cfg, on_aws)
-
-        kubeconfig = self.cluster.kubeconfig_json.apply(json.loads)
-        # Neither is secret: the pulumi-eks kubeconfig holds no credential (it runs `aws eks get-token`).
-        endpoint = pulumi.Output.unsecret(kubeconfig.apply(lambda k: k["clusters"][0]["cluster"]["server"]))
-        ca = pulumi.Output.unsecret(
-            kubeconfig.apply(lambda k: k["clusters"][0]["cluster"]["certificate-authority-data"])
-        )
-        self.facts = ClusterFacts(
-            provider=self.provider,
-            kubeconfig=None,
-            eks={"cluster_name": cluster_name, "region": cfg.region, "endpoint": endpoint,
-                 "certificate_authority": ca},  # fmt: skip
-            gpus_per_node=gpu.gpus_per_node,
-            gpu_driver_by_operator=False,
-            toolkit_by_operator=False,
-            registry=Registry(prefix="", host="", ecr_repositories=True),
-            aws=AwsNetwork(
-                aws_provider=self.aws_provider,
-                region=cfg.region,
-                vpc_id=vpc.id,
-                vpc_cidr=str(cfg.vpc_cidr),
-                private_subnet_ids=private_ids,
-                oidc_provider_arn=self.cluster.oidc_provider_arn,
-                oidc_provider_url=self.cluster.oidc_provider_url,
-                node_security_group_id=self.cluster.node_security_group_id,
-            ),
-            depends_on=[self.system_nodes],
-        )
-        self.register_outputs({"cluster_name": cluster_name, "region": cfg.region, "endpoint": endpoint})
 
     def _network(self, name: str, cluster_name: str, cfg: AwsConfig, on_aws: pulumi.ResourceOptions):
         """A VPC with a private and a public subnet per zone; nodes stay private behind one NAT."""
@@ -235,32 +290,140 @@ class EksCluster(pulumi.ComponentResource):
                 )
         return vpc, [s.id for s in private], [s.id for s in public]
 
-    def _autoscaler(self, name: str, cluster_name: str, cfg: AwsConfig, on_aws: pulumi.ResourceOptions) -> None:
-        """Cluster autoscaler (IRSA) so the GPU group scales from zero when GPU jobs are admitted."""
-        sa = "cluster-autoscaler"
-        role = aws.iam.Role(
-            f"{name}-autoscaler-role",
-            assume_role_policy=irsa_trust_policy(
-                self.cluster.oidc_provider_arn, self.cluster.oidc_provider_url, "kube-system", sa
-            ),
+    def _launch_template(self, name: str, disk_gib: int, on_aws: pulumi.ResourceOptions,
+                         require_imdsv2: bool = True, pool: str = "system",
+                         efa: dict[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
+        """Node launch template: IMDSv2 with hop limit 1, so pods cannot take the node's role.
+
+        pulumi-eks's own template sets hop limit 2 (nodes/nodegroup.ts, `metadataOptions`),
+        which lets any pod reach the instance credentials; our add-ons use IRSA instead.
+        """
+        template = aws.ec2.LaunchTemplate(
+            f"{name}-launch-template",
+            metadata_options={"http_endpoint": "enabled", "http_tokens": "required" if require_imdsv2 else "optional",
+                              "http_put_response_hop_limit": 1},
+            block_device_mappings=[{"device_name": ROOT_DEVICE, "ebs": {
+                "volume_size": disk_gib, "volume_type": "gp3", "encrypted": "true", "delete_on_termination": "true"}}],
+            tags={"alchemist.io/pool": pool},  # policy imdsv2-on-gpu-nodes knows the GPU template by it
+            **(efa or {}),
+            opts=on_aws,
+        )  # fmt: skip
+        return {"id": template.id, "version": template.latest_version.apply(str)}
+
+    def _efa(self, name: str, cluster_name: str, vpc_id: pulumi.Input[str], interfaces: int,
+             on_aws: pulumi.ResourceOptions) -> dict[str, Any] | None:  # fmt: skip
+        """Launch-template fields for EFA nodes (None without EFA).
+
+        The interfaces follow pulumi-eks nodes/instances.ts (getEfaNetworkInterfaces): card 0 an
+        `efa` interface at device index 0, every further card `efa-only` at device index 1,
+        all in the EKS cluster security group (nodes/nodegroup.ts uses
+        `cluster.vpcConfig.clusterSecurityGroupId`) plus one that lets EFA traffic flow
+        between the nodes (AWS EC2 guide, "Prepare an EFA-enabled security group").
+        """
+        if not interfaces:
+            return None
+        efa_sg = aws.ec2.SecurityGroup(
+            f"{name}-efa-sg",
+            description="EFA: all traffic between the GPU nodes",
+            vpc_id=vpc_id,
+            ingress=[{"protocol": "-1", "from_port": 0, "to_port": 0, "self": True}],
+            egress=[{"protocol": "-1", "from_port": 0, "to_port": 0, "self": True}],
             opts=on_aws,
         )
-        aws.iam.RolePolicy(f"{name}-autoscaler-policy", role=role.id, policy=json.dumps(AUTOSCALER_POLICY), opts=on_aws)
-        pin = CHARTS["cluster-autoscaler"]
+        cluster_sg = aws.eks.get_cluster_output(
+            name=cluster_name, opts=pulumi.InvokeOutputOptions(provider=self.aws_provider, depends_on=[self.cluster])
+        ).vpc_config.cluster_security_group_id
+        placement = aws.ec2.PlacementGroup(f"{name}-gpu-placement", strategy="cluster", opts=on_aws)
+        return {
+            "network_interfaces": [
+                {"device_index": 0 if i == 0 else 1, "network_card_index": i,
+                 "interface_type": "efa" if i == 0 else "efa-only", "delete_on_termination": "true",
+                 "security_groups": [cluster_sg, efa_sg.id]}
+                for i in range(interfaces)
+            ],
+            "placement": {"group_name": placement.name},
+        }  # fmt: skip
+
+    def _efa_device_plugin(self, name: str) -> None:
+        """The DaemonSet that advertises `vpc.amazonaws.com/efa` on EFA nodes (tolerating the GPU taint)."""
         kubernetes.helm.v4.Chart(
-            f"{name}-cluster-autoscaler",
-            chart=pin.chart,
-            version=pin.version,
-            repository_opts={"repo": pin.repo},
+            f"{name}-efa-device-plugin",
+            chart=EFA_DEVICE_PLUGIN_CHART.chart,
+            version=EFA_DEVICE_PLUGIN_CHART.version,
+            repository_opts={"repo": EFA_DEVICE_PLUGIN_CHART.repo},
             namespace="kube-system",
-            values={
-                "autoDiscovery": {"clusterName": cluster_name},
-                "awsRegion": cfg.region,
-                "rbac": {"serviceAccount": {"create": True, "name": sa,
-                                            "annotations": {"eks.amazonaws.com/role-arn": role.arn}}},
-                "extraArgs": {"balance-similar-node-groups": True, "expander": "least-waste",
-                              "skip-nodes-with-system-pods": False},
-                "nodeSelector": dict(SYSTEM_NODE_LABELS),
-            },  # fmt: skip
+            values={"tolerations": [dict(t) for t in GPU_TOLERATIONS]},
             opts=pulumi.ResourceOptions(parent=self, provider=self.provider, depends_on=[self.system_nodes]),
         )
+
+    def _access_entries(self, name: str, cluster_name: str, cfg: StackConfig, on_aws: pulumi.ResourceOptions) -> None:
+        """An access entry per team principal, in the Kubernetes groups the team's RoleBinding binds."""
+        opts = pulumi.ResourceOptions.merge(on_aws, pulumi.ResourceOptions(depends_on=[self.cluster]))
+        for team in cfg.teams:
+            groups = team.groups or [f"alchemist:{team.name}"]  # as the platform's RoleBinding
+            for i, arn in enumerate(team.principals):
+                aws.eks.AccessEntry(
+                    f"{name}-access-{team.name}-{i}",
+                    cluster_name=cluster_name,
+                    principal_arn=arn,
+                    kubernetes_groups=groups,
+                    type="STANDARD",
+                    opts=opts,
+                )
+
+    def _ebs_csi(self, name: str, cluster_name: str, on_aws: pulumi.ResourceOptions) -> None:
+        """The EBS CSI driver (EKS add-on, own IAM role) and the default gp3 StorageClass it provisions."""
+        self.ebs_csi = CloudIdentityAddon(
+            f"{name}-ebs-csi",
+            CloudIdentityAddonArgs(
+                aws_provider=self.aws_provider,
+                oidc_provider_arn=self.cluster.oidc_provider_arn,
+                oidc_provider_url=self.cluster.oidc_provider_url,
+                service_account=EBS_CSI_SERVICE_ACCOUNT,
+                policy_arns=["arn:aws:iam::aws:policy/service-role/AmazonEBSCSIDriverPolicy"],
+                eks_addon="aws-ebs-csi-driver",
+                cluster_name=cluster_name,
+                configuration_values={"node": {"tolerateAllTaints": True}},  # volumes on GPU nodes too
+                depends_on=[self.system_nodes],
+            ),
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        kubernetes.storage.v1.StorageClass(
+            f"{name}-gp3",
+            metadata={"name": "gp3", "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}},
+            provisioner=EBS_CSI_DRIVER,
+            parameters={"type": "gp3", "encrypted": "true"},
+            volume_binding_mode="WaitForFirstConsumer",
+            reclaim_policy="Delete",
+            allow_volume_expansion=True,
+            opts=pulumi.ResourceOptions(parent=self, provider=self.provider, depends_on=[self.ebs_csi]),
+        )
+
+    def _autoscaler(self, name: str, cluster_name: str, cfg: StackConfig) -> None:
+        """Cluster autoscaler of the cluster's minor (IRSA) so the GPU group scales from zero."""
+        aws_cfg: AwsConfig = cfg.aws  # type: ignore[assignment]
+        CloudIdentityAddon(
+            f"{name}-autoscaler",
+            CloudIdentityAddonArgs(
+                aws_provider=self.aws_provider,
+                oidc_provider_arn=self.cluster.oidc_provider_arn,
+                oidc_provider_url=self.cluster.oidc_provider_url,
+                service_account="cluster-autoscaler",
+                inline_policy=AUTOSCALER_POLICY,
+                chart=autoscaler_chart(cfg.kubernetes_version),
+                service_account_path=("rbac", "serviceAccount"),
+                values={
+                    "autoDiscovery": {"clusterName": cluster_name},
+                    "awsRegion": aws_cfg.region,
+                    "extraArgs": {"balance-similar-node-groups": True, "expander": "least-waste",
+                                  "skip-nodes-with-system-pods": False},
+                    "nodeSelector": dict(SYSTEM_NODE_LABELS),
+                },  # fmt: skip
+                depends_on=[self.system_nodes],
+            ),
+            opts=pulumi.ResourceOptions(parent=self, providers=[self.provider]),
+        )
+
+
+def _scaling(pool: NodePool | GpuPool) -> dict[str, int]:
+    return {"min_size": pool.min_size, "max_size": pool.max_size, "desired_size": pool.desired_size}

@@ -3,28 +3,18 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 
 import pulumi
 import pulumi_command as command
 import pulumi_kubernetes as kubernetes
 import yaml
 
-from infra.cluster import (
-    KIND_SHARED_PATH,
-    SYSTEM_NODE_LABELS,
-    ClusterFacts,
-    Registry,
-)
-from infra.config import KindConfig, StackConfig
-from infra.versions import KIND_NODE_IMAGES, LOCAL_REGISTRY_IMAGE
+from infra.cluster import KIND_SHARED_PATH, SYSTEM_NODE_LABELS, ClusterArgs, ClusterFacts, Registry
+from infra.cluster_versions import kind_node_image
+from infra.config import KindConfig
+from infra.versions import LOCAL_REGISTRY_IMAGE
 
-
-
-@dataclass
-class KindClusterArgs:
-    stack: str
-    cfg: StackConfig
+KindClusterArgs = ClusterArgs
 
 
 def kind_config(cluster_name: str, shared_dir: str, workers: int) -> str:
@@ -81,7 +71,7 @@ class KindCluster(pulumi.ComponentResource):
         self.cluster = command.local.Command(
             f"{name}-kind",
             create=(
-                f"kind create cluster --name {cluster_name} --image {KIND_NODE_IMAGES[cfg.kubernetes_version]}"
+                f"kind create cluster --name {cluster_name} --image {kind_node_image(cfg.kubernetes_version)}"
                 " --config - --wait 120s"
             ),
             stdin=kind_config(cluster_name, shared_dir, kind_cfg.workers),

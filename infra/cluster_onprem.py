@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import base64
 from typing import Any
 from urllib.parse import quote
+
+import yaml
 
 import pulumi
 import pulumi_command as command
 import pulumi_kubernetes as kubernetes
 
-from infra.cluster import GPU_NODE_LABELS, GPU_TAINT, SYSTEM_NODE_LABELS, ClusterFacts, Registry
+from infra.cluster import GPU_NODE_LABELS, GPU_TAINT, SYSTEM_NODE_LABELS, ClusterArgs, ClusterFacts, Registry
 from infra.config import OnpremConfig, OnpremHost, StackConfig
 from infra.versions import K3S_VERSIONS, NVIDIA_CONTAINER_TOOLKIT_VERSION
 
@@ -24,8 +26,19 @@ def k3s_installer(version: str) -> str:
     return f"https://raw.githubusercontent.com/k3s-io/k3s/{quote(version)}/install.sh"
 
 
-def server_script(version: str, host: OnpremHost, api: str, first: bool, ha: bool) -> str:
-    """Install a k3s server. Joining servers read the cluster token from stdin."""
+# The cluster token reaches a joining node on stdin and is written to a root-only file that
+# k3s reads (`--token-file`): it never appears on a command line, where `ps` shows it to
+# every user of the host.
+TOKEN_FILE = "/etc/rancher/k3s/cluster-token"
+_SAVE_TOKEN = (
+    "sudo install -d -m 0700 /etc/rancher/k3s && "
+    f"sudo sh -c 'umask 077 && cat > {TOKEN_FILE}' && "
+)
+
+
+def server_script(version: str, host: OnpremHost, api: str, first: bool, ha: bool,
+                  registries: bool = False) -> str:  # fmt: skip
+    """Install a k3s server. Joining servers read the cluster token from stdin (after registries.yaml, if any)."""
     flags = [
         "server",
         f"--node-name {host.name}",
@@ -39,24 +52,55 @@ def server_script(version: str, host: OnpremHost, api: str, first: bool, ha: boo
     token = ""
     if not first:
         flags.insert(1, f"--server https://{api}:6443")
-        token = 'K3S_TOKEN="$(cat)" && '
-    env = f"INSTALL_K3S_VERSION='{version}'" + (' K3S_TOKEN="$K3S_TOKEN"' if not first else "")
-    return f"set -eu; {token}curl -sfL {k3s_installer(version)} | sudo {env} sh -s - {' '.join(flags)}"
+        flags.append(f"--token-file {TOKEN_FILE}")
+        token = _SAVE_TOKEN
+    env = f"INSTALL_K3S_VERSION='{version}'"
+    return f"set -eu; {_registries_step(registries)}{token}curl -sfL {k3s_installer(version)} | sudo {env} sh -s - {' '.join(flags)}"
 
 
-def agent_script(version: str, host: OnpremHost, api: str) -> str:
+def agent_script(version: str, host: OnpremHost, api: str, registries: bool = False) -> str:
     """Join a k3s agent (token on stdin). GPU agents get the GPU label, taint and nvidia runtime."""
-    flags = [f"--node-name {host.name}", f"--server https://{api}:6443"]
+    flags = [f"--node-name {host.name}", f"--server https://{api}:6443", f"--token-file {TOKEN_FILE}"]
     if host.gpus:
         taint = f"{GPU_TAINT['key']}={GPU_TAINT['value']}:{GPU_TAINT['effect']}"
         flags += [_labels(GPU_NODE_LABELS), f"--node-taint {taint}", "--default-runtime nvidia"]
     else:
         flags.append(_labels({"alchemist.io/pool": "cpu"}))
     return (
-        'set -eu; K3S_TOKEN="$(cat)" && '
-        f"curl -sfL {k3s_installer(version)} | sudo INSTALL_K3S_VERSION='{version}' "
-        f"K3S_TOKEN=\"$K3S_TOKEN\" sh -s - agent {' '.join(flags)}"
+        f"set -eu; {_registries_step(registries)}{_SAVE_TOKEN}"
+        f"curl -sfL {k3s_installer(version)} | sudo INSTALL_K3S_VERSION='{version}' sh -s - agent {' '.join(flags)}"
     )
+
+
+def _registries_step(registries: bool) -> str:
+    """Install /etc/rancher/k3s/registries.yaml, read as the first stdin line (base64), before k3s starts."""
+    if not registries:
+        return ""
+    return (
+        "sudo install -d -m 0700 /etc/rancher/k3s && read -r REGISTRIES && "
+        "printf '%s' \"$REGISTRIES\" | base64 -d | sudo sh -c 'umask 077 && cat > /etc/rancher/k3s/registries.yaml' && "
+    )
+
+
+def registries_yaml(registry: str, user: str | None, password: str | None, insecure: bool) -> str:
+    """k3s's containerd registry config: where the host is, plain HTTP or TLS, and its login.
+
+    Format: k3s docs "Private Registry Configuration" (`mirrors.<host>.endpoint`,
+    `configs.<host>.auth` and `.tls.insecure_skip_verify`).
+    """
+    host = registry.split("/")[0]
+    doc: dict[str, Any] = {"mirrors": {host: {"endpoint": [f"{'http' if insecure else 'https'}://{host}"]}}}
+    if user is not None and password is not None:
+        doc["configs"] = {host: {"auth": {"username": user, "password": password}}}
+    return yaml.safe_dump(doc, sort_keys=True)
+
+
+# With the GPU Operator's driver container, the driver's files live under this root on the
+# host; the host toolkit must look there (NVIDIA GPU Operator docs, "Pre-installed NVIDIA
+# Container Toolkit (but no drivers)": uncomment `root = "/run/nvidia/driver"` in
+# /etc/nvidia-container-runtime/config.toml).
+OPERATOR_DRIVER_ROOT = "/run/nvidia/driver"
+TOOLKIT_CONFIG = "/etc/nvidia-container-runtime/config.toml"
 
 
 def nvidia_runtime_script(driver_on_host: bool) -> str:
@@ -78,7 +122,48 @@ def nvidia_runtime_script(driver_on_host: bool) -> str:
         "sudo apt-get update -q; "
         f"sudo apt-get install -y -q nvidia-container-toolkit={v} nvidia-container-toolkit-base={v} "
         f"libnvidia-container-tools={v} libnvidia-container1={v}"
+        + ("" if driver_on_host else
+           f"; sudo sed -i 's|^#\\?root = .*|root = \"{OPERATOR_DRIVER_ROOT}\"|' {TOOLKIT_CONFIG}"
+           f" && grep -q '^root = \"{OPERATOR_DRIVER_ROOT}\"' {TOOLKIT_CONFIG}")
+    )  # fmt: skip
+
+
+# k3s keeps the CA that signs client certificates here ("k3s certificate" docs: client-ca.crt
+# and client-ca.key under the server's tls directory); the API server trusts what it signs,
+# with the certificate's O fields as the user's groups.
+K3S_TLS = "/var/lib/rancher/k3s/server/tls"
+TEAM_CERT_DAYS = 365
+
+
+def team_credentials_script(team: str, groups: list[str], tls_dir: str = K3S_TLS, sudo: str = "sudo ") -> str:
+    """Make a key and a client certificate for a team's submitters; print both, base64, one per line.
+
+    The key never leaves the pipe except on stdout (a secret output); the CA key is read as root.
+    """
+    subject = "".join(f"/O={g}" for g in groups) + f"/CN=alchemist-submitter-{team}"
+    return (
+        'set -eu; d="$(mktemp -d)"; trap \'rm -rf "$d"\' EXIT; umask 077; '
+        'openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes '
+        f'-keyout "$d/key.pem" -subj "{subject}" -out "$d/req.csr" 2>/dev/null; '
+        f'{sudo}openssl x509 -req -in "$d/req.csr" -CA {tls_dir}/client-ca.crt -CAkey {tls_dir}/client-ca.key '
+        f'-set_serial "0x$(openssl rand -hex 16)" -days {TEAM_CERT_DAYS} -out "$d/cert.pem" 2>/dev/null; '
+        'base64 -w0 "$d/cert.pem"; echo; base64 -w0 "$d/key.pem"; echo'
     )
+
+
+def team_kubeconfig(admin_kubeconfig: str, credentials: str, team: str, api: str) -> str:
+    """The admin kubeconfig's cluster (server, CA) with the team's certificate as its only user."""
+    admin = yaml.safe_load(admin_kubeconfig)
+    cert, key = credentials.split()
+    cluster = dict(admin["clusters"][0]["cluster"])
+    cluster["server"] = f"https://{api}:6443"
+    user = f"alchemist-submitter-{team}"
+    return yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": user,
+        "clusters": [{"name": "alchemist", "cluster": cluster}],
+        "contexts": [{"name": user, "context": {"cluster": "alchemist", "user": user, "namespace": team}}],
+        "users": [{"name": user, "user": {"client-certificate-data": cert, "client-key-data": key}}],
+    }, sort_keys=False)  # fmt: skip
 
 
 def registry_facts(cfg: StackConfig) -> Registry:
@@ -93,10 +178,7 @@ def registry_facts(cfg: StackConfig) -> Registry:
     )
 
 
-@dataclass
-class K3sClusterArgs:
-    stack: str
-    cfg: StackConfig
+K3sClusterArgs = ClusterArgs
 
 
 class K3sCluster(pulumi.ComponentResource):
@@ -121,65 +203,40 @@ class K3sCluster(pulumi.ComponentResource):
             return conn
 
         first = servers[0]
+        images = args.cfg.images
+        password = args.cfg.registry_password
+        # Every node gets registries.yaml before k3s starts: the first stdin line (base64).
+        registries = pulumi.Output.secret(base64.b64encode(registries_yaml(
+            images.registry or "", images.registry_user, password.get_secret_value() if password else None,
+            images.registry_insecure).encode()).decode() + "\n")  # fmt: skip
         self.first_server = command.remote.Command(
             f"{name}-server-{first.name}",
             connection=connection(first),
-            create=server_script(version, first, api, first=True, ha=len(servers) > 1),
+            create=server_script(version, first, api, first=True, ha=len(servers) > 1, registries=True),
+            stdin=registries,
             delete="/usr/local/bin/k3s-uninstall.sh",
             opts=pulumi.ResourceOptions(parent=self),
         )
-        token_cmd = command.remote.Command(
-            f"{name}-token",
-            connection=connection(first),
-            create="sudo cat /var/lib/rancher/k3s/server/node-token",
-            logging=command.remote.Logging.NONE,
-            opts=pulumi.ResourceOptions(
-                parent=self, depends_on=[self.first_server], additional_secret_outputs=["stdout"]
-            ),
-        )
+        token_cmd = self._read_secret(f"{name}-token", connection(first), "sudo cat /var/lib/rancher/k3s/server/node-token")
         token = pulumi.Output.secret(token_cmd.stdout.apply(lambda s: s.strip()))
         self.nodes: list[Any] = [self.first_server]
-        for host in servers[1:]:
-            self.nodes.append(command.remote.Command(
-                f"{name}-server-{host.name}",
-                connection=connection(host),
-                create=server_script(version, host, api, first=False, ha=True),
-                stdin=token,
-                delete="/usr/local/bin/k3s-uninstall.sh",
-                opts=pulumi.ResourceOptions(parent=self, depends_on=[token_cmd]),
-            ))  # fmt: skip
-        for host in agents:
-            deps: list[Any] = [token_cmd]
-            if host.gpus:
-                deps.append(command.remote.Command(
-                    f"{name}-nvidia-runtime-{host.name}",
-                    connection=connection(host),
-                    create=nvidia_runtime_script(driver_on_host=onprem.gpu_driver == "host"),
-                    opts=pulumi.ResourceOptions(parent=self),
-                ))  # fmt: skip
-            self.nodes.append(command.remote.Command(
-                f"{name}-agent-{host.name}",
-                connection=connection(host),
-                create=agent_script(version, host, api),
-                stdin=token,
-                delete="/usr/local/bin/k3s-agent-uninstall.sh",
-                opts=pulumi.ResourceOptions(parent=self, depends_on=deps),
-            ))  # fmt: skip
-        kubeconfig_cmd = command.remote.Command(
-            f"{name}-kubeconfig",
-            connection=connection(first),
-            create="sudo cat /etc/rancher/k3s/k3s.yaml",
-            logging=command.remote.Logging.NONE,
-            opts=pulumi.ResourceOptions(
-                parent=self, depends_on=[self.first_server], additional_secret_outputs=["stdout"]
-            ),
+        joining = pulumi.Output.concat(registries, token)  # stdin: registries.yaml, then the token
+        for host in [*servers[1:], *agents]:
+            self.nodes.append(self._join(name, host, connection(host), version, api, onprem, joining, token_cmd))
+        # The program itself deploys with the admin kubeconfig; jobs get the default team's
+        # submitter certificate, so the contract never carries admin access.
+        admin_cmd = self._read_secret(f"{name}-kubeconfig", connection(first), "sudo cat /etc/rancher/k3s/k3s.yaml")
+        team = args.cfg.default_team
+        team_cmd = self._read_secret(
+            f"{name}-team-credentials", connection(first),
+            team_credentials_script(team.name, team.groups or [f"alchemist:{team.name}"]),
+        )  # fmt: skip
+        admin = pulumi.Output.secret(
+            admin_cmd.stdout.apply(lambda s: s.replace("https://127.0.0.1:6443", f"https://{api}:6443"))
         )
-        self.kubeconfig = pulumi.Output.secret(
-            kubeconfig_cmd.stdout.apply(lambda s: s.replace("https://127.0.0.1:6443", f"https://{api}:6443"))
-        )
-        self.provider = kubernetes.Provider(
-            f"{name}-k8s", kubeconfig=self.kubeconfig, opts=pulumi.ResourceOptions(parent=self)
-        )
+        self.kubeconfig = pulumi.Output.secret(pulumi.Output.all(admin, team_cmd.stdout).apply(
+            lambda a: team_kubeconfig(a[0], a[1], team.name, api)))  # fmt: skip
+        self.provider = kubernetes.Provider(f"{name}-k8s", kubeconfig=admin, opts=pulumi.ResourceOptions(parent=self))
         self.facts = ClusterFacts(
             provider=self.provider,
             kubeconfig=self.kubeconfig,
@@ -192,11 +249,44 @@ class K3sCluster(pulumi.ComponentResource):
         )
         self.register_outputs({"kubeconfig": self.kubeconfig, "api": api})
 
+    def _join(self, name: str, host: OnpremHost, conn: dict[str, Any], version: str, api: str,
+              onprem: OnpremConfig, stdin: pulumi.Output[str], token_cmd: Any) -> Any:  # fmt: skip
+        """One more server or agent; a GPU agent gets the NVIDIA container toolkit first."""
+        deps: list[Any] = [token_cmd]
+        if host.role == "server":
+            create, delete = server_script(version, host, api, first=False, ha=True, registries=True), "k3s-uninstall.sh"
+        else:
+            create, delete = agent_script(version, host, api, registries=True), "k3s-agent-uninstall.sh"
+            if host.gpus:
+                deps.append(command.remote.Command(
+                    f"{name}-nvidia-runtime-{host.name}",
+                    connection=conn,
+                    create=nvidia_runtime_script(driver_on_host=onprem.gpu_driver == "host"),
+                    opts=pulumi.ResourceOptions(parent=self),
+                ))  # fmt: skip
+        return command.remote.Command(
+            f"{name}-{host.role}-{host.name}",
+            connection=conn,
+            create=create,
+            stdin=stdin,
+            delete=f"/usr/local/bin/{delete}",
+            opts=pulumi.ResourceOptions(parent=self, depends_on=deps),
+        )
 
-@dataclass
-class ExistingClusterArgs:
-    stack: str
-    cfg: StackConfig
+    def _read_secret(self, name: str, connection: dict[str, Any], create: str) -> Any:
+        """A command on the first server whose output is a secret: never logged, secret in the state."""
+        return command.remote.Command(
+            name,
+            connection=connection,
+            create=create,
+            logging=command.remote.Logging.NONE,
+            opts=pulumi.ResourceOptions(
+                parent=self, depends_on=[self.first_server], additional_secret_outputs=["stdout"]
+            ),
+        )
+
+
+ExistingClusterArgs = ClusterArgs
 
 
 class ExistingCluster(pulumi.ComponentResource):

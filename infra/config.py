@@ -31,6 +31,10 @@ SYSTEM_NAMESPACES = (
 DnsLabel = Annotated[str, Field(pattern=r"^[a-z]([-a-z0-9]{0,30}[a-z0-9])?$")]
 Quantity = Annotated[str, Field(pattern=r"^[1-9][0-9]*(Mi|Gi|Ti)$")]
 Size = Annotated[int, Field(ge=0, le=1000)]
+IAM_PRINCIPAL = r"^arn:aws(-[a-z]+)*:iam::[0-9]{12}:(role|user)/[\w+=,.@/-]+$"
+# Networks no deployer can come from (RFC 5737 documentation ranges and the like): a public
+# API endpoint open only to them is unreachable, and `pulumi up` times out after the cluster.
+NOT_A_DEPLOYER_NETWORK = "a public network you deploy from, such as your egress address/32"
 
 
 class StackConfigError(Exception):
@@ -79,6 +83,16 @@ class Team(_Model):
         default_factory=list,
         description="identity-provider groups allowed to submit jobs (default alchemist:<team>)",
     )
+    uid: Annotated[int, Field(ge=1000, le=2**31 - 1)] | None = Field(
+        None, description="POSIX uid the team's job pods run as and own their subtree with (default 1000 + index)"
+    )
+    gid: Annotated[int, Field(ge=1000, le=2**31 - 1)] | None = Field(
+        None, description="POSIX gid of the team's job pods and subtree (default: the uid)"
+    )
+    principals: list[Annotated[str, Field(pattern=IAM_PRINCIPAL)]] = Field(
+        default_factory=list,
+        description="IAM role or user ARNs (arn:aws:iam::<account>:role/<name>) that submit for the team (aws only)",
+    )
 
 
 class KindConfig(_Model):
@@ -96,7 +110,10 @@ class OnpremHost(_Model):
     address: str = Field(min_length=1, description="IP address or DNS name reachable over SSH")
     role: Literal["server", "agent"] = Field(description="'server' or 'agent'")
     gpus: Size = Field(0, description="GPUs on this host; > 0 makes it a GPU agent")
-    host_key: str | None = Field(None, description="expected SSH host key (recommended)")
+    host_key: str | None = Field(
+        None, pattern=r"^(ssh-ed25519|ecdsa-sha2-nistp(256|384|521)|ssh-rsa) [A-Za-z0-9+/]+={0,3}$",
+        description="the host's public SSH key, such as 'ssh-ed25519 AAAA...' (ssh-keyscan -t ed25519 HOST)",
+    )
 
 
 class OnpremConfig(_Model):
@@ -134,7 +151,7 @@ class GpuPool(_Model):
     instance_types: list[Annotated[str, Field(pattern=r"^(g|p)[0-9][a-z0-9-]*\.[0-9a-z]+$")]] = Field(
         min_length=1, description="GPU instance types such as g5.12xlarge or p4d.24xlarge"
     )
-    ami_type: Literal["AL2023_x86_64_NVIDIA", "BOTTLEROCKET_x86_64_NVIDIA"] = "AL2023_x86_64_NVIDIA"
+    ami_type: str = Field("AL2023_x86_64_NVIDIA", description="AL2023_x86_64_NVIDIA")
     gpus_per_node: Annotated[int, Field(ge=1, le=16)] = Field(description="GPUs per node, 1 to 16")
     min_size: Size = 0
     max_size: Annotated[int, Field(ge=1, le=1000)] = 2
@@ -142,6 +159,16 @@ class GpuPool(_Model):
     disk_size_gib: Annotated[int, Field(ge=50, le=16384)] = Field(200, alias="diskSizeGiB")
     capacity_type: Literal["ON_DEMAND", "SPOT"] = "ON_DEMAND"
     require_imdsv2: bool = Field(True, description="true (policy imdsv2-on-gpu-nodes requires it)")
+    efa: bool | None = Field(
+        None, description="true, false, or unset: on when every instance type has EFA (infra/instance_types.py)"
+    )
+
+    @property
+    def efa_interfaces(self) -> int:
+        """EFA interfaces each GPU node gets: 0 when EFA is off or a type lacks it."""
+        from infra.instance_types import group_efa
+
+        return 0 if self.efa is False else group_efa(list(self.instance_types))
 
 
 class AwsConfig(_Model):
@@ -191,6 +218,9 @@ class ImagesConfig(_Model):
 
     registry: str | None = Field(None, description="a registry/prefix such as registry.lab:5000/alchemist")
     registry_user: str | None = None
+    registry_insecure: bool = Field(
+        False, description="true when the registry speaks plain HTTP (k3s nodes are told so in registries.yaml)"
+    )
 
 
 class ObjectStoreConfig(_Model):
@@ -237,6 +267,14 @@ class StackConfig(_Model):
     def default_team(self) -> Team:
         """Jobs go to the first team unless they name another."""
         return self.teams[0]
+
+    def identity(self, team: str) -> tuple[int, int]:
+        """The POSIX (uid, gid) of a team's job pods and shared-FS subtree: 1000 + its index by default."""
+        for i, t in enumerate(self.teams):
+            if t.name == team:
+                uid = t.uid if t.uid is not None else 1000 + i
+                return uid, t.gid if t.gid is not None else uid
+        raise KeyError(team)
 
 
 # Which shared file systems each provider can give every pod.
@@ -426,11 +464,26 @@ def _check_consistency(cfg: StackConfig) -> None:
                                    "a name other than " + ", ".join(SYSTEM_NAMESPACES))  # fmt: skip
         if name in names[:i]:
             raise StackConfigError(f"{ns}:teams[{i}].name", name, "a name no other team has")
+    _check_identities(cfg)
     _check_object_store(cfg)
     if cfg.onprem is not None:
         _check_onprem(cfg.onprem)
     if cfg.aws is not None:
         _check_aws(cfg.aws)
+
+
+def _check_identities(cfg: StackConfig) -> None:
+    """Each team owns its subtree of the shared FS by uid: two teams with one uid share everything."""
+    seen: dict[int, str] = {}
+    for i, team in enumerate(cfg.teams):
+        uid, _ = cfg.identity(team.name)
+        if uid in seen:
+            raise StackConfigError(f"{NAMESPACE}:teams[{i}].uid", uid,
+                                   f"a uid no other team has (team {seen[uid]!r} has {uid})")  # fmt: skip
+        seen[uid] = team.name
+        if team.principals and cfg.provider != "aws":
+            raise StackConfigError(f"{NAMESPACE}:teams[{i}].principals", team.principals,
+                                   "IAM principals only with provider 'aws' (elsewhere: groups)")  # fmt: skip
 
 
 def _check_onprem(onprem: OnpremConfig) -> None:
@@ -443,6 +496,11 @@ def _check_onprem(onprem: OnpremConfig) -> None:
             raise StackConfigError(f"{key}[{i}].role", h.role, "'agent' for a GPU host (gpus > 0)")
         if h.name in seen or h.address in seen:
             raise StackConfigError(f"{key}[{i}]", h.name, "a name and address no other host has")
+        if h.host_key is None:
+            # Without it the first connection trusts whoever answers, and gets the k3s token.
+            raise StackConfigError(f"{key}[{i}].hostKey", None,
+                                   "the host's public SSH key, such as the line `ssh-keyscan -t ed25519 "
+                                   f"{h.address}` prints after the address", missing=True)  # fmt: skip
         seen.update((h.name, h.address))
 
 
@@ -455,9 +513,16 @@ def _check_aws(aws: AwsConfig) -> None:
     if not 16 <= aws.vpc_cidr.prefixlen <= 20:
         raise StackConfigError(f"{key}.vpcCidr", str(aws.vpc_cidr), "a /16 to /20 network")
     if aws.endpoint_public_access and not aws.public_access_cidrs:
-        raise StackConfigError(f"{key}.publicAccessCidrs", [],
-                               "the networks allowed to reach the public API endpoint "
-                               "(or endpointPublicAccess: false)")  # fmt: skip
+        raise StackConfigError(f"{key}.publicAccessCidrs", None,
+                               f"{NOT_A_DEPLOYER_NETWORK}, set by the deployer with `pulumi config set --path "
+                               f"'{key}.publicAccessCidrs[0]' <cidr>` (or endpointPublicAccess: false)",
+                               missing=True)  # fmt: skip
+    for i, cidr in enumerate(aws.public_access_cidrs):
+        if cidr.prefixlen and not cidr.is_global:  # 0.0.0.0/0 is judged by policy no-open-endpoints
+            raise StackConfigError(f"{key}.publicAccessCidrs[{i}]", str(cidr),
+                                   f"{NOT_A_DEPLOYER_NETWORK} ({cidr} is private or reserved for "
+                                   "documentation: nobody can reach the API from it)")  # fmt: skip
+    _check_gpu_pool(aws)
     for pool_key, pool in (("systemNodes", aws.system_nodes), ("gpuNodes", aws.gpu_nodes)):
         if not pool.min_size <= pool.desired_size <= pool.max_size:
             raise StackConfigError(f"{key}.{pool_key}",
@@ -490,3 +555,21 @@ def _check_object_store(cfg: StackConfig) -> None:
         raise StackConfigError(f"{key}.accessKeyId", store.access_key_id,
                                "an access key id together with the secret "
                                "alchemist:objectStoreSecretKey, or neither")  # fmt: skip
+
+
+def _check_gpu_pool(aws: AwsConfig) -> None:
+    from infra.instance_types import efa_interfaces
+
+    key = f"{NAMESPACE}:aws.gpuNodes"
+    gpu = aws.gpu_nodes
+    if gpu.ami_type != "AL2023_x86_64_NVIDIA":
+        # Bottlerocket's NVIDIA variant runs its own device plugin and toolkit; the GPU Operator
+        # would run a second set on the same nodes.
+        raise StackConfigError(f"{key}.amiType", gpu.ami_type,
+                               "AL2023_x86_64_NVIDIA (the GPU Operator manages the device plugin, "
+                               "DCGM and feature discovery; Bottlerocket's NVIDIA AMI runs its own)")  # fmt: skip
+    if gpu.efa:
+        for i, t in enumerate(gpu.instance_types):
+            if not efa_interfaces(t):
+                raise StackConfigError(f"{key}.instanceTypes[{i}]", t,
+                                       "an EFA instance type with efa: true (see infra/instance_types.py)")

@@ -24,7 +24,7 @@ from alchemist_jobs.contract import JOB_SERVICE_ACCOUNT, OBJECT_STORE_SECRET
 from infra.cluster import AwsNetwork
 from infra.config import ObjectStoreConfig
 from infra.labels import MANAGED_BY
-from infra.shared_fs import irsa_trust_policy
+from infra.cluster_addons import ROLE_ANNOTATION, irsa_trust_policy
 
 MULTIPART_ABORT_DAYS = 7  # an interrupted `alchemist data push` leaves parts; S3 bills them
 
@@ -132,7 +132,7 @@ class ObjectStore(pulumi.ComponentResource):
             aws.iam.RolePolicy(f"{name}-{team}-access", role=role.id,
                                policy=bucket.arn.apply(job_access_policy), opts=on_aws)
             self.role_arns[team] = role.arn
-            self._service_account(name, team, namespace, args, {"eks.amazonaws.com/role-arn": role.arn})
+            self._service_account(name, team, namespace, args, {ROLE_ANNOTATION: role.arn})
         self.bucket = bucket
         self.output = {"bucket": bucket.bucket, "region": net.region}
 

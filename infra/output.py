@@ -6,34 +6,40 @@ from typing import Any
 
 import pulumi
 
-from infra.cluster import GPU_NODE_LABELS, GPU_RESOURCE, GPU_TOLERATIONS, ClusterFacts
+from infra.cluster import EFA_RESOURCE, GPU_NODE_LABELS, GPU_RESOURCE, GPU_TOLERATIONS, ClusterFacts
 from infra.config import StackConfig
 from infra.labels import MOUNT_PATH, SCRAPE_LABELS, SHARED_PVC
 
 
 def build_output(stack: str, cfg: StackConfig, facts: ClusterFacts, images: dict[str, pulumi.Input[str]],
-                 monitoring_urls: dict[str, str], object_store: dict[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
+                 monitoring_urls: dict[str, str], pull_secret: str | None = None,
+                 object_store: dict[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
     """Everything a job needs to run on this stack; the kubeconfig only as a secret."""
     team = cfg.default_team
+    uid, gid = cfg.identity(team.name)
     out: dict[str, Any] = {
         "stack": stack,
         "provider": cfg.provider,
         "namespace": team.name,
         "queue": team.name,  # the team's LocalQueue has the namespace's name
-        "shared_fs": {"kind": cfg.shared_fs.kind, "pvc": SHARED_PVC, "mount_path": MOUNT_PATH},
-        "images": {"train": images["train"], "interactive": images["interactive"]},
+        # The PVC is the team's own subtree, owned by this identity; job pods run as it.
+        "shared_fs": {"kind": cfg.shared_fs.kind, "pvc": SHARED_PVC, "mount_path": MOUNT_PATH,
+                      "uid": uid, "gid": gid},
+        "images": {"train": images["train"], "interactive": images["interactive"],
+                   **({"pull_secret": pull_secret} if pull_secret else {})},
         "gpu": {
             "resource": GPU_RESOURCE,
             "node_selector": dict(GPU_NODE_LABELS),
             "tolerations": [dict(t) for t in GPU_TOLERATIONS],
             "per_node": facts.gpus_per_node,
+            **({"efa": {"resource": EFA_RESOURCE, "per_node": facts.efa_per_node}} if facts.efa_per_node else {}),
         },
         "monitoring": {**monitoring_urls, "pod_monitor_labels": dict(SCRAPE_LABELS)},
     }
     if facts.kubeconfig is not None:
         out["kubeconfig"] = pulumi.Output.secret(facts.kubeconfig)
     if facts.eks is not None:
-        out["eks"] = dict(facts.eks)
+        out["eks"] = facts.eks.output()
     if object_store is not None:
         out["object_store"] = dict(object_store)
     return out

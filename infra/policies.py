@@ -116,7 +116,8 @@ def check_imdsv2_on_gpu_nodes(r: Resource) -> list[str]:
     if r.type == "aws:eks/nodeGroup:NodeGroup" and _gpu_node_group(p) and p.get("launchTemplate") is None:
         return [f"{r.name}: GPU node group needs a launch template with metadata httpTokens: required"]
     if r.type in ("aws:ec2/launchTemplate:LaunchTemplate", "aws:ec2/instance:Instance"):
-        if _is_gpu_instance(p.get("instanceType") or "") and _get(p, "metadataOptions", "httpTokens") != "required":
+        gpu = _is_gpu_instance(p.get("instanceType") or "") or _get(p, "tags", "alchemist.io/pool") == "gpu"
+        if gpu and _get(p, "metadataOptions", "httpTokens") != "required":
             return [f"{r.name}: GPU instances must set metadataOptions.httpTokens: required"]
     return []
 

@@ -31,6 +31,7 @@ def run(stack: str, monitoring_dir: Path, repo_root: Path = REPO_ROOT) -> None:
     from infra.object_store import ObjectStore, ObjectStoreArgs
     from infra.output import build_output
     from infra.platform import Platform, PlatformArgs
+    from infra.registry_access import RegistryAccess, RegistryAccessArgs
     from infra.shared_fs import SharedFileSystem, SharedFileSystemArgs
 
     cfg = load_config(stack)
@@ -56,11 +57,18 @@ def run(stack: str, monitoring_dir: Path, repo_root: Path = REPO_ROOT) -> None:
         opts=on_cluster,
     )
     monitoring_ns = platform.system_namespaces[MONITORING_NAMESPACE]
+    registry = RegistryAccess(
+        "registry", RegistryAccessArgs(registry=facts.registry, namespaces=dict(platform.team_namespaces)),
+        opts=on_cluster,
+    )
     shared = SharedFileSystem(
         "shared-fs",
         SharedFileSystemArgs(
             fs=cfg.shared_fs,
-            namespaces={**platform.team_namespaces, MONITORING_NAMESPACE: monitoring_ns},
+            namespaces=dict(platform.team_namespaces),
+            identities={t.name: cfg.identity(t.name) for t in cfg.teams},
+            root_namespaces={MONITORING_NAMESPACE: monitoring_ns},  # TensorBoard reads every team's runs
+            prepare_image=images.refs["train"],
             aws=facts.aws,
             depends_on=facts.depends_on,
         ),
@@ -84,4 +92,6 @@ def run(stack: str, monitoring_dir: Path, repo_root: Path = REPO_ROOT) -> None:
         ),
         opts=on_cluster,
     )
-    pulumi.export("alchemist", build_output(stack, cfg, facts, images.refs, monitoring.urls, objects.output))
+    pulumi.export("alchemist", build_output(stack, cfg, facts, images.refs, monitoring.urls,
+                                              pull_secret=registry.pull_secret,
+                                              object_store=objects.output))

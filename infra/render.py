@@ -22,6 +22,7 @@ import asyncio
 import hashlib
 import json
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -171,7 +172,10 @@ class Recorder:
 
         self.resources: list[dict[str, Any]] = []
         self.regions: dict[str, str] = {}  # aws provider URN -> region
-        self.pending_providers: dict[str, str] = {}  # a component's `providers` map, by package
+        # The AWS provider of the registration this thread is answering. The SDK registers
+        # resources from a thread pool, so a shared "last providers map" raced: a resource
+        # could be answered with another one's region (us-east-1 under load).
+        self._current = threading.local()
         recorder = self
 
         class Mocks(pulumi.runtime.Mocks):
@@ -199,10 +203,11 @@ class Recorder:
                         "secret_inputs": secret_paths,
                         "additional_secret_outputs": list(request.additionalSecretOutputs),
                     })  # fmt: skip
-                    recorder.pending_providers = dict(request.providers)
                     _refs_to_urns(request.object)
                     if request.type == "pulumi:providers:aws":
                         recorder.regions[urn] = _jsonable(inputs.get("region", ""), "", [])
+                # A component (pulumi-eks) names its AWS provider in `providers`, a custom resource in `provider`.
+                recorder._current.aws = request.provider or dict(request.providers).get("aws")
                 return super().RegisterResource(request)
 
         self.mocks = Mocks()
@@ -220,7 +225,7 @@ class Recorder:
         t, name, inputs = args.typ, args.name, dict(args.inputs)
         out = dict(inputs)
         rid = f"{name}-id"
-        region = self._region(args.provider or self.pending_providers.get("aws"))
+        region = self._region(args.provider or getattr(self._current, "aws", None))
         if t.startswith("aws:"):
             service = t.split(":")[1].split("/")[0]
             out.setdefault("arn", f"arn:aws:{service}:{region}:{ACCOUNT}:{name}")
@@ -244,6 +249,13 @@ class Recorder:
             rid = inputs.get("bucket") or inputs.get("bucketPrefix", "terraform-") + \
                 hashlib.sha256(name.encode()).hexdigest()[:26]
             out.update(bucket=rid, arn=f"arn:aws:s3:::{rid}", region=region)
+        elif t == "aws:efs/accessPoint:AccessPoint":
+            rid = _fake_id(name, "fsap")
+        elif t == "aws:ec2/launchTemplate:LaunchTemplate":
+            rid = _fake_id(name, "lt")
+            out.update(latestVersion=1, defaultVersion=1)
+        elif t == "aws:ec2/placementGroup:PlacementGroup":
+            out.setdefault("name", name)
         elif t == "aws:iam/role:Role":
             out.update(arn=f"arn:aws:iam::{ACCOUNT}:role/{name}", name=name)
         elif t == "eks:index:Cluster":
@@ -282,6 +294,8 @@ class Recorder:
                 "contexts": [{"name": "default", "context": {"cluster": "default", "user": "default"}}],
                 "users": [{"name": "default", "user": {"client-key-data": "bW9jay1rZXk="}}],
             })  # fmt: skip
+        if name.endswith("-team-credentials"):  # a client certificate and key, base64, one a line
+            return "bW9jay1jZXJ0\nbW9jay10ZWFtLWtleQ==\n"
         if name.endswith("-token"):
             return "K10mock::server:mock-join-token\n"
         if name.endswith("-build"):
@@ -290,6 +304,12 @@ class Recorder:
         return ""
 
     def call(self, args: Any) -> dict[str, Any]:
+        if args.token == "aws:eks/getCluster:getCluster":  # the EKS-made cluster security group
+            name = args.args.get("name", "")
+            return {"name": name, "id": name, "vpcConfig": {
+                "clusterSecurityGroupId": _fake_id(name + "-eks", "sg"), "controlPlaneEgressMode": "",
+                "endpointPrivateAccess": True, "endpointPublicAccess": True, "publicAccessCidrs": [],
+                "securityGroupIds": [], "subnetIds": [], "vpcId": ""}}  # fmt: skip
         if args.token == "aws:ecr/getAuthorizationToken:getAuthorizationToken":
             region = self._region(args.provider)
             return {
@@ -355,6 +375,7 @@ def _preload() -> None:
         "pulumi_kubernetes.networking.v1", "pulumi_kubernetes.scheduling.v1", "pulumi_kubernetes.storage.v1",
         "pulumi_kubernetes.apiextensions", "pulumi_kubernetes.helm.v3", "pulumi_kubernetes.helm.v4",
         "pulumi_aws.ec2", "pulumi_aws.iam", "pulumi_aws.efs", "pulumi_aws.fsx", "pulumi_aws.ecr", "pulumi_aws.kms",
+        "pulumi_aws.eks", "pulumi_kubernetes.batch.v1", "infra.cluster_addons",
         "infra.program", "infra.cluster_kind", "infra.cluster_onprem", "infra.cluster_aws", "infra.platform",
         "infra.shared_fs", "infra.monitoring", "infra.images", "infra.output",
     ):  # fmt: skip

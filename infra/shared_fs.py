@@ -1,14 +1,23 @@
 """One POSIX file system every job pod sees at /shared: EFS or FSx for Lustre on AWS, NFS on-prem, hostPath on kind.
 
 Whatever the backend, it ends the same way: a StorageClass `alchemist-shared` and, in every
-job namespace (and the monitoring namespace, for TensorBoard), a ReadWriteMany PVC
-`alchemist-shared` bound to a static PV on the file system's root, so all of them see the
-same files.
+team namespace, a ReadWriteMany PVC `alchemist-shared` bound to a static PV on that team's
+own subtree `/teams/<team>`, owned by the team's uid:gid (mode 0770), so a team's jobs can
+write there and see nothing of another team's. How the subtree gets its owner:
+
+- EFS: an access point per team (rootDirectory /teams/<team> created with creationInfo,
+  posixUser = the team's identity, enforced by EFS for every call); volumeHandle `fs::fsap`.
+- FSx for Lustre, NFS, hostPath: a one-off Job (`prepare`) mounts the root as root and makes
+  each `/teams/<team>` with the team's owner; the team's PV then mounts only that
+  subdirectory (Lustre `dns@tcp:/mountname/teams/<team>`, csi-driver-nfs `subDir`, a
+  hostPath below the shared directory). Lustre and NFS do not enforce an identity per mount
+  as EFS access points do: ownership and mode keep teams apart, with pods run as the team uid.
+
+The monitoring namespace (TensorBoard) gets the root, read-only.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,45 +25,48 @@ import pulumi
 import pulumi_kubernetes as kubernetes
 
 from infra.cluster import KIND_SHARED_PATH, AwsNetwork
+from infra.cluster_addons import CloudIdentityAddon, CloudIdentityAddonArgs
 from infra.config import EfsFs, FsxLustreFs, HostPathFs, NfsFs
 from infra.labels import SHARED_PVC, SHARED_STORAGE_CLASS
-from infra.versions import CHARTS
+from infra.versions import CHARTS, ChartPin
+
+TEAMS_DIR = "teams"  # team subtrees live at /teams/<team> of the file system
+TEAM_DIR_MODE = "0770"  # the team's uid and gid only
+ROOT_PVC = "alchemist-shared-root"  # the prepare Job's view of the whole file system
+PREPARE_NAMESPACE = "kube-system"
 
 EFS_DRIVER = "efs.csi.aws.com"
 FSX_DRIVER = "fsx.csi.aws.com"
 NFS_DRIVER = "nfs.csi.k8s.io"
-NOMINAL_CAPACITY = "1Ti"  # EFS and NFS are not sized by the claim; Kubernetes needs a number
+NOMINAL_CAPACITY = "1Ti"
+# The aws-fsx-csi-driver chart at its current release (was 1.7.0, from 2023): read at tag
+# helm-chart-aws-fsx-csi-driver-1.17.0 of kubernetes-sigs/aws-fsx-csi-driver (appVersion 1.9.0);
+# no template there is a Helm hook, so helm.v4.Chart installs all of it.
+FSX_CSI_CHART = ChartPin("aws-fsx-csi-driver", "1.17.0", "https://kubernetes-sigs.github.io/aws-fsx-csi-driver")  # EFS and NFS are not sized by the claim; Kubernetes needs a number
 
 
 @dataclass
 class SharedFileSystemArgs:
     fs: EfsFs | FsxLustreFs | NfsFs | HostPathFs
-    namespaces: dict[str, Any]  # name -> Namespace resource: every namespace that gets the PVC
+    namespaces: dict[str, Any]  # team name -> Namespace resource: each gets its own subtree
+    identities: dict[str, tuple[int, int]]  # team name -> (uid, gid) owning its subtree
+    root_namespaces: dict[str, Any] = field(default_factory=dict)  # namespace -> resource: the root, read-only
+    prepare_image: pulumi.Input[str] | None = None  # any image with sh, mkdir, chown, chmod
     aws: AwsNetwork | None = None
     depends_on: list[Any] = field(default_factory=list)
 
 
-def irsa_trust_policy(oidc_arn: pulumi.Input[str], oidc_url: pulumi.Input[str],
-                      namespace: str, service_account: str) -> pulumi.Output[str]:  # fmt: skip
-    """An IAM trust policy letting one Kubernetes service account assume the role (IRSA)."""
+def team_path(team: str) -> str:
+    return f"{TEAMS_DIR}/{team}"
 
-    def policy(args: list[str]) -> str:
-        arn, url = args
-        issuer = url.removeprefix("https://")
-        return json.dumps({
-            "Version": "2012-10-17",
-            "Statement": [{
-                "Effect": "Allow",
-                "Principal": {"Federated": arn},
-                "Action": "sts:AssumeRoleWithWebIdentity",
-                "Condition": {"StringEquals": {
-                    f"{issuer}:sub": f"system:serviceaccount:{namespace}:{service_account}",
-                    f"{issuer}:aud": "sts.amazonaws.com",
-                }},
-            }],
-        })  # fmt: skip
 
-    return pulumi.Output.all(oidc_arn, oidc_url).apply(policy)
+def prepare_script(identities: dict[str, tuple[int, int]], root: str = "/fs") -> str:
+    """Make each team's subtree with its owner and mode; run again, it changes nothing else."""
+    lines = ["set -eu"]
+    for team, (uid, gid) in sorted(identities.items()):
+        d = f"{root}/{team_path(team)}"
+        lines.append(f"mkdir -p {d} && chown {uid}:{gid} {d} && chmod {TEAM_DIR_MODE} {d}")
+    return "; ".join(lines)
 
 
 class SharedFileSystem(pulumi.ComponentResource):
@@ -64,6 +76,7 @@ class SharedFileSystem(pulumi.ComponentResource):
         super().__init__("alchemist:infra:SharedFileSystem", name, None, opts)
         self._name = name
         self.kind = args.fs.kind
+        self._identities = dict(args.identities)
         fs = args.fs
         if isinstance(fs, EfsFs):
             sc_spec, pv_source, capacity, driver = self._efs(name, fs, _need_aws(args))
@@ -84,34 +97,97 @@ class SharedFileSystem(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, depends_on=after_driver),
         )
         self.claims: dict[str, Any] = {}
+        pv_opts = pulumi.ResourceOptions(parent=self, depends_on=[self.storage_class])
+        if not isinstance(fs, EfsFs):
+            # The root, for the prepare Job only (PV name with a dot: no team can have it).
+            # Its own volumeHandle: the read-only root of the monitoring namespace has the plain one.
+            root = pv_source(None)
+            root = {**root, "csi": {**root["csi"], "volumeHandle": pulumi.Output.concat(
+                root["csi"]["volumeHandle"], "#prepare")}} if "csi" in root else root  # fmt: skip
+            self._claim(name, "_root", f"{SHARED_PVC}.root", PREPARE_NAMESPACE, ROOT_PVC, root,
+                        capacity, pv_opts, None)  # fmt: skip
+            self.prepare = self._prepare_job(name, args)
+            pv_opts = pulumi.ResourceOptions(parent=self, depends_on=[self.storage_class, self.prepare])
         for ns_name, ns_res in args.namespaces.items():
-            pv_name = f"{SHARED_PVC}-{ns_name}"
-            source = pv_source(ns_name)
-            pv = kubernetes.core.v1.PersistentVolume(
-                f"{name}-pv-{ns_name}",
-                metadata={"name": pv_name, "labels": {"alchemist.io/shared-fs": self.kind}},
-                spec={
-                    "capacity": {"storage": capacity},
-                    "accessModes": ["ReadWriteMany"],
-                    "persistentVolumeReclaimPolicy": "Retain",
-                    "storageClassName": SHARED_STORAGE_CLASS,
-                    "claimRef": {"namespace": ns_name, "name": SHARED_PVC},
-                    **source,
-                },
-                opts=pulumi.ResourceOptions(parent=self, depends_on=[self.storage_class]),
-            )
-            self.claims[ns_name] = kubernetes.core.v1.PersistentVolumeClaim(
-                f"{name}-pvc-{ns_name}",
-                metadata={"name": SHARED_PVC, "namespace": ns_name},
-                spec={
-                    "accessModes": ["ReadWriteMany"],
-                    "storageClassName": SHARED_STORAGE_CLASS,
-                    "volumeName": pv_name,
-                    "resources": {"requests": {"storage": capacity}},
-                },
-                opts=pulumi.ResourceOptions(parent=self, depends_on=[pv, ns_res]),
-            )
+            self.claims[ns_name] = self._claim(name, ns_name, f"{SHARED_PVC}-{ns_name}", ns_name, SHARED_PVC,
+                                               pv_source(ns_name), capacity, pv_opts, ns_res)  # fmt: skip
+        for ns_name, ns_res in args.root_namespaces.items():
+            self.claims[ns_name] = self._claim(name, ns_name, f"{SHARED_PVC}-{ns_name}", ns_name, SHARED_PVC,
+                                               _read_only(pv_source(None)), capacity, pv_opts, ns_res)  # fmt: skip
         self.register_outputs({"kind": self.kind, "pvc": SHARED_PVC})
+
+    def _claim(self, name: str, suffix: str, pv_name: str, namespace: str, pvc: str, source: dict[str, Any],
+               capacity: str, pv_opts: pulumi.ResourceOptions, ns_res: Any) -> Any:  # fmt: skip
+        """A static PV on `source` and the PVC bound to it (claimRef both ways: nobody else takes it)."""
+        pv = kubernetes.core.v1.PersistentVolume(
+            f"{name}-pv-{suffix}",
+            metadata={"name": pv_name, "labels": {"alchemist.io/shared-fs": self.kind}},
+            spec={
+                "capacity": {"storage": capacity},
+                "accessModes": ["ReadWriteMany"],
+                "persistentVolumeReclaimPolicy": "Retain",
+                "storageClassName": SHARED_STORAGE_CLASS,
+                "claimRef": {"namespace": namespace, "name": pvc},
+                **source,
+            },
+            opts=pv_opts,
+        )
+        return kubernetes.core.v1.PersistentVolumeClaim(
+            f"{name}-pvc-{suffix}",
+            metadata={"name": pvc, "namespace": namespace},
+            spec={
+                "accessModes": ["ReadWriteMany"],
+                "storageClassName": SHARED_STORAGE_CLASS,
+                "volumeName": pv_name,
+                "resources": {"requests": {"storage": capacity}},
+            },
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[pv, *([ns_res] if ns_res is not None else [])]),
+        )
+
+    def _prepare_job(self, name: str, args: SharedFileSystemArgs) -> Any:
+        """A Job that mounts the root and gives each team's subtree its owner and mode."""
+        if args.prepare_image is None:
+            raise ValueError(f"shared file system {self.kind!r} needs an image for its prepare Job")
+        return kubernetes.batch.v1.Job(
+            f"{name}-prepare",
+            metadata={"name": "alchemist-shared-prepare", "namespace": PREPARE_NAMESPACE},
+            spec={
+                "backoffLimit": 3,
+                "template": {"spec": {
+                    "restartPolicy": "OnFailure",
+                    "containers": [{
+                        "name": "prepare",
+                        "image": args.prepare_image,
+                        "command": ["sh", "-c", prepare_script(args.identities)],
+                        # chown needs root; this Job is the only pod that runs as root on the root.
+                        "securityContext": {"runAsUser": 0, "runAsGroup": 0, "allowPrivilegeEscalation": False,
+                                            "capabilities": {"drop": ["ALL"], "add": ["CHOWN", "FOWNER", "DAC_OVERRIDE"]}},
+                        "volumeMounts": [{"name": "fs", "mountPath": "/fs"}],
+                    }],
+                    "volumes": [{"name": "fs", "persistentVolumeClaim": {"claimName": ROOT_PVC}}],
+                }},
+            },  # fmt: skip
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.storage_class]),
+        )
+
+    def _csi_driver(self, name: str, net: AwsNetwork, service_account: str, chart: ChartPin, policy_arn: str,
+                    helm_hooks: bool = False, depends_on: list[Any] | None = None) -> CloudIdentityAddon:  # fmt: skip
+        """An AWS CSI driver chart whose controller acts as its own IAM role; its node pods on every node."""
+        return CloudIdentityAddon(
+            name,
+            CloudIdentityAddonArgs(
+                aws_provider=net.aws_provider,
+                oidc_provider_arn=net.oidc_provider_arn,
+                oidc_provider_url=net.oidc_provider_url,
+                service_account=service_account,
+                policy_arns=[policy_arn],
+                chart=chart,
+                helm_hooks=helm_hooks,
+                values={"node": {"tolerations": [{"operator": "Exists"}]}},  # run on tainted GPU nodes too
+                depends_on=depends_on or [],
+            ),
+            opts=pulumi.ResourceOptions(parent=self),
+        )
 
     # --- backends: each returns (StorageClass fields, ns -> PV source, capacity, driver) ---
 
@@ -146,41 +222,36 @@ class SharedFileSystem(pulumi.ComponentResource):
             )
             for i, subnet in enumerate(net.private_subnet_ids)
         ]
-        sa = "efs-csi-controller-sa"
-        role = aws.iam.Role(
-            f"{name}-efs-csi-role",
-            assume_role_policy=irsa_trust_policy(net.oidc_provider_arn, net.oidc_provider_url, "kube-system", sa),
-            opts=on_aws,
-        )
-        aws.iam.RolePolicyAttachment(
-            f"{name}-efs-csi-policy",
-            role=role.name,
-            policy_arn="arn:aws:iam::aws:policy/service-role/AmazonEFSCSIDriverPolicy",
-            opts=on_aws,
-        )
-        pin = CHARTS["aws-efs-csi-driver"]
-        # helm.v3.Release, not v4.Chart: this chart relies on Helm hooks, which v4 skips.
-        driver = kubernetes.helm.v3.Release(
-            f"{name}-efs-csi",
-            chart=pin.chart,
-            version=pin.version,
-            repository_opts={"repo": pin.repo},
-            namespace="kube-system",
-            values={
-                "controller": {"serviceAccount": {"create": True, "name": sa,
-                               "annotations": {"eks.amazonaws.com/role-arn": role.arn}}},
-                "node": {"tolerations": [{"operator": "Exists"}]},  # run on tainted GPU nodes too
-            },  # fmt: skip
-            opts=pulumi.ResourceOptions(parent=self, depends_on=self.mount_targets),
-        )
+        # templates/csidriver.yaml of this chart is a Helm hook, which helm.v4.Chart skips
+        driver = self._csi_driver(f"{name}-efs-csi", net, "efs-csi-controller-sa", CHARTS["aws-efs-csi-driver"],
+                                  "arn:aws:iam::aws:policy/service-role/AmazonEFSCSIDriverPolicy",
+                                  helm_hooks=True, depends_on=list(self.mount_targets))  # fmt: skip
+        # One access point per team: EFS makes /teams/<team> owned by the team's uid:gid on
+        # first use (creationInfo) and performs every call through it as that identity
+        # (posixUser), whatever uid the pod runs as.
+        self.access_points = {
+            team: aws.efs.AccessPoint(
+                f"{name}-ap-{team}",
+                file_system_id=self.file_system.id,
+                posix_user={"uid": uid, "gid": gid},
+                root_directory={"path": f"/{team_path(team)}", "creation_info": {
+                    "owner_uid": uid, "owner_gid": gid, "permissions": TEAM_DIR_MODE}},
+                tags={"Name": f"{name}-{team}", "alchemist.io/team": team},
+                opts=on_aws,
+            )  # fmt: skip
+            for team, (uid, gid) in self._identities.items()
+        }
         sc = {
             "provisioner": EFS_DRIVER,
             "parameters": {"provisioningMode": "efs-ap", "fileSystemId": self.file_system.id,
                            "directoryPerms": "700"},
         }  # fmt: skip
 
-        def source(_ns: str) -> dict[str, Any]:
-            return {"csi": {"driver": EFS_DRIVER, "volumeHandle": self.file_system.id,
+        def source(team: str | None) -> dict[str, Any]:
+            # `fs-id::fsap-id` (aws-efs-csi-driver pkg/driver/node.go parseVolumeId); the root without one.
+            handle = (self.file_system.id if team is None else
+                      pulumi.Output.concat(self.file_system.id, "::", self.access_points[team].id))  # fmt: skip
+            return {"csi": {"driver": EFS_DRIVER, "volumeHandle": handle,
                             "volumeAttributes": {"encryptInTransit": "true"}}}  # fmt: skip
 
         return sc, source, NOMINAL_CAPACITY, driver
@@ -212,41 +283,25 @@ class SharedFileSystem(pulumi.ComponentResource):
             tags={"Name": f"{name}-fsx"},
             opts=on_aws,
         )
-        sa = "fsx-csi-controller-sa"
-        role = aws.iam.Role(
-            f"{name}-fsx-csi-role",
-            assume_role_policy=irsa_trust_policy(net.oidc_provider_arn, net.oidc_provider_url, "kube-system", sa),
-            opts=on_aws,
-        )
-        aws.iam.RolePolicyAttachment(
-            f"{name}-fsx-csi-policy", role=role.name,
-            policy_arn="arn:aws:iam::aws:policy/AmazonFSxFullAccess", opts=on_aws,
-        )  # fmt: skip
-        pin = CHARTS["aws-fsx-csi-driver"]
-        driver = kubernetes.helm.v4.Chart(
-            f"{name}-fsx-csi",
-            chart=pin.chart,
-            version=pin.version,
-            repository_opts={"repo": pin.repo},
-            namespace="kube-system",
-            values={
-                "controller": {"serviceAccount": {"create": True, "name": sa,
-                               "annotations": {"eks.amazonaws.com/role-arn": role.arn}}},
-                "node": {"tolerations": [{"operator": "Exists"}]},  # run on tainted GPU nodes too
-            },  # fmt: skip
-            opts=pulumi.ResourceOptions(parent=self),
-        )
+        driver = self._csi_driver(f"{name}-fsx-csi", net, "fsx-csi-controller-sa", FSX_CSI_CHART,
+                                  "arn:aws:iam::aws:policy/AmazonFSxFullAccess")  # fmt: skip
         sc = {
             "provisioner": FSX_DRIVER,
             "parameters": {"subnetId": net.private_subnet_ids[0], "securityGroupIds": sg.id,
                            "deploymentType": fs.deployment_type},
         }  # fmt: skip
 
-        def source(_ns: str) -> dict[str, Any]:
+        def source(team: str | None) -> dict[str, Any]:
+            # The driver mounts `<dnsname>@tcp:/<mountname>` (aws-fsx-csi-driver pkg/driver/node.go,
+            # chart 1.17.0): a mountname with a path is a Lustre subdirectory mount.
+            mount = self.file_system.mount_name
+            handle: Any = self.file_system.id
+            if team is not None:
+                mount = pulumi.Output.concat(mount, f"/{team_path(team)}")
+                handle = pulumi.Output.concat(self.file_system.id, f"#{team}")
             return {
-                "csi": {"driver": FSX_DRIVER, "volumeHandle": self.file_system.id,
-                        "volumeAttributes": {"dnsname": self.file_system.dns_name,
-                                             "mountname": self.file_system.mount_name}},
+                "csi": {"driver": FSX_DRIVER, "volumeHandle": handle,
+                        "volumeAttributes": {"dnsname": self.file_system.dns_name, "mountname": mount}},
                 "mountOptions": ["flock"],
             }  # fmt: skip
 
@@ -269,10 +324,14 @@ class SharedFileSystem(pulumi.ComponentResource):
             "mount_options": ["nfsvers=4.1"],
         }
 
-        def source(ns: str) -> dict[str, Any]:
+        def source(team: str | None) -> dict[str, Any]:
+            # csi-driver-nfs mounts `server:share/subDir` (pkg/nfs/nodeserver.go, v4.11.0).
+            attributes = {"server": fs.server, "share": fs.share}
+            if team is not None:
+                attributes["subDir"] = team_path(team)
             return {
-                "csi": {"driver": NFS_DRIVER, "volumeHandle": f"{fs.server}#{fs.share}#alchemist#{ns}",
-                        "volumeAttributes": {"server": fs.server, "share": fs.share}},
+                "csi": {"driver": NFS_DRIVER, "volumeHandle": f"{fs.server}#{fs.share}#alchemist#{team or '.root'}",
+                        "volumeAttributes": attributes},
                 "mountOptions": ["nfsvers=4.1"],
             }  # fmt: skip
 
@@ -282,8 +341,11 @@ class SharedFileSystem(pulumi.ComponentResource):
         # kind mounts the same host directory into every node, so a hostPath is shared.
         sc = {"provisioner": "kubernetes.io/no-provisioner"}
 
-        def source(_ns: str) -> dict[str, Any]:
-            return {"hostPath": {"path": KIND_SHARED_PATH, "type": "DirectoryOrCreate"}}
+        def source(team: str | None) -> dict[str, Any]:
+            if team is None:
+                return {"hostPath": {"path": KIND_SHARED_PATH, "type": "DirectoryOrCreate"}}
+            # made with its owner by the prepare Job before any team pod mounts it
+            return {"hostPath": {"path": f"{KIND_SHARED_PATH}/{team_path(team)}", "type": "Directory"}}
 
         return sc, source, NOMINAL_CAPACITY, None
 
@@ -292,3 +354,13 @@ def _need_aws(args: SharedFileSystemArgs) -> AwsNetwork:
     if args.aws is None:
         raise ValueError(f"shared file system {args.fs.kind!r} needs the AWS cluster's network")
     return args.aws
+
+
+def _read_only(source: dict[str, Any]) -> dict[str, Any]:
+    """The same volume source, read-only where the source has the switch (CSI).
+
+    A hostPath PV has none: on kind (one user's laptop) the reader gets the root as it is.
+    """
+    if "csi" in source:
+        return {**source, "csi": {**source["csi"], "readOnly": True}}
+    return source

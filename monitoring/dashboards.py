@@ -19,7 +19,7 @@ from grafana_foundation_sdk.models import dashboard as dm
 
 from alchemist_jobs.metric_contract import external, metric
 from monitoring.promql import RATE_INTERVAL as RI
-from monitoring.promql import by, per_step, quantile, rate, v
+from monitoring.promql import by, dcgm_by_pod, per_step, quantile, rate, v
 
 DS = dm.DataSourceRef(type_val="prometheus", uid="${datasource}")
 UNITS = {"seconds": "s", "bytes": "bytes", "ratio": "percentunit", "watts": "watt",
@@ -28,7 +28,7 @@ UNITS = {"seconds": "s", "bytes": "bytes", "ratio": "percentunit", "watts": "wat
 # The contract's metrics, by short name, for readable queries below.
 M = {n.removeprefix("alchemist_"): metric(n) for n in (
     "alchemist_steps_total", "alchemist_samples_total", "alchemist_epoch", "alchemist_loss",
-    "alchemist_test_accuracy_ratio", "alchemist_learning_rate",
+    "alchemist_test_accuracy_ratio", "alchemist_learning_rate", "alchemist_script_metric",
     "alchemist_last_step_timestamp_seconds", "alchemist_global_batch_size",
     "alchemist_step_seconds", "alchemist_compute_seconds_total",
     "alchemist_communication_seconds_total", "alchemist_data_seconds_total",
@@ -225,6 +225,9 @@ def job_drilldown() -> dm.Dashboard:
              unit="s", w=8)
     b.series("Newest checkpoint step", [(by(r, "max", v(M["checkpoint_step"], f=f)), "rank {{rank}}")],
              w=8)
+    b.series("Script metrics (report())",
+             [(by(r + ", name", "max", v(M["script_metric"], f=f)), "rank {{rank}} {{name}}")],
+             description="Values a script task reported with alchemist_jobs.report.report().")
     b.row("Process and GPU")
     b.series("CPU (cores)", [(by(r, "sum", rate(M["process_cpu_seconds_total"], f=f)),
                               "rank {{rank}}")], w=8)
@@ -281,6 +284,17 @@ def gpus() -> dm.Dashboard:
     b.series("Last XID error", [(by(g, "max", v(dcgm["DCGM_FI_DEV_XID_ERRORS"], f=host)),
                                  "{{Hostname}} gpu {{gpu}}")], w=8,
              description="Non-zero: the driver reported an XID error on that GPU.")
+    b.row("Alchemist jobs' GPUs (DCGM, by pod)")
+    pods = (f"* on (namespace, pod) group_left (job, run) "
+            f"({by('namespace, pod, job, run', 'max', v(M['process_memory_bytes'], f=fj))} > bool 0)")
+    b.series("GPU utilisation per job pod",
+             [(f"{by('namespace, pod', 'avg', dcgm_by_pod(dcgm['DCGM_FI_DEV_GPU_UTIL']))} {pods}",
+               "{{run}} {{pod}}")], unit="percent",
+             description="Every GPU a job's pod holds, as DCGM sees it: also for scripts, "
+                         "parameter servers and processes that never started CUDA.")
+    b.series("Frame buffer used per job pod",
+             [(f"{by('namespace, pod', 'sum', dcgm_by_pod(dcgm['DCGM_FI_DEV_FB_USED']))} {pods}",
+               "{{run}} {{pod}}")], unit="mbytes")
     b.row("Alchemist workers' GPUs (NVML)")
     w = "job, run, rank, gpu"
     b.series("Utilisation per worker", [(by(w, "avg", v(M["gpu_utilization_ratio"], f=fj)),
@@ -289,6 +303,12 @@ def gpus() -> dm.Dashboard:
                                          "{{run}} rank {{rank}} gpu {{gpu}}")], unit="bytes", w=8)
     b.series("Power per worker", [(by(w, "max", v(M["gpu_power_watts"], f=fj)),
                                    "{{run}} rank {{rank}} gpu {{gpu}}")], unit="watt", w=8)
+    # The worker's `gpu` is its container's NVML index; DCGM's is the host's: join on UUID.
+    b.series("Host GPU of each worker (DCGM, joined on UUID)",
+             [(f"{by('UUID, Hostname, gpu', 'avg', v(dcgm['DCGM_FI_DEV_GPU_UTIL']))} "
+               f"* on (UUID) group_left (job, run, rank) "
+               f"({by('UUID, job, run, rank', 'max', v(M['gpu_utilization_ratio'], f=fj))} > bool -1)",
+               "{{run}} rank {{rank}}: {{Hostname}} gpu {{gpu}}")], unit="percent")
     return b.build()
 
 

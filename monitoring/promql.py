@@ -32,6 +32,22 @@ def rate(m: AnyMetric, part: str = "", f: str = "", window: str = RATE_INTERVAL)
     return f"rate({v(m, part, f)}[{window}])"
 
 
+def dcgm_by_pod(m: AnyMetric, f: str = "") -> str:
+    """A DCGM exporter series labelled with the pod and namespace *using* the GPU.
+
+    dcgm-exporter adds `pod`, `namespace`, `container` for the pod holding each GPU
+    (NVIDIA/dcgm-exporter internal/pkg/transformation/const.go). Scraped with
+    `honorLabels: false` they clash with the exporter pod's own target labels and arrive as
+    `exported_pod`/`exported_namespace` (Prometheus: honor_labels); with `honorLabels: true`
+    they arrive as is. Either way this yields the job pod in `pod` and `namespace`: an
+    `exported_*` label, where present, replaces the exporter's own.
+    """
+    out = v(m, f=f)
+    for label in ("pod", "namespace"):
+        out = f'label_replace({out}, "{label}", "$1", "exported_{label}", "(.+)")'
+    return out
+
+
 def by(labels: str, agg: str, expr: str) -> str:
     return f"{agg} by ({labels}) ({expr})"
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import yaml
 
-from alchemist_jobs.metric_contract import metric
-from monitoring.promql import by, quantile, rate, v
+from alchemist_jobs.metric_contract import external, metric
+from monitoring.promql import by, dcgm_by_pod, quantile, rate, v
 
 FILE_NAME = "alchemist.rules.yaml"
 GROUP = "alchemist"
@@ -39,10 +39,26 @@ def _alert(name: str, expr: str, for_: str, severity: str, summary: str, descrip
             "annotations": {"summary": summary, "description": description}}
 
 
+def _gpu_idle_alert() -> dict[str, Any]:
+    dcgm_util = external("DCGM_FI_DEV_GPU_UTIL")
+    process = metric("alchemist_process_memory_bytes")
+    return _alert(
+        "AlchemistGPUIdle",
+        # DCGM sees every GPU a pod holds, whether or not its process ever started CUDA
+        # (scripts, parameter servers, jobs that fell back to CPU); the pods' own process
+        # series name the job and run they belong to.
+        f"({by('namespace, pod', 'avg', dcgm_by_pod(dcgm_util))} < 5) "
+        f"* on (namespace, pod) group_left (job, run) "
+        f"({by('namespace, pod, job, run', 'max', v(process))} > bool 0)",
+        "15m", "warning",
+        "GPUs of {{ $labels.job }} run {{ $labels.run }} in pod {{ $labels.pod }} are idle",
+        "DCGM reports the GPUs of this job pod under 5% busy: an input bottleneck, a stall, "
+        "or a job that asked for GPUs it does not use.")
+
+
 def alerts() -> list[dict[str, Any]]:
     last_step = metric("alchemist_last_step_timestamp_seconds")
     loss = metric("alchemist_loss")
-    gpu = metric("alchemist_gpu_utilization_ratio")
     restarts = metric("alchemist_restarts")
     staleness = metric("alchemist_staleness_steps")
     steps = metric("alchemist_steps_total")
@@ -79,13 +95,7 @@ def alerts() -> list[dict[str, Any]]:
             "Loss of {{ $labels.job }} run {{ $labels.run }} is exploding",
             "The loss averaged over 5 minutes is {{ $value | humanize }}, over three times its "
             "lowest 5-minute average of the hour before: training is diverging."),
-        _alert(
-            "AlchemistGPUIdle",
-            f"{by(node, 'avg', v(gpu))} < 0.05",
-            "15m", "warning",
-            "GPUs of {{ $labels.job }} run {{ $labels.run }} on {{ $labels.node }} are idle",
-            "The run's workers on this node hold GPUs but use under 5% of them: an input "
-            "bottleneck, a stall, or a job that asked for GPUs it does not use."),
+        _gpu_idle_alert(),
         _alert(
             "AlchemistRestartLoop",
             f"{by(_RUN, 'max', 'max_over_time(' + v(restarts) + '[30m])')} - "

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import runpy
 import signal
+import socket
 import sys
 import time
 from pathlib import Path
@@ -69,9 +70,13 @@ def main(argv: list[str]) -> int:
 
     if kind == "builtin":
         from alchemist_jobs.runtime import trainer
+        from alchemist_jobs.runtime.devices import DeviceError
 
         try:
             code = trainer.main()
+        except DeviceError as e:  # the spec asks for what this machine lacks: one line
+            print(f"alchemist: {e}", file=sys.stderr)
+            code = 2
         except BaseException:
             import traceback
 
@@ -83,17 +88,50 @@ def main(argv: list[str]) -> int:
         sys.stderr.flush()
         os._exit(code)
 
-    # A user program: exactly what `python PATH ARGS` / `python -m NAME ARGS` would do.
+    # A user program: exactly what `python PATH ARGS` / `python -m NAME ARGS` would do,
+    # with this worker's metrics served and `alchemist_jobs.report.report()` wired up.
+    reporter = _serve_script_metrics(run_dir, rank, kind)
     target, args = rest[0], rest[1:]
-    if kind == "script":
-        sys.argv = [target, *args]
-        sys.path[0] = str(Path(target).resolve().parent)
-        runpy.run_path(target, run_name="__main__")
-    else:
-        sys.argv = [target, *args]
-        sys.path[0] = os.getcwd()
-        runpy.run_module(target, run_name="__main__", alter_sys=True)
+    try:
+        if kind == "script":
+            sys.argv = [target, *args]
+            sys.path[0] = str(Path(target).resolve().parent)
+            runpy.run_path(target, run_name="__main__")
+        else:
+            sys.argv = [target, *args]
+            sys.path[0] = os.getcwd()
+            runpy.run_module(target, run_name="__main__", alter_sys=True)
+    finally:
+        if reporter is not None:
+            reporter.close()
     return 0
+
+
+def _serve_script_metrics(run_dir: Path, rank: int, kind: str):
+    """Process metrics for every script worker, and the report() API (script_report.py)."""
+    try:
+        import yaml
+
+        from alchemist_jobs.rundir import read_json, write_json_atomic
+        from alchemist_jobs.runtime.script_report import install
+
+        raw = yaml.safe_load((run_dir / "spec.yaml").read_text()) or {}
+        algorithm = (raw.get("algorithm") or {}).get("name", "sync")
+        node = os.environ.get("ALCHEMIST_NODE") or socket.gethostname()
+        labels = dict(job=str(raw.get("name", "")), run=run_dir.name, rank=str(rank), node=node,
+                      algorithm=str(algorithm))
+        reporter, port = install(
+            run_dir, rank, int(os.environ.get("WORLD_SIZE", 1)),
+            int(os.environ.get("LOCAL_RANK", 0)),
+            int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)), labels,
+            enabled=bool(raw.get("metrics", True)))
+    except Exception as e:  # metrics are an aid: never stop the user's program for them
+        print(f"alchemist: metrics for this {kind} worker are off ({type(e).__name__}: {e})",
+              file=sys.stderr, flush=True)
+        return None
+    record = run_dir / "workers" / f"rank-{rank}.json"
+    write_json_atomic(record, dict(read_json(record) or {}, metrics_port=port, node=node))
+    return reporter
 
 
 if __name__ == "__main__":

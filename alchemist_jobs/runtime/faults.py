@@ -4,16 +4,38 @@
     ALCHEMIST_FAULT_STALL_SECONDS=S     ... for S seconds (default: until the run is stopped)
     ALCHEMIST_FAULT_STALL_RANK=R        ... on rank R (default 0); the others then wait for it
                                         in their next collective, as behind a hung worker
+    ALCHEMIST_SLOW_RANKS=1:3            (comma-separated RANK:FACTOR) stretches each step of
+                                        rank 1 to 3 times its duration by sleeping, as if that
+                                        worker ran on a slower machine
+    ALCHEMIST_ALLOW_NAN=1               keep training when the loss is not finite (the loop
+                                        otherwise stops with an error)
 
 The stalled rank keeps serving its metrics, so monitoring sees a live worker that no longer
-steps: what the `AlchemistJobStalled` alert is for (docs/monitoring.md). Set them in a spec's
-`env:` (or `--set env.ALCHEMIST_FAULT_STALL_AT_STEP=200`).
+steps: what the `AlchemistJobStalled` alert is for (docs/monitoring.md), and what the stall
+watchdog (`checkpoint.stall_timeout_s`) turns into a restart. Set them in a spec's `env:`
+(or `--set env.ALCHEMIST_FAULT_STALL_AT_STEP=200`).
 """
 
 from __future__ import annotations
 
 import os
 import time
+
+
+def slowdown(rank: int, env: str | None = None) -> float:
+    """This rank's step-time factor from ALCHEMIST_SLOW_RANKS (`RANK:FACTOR,...`); 1 = none."""
+    text = os.environ.get("ALCHEMIST_SLOW_RANKS", "") if env is None else env
+    for item in filter(None, (t.strip() for t in text.split(","))):
+        try:
+            r, f = item.split(":")
+            r, f = int(r), float(f)
+        except ValueError:
+            raise ValueError(f"ALCHEMIST_SLOW_RANKS: {item!r} is not RANK:FACTOR (e.g. 1:3)") from None
+        if f < 1:
+            raise ValueError(f"ALCHEMIST_SLOW_RANKS: factor {f} of rank {r} is below 1")
+        if r == rank:
+            return f
+    return 1.0
 
 
 class Faults:
@@ -24,6 +46,18 @@ class Faults:
         secs = env.get("ALCHEMIST_FAULT_STALL_SECONDS")
         self.stall_s = float(secs) if secs else None
         self.active = self.stall_at is not None and rank == int(env.get("ALCHEMIST_FAULT_STALL_RANK", 0))
+        self.slow = slowdown(rank, env.get("ALCHEMIST_SLOW_RANKS", ""))
+        self.allow_nan = env.get("ALCHEMIST_ALLOW_NAN") == "1"
+
+    def stretch(self, step_seconds: float) -> None:
+        """Make this step last `slow` times as long, as on a slower machine."""
+        if self.slow > 1:
+            time.sleep((self.slow - 1) * step_seconds)
+
+    def check_loss(self, loss: float, step: int) -> None:
+        if loss != loss or loss in (float("inf"), float("-inf")):
+            if not self.allow_nan:
+                raise FloatingPointError(f"loss is {loss} at step {step}; stopping")
 
     def after_step(self, step: int) -> None:
         if not self.active or step != self.stall_at:

@@ -148,8 +148,8 @@ class WorkerMetrics:
             self.registry = CollectorRegistry(auto_describe=True)
             made = []
             for m in METRICS:
-                if m.role not in (role, "both") or m.name in SYSTEM_METRICS:
-                    continue  # read on scrape by the system collector (runtime/system_metrics.py)
+                if m.role not in (role, "both") or m.name in SYSTEM_METRICS or m.when == "script":
+                    continue  # read on scrape by their own collectors (system_metrics, script_report)
                 child = (Counter() if m.type == "counter" else Gauge() if m.type == "gauge"
                          else Histogram(m.buckets))
                 self._children[m.name] = child

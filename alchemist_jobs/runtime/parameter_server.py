@@ -29,6 +29,7 @@ SGD tolerates). It exits by itself once every worker is done.
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import socket
@@ -58,6 +59,7 @@ class Shard:
         self.spec, self.shard, self.names, self.world = spec, shard, names, world
         self.params = [torch.nn.Parameter(t.detach().clone(), requires_grad=False) for t in tensors]
         self.numels = [p.numel() for p in self.params]
+        self.payload_bytes = 4 * sum(self.numels)  # float32: the only payload a request may carry
         # async SGD: the job's optimizer runs here; async EASGD only adds elastic differences.
         self.async_sgd = spec.algorithm.name == "async"
         self.optimizer = (build_optimizer(spec.hyper, self.params)
@@ -190,33 +192,78 @@ class Shard:
             self.cond.wait(1.0)
 
 
+_OPS = {"hello", "pull", "push", "elastic", "done"}
+
+
+def check_request(shard: "Shard", h: dict[str, Any], payload: bytearray) -> str | None:
+    """Why an (authenticated) request is refused, or None: unknown op, a rank outside the
+    job, a payload that is not exactly the shard's size, non-finite values or numbers."""
+    op = h.get("op")
+    if op not in _OPS or (op == "push" and not shard.async_sgd):
+        return f"unknown request {op!r} for algorithm {shard.spec.algorithm.name}"
+    rank = h.get("rank")
+    if not isinstance(rank, int) or isinstance(rank, bool) or not 0 <= rank < shard.world:
+        return f"rank {rank!r} is not a worker of this job (0..{shard.world - 1})"
+    want = shard.payload_bytes if op in ("push", "elastic") else 0
+    if len(payload) != want:
+        return f"{op} carries {len(payload)} payload bytes; this shard takes exactly {want}"
+    for key in {"push": ("lr",), "elastic": ("alpha",)}.get(op, ()):
+        if not isinstance(h.get(key), (int, float)) or not math.isfinite(h[key]):
+            return f"{op}: {key}={h.get(key)!r} is not a finite number"
+    for key in ("clock", "read"):
+        if key in h and (not isinstance(h[key], int) or isinstance(h[key], bool)):
+            return f"{op}: {key}={h[key]!r} is not an integer"
+    if want and not bool(torch.isfinite(ps_wire.from_bytes(payload)).all()):
+        return f"{op} from rank {rank} holds non-finite values; refused, nothing applied"
+    return None
+
+
 class _Handler(socketserver.BaseRequestHandler):
     def handle(self) -> None:
-        shard: Shard = self.server.shard  # type: ignore[attr-defined]
+        server: _Server = self.server  # type: ignore[assignment]
+        shard: Shard = server.shard
         sock: socket.socket = self.request
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if not server.admit():
+            server.refuse(self.client_address, f"more than {server.max_connections} connections")
+            return
+        try:
+            try:
+                ps_wire.server_handshake(sock, server.secret)
+            except (ConnectionError, OSError, ps_wire.ProtocolError) as e:
+                server.refuse(self.client_address, f"no valid handshake ({e})")
+                return
+            self._serve(server, shard, sock)
+        finally:
+            server.leave()
+
+    def _serve(self, server: "_Server", shard: "Shard", sock: socket.socket) -> None:
         m = shard.metrics
         while True:
             try:
                 t0 = time.perf_counter()
-                h, payload, n_in = ps_wire.recv(sock)
+                h, payload, n_in = ps_wire.recv(sock, max_payload=shard.payload_bytes)
+            except ps_wire.ProtocolError as e:
+                server.refuse(self.client_address, str(e))
+                return
             except (ConnectionError, OSError):
                 return
             t_in = time.perf_counter() - t0
             op = h.get("op")
-            if op == "hello":
+            problem = check_request(shard, h, payload)
+            if problem is not None:
+                server.refuse(self.client_address, problem)
+                reply, vec = {"error": problem}, None
+            elif op == "hello":
                 reply, vec = shard.hello(h)
             elif op == "pull":
                 reply, vec = shard.pull(h)
-            elif op == "push" and shard.async_sgd:
+            elif op == "push":
                 reply, vec = shard.push(h, payload)
             elif op == "elastic":
                 reply, vec = shard.elastic(h, payload)
-            elif op == "done":
-                reply, vec = shard.done_wait(h)
             else:
-                reply, vec = {"error": f"unknown request {op!r} for algorithm "
-                                       f"{shard.spec.algorithm.name}"}, None
+                reply, vec = shard.done_wait(h)
             try:
                 t1 = time.perf_counter()
                 n_out = ps_wire.send(sock, reply, ps_wire.as_bytes(vec) if vec is not None else b"")
@@ -228,15 +275,38 @@ class _Handler(socketserver.BaseRequestHandler):
             m["alchemist_communication_seconds_total"].inc(t_in + t_out)
             if op in ("push", "elastic", "pull"):
                 m["alchemist_sync_rounds_total"].inc()
-            if op == "done":
-                shard.release(h["rank"])
             if "error" in reply:
                 return
+            if op == "done":
+                shard.release(h["rank"])
 
 
 class _Server(socketserver.ThreadingTCPServer):
     allow_reuse_address = True  # a restarted server takes its port back at once
     daemon_threads = True
+
+    def setup_limits(self, shard: "Shard", secret: bytes) -> None:
+        self.shard, self.secret = shard, secret
+        # Every worker's connection, plus room for restarted workers whose old connection
+        # the server has not noticed closing yet.
+        self.max_connections = 2 * shard.world + 4
+        self._active = 0
+        self._lock = threading.Lock()
+
+    def admit(self) -> bool:
+        with self._lock:
+            if self._active >= self.max_connections:
+                return False
+            self._active += 1
+            return True
+
+    def leave(self) -> None:
+        with self._lock:
+            self._active -= 1
+
+    def refuse(self, peer: Any, why: str) -> None:
+        print(f"alchemist: server {self.shard.shard} refused {peer[0]}:{peer[1]}: {why}",
+              flush=True)
 
 
 def build_shard_tensors(spec: JobSpec, shard: int, shared_root: Path) -> tuple[list[str], list[torch.Tensor]]:
@@ -282,7 +352,7 @@ def serve(spec: JobSpec, run: RunDir, shard: int, port: int, shared_root: Path,
               flush=True)
 
     server = _Server((bind, port), _Handler)
-    server.shard = state  # type: ignore[attr-defined]
+    server.setup_limits(state, ps_wire.run_secret(run.path))
     write_json_atomic(run.workers / f"server-{shard}.json", dict(
         role="server", shard=shard, pid=os.getpid(), node=node, host=_s.gethostname(),
         port=server.server_address[1], metrics_port=metrics_port, restart=restart,

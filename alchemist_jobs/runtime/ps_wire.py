@@ -4,20 +4,37 @@ A message is one frame: `!IQ` (header length, payload length), a JSON header, th
 payload: raw little-endian float32 bytes of one shard's tensors, concatenated in layout
 order. Requests and replies have the same shape. Nothing is pickled, so a peer can never
 make the other run code.
+
+Before any request, both sides prove they hold the run's secret (`run_secret`) without
+sending it: the server sends a random challenge, the client answers with
+HMAC-SHA256(secret, "client" + challenge) and its own challenge, and the server answers
+that with HMAC-SHA256(secret, "server" + challenge) (so a worker never trusts a stranger's
+parameters either). Until then a frame may carry at most HANDSHAKE_MAX header bytes and no
+payload; afterwards the server bounds every payload by its shard's size before reading it.
+A hand-written protocol rather than gRPC: bench/ps_transport.py measures it faster on
+model-sized payloads (docs/parameter-server.md).
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
+import os
+import secrets
 import socket
 import struct
 import time
+from pathlib import Path
 from typing import Any, Sequence
 
 import torch
 
 HEAD = struct.Struct("!IQ")
 MAX_HEADER = 1 << 20
+HANDSHAKE_MAX = 4096
+HANDSHAKE_TIMEOUT_S = 10.0
+SECRET_FILE = "ps.secret"
 
 
 class ProtocolError(ConnectionError):
@@ -59,6 +76,9 @@ def flat(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
 
 
 def as_bytes(vec: torch.Tensor) -> memoryview:
+    """The vector's bytes; it must be in host memory (stage GPU tensors first)."""
+    if vec.device.type != "cpu":
+        raise ValueError(f"ps_wire.as_bytes: a {vec.device} tensor; copy it to host memory first")
     return memoryview(vec.contiguous().numpy()).cast("B")
 
 
@@ -88,12 +108,21 @@ def _recv_exact(sock: socket.socket, n: int) -> bytearray:
     return buf
 
 
-def recv(sock: socket.socket) -> tuple[dict[str, Any], bytearray, int]:
-    """Receive one frame: (header, payload, bytes taken off the wire)."""
+def recv(sock: socket.socket, max_payload: int | None = None,
+         max_header: int = MAX_HEADER) -> tuple[dict[str, Any], bytearray, int]:
+    """Receive one frame: (header, payload, bytes taken off the wire). Sizes beyond the
+    bounds are refused before anything is allocated for them."""
     hlen, plen = HEAD.unpack(_recv_exact(sock, HEAD.size))
-    if hlen > MAX_HEADER:
+    if hlen > max_header:
         raise ProtocolError(f"header of {hlen} bytes: not a parameter-server frame")
-    header = json.loads(_recv_exact(sock, hlen))
+    if max_payload is not None and plen > max_payload:
+        raise ProtocolError(f"payload of {plen} bytes exceeds the {max_payload} allowed")
+    try:
+        header = json.loads(_recv_exact(sock, hlen))
+    except ValueError:
+        raise ProtocolError("header is not JSON: not a parameter-server frame") from None
+    if not isinstance(header, dict):
+        raise ProtocolError("header is not a JSON object")
     payload = _recv_exact(sock, plen) if plen else bytearray()
     return header, payload, HEAD.size + hlen + plen
 
@@ -114,3 +143,66 @@ def connect(host: str, port: int, deadline: float) -> socket.socket:
             raise ConnectionError(f"parameter server {host}:{port} unreachable: {last}")
         time.sleep(delay)
         delay = min(delay * 2, 1.0)
+
+
+# --- the run's secret and the handshake ---------------------------------------------------
+
+
+def run_secret(run_dir: Path, environ: dict[str, str] | None = None) -> bytes:
+    """The secret every process of this run shares: ALCHEMIST_PS_SECRET where the launcher
+    sets one, else `<run dir>/ps.secret` (0600), created by whichever process needs it
+    first; the run directory is readable by the run's own identity only."""
+    env = os.environ if environ is None else environ
+    if env.get("ALCHEMIST_PS_SECRET"):
+        return env["ALCHEMIST_PS_SECRET"].encode()
+    path = Path(run_dir) / SECRET_FILE
+    if not path.exists():
+        tmp = path.with_name(f".{SECRET_FILE}.{os.getpid()}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_hex(32))
+        try:
+            os.link(tmp, path)  # atomic and exclusive: one secret, whoever comes first
+        except FileExistsError:
+            pass
+        finally:
+            tmp.unlink(missing_ok=True)
+    return path.read_text().strip().encode()
+
+
+def _mac(secret: bytes, role: str, nonce: str) -> str:
+    return hmac.new(secret, f"{role}|{nonce}".encode(), hashlib.sha256).hexdigest()
+
+
+class AuthError(ConnectionError):
+    """The peer does not hold the run's secret."""
+
+
+def server_handshake(sock: socket.socket, secret: bytes) -> None:
+    """Challenge a new connection; AuthError unless it proves the secret."""
+    sock.settimeout(HANDSHAKE_TIMEOUT_S)  # a silent peer must not hold a server thread
+    nonce = secrets.token_hex(16)
+    send(sock, {"op": "challenge", "nonce": nonce})
+    h, _, _ = recv(sock, max_payload=0, max_header=HANDSHAKE_MAX)
+    mac, theirs = h.get("mac"), h.get("nonce")
+    if (h.get("op") != "auth" or not isinstance(mac, str) or not isinstance(theirs, str)
+            or not hmac.compare_digest(mac, _mac(secret, "client", nonce))):
+        send(sock, {"error": "authentication failed"})
+        raise AuthError("client failed the challenge")
+    send(sock, {"op": "welcome", "mac": _mac(secret, "server", theirs)})
+    sock.settimeout(None)
+
+
+def client_handshake(sock: socket.socket, secret: bytes) -> int:
+    """Answer the server's challenge and check its answer to ours; returns wire bytes."""
+    h, _, got = recv(sock, max_payload=0, max_header=HANDSHAKE_MAX)
+    if h.get("op") != "challenge" or not isinstance(h.get("nonce"), str):
+        raise AuthError(f"expected a challenge, got {h.get('op') or h.get('error')!r}")
+    mine = secrets.token_hex(16)
+    sent = send(sock, {"op": "auth", "mac": _mac(secret, "client", h["nonce"]), "nonce": mine})
+    w, _, got2 = recv(sock, max_payload=0, max_header=HANDSHAKE_MAX)
+    if w.get("op") != "welcome":
+        raise AuthError(f"parameter server refused this worker: {w.get('error', w)}")
+    if not hmac.compare_digest(str(w.get("mac", "")), _mac(secret, "server", mine)):
+        raise AuthError("the parameter server does not hold this run's secret")
+    return sent + got + got2

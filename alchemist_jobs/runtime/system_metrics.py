@@ -86,17 +86,20 @@ class SystemCollector:
             return
         from prometheus_client.core import GaugeMetricFamily
 
-        gpu, util, used, power_w = reading
+        gpu, uuid, util, used, power_w = reading
         for name, value in (("alchemist_gpu_utilization_ratio", util),
                             ("alchemist_gpu_memory_used_bytes", used),
                             ("alchemist_gpu_power_watts", power_w)):
             m = self._names[name]
-            fam = GaugeMetricFamily(m.name, m.help, labels=keys + ["gpu"])
-            fam.add_metric(values + [gpu], value)
+            fam = GaugeMetricFamily(m.name, m.help, labels=keys + ["gpu", "UUID"])
+            fam.add_metric(values + [gpu, uuid], value)
             yield fam
 
-    def _read_gpu(self) -> tuple[str, float, float, float] | None:
-        """(gpu label, utilisation ratio, memory used bytes, power watts), or None."""
+    def _read_gpu(self) -> tuple[str, str, float, float, float] | None:
+        """(gpu label, UUID, utilisation ratio, memory used bytes, power watts), or None.
+
+        `gpu` is NVML's index as this container sees it; DCGM's exporter labels the host's
+        index. The UUID is the same everywhere: dashboards join the two on it."""
         if not self._nvml_tried:
             self._nvml_tried = True
             self._nvml = _load_nvml()
@@ -113,14 +116,16 @@ class SystemCollector:
                 kind, key = which
                 handle = (nv.nvmlDeviceGetHandleByIndex(key) if kind == "index"
                           else nv.nvmlDeviceGetHandleByUUID(key))
-                self._handle = (str(nv.nvmlDeviceGetIndex(handle)), handle)
-            gpu, h = self._handle
+                uuid = nv.nvmlDeviceGetUUID(handle)
+                uuid = uuid.decode() if isinstance(uuid, bytes) else str(uuid)
+                self._handle = (str(nv.nvmlDeviceGetIndex(handle)), uuid, handle)
+            gpu, uuid, h = self._handle
             util = nv.nvmlDeviceGetUtilizationRates(h).gpu / 100.0
             used = float(nv.nvmlDeviceGetMemoryInfo(h).used)
             power_w = nv.nvmlDeviceGetPowerUsage(h) / 1000.0  # NVML reports milliwatts
         except Exception:
             return None  # a failed reading must never fail the scrape or the worker
-        return gpu, util, used, power_w
+        return gpu, uuid, util, used, power_w
 
 
 def _cuda_initialised() -> bool:

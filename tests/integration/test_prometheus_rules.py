@@ -71,13 +71,36 @@ CASES = [
         _alert("70m", "AlchemistLossExploding"),
         _alert("85m", "AlchemistLossExploding", _labels("warning")),
     ]),
-    # A GPU busy, then idle for over 15 minutes.
+    # DCGM, as scraped with honorLabels: false (the job pod in exported_pod/namespace, the
+    # exporter's own pod in pod/namespace): pod w-0's GPU busy, then idle for over 15
+    # minutes; pod w-1's stays busy; a GPU of a pod that is no Alchemist job's never alerts.
+    # Pod w-0 runs a process that never started CUDA, so no worker NVML series exist at all.
     dict(interval="1m", input_series=[
-        _series("alchemist_gpu_utilization_ratio", f'{L},rank="0",node="a",gpu="0"', "0.9x10 0.01x30"),
-        _series("alchemist_gpu_utilization_ratio", f'{L},rank="1",node="b",gpu="0"', "0.9x40"),
+        _series("DCGM_FI_DEV_GPU_UTIL", 'gpu="0",UUID="GPU-a",Hostname="h1",pod="dcgm-x",'
+                'namespace="gpu-operator",exported_pod="w-0",exported_namespace="team"',
+                "90x10 1x30"),
+        _series("DCGM_FI_DEV_GPU_UTIL", 'gpu="1",UUID="GPU-b",Hostname="h1",pod="dcgm-x",'
+                'namespace="gpu-operator",exported_pod="w-1",exported_namespace="team"', "90x40"),
+        _series("DCGM_FI_DEV_GPU_UTIL", 'gpu="2",UUID="GPU-c",Hostname="h1",pod="dcgm-x",'
+                'namespace="gpu-operator",exported_pod="other",exported_namespace="team"', "0x40"),
+        _series("alchemist_process_memory_bytes", f'{L},rank="0",node="a",pod="w-0",namespace="team"',
+                "1e9x40"),
+        _series("alchemist_process_memory_bytes", f'{L},rank="1",node="b",pod="w-1",namespace="team"',
+                "1e9x40"),
     ], alert_rule_test=[
         _alert("20m", "AlchemistGPUIdle"),
-        _alert("30m", "AlchemistGPUIdle", _labels("warning", node="a")),
+        _alert("30m", "AlchemistGPUIdle", _labels("warning",
+                                                   pod="w-0", namespace="team")),
+    ]),
+    # The same with honorLabels: true: the job pod arrives as pod/namespace.
+    dict(interval="1m", input_series=[
+        _series("DCGM_FI_DEV_GPU_UTIL", 'gpu="0",UUID="GPU-a",Hostname="h1",pod="w-0",'
+                'namespace="team"', "1x40"),
+        _series("alchemist_process_memory_bytes", f'{L},rank="0",node="a",pod="w-0",namespace="team"',
+                "1e9x40"),
+    ], alert_rule_test=[
+        _alert("30m", "AlchemistGPUIdle", _labels("warning",
+                                                   pod="w-0", namespace="team")),
     ]),
     # Three restarts within 30 minutes, each attempt a new series (a new port: a new instance).
     dict(interval="1m", input_series=[

@@ -54,7 +54,7 @@ def test_a_worker_exports_every_worker_metric_with_the_base_labels():
     fams = _scrape(wm)
     # prometheus_client names a counter family without `_total`; its samples carry it.
     exported = {f.name + ("_total" if f.type == "counter" else "") for f in fams.values()}
-    expected = {m.name for m in METRICS if m.role in ("worker", "both") and m.when != "gpu"}
+    expected = {m.name for m in METRICS if m.role in ("worker", "both") and m.when not in ("gpu", "script")}
     assert exported == expected
     for fam in fams.values():
         for sample in fam.samples:
@@ -115,6 +115,9 @@ class FakeNVML:
     def nvmlDeviceGetIndex(self, h):
         return h[1]
 
+    def nvmlDeviceGetUUID(self, h):  # nvidia-ml-py returns str (bytes in old releases)
+        return f"GPU-{h[1]}".encode() if h[1] % 2 else f"GPU-{h[1]}"
+
     def nvmlDeviceGetUtilizationRates(self, h):
         return type("U", (), {"gpu": 87})()
 
@@ -149,7 +152,7 @@ def test_gpu_metrics_only_while_the_worker_trains_on_its_gpu(monkeypatch):
     assert got["alchemist_gpu_utilization_ratio"].value == pytest.approx(0.87)
     assert got["alchemist_gpu_memory_used_bytes"].value == 3 * 2**30
     assert got["alchemist_gpu_power_watts"].value == pytest.approx(250.5)
-    assert got["alchemist_gpu_power_watts"].labels == dict(LABELS, gpu="1")
+    assert got["alchemist_gpu_power_watts"].labels == dict(LABELS, gpu="1", UUID="GPU-1")
     assert {n for n in got} >= {metric(n).name for n in SYSTEM_METRICS if n != "alchemist_process_cpu_seconds_total"}
 
 
@@ -186,7 +189,7 @@ def test_exposition_is_exactly_prometheus_clients_for_the_same_updates():
     ref_registry, ref = CollectorRegistry(), {}
     kinds = {"counter": Counter, "gauge": Gauge, "histogram": Histogram}
     for m in METRICS:
-        if m.role in ("worker", "both") and m.name not in SYSTEM_METRICS:
+        if m.role in ("worker", "both") and m.name not in SYSTEM_METRICS and m.when != "script":
             kw = dict(registry=ref_registry, labelnames=m.labels)
             if m.buckets:
                 kw["buckets"] = m.buckets

@@ -21,7 +21,7 @@ from alchemist_jobs.runtime.parameter_server import Shard
 from alchemist_jobs.runtime.schedule import LRSchedule, build_schedule, lr_scale
 from alchemist_jobs.runtime.strategies.bmuf import block_update
 from alchemist_jobs.runtime.strategies.easgd import elastic_round
-from alchemist_jobs.runtime.trainer import slowdown
+from alchemist_jobs.runtime.faults import slowdown
 from alchemist_jobs.spec import JobSpec, parse_spec
 
 T = torch.tensor
@@ -218,7 +218,8 @@ def test_shard_checkpoint_resumes_params_optimizer_version_and_clocks(tmp_path: 
     # momentum restored: the same next gradient gives the same parameters
     g = [torch.randn(5)]
     assert torch.equal(_push(shard, 1, 1, g, read=3)[1], _push(again, 1, 1, g, read=3)[1])
-    assert [p.name for p in tmp_path.iterdir()] == ["server0-000000003.pt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["server0-000000003.pt",
+                                                         "server0-000000003.pt.sha256"]
 
 
 # --- large-batch rules ------------------------------------------------------------------------

@@ -8,6 +8,11 @@ lock-step, so each writes its own checkpoint (position and RNG); the model itsel
 the servers, and a (re)started worker pulls it.
 
 Traffic is counted as the bytes actually sent and received (frames and headers included).
+
+On a GPU, what goes on the wire is staged through one pinned host buffer per shard: the
+shard is flattened on the device, copied asynchronously into its buffer, and the step waits
+once for all shards' copies (one host sync per exchange, not one blocking copy per tensor).
+Answers are copied to the device once per shard before they touch the parameters.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ class PSClient:
             raise ValueError(f"ALCHEMIST_PS_ADDRS names {len(self.addrs)} servers; the job has "
                              f"{len(names)} shards")
         self.names = names
+        self.secret = ps_wire.run_secret(ctx.extra["run"].path)
         self.socks: list[socket.socket | None] = [None] * len(self.addrs)
         self.versions = [0] * len(self.addrs)  # the server version each shard's params came from
 
@@ -45,9 +51,14 @@ class PSClient:
         while True:
             sock = ps_wire.connect(*self.addrs[k], deadline=deadline)
             try:
+                shook = ps_wire.client_handshake(sock, self.secret)
                 sent = ps_wire.send(sock, {"op": "hello", "rank": self.ctx.rank,
                                            "names": self.names[k]})
                 h, _, got = ps_wire.recv(sock)
+                got += shook
+            except ps_wire.AuthError:
+                sock.close()
+                raise
             except (ConnectionError, OSError):
                 sock.close()
                 if time.monotonic() > deadline:
@@ -113,6 +124,28 @@ class PSClient:
             self._drop(k)
 
 
+class HostStaging:
+    """One pinned float32 host buffer per shard, for a model on a GPU (CPU: no staging)."""
+
+    def __init__(self, shards: list[list[torch.Tensor]], device: torch.device):
+        self.device = device
+        self.cuda = device.type == "cuda"
+        self.bufs = [torch.empty(sum(p.numel() for p in shard), dtype=torch.float32,
+                                 pin_memory=True) for shard in shards] if self.cuda else []
+
+    def to_host(self, vectors: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Each shard's flat vector in host memory, ready for the wire."""
+        if not self.cuda:
+            return [v.cpu() for v in vectors]
+        for buf, v in zip(self.bufs, vectors):
+            buf.copy_(v, non_blocking=True)
+        torch.cuda.current_stream(self.device).synchronize()  # the one wait of this exchange
+        return self.bufs
+
+    def to_device(self, vec: torch.Tensor) -> torch.Tensor:
+        return vec.to(self.device, non_blocking=self.cuda)
+
+
 class _PSStrategy(Strategy):
     """What async SGD and async EASGD share: the shard layout and the connections."""
 
@@ -126,6 +159,7 @@ class _PSStrategy(Strategy):
         named = list(model.named_parameters())
         layout = ps_wire.shard_layout([p.numel() for _, p in named], server_count(self.ctx.spec))
         self.shards = [[named[i][1] for i in idx] for idx in layout]
+        self.staging = HostStaging(self.shards, self.ctx.device)
         self.client = PSClient(self.ctx, [[named[i][0] for i in idx] for idx in layout])
         self.client.connect()
         return model
@@ -138,6 +172,7 @@ class _PSStrategy(Strategy):
               sign: float = 1.0) -> None:
         """Copy (or, with add, add sign times) each shard's answer into the model."""
         for k, (h, vec) in enumerate(replies):
+            vec = self.staging.to_device(vec)  # the answer arrives in host memory
             off = 0
             for p in self.shards[k]:
                 part = vec[off:off + p.numel()].view_as(p)
@@ -174,8 +209,9 @@ class AsyncStrategy(_PSStrategy):
         return model
 
     def after_backward(self, step: int) -> None:
-        grads = [ps_wire.flat([p.grad if p.grad is not None else torch.zeros_like(p)
-                               for p in shard]) for shard in self.shards]
+        grads = self.staging.to_host([ps_wire.flat(
+            [p.grad if p.grad is not None else torch.zeros_like(p) for p in shard])
+            for shard in self.shards])
         replies = self.client.exchange(
             self._rank_header(op="push", clock=step + 1, lr=self.ctx.lr), grads)
         self.ctx.comm.rounds += 1
@@ -204,7 +240,7 @@ class AsyncEasgdStrategy(_PSStrategy):
     def after_step(self, step: int) -> None:
         if not self.active or step % self.tau:
             return
-        xs = [ps_wire.flat(shard) for shard in self.shards]
+        xs = self.staging.to_host([ps_wire.flat(shard) for shard in self.shards])
         replies = self.client.exchange(
             self._rank_header(op="elastic", clock=step, alpha=self.alpha), xs)
         self.ctx.comm.rounds += 1

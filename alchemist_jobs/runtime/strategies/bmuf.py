@@ -29,18 +29,23 @@ def block_update(w_prev: torch.Tensor, w_avg: torch.Tensor, delta: torch.Tensor,
     """One BMUF block update: (W_t, Δ_t, the point workers restart from)."""
     delta = eta * delta + zeta * (w_avg - w_prev)
     w = w_prev + delta
-    start = w + eta * delta if nesterov else w
+    # A separate tensor even without Nesterov: vector_to_parameters makes the parameters
+    # views of what it is given, and local steps must not move W_t.
+    start = w + eta * delta if nesterov else w.clone()
     return w, delta, start
 
 
 def check_same_start(vec: torch.Tensor, comm: Any, what: str) -> None:
     """Fail early if the replicas do not start from the same model (it would silently skew
     every average): compare a checksum's min and max over ranks. 8 bytes of control traffic."""
-    total = vec.double().sum().item()
-    s = torch.tensor([total, -total], dtype=torch.float64)
+    # On the model's device: the process group's backend may accept only that (NCCL takes
+    # CUDA tensors only); one read back afterwards.
+    total = vec.detach().double().sum()
+    s = torch.stack([total, -total])
     dist.all_reduce(s, op=dist.ReduceOp.MAX)
     comm.allreduce(s.numel() * s.element_size(), dist.get_world_size())
-    if abs(s[0].item() + s[1].item()) > 1e-6 * max(1.0, abs(s[0].item())):
+    hi, neg_lo = s.cpu().tolist()
+    if abs(hi + neg_lo) > 1e-6 * max(1.0, abs(hi)):
         raise RuntimeError(f"{what}: workers start from different models; they must share a seed")
 
 
@@ -75,7 +80,7 @@ class BmufStrategy(Strategy):
     @torch.no_grad()
     def _block(self) -> None:
         comm, world = self.ctx.comm, self.ctx.world_size
-        with comm.timed():
+        with comm.timed(self.ctx.device):
             avg = parameters_to_vector(self.params).detach().clone()
             dist.all_reduce(avg)
             avg.div_(world)
@@ -110,9 +115,10 @@ class BmufStrategy(Strategy):
         return {"global_model": self.global_model, "delta": self.delta, "pending": self.pending}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        if state:
-            self.global_model = state["global_model"].clone()
-            self.delta = state["delta"].clone()
+        if state:  # checkpoints load to CPU: back to the device the model trains on
+            device = self.global_model.device
+            self.global_model = state["global_model"].to(device, copy=True)
+            self.delta = state["delta"].to(device, copy=True)
             self.pending = int(state["pending"])
 
 

@@ -60,7 +60,7 @@ class EasgdStrategy(Strategy):
     def _exchange(self) -> None:
         comm, world = self.ctx.comm, self.ctx.world_size
         x = parameters_to_vector(self.params).detach()
-        with comm.timed():
+        with comm.timed(self.ctx.device):
             diff_sum = x - self.centre
             dist.all_reduce(diff_sum)
         comm.allreduce(diff_sum.numel() * diff_sum.element_size(), world)
@@ -85,8 +85,8 @@ class EasgdStrategy(Strategy):
         return {"centre": self.centre}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        if state:
-            self.centre = state["centre"].clone()
+        if state:  # checkpoints load to CPU: back to the device the model trains on
+            self.centre = state["centre"].to(self.centre.device, copy=True)
 
 
 def easgd_strategy(ctx: WorkerContext) -> Strategy:

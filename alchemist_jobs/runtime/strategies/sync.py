@@ -30,14 +30,23 @@ class SyncStrategy(Strategy):
         from torch.nn.parallel import DistributedDataParallel as DDP
 
         ids = [ctx.device.index] if ctx.device.type == "cuda" else None
-        self.ddp = DDP(model, device_ids=ids, bucket_cap_mb=algo.bucket_mb)
+        # Gradients as views into the all-reduce buckets: one copy less per step, less memory.
+        self.ddp = DDP(model, device_ids=ids, bucket_cap_mb=algo.bucket_mb,
+                       gradient_as_bucket_view=True)
         self.ddp.register_comm_hook(self, _make_hook(algo, self))
         self._powersgd_state = None
         return self.ddp
 
     # -- called from the comm hook ------------------------------------------------------------
-    def record(self, t0: float, nbytes: int) -> None:
-        self.ctx.comm.window(t0, time.perf_counter())
+    def record(self, t0: "float | Any", nbytes: int) -> None:
+        """One bucket done: `t0` is its host start time, or its start CUDA event on a GPU
+        (NCCL completes the future at enqueue: only events see when the bytes moved)."""
+        if isinstance(t0, float):
+            self.ctx.comm.window(t0, time.perf_counter())
+        else:
+            end = torch.cuda.Event(enable_timing=True)
+            end.record()  # on the callback's stream, which waits for the all-reduce
+            self.ctx.comm.event_window(t0, end)
         self.ctx.comm.allreduce(nbytes, self.ctx.world_size)
 
     @contextlib.contextmanager
@@ -56,7 +65,7 @@ class SyncStrategy(Strategy):
 
 def _allreduce_hook(strategy: "SyncStrategy", bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """All-reduce (mean) one bucket, timing it and counting its bytes."""
-    t0 = time.perf_counter()
+    t0 = _start_mark(bucket.buffer())
     tensor = bucket.buffer()
     tensor.div_(strategy.ctx.world_size)
     fut = dist.all_reduce(tensor, async_op=True).get_future()
@@ -66,6 +75,15 @@ def _allreduce_hook(strategy: "SyncStrategy", bucket: dist.GradBucket) -> torch.
         return f.value()[0]
 
     return fut.then(done)
+
+
+def _start_mark(tensor: torch.Tensor) -> "float | Any":
+    """Host time, or a CUDA event recorded on the current stream for a GPU bucket."""
+    if tensor.is_cuda:
+        start = torch.cuda.Event(enable_timing=True)
+        start.record()
+        return start
+    return time.perf_counter()
 
 
 def _make_hook(algo: Any, strategy: SyncStrategy):
@@ -122,7 +140,7 @@ def _powersgd_hook(algo: Any):
                 start_powerSGD_iter=2, min_compression_rate=1.0, use_error_feedback=True,
                 warm_start=True)
         st = state_box["state"]
-        t0 = time.perf_counter()
+        t0 = _start_mark(bucket.buffer())
         compressed = st.iter >= st.start_powerSGD_iter
         nbytes = 0
         for g in bucket.gradients():

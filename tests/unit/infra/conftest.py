@@ -7,7 +7,17 @@ from typing import Any
 
 import pytest
 import yaml
-from infra_helpers import KUBECONFIG, REGISTRY_PASSWORD, SHIPPED, SSH_KEY, STACKS, render_many, stack_config
+from infra_helpers import (
+    DEPLOYER_SETS,
+    KUBECONFIG,
+    REGISTRY_PASSWORD,
+    SHIPPED,
+    SSH_KEY,
+    STACKS,
+    deployer_sets,
+    render_many,
+    stack_config,
+)
 
 
 @pytest.fixture(scope="session")
@@ -26,19 +36,29 @@ def existing_stack_file(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def renders(existing_stack_file) -> dict[str, dict[str, Any]]:
     """Every shipped stack, plus the variants the policy and secret tests need, rendered once."""
-    jobs: dict[str, dict[str, Any]] = {name: {"stack_file": STACKS / f"Pulumi.{name}.yaml"} for name in SHIPPED}
+    jobs: dict[str, dict[str, Any]] = {
+        name: {"stack_file": STACKS / f"Pulumi.{name}.yaml", "sets": deployer_sets(name)} for name in SHIPPED
+    }
     aws = STACKS / "Pulumi.aws-us-west-2.yaml"
     jobs.update({
         # one config per policy that breaks exactly that policy
-        "break:storage-encrypted": {"stack_file": aws, "sets": {"alchemist:sharedFs.encrypted": False}},
-        "break:imdsv2-on-gpu-nodes": {"stack_file": aws, "sets": {"alchemist:aws.gpuNodes.requireImdsv2": False}},
+        "break:storage-encrypted": {"stack_file": aws, "sets": {**DEPLOYER_SETS, "alchemist:sharedFs.encrypted": False}},
+        "break:imdsv2-on-gpu-nodes": {"stack_file": aws, "sets": {**DEPLOYER_SETS,
+                                                                 "alchemist:aws.gpuNodes.requireImdsv2": False}},
         "break:no-open-endpoints": {"stack_file": aws, "sets": {"alchemist:aws.publicAccessCidrs": ["0.0.0.0/0"]}},
         "allowed:no-open-endpoints": {"stack_file": aws, "sets": {
             "alchemist:aws.publicAccessCidrs": ["0.0.0.0/0"], "alchemist:allowOpenEndpoints": True}},
         "break:team-pod-security": {"stack_file": STACKS / "Pulumi.dev.yaml",
                                     "sets": {"alchemist:podSecurity": "privileged"}},
-        "fsx": {"stack_file": aws, "sets": {"alchemist:sharedFs": {"kind": "fsx-lustre", "deploymentType": "PERSISTENT_2",
+        "fsx": {"stack_file": aws, "sets": {**DEPLOYER_SETS, "alchemist:sharedFs": {"kind": "fsx-lustre", "deploymentType": "PERSISTENT_2",
                                                                   "perUnitStorageThroughput": 250}}},
+        # team principals on EKS (access entries), the GPU Operator's driver on k3s
+        "principals": {"stack_file": aws, "sets": {**DEPLOYER_SETS, "alchemist:teams": [
+            {"name": "research", "quota": {"gpu": 12, "cpu": 96, "memory": "768Gi"}, "uid": 2001,
+             "principals": ["arn:aws:iam::123456789012:role/research-submitters"]},
+            {"name": "applied", "quota": {"gpu": 4, "cpu": 32, "memory": "256Gi"}, "groups": ["oidc:applied-ml"],
+             "principals": ["arn:aws:iam::123456789012:role/applied-ci", "arn:aws:iam::123456789012:user/ana"]}]}},
+        "onprem-operator": {"stack_file": STACKS / "Pulumi.onprem-lab.yaml", "sets": {"alchemist:onprem.gpuDriver": "operator"}},
         # secrets: an SSH key for k3s, a kubeconfig and a registry password for an existing cluster
         "secret:onprem-ssh": {"stack_file": STACKS / "Pulumi.onprem-lab.yaml",
                               "secrets": {"alchemist:sshPrivateKey": SSH_KEY}},

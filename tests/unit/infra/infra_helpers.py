@@ -73,6 +73,17 @@ def stack_config(name: str) -> dict[str, Any]:
     return yaml.safe_load((STACKS / f"Pulumi.{name}.yaml").read_text())["config"]
 
 
+# What a deployer sets before the first preview (`pulumi config set --path
+# 'alchemist:aws.publicAccessCidrs[0]' <their egress>/32`): the shipped AWS stacks leave it out.
+DEPLOYER_CIDR = "100.20.30.40/32"
+DEPLOYER_SETS = {"alchemist:aws.publicAccessCidrs": [DEPLOYER_CIDR]}
+
+
+def deployer_sets(name: str) -> dict[str, Any]:
+    """The keys a deployer adds to a shipped stack before `pulumi up` (none but on AWS)."""
+    return dict(DEPLOYER_SETS) if name.startswith("aws-") else {}
+
+
 SSH_KEY = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAAdGVzdC1vbmx5LXNzaC1rZXk=\n-----END OPENSSH PRIVATE KEY-----"
 KUBECONFIG = "apiVersion: v1\nkind: Config\nusers:\n- name: admin\n  user:\n    token: kubeconfig-token-that-must-never-leak-4711\n"
 REGISTRY_PASSWORD = "registry-password-that-must-never-leak-0815"

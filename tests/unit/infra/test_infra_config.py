@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from infra_helpers import REPO, stack_config
+from infra_helpers import DEPLOYER_CIDR, REPO, stack_config
 
 from infra.config import StackConfigError, parse, pulumi_value
 
@@ -17,6 +17,8 @@ WHERE = "stacks/Pulumi.aws-us-west-2.yaml"
 def engine_config(name: str, changes: dict) -> dict[str, str]:
     """A shipped stack's config as the engine hands it over, with dotted-key changes (None deletes)."""
     config = json.loads(json.dumps(stack_config(name)))
+    if name.startswith("aws-"):  # what the deployer sets before the first preview
+        config["alchemist:aws"]["publicAccessCidrs"] = [DEPLOYER_CIDR]
     for dotted, value in changes.items():
         head, *rest = dotted.split(".")
         node, key = config, head
@@ -65,7 +67,7 @@ BAD = {
     "scaling bounds": ("aws-us-west-2", {"alchemist:aws.gpuNodes.desiredSize": 9},
                        "alchemist:aws.gpuNodes = {\"minSize\": 0, \"desiredSize\": 9, \"maxSize\": 4} is not accepted"),
     "public endpoint without cidrs": ("aws-us-west-2", {"alchemist:aws.publicAccessCidrs": []},
-                                      "alchemist:aws.publicAccessCidrs = [] is not accepted"),
+                                      "alchemist:aws.publicAccessCidrs is missing; accepted: a public network you deploy from"),
     "bad cidr": ("aws-us-west-2", {"alchemist:aws.vpcCidr": "10.40.0.0/33"}, "alchemist:aws.vpcCidr = '10.40.0.0/33'"),
     "registry where none is used": ("aws-us-west-2", {"alchemist:images": {"registry": "r/x"}},
                                     "alchemist:images.registry = 'r/x' is not accepted; accepted: no registry"),

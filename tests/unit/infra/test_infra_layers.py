@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import shutil
 
 import pytest
 import yaml
-from infra_helpers import REPO, SHIPPED, STACKS
+from infra_helpers import DEPLOYER_CIDR, REPO, SHIPPED, STACKS
 
 from alchemist_jobs import cli
 from infra.stack_diff import ALLOWED, compare, layers
@@ -43,11 +42,12 @@ def planted_root(tmp_path):
     (tmp_path / "Pulumi.yaml").write_text((REPO / "Pulumi.yaml").read_text())
     (tmp_path / "infra").symlink_to(REPO / "infra")
     (tmp_path / "stacks").mkdir()
-    shutil.copy(STACKS / "Pulumi.aws-us-west-2.yaml", tmp_path / "stacks")
-    shutil.copy(STACKS / "Pulumi.aws-eu-west-1.yaml", tmp_path / "stacks")
-    doc = yaml.safe_load((STACKS / "Pulumi.aws-eu-west-1.yaml").read_text())
-    doc["config"]["alchemist:podSecurity"] = "restricted"  # a platform difference, not provider-specific
-    (tmp_path / "stacks" / "Pulumi.aws-planted.yaml").write_text(yaml.safe_dump(doc))
+    for name in ("aws-us-west-2", "aws-eu-west-1", "aws-planted"):
+        doc = yaml.safe_load((STACKS / f"Pulumi.{name.replace('planted', 'eu-west-1')}.yaml").read_text())
+        doc["config"]["alchemist:aws"]["publicAccessCidrs"] = [DEPLOYER_CIDR]  # as the deployer sets it
+        if name == "aws-planted":
+            doc["config"]["alchemist:podSecurity"] = "restricted"  # a platform difference, not provider-specific
+        (tmp_path / "stacks" / f"Pulumi.{name}.yaml").write_text(yaml.safe_dump(doc))
     return tmp_path
 
 

@@ -35,7 +35,7 @@ def test_violation_messages_name_the_resource(renders):
     assert violations(as_resources(renders["break:storage-encrypted"])) == [
         ("storage-encrypted", "shared-fs-efs: FileSystem must set encrypted: true")]
     assert violations(as_resources(renders["break:imdsv2-on-gpu-nodes"])) == [
-        ("imdsv2-on-gpu-nodes", "cluster-gpu-nodes: GPU node group must set enableIMDSv2: true (instance metadata v2 only)")]
+        ("imdsv2-on-gpu-nodes", "cluster-gpu-launch-template: GPU instances must set metadataOptions.httpTokens: required")]
     (open_api,) = violations(as_resources(renders["break:no-open-endpoints"]))
     assert open_api[1].startswith("cluster-eks: public API endpoint open to 0.0.0.0/0")
     psa = violations(as_resources(renders["break:team-pod-security"]))

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 import yaml
-from infra_helpers import REPO, SHIPPED, STACKS, stack_config
+from infra_helpers import DEPLOYER_CIDR, REPO, SHIPPED, STACKS, stack_config
 
 from alchemist_jobs import cli
 
@@ -41,12 +41,15 @@ EU_SETS = ["aws.region=eu-west-1", "aws.availabilityZones=[eu-west-1a,eu-west-1b
 
 
 def test_the_shipped_eu_stack_is_a_replica_of_us_west(monkeypatch, capsys, root):
-    sets = [arg for s in EU_SETS for arg in ("--set", s)]
+    # The shipped stacks leave the deployer's API CIDRs out; a replica is checked, so it gets one.
+    sets = [arg for s in [*EU_SETS, f"aws.publicAccessCidrs=[{DEPLOYER_CIDR}]"] for arg in ("--set", s)]
     assert run(monkeypatch, root, "replicate", "aws-us-west-2", "aws-eu-test", *sets) == 0
-    assert "wrote stacks/Pulumi.aws-eu-test.yaml (3 keys changed from aws-us-west-2)" in capsys.readouterr().out
+    assert "wrote stacks/Pulumi.aws-eu-test.yaml (4 keys changed from aws-us-west-2)" in capsys.readouterr().out
     written = (root / "stacks" / "Pulumi.aws-eu-test.yaml").read_text()
     assert written.startswith("# A replica of aws-us-west-2: `alchemist stack replicate aws-us-west-2 aws-eu-test")
-    assert yaml.safe_load(written)["config"] == stack_config("aws-eu-west-1")
+    config = yaml.safe_load(written)["config"]
+    assert config["alchemist:aws"].pop("publicAccessCidrs") == [DEPLOYER_CIDR]
+    assert config == stack_config("aws-eu-west-1")
 
 
 def test_replicate_checks_the_replica(monkeypatch, capsys, root):

@@ -5,9 +5,11 @@ from __future__ import annotations
 import re
 
 import pytest
-from infra_helpers import SHIPPED, one, resources, stack_config
+from infra_helpers import DEPLOYER_CIDR, SHIPPED, one, resources, stack_config
 
 from alchemist_jobs.contract import MANAGED_BY_LABEL, StackOutput
+from infra.cluster_versions import autoscaler_chart
+from infra.shared_fs import FSX_CSI_CHART
 from infra.versions import CHARTS, GRAFANA_IMAGE_TAG, K3S_VERSIONS, KIND_NODE_IMAGES
 
 CHART = "kubernetes:helm.sh/v4:Chart"
@@ -153,16 +155,17 @@ def test_shared_pvc_in_every_job_namespace(renders, name):
     teams = [t["name"] for t in stack_config(name)["alchemist:teams"]]
     pvcs = {x["inputs"]["metadata"]["namespace"]: x["inputs"] for x in resources(r, "kubernetes:core/v1:PersistentVolumeClaim")}
     pvs = {x["inputs"]["metadata"]["name"]: x["inputs"]["spec"] for x in resources(r, "kubernetes:core/v1:PersistentVolume")}
-    assert set(pvcs) == {*teams, "monitoring"}
+    root = set() if stack_config(name)["alchemist:sharedFs"]["kind"] == "efs" else {"kube-system"}  # the prepare Job's
+    assert set(pvcs) == {*teams, "monitoring", *root}
     for ns, pvc in pvcs.items():
-        assert pvc["metadata"]["name"] == "alchemist-shared"
+        assert pvc["metadata"]["name"] == ("alchemist-shared-root" if ns == "kube-system" else "alchemist-shared")
         assert pvc["spec"]["accessModes"] == ["ReadWriteMany"]
         assert pvc["spec"]["storageClassName"] == "alchemist-shared"
         pv = pvs[pvc["spec"]["volumeName"]]
-        assert pv["claimRef"] == {"namespace": ns, "name": "alchemist-shared"}
+        assert pv["claimRef"] == {"namespace": ns, "name": pvc["metadata"]["name"]}
         assert pv["accessModes"] == ["ReadWriteMany"] and pv["persistentVolumeReclaimPolicy"] == "Retain"
     sc = resources(r, "kubernetes:storage.k8s.io/v1:StorageClass")
-    assert [s["inputs"]["metadata"]["name"] for s in sc] == ["alchemist-shared"]
+    assert [s["inputs"]["metadata"]["name"] for s in sc if s["name"].startswith("shared-fs")] == ["alchemist-shared"]
     # TensorBoard reads that PVC at the same mount path jobs use.
     tb = one(r, "kubernetes:apps/v1:Deployment", "monitoring-tensorboard")["inputs"]["spec"]["template"]["spec"]
     assert tb["volumes"][0] == {"name": "shared", "persistentVolumeClaim": {"claimName": "alchemist-shared", "readOnly": True}}
@@ -205,15 +208,15 @@ def test_aws_gpu_node_group(renders, name):
     assert gpu["instanceTypes"] == cfg["gpuNodes"]["instanceTypes"] == ["g5.12xlarge"]
     assert gpu["amiType"] == "AL2023_x86_64_NVIDIA"
     assert gpu["taints"] == [{"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}]
-    assert gpu["labels"] == {"alchemist.io/pool": "gpu"}
+    assert gpu["labels"] == {"alchemist.io/pool": "gpu", "k8s.amazonaws.com/accelerator": "nvidia-a10g"}
     assert gpu["scalingConfig"] == {"minSize": 0, "maxSize": 4, "desiredSize": 0}
-    assert gpu["ignoreScalingChanges"] is True and gpu["enableIMDSv2"] is True
+    assert gpu["ignoreScalingChanges"] is True and gpu["launchTemplate"]["id"].startswith("lt-")
     system = one(r, "eks:index:ManagedNodeGroup", "cluster-system-nodes")["inputs"]
-    assert system["amiType"] == "AL2023_x86_64_STANDARD" and system["enableIMDSv2"] is True
+    assert system["amiType"] == "AL2023_x86_64_STANDARD" and system["launchTemplate"]["id"].startswith("lt-")
     assert system["scalingConfig"] == {"minSize": 2, "maxSize": 4, "desiredSize": 2}
     autoscaler = next(x["inputs"] for x in resources(r, CHART) if x["inputs"]["chart"] == "cluster-autoscaler")
     assert autoscaler["values"]["autoDiscovery"]["clusterName"] == f"alchemist-{name}"
-    assert autoscaler["version"] == CHARTS["cluster-autoscaler"].version
+    assert autoscaler["version"] == autoscaler_chart(stack_config(name)["alchemist:kubernetesVersion"]).version
 
 
 @pytest.mark.parametrize("name", ["aws-us-west-2", "aws-eu-west-1"])
@@ -224,7 +227,7 @@ def test_aws_cluster_and_network(renders, name):
     assert provider["inputs"]["region"] == cfg["region"]
     cluster = one(r, "eks:index:Cluster", "cluster-eks")["inputs"]
     assert cluster["version"] == stack_config(name)["alchemist:kubernetesVersion"]
-    assert cluster["publicAccessCidrs"] == ["203.0.113.0/24"] and cluster["endpointPrivateAccess"] is True
+    assert cluster["publicAccessCidrs"] == [DEPLOYER_CIDR] and cluster["endpointPrivateAccess"] is True
     assert cluster["skipDefaultNodeGroup"] is True and cluster["encryptionConfigKeyArn"].startswith("arn:aws:kms:")
     vpc = one(r, "aws:ec2/vpc:Vpc", "cluster-vpc")["inputs"]
     assert vpc["cidrBlock"] == cfg["vpcCidr"]
@@ -250,7 +253,7 @@ def test_efs_encrypted_with_mount_targets_and_csi_driver(renders, name):
     sg = one(r, "aws:ec2/securityGroup:SecurityGroup", "shared-fs-efs-sg")["inputs"]
     assert sg["ingress"] == [{"protocol": "tcp", "fromPort": 2049, "toPort": 2049,
                               "cidrBlocks": [stack_config(name)["alchemist:aws"]["vpcCidr"]]}]  # fmt: skip
-    release = one(r, "kubernetes:helm.sh/v3:Release", "shared-fs-efs-csi")["inputs"]  # v3: the chart has hooks
+    release = one(r, "kubernetes:helm.sh/v3:Release", "shared-fs-efs-csi-chart")["inputs"]  # v3: the chart has hooks
     assert (release["chart"], release["version"]) == ("aws-efs-csi-driver", CHARTS["aws-efs-csi-driver"].version)
     assert release["values"]["node"]["tolerations"] == [{"operator": "Exists"}]  # mounts on GPU nodes too
     sa = release["values"]["controller"]["serviceAccount"]
@@ -258,8 +261,10 @@ def test_efs_encrypted_with_mount_targets_and_csi_driver(renders, name):
     sc = one(r, "kubernetes:storage.k8s.io/v1:StorageClass", "shared-fs-storageclass")["inputs"]
     fs_id = targets[0]["inputs"]["fileSystemId"]
     assert sc["provisioner"] == "efs.csi.aws.com" and sc["parameters"]["fileSystemId"] == fs_id
-    for pv in resources(r, "kubernetes:core/v1:PersistentVolume"):
-        assert pv["inputs"]["spec"]["csi"]["volumeHandle"] == fs_id
+    handles = {pv["inputs"]["metadata"]["name"]: pv["inputs"]["spec"]["csi"]["volumeHandle"]
+               for pv in resources(r, "kubernetes:core/v1:PersistentVolume")}  # fmt: skip
+    assert handles.pop("alchemist-shared-monitoring") == fs_id  # TensorBoard: the root, read-only
+    assert all(re.fullmatch(f"{fs_id}::fsap-[0-9a-f]+", h) for h in handles.values()), handles
 
 
 def test_fsx_lustre_variant(renders):
@@ -267,11 +272,12 @@ def test_fsx_lustre_variant(renders):
     fsx = one(r, "aws:fsx/lustreFileSystem:LustreFileSystem", "shared-fs-fsx")["inputs"]
     assert fsx["deploymentType"] == "PERSISTENT_2" and fsx["storageCapacity"] == 1200
     assert fsx["perUnitStorageThroughput"] == 250
-    chart = one(r, CHART, "shared-fs-fsx-csi")["inputs"]
-    assert (chart["chart"], chart["version"]) == ("aws-fsx-csi-driver", CHARTS["aws-fsx-csi-driver"].version)
+    chart = one(r, CHART, "shared-fs-fsx-csi-chart")["inputs"]
+    assert (chart["chart"], chart["version"]) == ("aws-fsx-csi-driver", FSX_CSI_CHART.version)
     pv = resources(r, "kubernetes:core/v1:PersistentVolume")[0]["inputs"]["spec"]
     assert pv["csi"]["driver"] == "fsx.csi.aws.com" and set(pv["csi"]["volumeAttributes"]) == {"dnsname", "mountname"}
-    assert r["outputs"]["alchemist"]["shared_fs"] == {"kind": "fsx-lustre", "pvc": "alchemist-shared", "mount_path": "/shared"}
+    assert r["outputs"]["alchemist"]["shared_fs"] == {"kind": "fsx-lustre", "pvc": "alchemist-shared", "mount_path": "/shared",
+                                                      "uid": 1000, "gid": 1000}
 
 
 def test_onprem_k3s_over_ssh(renders):
@@ -314,8 +320,12 @@ def test_dev_kind_cluster(renders):
     assert f"--image {KIND_NODE_IMAGES['1.31']}" in kind["create"]
     assert "containerPath: /var/alchemist/shared" in kind["stdin"] and kind["delete"].startswith("kind delete cluster")
     assert "127.0.0.1:5001:5000" in cmds["cluster-registry"]["create"]
-    for pv in resources(r, "kubernetes:core/v1:PersistentVolume"):
-        assert pv["inputs"]["spec"]["hostPath"] == {"path": "/var/alchemist/shared", "type": "DirectoryOrCreate"}
+    paths = {pv["inputs"]["metadata"]["name"]: pv["inputs"]["spec"]["hostPath"]
+             for pv in resources(r, "kubernetes:core/v1:PersistentVolume")}  # fmt: skip
+    for team in ("research", "applied"):  # made with its owner by the prepare Job
+        assert paths[f"alchemist-shared-{team}"] == {"path": f"/var/alchemist/shared/teams/{team}", "type": "Directory"}
+    assert paths["alchemist-shared.root"] == paths["alchemist-shared-monitoring"] == {
+        "path": "/var/alchemist/shared", "type": "DirectoryOrCreate"}
     assert r["outputs"]["alchemist"]["images"]["train"].startswith("localhost:5001/alchemist/train@sha256:")
 
 

@@ -1,0 +1,158 @@
+"""Progress and metrics of `script:` and `module:` tasks: what the bootstrap serves for every
+such worker, and what a script may report through `alchemist_jobs.report.report()`.
+
+Every worker of a script serves the contract's process (and, once it uses CUDA, GPU) metrics
+on its own port, recorded in the run directory like a built-in worker's. A script that calls
+`report(step=..., loss=..., **values)` also gets the step and loss metrics, its own values as
+`alchemist_script_metric{name=...}`, progress for `run`/`list`/`status` (rank 0) and
+TensorBoard scalars (rank 0). Outside an Alchemist run `report()` does nothing, so a script
+stays runnable with plain `python` or `torchrun`.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+from alchemist_jobs.metric_contract import metric
+from alchemist_jobs.rundir import RunDir, write_json_atomic
+from alchemist_jobs.runtime.metrics import WorkerMetrics
+
+PROGRESS_EVERY_S = 0.5
+_current: "ScriptReporter | None" = None
+
+
+class _ValuesCollector:
+    """`alchemist_script_metric{name=...}`: one series per name the script reported."""
+
+    def __init__(self, labels: dict[str, str]):
+        self.keys, self.base = list(labels) + ["name"], list(labels.values())
+        self.values: dict[str, float] = {}
+
+    def describe(self) -> list:
+        return []
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import GaugeMetricFamily
+
+        m = metric("alchemist_script_metric")
+        fam = GaugeMetricFamily(m.name, m.help, labels=self.keys)
+        for name, value in sorted(self.values.items()):
+            fam.add_metric(self.base + [name], value)
+        yield fam
+
+
+class ScriptReporter:
+    """One per script worker; `report()` is safe to call from any thread."""
+
+    def __init__(self, run: RunDir, rank: int, world: int, metrics: WorkerMetrics,
+                 restarts: int = 0):
+        self.run, self.rank, self.world, self.metrics = run, rank, world, metrics
+        self.restarts = restarts
+        self.step, self.loss = 0, float("nan")
+        self.total_steps: int | None = None
+        self.samples, self.t0 = 0, time.perf_counter()
+        self._lock = threading.Lock()
+        self._last_progress = 0.0
+        self._writer: Any = None
+        self._timer: threading.Timer | None = None
+        self._values = _ValuesCollector(metrics.labels)
+        if metrics.registry is not None:
+            metrics.registry.register(self._values)
+
+    def report(self, step: int | None = None, loss: float | None = None,
+               total_steps: int | None = None, samples: int | None = None,
+               **values: float) -> None:
+        with self._lock:
+            m = self.metrics
+            if step is not None and step > self.step:
+                m["alchemist_steps_total"].inc(step - self.step)
+                m["alchemist_last_step_timestamp_seconds"].set(time.time())
+                self.step = int(step)
+            if loss is not None:
+                self.loss = float(loss)
+                m["alchemist_loss"].set(self.loss)
+            if total_steps is not None:
+                self.total_steps = int(total_steps)
+            if samples is not None:
+                self.samples += int(samples)
+                m["alchemist_samples_total"].inc(int(samples))
+            for name, value in values.items():
+                self._values.values[name] = float(value)
+            if self.rank == 0:
+                self._publish(values, final=False)
+
+    def _publish(self, values: dict[str, float], final: bool) -> None:
+        """Rank 0: progress for the console (throttled), every value into TensorBoard."""
+        writer = self._tensorboard()
+        if not math.isnan(self.loss):
+            writer.add_scalar("train/loss", self.loss, self.step)
+        for name, value in values.items():
+            writer.add_scalar(f"script/{name}", float(value), self.step)
+        now = time.perf_counter()
+        if not final and now - self._last_progress < PROGRESS_EVERY_S:
+            self._write_later()
+            return
+        self._write_progress(final)
+
+    def _write_later(self) -> None:
+        """Throttled: the newest state is written once the interval is over, even when the
+        script reports nothing more until then (a long evaluation, a slow last step)."""
+        if self._timer is None:
+            self._timer = threading.Timer(PROGRESS_EVERY_S, self._flush)
+            self._timer.daemon = True
+            self._timer.start()
+
+    def _flush(self) -> None:
+        with self._lock:
+            self._timer = None
+            self._write_progress(final=False)
+
+    def _write_progress(self, final: bool) -> None:
+        now = time.perf_counter()
+        self._last_progress = now
+        elapsed = now - self.t0
+        write_json_atomic(self.run.progress_file, dict(
+            step=self.step, total_steps=self.total_steps, epoch=0, epochs=1, loss=self.loss,
+            lr=None, samples_per_s=self.samples * self.world / elapsed if elapsed > 0 else 0.0,
+            restarts=self.restarts, time=time.time(), final=final, source="script"))
+
+    def _tensorboard(self) -> Any:
+        if self._writer is None:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._writer = SummaryWriter(log_dir=str(self.run.tensorboard))
+        return self._writer
+
+    def close(self) -> None:
+        """At the script's end: the last progress, flushed scalars."""
+        with self._lock:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            if self.rank == 0 and (self.step or self._writer is not None):
+                self._publish({}, final=True)
+            if self._writer is not None:
+                self._writer.close()
+                self._writer = None
+
+
+def install(run_dir: Path, rank: int, world: int, local_rank: int, restarts: int,
+            labels: dict[str, str], enabled: bool) -> tuple[ScriptReporter, int | None]:
+    """Serve this script worker's metrics and make `report()` reach them; returns the
+    reporter and the metrics port (None with metrics off)."""
+    global _current
+    metrics = WorkerMetrics(labels, enabled=enabled)
+    port = metrics.serve(local_rank)
+    if enabled:
+        metrics.add_system_collector()
+    metrics["alchemist_restarts"].set(restarts)
+    _current = ScriptReporter(RunDir(run_dir), rank, world, metrics, restarts)
+    return _current, port
+
+
+def current() -> ScriptReporter | None:
+    return _current

@@ -1,0 +1,79 @@
+"""Versions the cluster layer pins per Kubernetes minor: cluster-autoscaler charts, with their source.
+
+The cluster autoscaler supports only the Kubernetes minor it was built for ("We recommend using
+Cluster Autoscaler with the Kubernetes control plane version for which it was meant",
+kubernetes/autoscaler cluster-autoscaler/README.md), so its chart follows the cluster's
+minor. Each chart version below is the newest whose `appVersion` is that minor, read from
+`charts/cluster-autoscaler/Chart.yaml` at the tag `cluster-autoscaler-chart-<version>` of
+https://github.com/kubernetes/autoscaler (Apache-2.0).
+"""
+
+from __future__ import annotations
+
+from infra.versions import ChartPin
+
+AUTOSCALER_REPO = "https://kubernetes.github.io/autoscaler"
+# Kubernetes minor -> (chart version, the chart's appVersion)
+AUTOSCALER_CHARTS: dict[str, tuple[str, str]] = {
+    "1.30": ("9.37.0", "1.30.0"),
+    "1.31": ("9.44.0", "1.31.0"),
+    "1.32": ("9.46.6", "1.32.0"),
+    "1.33": ("9.51.0", "1.33.0"),
+    # from 9.52.0 the chart lives at cluster-autoscaler/charts/cluster-autoscaler/Chart.yaml
+    "1.34": ("9.53.0", "1.34.2"),
+    "1.35": ("9.59.0", "1.35.0"),
+}
+
+
+def autoscaler_chart(kubernetes_minor: str) -> ChartPin:
+    """The cluster-autoscaler chart built for this Kubernetes minor."""
+    version, _app = AUTOSCALER_CHARTS[kubernetes_minor]
+    return ChartPin("cluster-autoscaler", version, AUTOSCALER_REPO)
+
+# The EFA device plugin (advertises `vpc.amazonaws.com/efa` on EFA nodes), from aws/eks-charts
+# stable/aws-efa-k8s-device-plugin (Apache-2.0), Chart.yaml at commit bfe91c4: version v0.5.30,
+# appVersion v0.5.20. Its one template is a DaemonSet (no Helm hooks: helm.v4.Chart is enough);
+# its values' supportedInstanceLabels restrict it to EFA instance types.
+EFA_DEVICE_PLUGIN_CHART = ChartPin("aws-efa-k8s-device-plugin", "v0.5.30", "https://aws.github.io/eks-charts")
+
+# kind node images by digest (a tag can be re-pushed; a digest cannot), for the builds in
+# infra/versions.py KIND_NODE_IMAGES. Source: the kind v0.29.0 release notes' image list; the
+# 1.33 digest is also kind v0.29.0's default, pkg/apis/config/defaults/image.go.
+KIND_NODE_DIGESTS = {
+    "kindest/node:v1.30.13": "sha256:397209b3d947d154f6641f2d0ce8d473732bd91c87d9575ade99049aa33cd648",
+    "kindest/node:v1.31.9": "sha256:b94a3a6c06198d17f59cca8c6f486236fa05e2fb359cbd75dabbfc348a10b211",
+    "kindest/node:v1.32.5": "sha256:e3b2327e3a5ab8c76f5ece68936e4cafaa82edf58486b769727ab0b3b97a5b0d",
+    "kindest/node:v1.33.1": "sha256:050072256b9a903bd914c0b2866828150cb229cea0efe5892e2b644d5dd3b34f",
+}
+
+
+def kind_node_image(kubernetes_minor: str) -> str:
+    """The kind node image of this Kubernetes minor, pinned by digest."""
+    from infra.versions import KIND_NODE_IMAGES
+
+    image = KIND_NODE_IMAGES[kubernetes_minor]
+    return f"{image}@{KIND_NODE_DIGESTS[image]}"
+
+# End of EKS standard support per Kubernetes minor (AWS EKS user guide, "Understand the
+# Kubernetes version lifecycle on EKS", release calendar, read 2026-12-01): after it a cluster
+# runs on paid extended support ($0.60 instead of $0.10 per cluster-hour) for 12 months,
+# then is upgraded by AWS.
+EKS_STANDARD_SUPPORT_END = {
+    "1.30": "2025-07-23",
+    "1.31": "2025-11-26",
+    "1.32": "2026-03-23",
+    "1.33": "2026-07-29",
+    "1.34": "2026-12-02",
+    "1.35": "2027-03-27",
+}
+
+
+def eks_support_warning(kubernetes_minor: str, today: str, supported: tuple[str, ...]) -> str | None:
+    """A line for `pulumi up` when this minor is past EKS standard support on `today` (ISO date)."""
+    end = EKS_STANDARD_SUPPORT_END.get(kubernetes_minor)
+    if end is None or today <= end:
+        return None
+    current = [m for m in supported if EKS_STANDARD_SUPPORT_END.get(m, "9999") > today]
+    advice = (f"choose {' or '.join(current)} (alchemist:kubernetesVersion)" if current else
+              "no minor the program supports (infra/versions.py KUBERNETES_VERSIONS) is in standard support")  # fmt: skip
+    return f"EKS {kubernetes_minor}: standard support ended {end}; the cluster runs on paid extended support; {advice}."

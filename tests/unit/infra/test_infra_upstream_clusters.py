@@ -1,0 +1,617 @@
+"""The cluster and shared-file-system layers against upstream behaviour (issue 9, items 2-13; issue 17, items 2, 9, 10).
+
+Each test names the upstream source its expectation comes from, read at the pinned version:
+pulumi/pulumi-eks (commit 7bf0c1b1, after v4.3.0; the Python SDK is 4.4.0),
+kubernetes-sigs/aws-efs-csi-driver (helm-chart-aws-efs-csi-driver-3.2.1),
+kubernetes-sigs/aws-fsx-csi-driver (helm-chart-aws-fsx-csi-driver-1.17.0),
+kubernetes-csi/csi-driver-nfs (v4.11.0), kubernetes/autoscaler (cluster-autoscaler-1.31.0 and
+the cluster-autoscaler-chart-* tags), and the AWS and NVIDIA documentation named at each test.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import stat
+import subprocess
+
+import pytest
+import yaml
+from infra_helpers import DEPLOYER_CIDR, SHIPPED, STACKS, one, resources, stack_config
+from test_infra_config import engine_config
+
+from infra.cluster_versions import AUTOSCALER_CHARTS, autoscaler_chart
+from infra.config import StackConfigError, parse
+from infra.versions import KUBERNETES_VERSIONS
+
+CHART = "kubernetes:helm.sh/v4:Chart"
+AWS_STACKS = [n for n in SHIPPED if n.startswith("aws-")]
+
+
+def _trust(role: dict) -> dict:
+    return json.loads(role["inputs"]["assumeRolePolicy"])
+
+
+def _role_for(r: dict, arn: str) -> dict:
+    name = arn.rsplit("/", 1)[1]
+    return one(r, "aws:iam/role:Role", name)
+
+
+def _policies_of(r: dict, role_name: str) -> set[str]:
+    return {a["inputs"]["policyArn"] for a in resources(r, "aws:iam/rolePolicyAttachment:RolePolicyAttachment")
+            if a["inputs"]["role"] == role_name}  # fmt: skip
+
+
+# --- 9.2: the API CIDRs come from the deployer ------------------------------------------------
+
+
+@pytest.mark.parametrize("name", AWS_STACKS)
+def test_shipped_aws_stacks_leave_the_api_cidrs_to_the_deployer(name):
+    assert "publicAccessCidrs" not in stack_config(name)["alchemist:aws"]
+    config = engine_config(name, {})
+    config["alchemist:aws"] = json.dumps({k: v for k, v in json.loads(config["alchemist:aws"]).items()
+                                          if k != "publicAccessCidrs"})  # fmt: skip
+    with pytest.raises(StackConfigError) as e:
+        parse(config, where=f"stacks/Pulumi.{name}.yaml")
+    line = str(e.value)
+    assert line.startswith(f"stacks/Pulumi.{name}.yaml: alchemist:aws.publicAccessCidrs is missing; accepted: ")
+    assert "pulumi config set --path 'alchemist:aws.publicAccessCidrs[0]'" in line and "\n" not in line
+
+
+@pytest.mark.parametrize("cidr", ["203.0.113.0/24", "198.51.100.7/32", "192.0.2.0/24", "10.0.0.0/8", "192.168.1.0/24"])
+def test_documentation_and_private_ranges_are_no_deployer_network(cidr):
+    with pytest.raises(StackConfigError) as e:
+        parse(engine_config("aws-us-west-2", {"alchemist:aws.publicAccessCidrs": [DEPLOYER_CIDR, cidr]}))
+    assert str(e.value).startswith(f"alchemist:aws.publicAccessCidrs[1] = '{cidr}' is not accepted; "
+                                   "accepted: a public network you deploy from")  # fmt: skip
+
+
+# --- 9.3: EBS CSI driver, so gp3 claims bind -----------------------------------------------------
+
+
+@pytest.mark.parametrize("name", AWS_STACKS)
+def test_ebs_csi_add_on_with_its_own_role_provisions_the_default_class(renders, name):
+    r = renders[name]
+    cluster = one(r, "eks:index:Cluster", "cluster-eks")["inputs"]
+    # pulumi-eks nodejs/eks/cluster/storageclass.ts: its classes use the in-tree
+    # `kubernetes.io/aws-ebs` provisioner, which needs the CSI driver (CSI migration, 1.23+).
+    assert not cluster.get("storageClasses")
+    addon = one(r, "aws:eks/addon:Addon", "cluster-ebs-csi-addon")["inputs"]
+    assert addon["addonName"] == "aws-ebs-csi-driver" and addon["clusterName"] == f"alchemist-{name}"
+    role = _role_for(r, addon["serviceAccountRoleArn"])
+    (statement,) = _trust(role)["Statement"]
+    assert statement["Action"] == "sts:AssumeRoleWithWebIdentity"
+    assert "system:serviceaccount:kube-system:ebs-csi-controller-sa" in statement["Condition"]["StringEquals"].values()
+    assert _policies_of(r, role["name"]) == {"arn:aws:iam::aws:policy/service-role/AmazonEBSCSIDriverPolicy"}
+    (gp3,) = [s["inputs"] for s in resources(r, "kubernetes:storage.k8s.io/v1:StorageClass")
+              if s["inputs"]["metadata"]["name"] == "gp3"]  # fmt: skip
+    assert gp3["provisioner"] == "ebs.csi.aws.com" and gp3["parameters"]["type"] == "gp3"
+    assert gp3["metadata"]["annotations"] == {"storageclass.kubernetes.io/is-default-class": "true"}
+
+
+# --- 9.4 / 17.2: each team its own subtree and uid -------------------------------------------------
+
+
+def test_each_team_has_its_identity():
+    cfg = parse(engine_config("dev", {}))
+    assert [cfg.identity(t.name) for t in cfg.teams] == [(1000, 1000), (1001, 1001)]  # 1000 + index
+    teams = [{"name": "a", "quota": {"gpu": 0, "cpu": 1, "memory": "1Gi"}, "uid": 5000, "gid": 6000},
+             {"name": "b", "quota": {"gpu": 0, "cpu": 1, "memory": "1Gi"}}]  # fmt: skip
+    assert parse(engine_config("dev", {"alchemist:teams": teams})).identity("a") == (5000, 6000)
+    teams[1]["uid"] = 5000
+    with pytest.raises(StackConfigError, match=r"alchemist:teams\[1\]\.uid = 5000 is not accepted; accepted: a uid "
+                                               "no other team has"):  # fmt: skip
+        parse(engine_config("dev", {"alchemist:teams": teams}))
+
+
+@pytest.mark.parametrize("name", AWS_STACKS)
+def test_efs_access_point_per_team_enforces_its_identity(renders, name):
+    r = renders[name]
+    points = {a["name"]: a for a in resources(r, "aws:efs/accessPoint:AccessPoint")}
+    pvs = {pv["inputs"]["metadata"]["name"]: pv["inputs"]["spec"] for pv in resources(r, "kubernetes:core/v1:PersistentVolume")}
+    cfg = parse(engine_config(name, {}))
+    for team in cfg.teams:
+        uid, gid = cfg.identity(team.name)
+        ap = points[f"shared-fs-ap-{team.name}"]["inputs"]
+        assert ap["posixUser"] == {"uid": uid, "gid": gid}
+        assert ap["rootDirectory"] == {"path": f"/teams/{team.name}", "creationInfo": {
+            "ownerUid": uid, "ownerGid": gid, "permissions": "0770"}}  # fmt: skip
+        # aws-efs-csi-driver pkg/driver/node.go parseVolumeId: `{fs}:{subpath}:{fsap}`
+        handle = pvs[f"alchemist-shared-{team.name}"]["csi"]["volumeHandle"]
+        fs, subpath, apid = handle.split(":")
+        assert fs.startswith("fs-") and subpath == "" and apid.startswith("fsap-")
+        assert pvs[f"alchemist-shared-{team.name}"]["csi"]["volumeAttributes"] == {"encryptInTransit": "true"}
+    assert len({pv["csi"]["volumeHandle"] for pv in pvs.values()}) == len(pvs)
+
+
+def test_output_exports_the_default_teams_identity(renders):
+    out = renders["principals"]["outputs"]["alchemist"]
+    assert (out["shared_fs"]["uid"], out["shared_fs"]["gid"]) == (2001, 2001)  # teams[0].uid
+    for name in SHIPPED:
+        assert {k: renders[name]["outputs"]["alchemist"]["shared_fs"][k] for k in ("uid", "gid")} == {"uid": 1000, "gid": 1000}
+
+
+def test_nfs_team_volumes_mount_their_subdirectory(renders):
+    r = renders["onprem-lab"]
+    pvs = {pv["inputs"]["metadata"]["name"]: pv["inputs"]["spec"] for pv in resources(r, "kubernetes:core/v1:PersistentVolume")}
+    for team in ("research", "applied"):
+        attrs = pvs[f"alchemist-shared-{team}"]["csi"]["volumeAttributes"]
+        # csi-driver-nfs v4.11.0 pkg/nfs/nodeserver.go mounts `server:share/subDir`
+        assert attrs == {"server": "10.20.0.5", "share": "/export/alchemist", "subDir": f"teams/{team}"}
+    assert pvs["alchemist-shared-monitoring"]["csi"]["readOnly"] is True
+    assert "subDir" not in pvs["alchemist-shared-monitoring"]["csi"]["volumeAttributes"]
+
+
+def test_fsx_team_volumes_mount_a_lustre_subdirectory(renders):
+    r = renders["fsx"]
+    pvs = {pv["inputs"]["metadata"]["name"]: pv["inputs"]["spec"] for pv in resources(r, "kubernetes:core/v1:PersistentVolume")}
+    # aws-fsx-csi-driver pkg/driver/node.go: source = "<dnsname>@tcp:/<mountname>"
+    for team in ("research", "applied"):
+        assert pvs[f"alchemist-shared-{team}"]["csi"]["volumeAttributes"]["mountname"] == f"abcdefgh/teams/{team}"
+    assert pvs["alchemist-shared.root"]["csi"]["volumeAttributes"]["mountname"] == "abcdefgh"
+    handles = [pv["csi"]["volumeHandle"] for pv in pvs.values()]
+    assert len(set(handles)) == len(handles)  # one volume handle per PV
+
+
+@pytest.mark.parametrize("name", ["dev", "onprem-lab", "fsx"])
+def test_prepare_job_gives_each_subtree_its_owner(renders, name, tmp_path):
+    """Run the prepare Job's own command on a real directory (as root, like the Job)."""
+    r = renders[name]
+    job = one(r, "kubernetes:batch/v1:Job", "shared-fs-prepare")["inputs"]
+    pod = job["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert pod["volumes"] == [{"name": "fs", "persistentVolumeClaim": {"claimName": "alchemist-shared-root"}}]
+    assert container["volumeMounts"] == [{"name": "fs", "mountPath": "/fs"}]
+    assert container["securityContext"]["runAsUser"] == 0
+    if os.geteuid() != 0:
+        pytest.skip("chown needs root")
+    command = container["command"]
+    assert command[:2] == ["sh", "-c"]
+    script = command[2].replace("/fs/", f"{tmp_path}/")
+    for _ in range(2):  # a second run (a re-created Job) changes nothing
+        subprocess.run(["sh", "-c", script], check=True)
+    cfg_teams = [t["name"] for t in stack_config("dev" if name == "dev" else "onprem-lab")["alchemist:teams"]]
+    for i, team in enumerate(cfg_teams):
+        st = (tmp_path / "teams" / team).stat()
+        assert (st.st_uid, st.st_gid) == (1000 + i, 1000 + i)
+        assert stat.S_IMODE(st.st_mode) == 0o770
+
+
+# --- 9.5: NetworkPolicies enforced on EKS -------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", AWS_STACKS)
+def test_vpc_cni_network_policy_agent_is_on(renders, name):
+    cluster = one(renders[name], "eks:index:Cluster", "cluster-eks")["inputs"]
+    # pulumi-eks nodejs/eks/addons/cni-addon.ts (mergeConfigurationValues) turns this into the
+    # vpc-cni add-on's configurationValues {"enableNetworkPolicy": "true"}; the default add-on
+    # (useDefaultVpcCni) would leave the agent off.
+    assert cluster["vpcCniOptions"]["enableNetworkPolicy"] is True
+    assert not cluster.get("useDefaultVpcCni")
+    # ... and there are policies for it to enforce: default-deny in every team namespace
+    denies = [p for p in resources(renders[name], "kubernetes:networking.k8s.io/v1:NetworkPolicy")
+              if p["inputs"]["metadata"]["name"] == "default-deny"]  # fmt: skip
+    assert len(denies) == len(stack_config(name)["alchemist:teams"])
+
+
+# --- 9.6: access entries for the team principals ---------------------------------------------------
+
+
+def test_access_entries_bind_team_principals_to_the_groups_their_rolebinding_binds(renders):
+    r = renders["principals"]
+    entries = [e["inputs"] for e in resources(r, "aws:eks/accessEntry:AccessEntry")]
+    bindings = {b["inputs"]["metadata"]["namespace"]: {s["name"] for s in b["inputs"]["subjects"]}
+                for b in resources(r, "kubernetes:rbac.authorization.k8s.io/v1:RoleBinding")
+                if b["inputs"]["metadata"]["name"] == "alchemist-job-submitters"}  # fmt: skip
+    by_principal = {e["principalArn"]: e for e in entries}
+    assert set(by_principal) == {"arn:aws:iam::123456789012:role/research-submitters",
+                                 "arn:aws:iam::123456789012:role/applied-ci", "arn:aws:iam::123456789012:user/ana"}
+    assert set(by_principal["arn:aws:iam::123456789012:role/research-submitters"]["kubernetesGroups"]) == bindings["research"]
+    assert set(by_principal["arn:aws:iam::123456789012:user/ana"]["kubernetesGroups"]) == bindings["applied"] == {"oidc:applied-ml"}
+    assert all(e["type"] == "STANDARD" and e["clusterName"] == "alchemist-aws-us-west-2" for e in entries)
+    # API-only authentication: without these entries only the creator reaches the cluster
+    assert one(r, "eks:index:Cluster", "cluster-eks")["inputs"]["authenticationMode"] == "API"
+
+
+def test_principals_are_iam_arns_and_aws_only():
+    bad = [{"name": "a", "quota": {"gpu": 0, "cpu": 1, "memory": "1Gi"}, "principals": ["ana"]}]
+    with pytest.raises(StackConfigError, match=r"alchemist:teams\[0\]\.principals\[0\] = 'ana' is not accepted"):
+        parse(engine_config("aws-us-west-2", {"alchemist:teams": bad}))
+    bad[0]["principals"] = ["arn:aws:iam::123456789012:role/x"]
+    with pytest.raises(StackConfigError, match=r"alchemist:teams\[0\]\.principals = .* IAM principals only with provider 'aws'"):
+        parse(engine_config("dev", {"alchemist:teams": bad}))
+
+
+# --- 9.8: autoscaler sees GPU nodes and matches the cluster -----------------------------------------
+
+
+@pytest.mark.parametrize("name", AWS_STACKS)
+def test_gpu_nodes_carry_the_autoscalers_accelerator_label(renders, name):
+    # kubernetes/autoscaler cluster-autoscaler/cloudprovider/aws/aws_cloud_provider.go:
+    # GPULabel = "k8s.amazonaws.com/accelerator" (tag cluster-autoscaler-1.31.0)
+    gpu = one(renders[name], "eks:index:ManagedNodeGroup", "cluster-gpu-nodes")["inputs"]
+    assert gpu["labels"]["k8s.amazonaws.com/accelerator"] == "nvidia-a10g"  # g5: NVIDIA A10G
+
+
+@pytest.mark.parametrize("minor", KUBERNETES_VERSIONS)
+def test_autoscaler_chart_is_built_for_the_clusters_minor(minor):
+    # appVersion of charts/cluster-autoscaler/Chart.yaml at tag cluster-autoscaler-chart-<version>
+    version, app = AUTOSCALER_CHARTS[minor]
+    assert app.rsplit(".", 1)[0] == minor and autoscaler_chart(minor).version == version
+
+
+@pytest.mark.parametrize("name", AWS_STACKS)
+def test_rendered_autoscaler_matches_the_stack(renders, name):
+    minor = stack_config(name)["alchemist:kubernetesVersion"]
+    chart = one(renders[name], CHART, "cluster-autoscaler-chart")["inputs"]
+    assert chart["version"] == AUTOSCALER_CHARTS[minor][0]
+    sa = chart["values"]["rbac"]["serviceAccount"]
+    assert sa["name"] == "cluster-autoscaler" and sa["annotations"]["eks.amazonaws.com/role-arn"].startswith("arn:aws:iam::")
+
+
+# --- 9.9: no Bottlerocket NVIDIA AMI under the GPU Operator ------------------------------------------
+
+
+def test_bottlerocket_nvidia_is_refused_in_one_line():
+    with pytest.raises(StackConfigError) as e:
+        parse(engine_config("aws-us-west-2", {"alchemist:aws.gpuNodes.amiType": "BOTTLEROCKET_x86_64_NVIDIA"}))
+    assert str(e.value).startswith("alchemist:aws.gpuNodes.amiType = 'BOTTLEROCKET_x86_64_NVIDIA' is not accepted; "
+                                   "accepted: AL2023_x86_64_NVIDIA")  # fmt: skip
+
+
+# --- 9.10: the host toolkit finds the operator's driver ------------------------------------------------
+
+
+# The [nvidia-container-cli] section of the toolkit's shipped /etc/nvidia-container-runtime/config.toml
+# (NVIDIA/nvidia-container-toolkit, config.toml as packaged): `root` is commented out.
+TOOLKIT_CONFIG = """disable-require = false
+
+[nvidia-container-cli]
+environment = []
+ldconfig = "@/sbin/ldconfig"
+load-kmods = true
+#path = "/usr/bin/nvidia-container-cli"
+#root = "/run/nvidia/driver"
+
+[nvidia-container-runtime]
+log-level = "info"
+mode = "auto"
+"""
+
+
+def test_operator_driver_sets_the_toolkit_root(renders, tmp_path):
+    """Run the rendered command's own edit on the shipped config (NVIDIA GPU Operator docs, pre-installed toolkit)."""
+    cmds = {c["name"]: c["inputs"]["create"] for c in resources(renders["onprem-operator"], "command:remote:Command")}
+    runtime = cmds["cluster-nvidia-runtime-lab-gpu-1"]
+    edit = runtime[runtime.index("sudo sed -i"):]
+    config = tmp_path / "config.toml"
+    config.write_text(TOOLKIT_CONFIG)
+    subprocess.run(["sh", "-c", edit.replace("sudo ", "").replace("/etc/nvidia-container-runtime/config.toml", str(config))],
+                   check=True)  # fmt: skip
+    lines = config.read_text().splitlines()
+    assert 'root = "/run/nvidia/driver"' in lines and '#root = "/run/nvidia/driver"' not in lines
+    assert lines[lines.index('root = "/run/nvidia/driver"') - 1] == '#path = "/usr/bin/nvidia-container-cli"'
+    host = {c["name"]: c["inputs"]["create"] for c in resources(renders["onprem-lab"], "command:remote:Command")}
+    assert "/run/nvidia/driver" not in host["cluster-nvidia-runtime-lab-gpu-1"]  # a host driver lives at /
+
+
+# --- 9.11: private registries: pull secrets and registries.yaml -----------------------------------------
+
+
+def test_registry_login_becomes_a_pull_secret_in_every_team_namespace(renders):
+    import kubernetes_validate
+
+    r = renders["secret:existing"]
+    out = r["outputs"]["alchemist"]
+    assert out["images"]["pull_secret"] == "alchemist-registry"
+    secrets = [s for s in resources(r, "kubernetes:core/v1:Secret") if s["name"].startswith("registry-")]
+    assert {s["inputs"]["metadata"]["namespace"] for s in secrets} == {"research", "applied"}
+    for s in secrets:
+        obj = s["inputs"]
+        assert obj["type"] == "kubernetes.io/dockerconfigjson" and obj["metadata"]["name"] == "alchemist-registry"
+        assert obj["stringData"] == "[secret]" or obj["stringData"][".dockerconfigjson"] == "[secret]"
+        kubernetes_validate.validate({**obj, "stringData": {".dockerconfigjson": "{}"}}, "1.31.0", strict=True)
+    assert "pull_secret" not in renders["onprem-lab"]["outputs"]["alchemist"]["images"]  # no login, no secret
+
+
+def test_docker_config_is_the_dockerconfigjson_format():
+    from infra.registry_access import docker_config
+
+    doc = json.loads(docker_config("registry.lab:5000", "ci", "pw"))
+    assert doc == {"auths": {"registry.lab:5000": {"username": "ci", "password": "pw",
+                                                   "auth": base64.b64encode(b"ci:pw").decode()}}}  # fmt: skip
+
+
+def test_k3s_nodes_get_registries_yaml_before_k3s_starts(renders, tmp_path):
+    from infra.cluster_onprem import registries_yaml
+
+    # k3s docs, "Private Registry Configuration": mirrors.<host>.endpoint, configs.<host>.auth
+    doc = yaml.safe_load(registries_yaml("registry.lab:5000/alchemist", "ci", "pw", insecure=True))
+    assert doc == {"mirrors": {"registry.lab:5000": {"endpoint": ["http://registry.lab:5000"]}},
+                   "configs": {"registry.lab:5000": {"auth": {"username": "ci", "password": "pw"}}}}  # fmt: skip
+    assert "configs" not in yaml.safe_load(registries_yaml("r.lab/x", None, None, insecure=False))
+    cmds = {c["name"]: c["inputs"] for c in resources(renders["secret:onprem-ssh"], "command:remote:Command")}
+    nodes = [n for n in cmds if re.fullmatch(r"cluster-(server|agent)-.*", n)]
+    assert len(nodes) == 4
+    for n in nodes:
+        create = cmds[n]["create"]
+        assert create.index("/etc/rancher/k3s/registries.yaml") < create.index("install.sh")
+        assert cmds[n]["stdin"] == "[secret]"  # the registry password and the token travel on stdin only
+
+
+# --- 17.9: the on-prem install ----------------------------------------------------------------------
+
+
+def test_the_k3s_token_never_reaches_a_command_line(renders):
+    cmds = {c["name"]: c["inputs"]["create"] for c in resources(renders["onprem-lab"], "command:remote:Command")}
+    for name, create in cmds.items():
+        assert "K3S_TOKEN" not in create, name  # sudo VAR=... sh shows it in `ps` to every user
+        if name.startswith("cluster-agent-"):
+            assert "--token-file /etc/rancher/k3s/cluster-token" in create
+            assert "umask 077 && cat > /etc/rancher/k3s/cluster-token" in create
+
+
+def test_ssh_host_keys_are_required():
+    hosts = stack_config("onprem-lab")["alchemist:onprem"]["hosts"]
+    assert all(h["hostKey"].startswith("ssh-ed25519 AAAA") for h in hosts)
+    changed = [dict(h) for h in hosts]
+    changed[2].pop("hostKey")
+    with pytest.raises(StackConfigError) as e:
+        parse(engine_config("onprem-lab", {"alchemist:onprem.hosts": changed}))
+    assert str(e.value).startswith("alchemist:onprem.hosts[2].hostKey is missing; accepted: the host's public SSH key")
+
+
+# --- 17.10: IMDS unreachable from pods ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", AWS_STACKS)
+def test_node_launch_templates_set_hop_limit_one(renders, name):
+    r = renders[name]
+    templates = {t["name"]: t for t in resources(r, "aws:ec2/launchTemplate:LaunchTemplate")}
+    for group, template in (("cluster-system-nodes", "cluster-system-launch-template"),
+                            ("cluster-gpu-nodes", "cluster-gpu-launch-template")):  # fmt: skip
+        t = templates[template]
+        # pulumi-eks nodes/nodegroup.ts sets httpPutResponseHopLimit 2 in its own template
+        assert t["inputs"]["metadataOptions"] == {"httpEndpoint": "enabled", "httpTokens": "required",
+                                                  "httpPutResponseHopLimit": 1}  # fmt: skip
+        ng = one(r, "eks:index:ManagedNodeGroup", group)["inputs"]
+        assert ng["launchTemplate"]["id"].startswith("lt-")
+        assert "enableIMDSv2" not in ng and "diskSize" not in ng  # both belong to the template now
+        (bdm,) = t["inputs"]["blockDeviceMappings"]
+        assert bdm["deviceName"] == "/dev/xvda" and bdm["ebs"]["encrypted"] == "true"
+
+
+# --- issue 12, move 5: one add-on-with-identity component ---------------------------------------------
+
+
+def test_every_cloud_identity_add_on_is_one_component(renders):
+    r = renders["fsx"]
+    addons = {a["name"] for a in resources(r, "alchemist:infra:CloudIdentityAddon")}
+    assert addons == {"cluster-ebs-csi", "cluster-autoscaler", "shared-fs-fsx-csi"}
+    assert {a["name"] for a in resources(renders["aws-us-west-2"], "alchemist:infra:CloudIdentityAddon")} == {
+        "cluster-ebs-csi", "cluster-autoscaler", "shared-fs-efs-csi"}
+    for a in resources(r, "aws:iam/role:Role"):
+        if a["name"].endswith("-role") and a["parent"].split("::")[-1] in addons:
+            assert _trust(a)["Statement"][0]["Action"] == "sts:AssumeRoleWithWebIdentity"
+
+
+def test_stack_files_parse_as_shipped_plus_deployer_keys():
+    for name in SHIPPED:
+        text = (STACKS / f"Pulumi.{name}.yaml").read_text()
+        assert "203.0.113." not in text and "198.51.100." not in text and "192.0.2." not in text
+        parse(engine_config(name, {}))
+
+
+# --- 9.12: on-prem exports the team's submitter identity, not the admin kubeconfig -----------------
+
+
+def _client_ca(tmp_path):
+    """A client CA as k3s keeps it: client-ca.crt and client-ca.key in its tls directory."""
+    tls = tmp_path / "tls"
+    tls.mkdir()
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+                    "-keyout", str(tls / "client-ca.key"), "-out", str(tls / "client-ca.crt"), "-days", "2",
+                    "-subj", "/CN=k3s-client-ca"], check=True, capture_output=True)  # fmt: skip
+    return tls
+
+
+def test_team_certificate_is_signed_by_the_client_ca_with_the_team_groups(tmp_path):
+    from infra.cluster_onprem import team_credentials_script
+
+    tls = _client_ca(tmp_path)
+    script = team_credentials_script("research", ["alchemist:research"], tls_dir=str(tls), sudo="")
+    out = subprocess.run(["sh", "-c", script], check=True, capture_output=True, text=True).stdout
+    cert_b64, key_b64 = out.split()
+    cert = tmp_path / "cert.pem"
+    cert.write_bytes(base64.b64decode(cert_b64))
+    assert b"PRIVATE KEY" in base64.b64decode(key_b64)
+    verify = subprocess.run(["openssl", "verify", "-CAfile", str(tls / "client-ca.crt"), str(cert)],
+                            capture_output=True, text=True)  # fmt: skip
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    subject = subprocess.run(["openssl", "x509", "-noout", "-subject", "-nameopt", "RFC2253", "-in", str(cert)],
+                             check=True, capture_output=True, text=True).stdout  # fmt: skip
+    # the API server takes O as the user's groups: the team RoleBinding's subject
+    assert subject.strip() == "subject=CN=alchemist-submitter-research,O=alchemist:research"
+
+
+def test_team_kubeconfig_keeps_the_cluster_and_drops_the_admin():
+    from infra.cluster_onprem import team_kubeconfig
+    from infra.render import Recorder
+
+    admin = Recorder._command_stdout("cluster-kubeconfig", {})  # what k3s's k3s.yaml looks like under the mocks
+    team = yaml.safe_load(team_kubeconfig(admin, "Y2VydA==\na2V5\n", "research", "10.20.0.10"))
+    (user,) = team["users"]
+    assert user == {"name": "alchemist-submitter-research", "user": {"client-certificate-data": "Y2VydA==",
+                                                                      "client-key-data": "a2V5"}}  # fmt: skip
+    assert team["clusters"][0]["cluster"] == {"server": "https://10.20.0.10:6443",
+                                              "certificate-authority-data": "bW9jaw=="}  # fmt: skip
+    assert team["contexts"][0]["context"]["namespace"] == "research"
+    assert "bW9jay1rZXk=" not in json.dumps(team)  # the admin's client key
+
+
+def test_onprem_exports_the_team_kubeconfig(renders):
+    cmds = {c["name"]: c for c in resources(renders["onprem-lab"], "command:remote:Command")}
+    creds = cmds["cluster-team-credentials"]
+    assert creds["inputs"]["logging"] == "none" and "stdout" in creds["additional_secret_outputs"]
+    assert '-subj "/O=alchemist:research/CN=alchemist-submitter-research"' in creds["inputs"]["create"]
+    assert renders["onprem-lab"]["outputs"]["alchemist"]["kubeconfig"] == "[secret]"
+
+
+# --- EFA on EFA-capable GPU instance types ------------------------------------------------------------
+
+# The GPU types among the EFA device plugin's supportedInstanceLabels (aws/eks-charts
+# stable/aws-efa-k8s-device-plugin/values.yaml, chart v0.5.30, commit bfe91c4, Apache-2.0),
+# which follows https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa.html#efa-instance-types.
+EFA_PLUGIN_GPU_TYPES = {
+    "g4dn.8xlarge", "g4dn.12xlarge", "g4dn.16xlarge", "g4dn.metal",
+    "g5.8xlarge", "g5.12xlarge", "g5.16xlarge", "g5.24xlarge", "g5.48xlarge",
+    "g6.8xlarge", "g6.12xlarge", "g6.16xlarge", "g6.24xlarge", "g6.48xlarge",
+    "g6e.8xlarge", "g6e.12xlarge", "g6e.16xlarge", "g6e.24xlarge", "g6e.48xlarge",
+    "p3dn.24xlarge", "p4d.24xlarge", "p4de.24xlarge", "p5.4xlarge", "p5.48xlarge", "p5e.48xlarge", "p5en.48xlarge",
+}  # fmt: skip
+
+
+def test_efa_table_lists_only_types_the_device_plugin_serves():
+    from infra.instance_types import EFA_INTERFACES, group_efa
+
+    assert set(EFA_INTERFACES) <= EFA_PLUGIN_GPU_TYPES
+    assert group_efa(["p5.48xlarge"]) == 32 and group_efa(["g5.12xlarge", "g5.2xlarge"]) == 0
+
+
+@pytest.mark.parametrize("name", AWS_STACKS)
+def test_efa_nodes_get_interfaces_one_zone_and_the_device_plugin(renders, name):
+    r = renders[name]
+    out = r["outputs"]["alchemist"]["gpu"]
+    assert out["efa"] == {"resource": "vpc.amazonaws.com/efa", "per_node": 1}  # g5.12xlarge: one EFA
+    template = one(r, "aws:ec2/launchTemplate:LaunchTemplate", "cluster-gpu-launch-template")["inputs"]
+    (nic,) = template["networkInterfaces"]
+    assert (nic["deviceIndex"], nic["networkCardIndex"], nic["interfaceType"]) == (0, 0, "efa")
+    efa_sg = one(r, "aws:ec2/securityGroup:SecurityGroup", "cluster-efa-sg")["inputs"]
+    assert efa_sg["ingress"] == efa_sg["egress"] == [{"fromPort": 0, "toPort": 0, "protocol": "-1", "self": True}]
+    assert len(nic["securityGroups"]) == 2 and all(g.startswith("sg-") for g in nic["securityGroups"])
+    assert template["placement"] == {"groupName": "cluster-gpu-placement"}
+    assert one(r, "aws:ec2/placementGroup:PlacementGroup", "cluster-gpu-placement")["inputs"]["strategy"] == "cluster"
+    assert len(one(r, "eks:index:ManagedNodeGroup", "cluster-gpu-nodes")["inputs"]["subnetIds"]) == 1
+    plugin = one(r, CHART, "cluster-efa-device-plugin")["inputs"]
+    assert (plugin["chart"], plugin["version"]) == ("aws-efa-k8s-device-plugin", "v0.5.30")
+    assert plugin["values"]["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+
+
+def test_efa_off_and_efa_on_a_type_without_it():
+    cfg = parse(engine_config("aws-us-west-2", {"alchemist:aws.gpuNodes.efa": False}))
+    assert cfg.aws.gpu_nodes.efa_interfaces == 0
+    with pytest.raises(StackConfigError, match=r"alchemist:aws.gpuNodes.instanceTypes\[0\] = 'g5.2xlarge' is not "
+                                               "accepted; accepted: an EFA instance type with efa: true"):  # fmt: skip
+        parse(engine_config("aws-us-west-2", {"alchemist:aws.gpuNodes.instanceTypes": ["g5.2xlarge"],
+                                              "alchemist:aws.gpuNodes.efa": True}))  # fmt: skip
+
+
+def test_no_efa_output_without_efa(renders):
+    assert "efa" not in renders["onprem-lab"]["outputs"]["alchemist"]["gpu"]
+    assert "efa" not in renders["dev"]["outputs"]["alchemist"]["gpu"]
+
+
+# --- 9.13: kind node images by digest ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("minor", KUBERNETES_VERSIONS)
+def test_kind_node_images_are_pinned_by_digest(minor):
+    from infra.cluster_versions import kind_node_image
+    from infra.versions import KIND_NODE_IMAGES
+
+    assert re.fullmatch(re.escape(KIND_NODE_IMAGES[minor]) + r"@sha256:[0-9a-f]{64}", kind_node_image(minor))
+
+
+def test_dev_creates_kind_from_the_digest(renders):
+    cmds = {c["name"]: c["inputs"] for c in resources(renders["dev"], "command:local:Command")}
+    assert re.search(r"--image kindest/node:v1\.31\.9@sha256:[0-9a-f]{64} ", cmds["cluster-kind"]["create"])
+
+
+# --- the cluster layer's charts: values keys exist, hooks only where a Release runs them ------------------
+
+CHARTS_DATA = json.loads((STACKS.parent / "tests" / "fixtures" / "cluster_charts" / "charts.json").read_text())
+CLUSTER_CHARTS = {"cluster-autoscaler", "aws-efs-csi-driver", "aws-fsx-csi-driver", "csi-driver-nfs", "aws-efa-k8s-device-plugin"}
+
+
+def _value_paths(values: dict, prefix: str = "") -> set[str]:
+    """Every key path the program sets; a map under a free-form key (annotations, extraArgs) stops there."""
+    out: set[str] = set()
+    for k, v in values.items():
+        path = f"{prefix}.{k}" if prefix else k
+        out.add(path)
+        if isinstance(v, dict) and k not in ("annotations", "extraArgs", "nodeSelector"):
+            out |= _value_paths(v, path)
+    return out
+
+
+@pytest.mark.parametrize("name", ["onprem-lab", "aws-us-west-2", "fsx"])
+def test_cluster_charts_set_only_keys_their_pinned_version_has(renders, name):
+    seen = 0
+    for type_ in (CHART, "kubernetes:helm.sh/v3:Release"):
+        for c in resources(renders[name], type_):
+            chart = c["inputs"]["chart"]
+            if chart not in CLUSTER_CHARTS:
+                continue  # the platform layer's charts are checked with the platform
+            seen += 1
+            data = CHARTS_DATA[f"{chart}@{c['inputs']['version']}"]
+            unknown = _value_paths(c["inputs"].get("values") or {}) - set(data["values_keys"])
+            assert not unknown, f"{chart} {c['inputs']['version']}: {sorted(unknown)}"
+            # helm.v4.Chart renders templates and skips Helm hooks (pulumi-kubernetes#3284)
+            if data["hook_templates"]:
+                assert type_ == "kubernetes:helm.sh/v3:Release", f"{chart} needs its hooks: {data['hook_templates']}"
+    assert seen
+
+
+@pytest.mark.parametrize("minor", KUBERNETES_VERSIONS)
+def test_every_autoscaler_pin_was_read_upstream(minor):
+    version, app = AUTOSCALER_CHARTS[minor]
+    assert f"cluster-autoscaler@{version}" in CHARTS_DATA
+
+
+# --- 9.13: an EKS version in standard support ------------------------------------------------------------
+
+
+def test_a_minor_past_eks_standard_support_is_said_at_up():
+    from infra.cluster_versions import eks_support_warning
+
+    supported = ("1.33", "1.34", "1.35")
+    line = eks_support_warning("1.31", "2026-12-01", supported)
+    assert line == ("EKS 1.31: standard support ended 2025-11-26; the cluster runs on paid extended support; "
+                    "choose 1.34 or 1.35 (alchemist:kubernetesVersion).")  # fmt: skip
+    assert eks_support_warning("1.34", "2026-12-01", supported) is None
+    assert eks_support_warning("1.35", "2027-03-27", supported) is None
+    assert "no minor the program supports" in eks_support_warning("1.31", "2026-12-01", ("1.30", "1.31"))
+
+
+def test_cluster_facts_eks_is_typed_like_the_contract():
+    import dataclasses
+
+    from alchemist_jobs.contract import EksAccess
+    from infra.cluster import EksFacts
+
+    assert [f.name for f in dataclasses.fields(EksFacts)] == list(EksAccess.model_fields)
+    facts = EksFacts(cluster_name="c", region="us-west-2", endpoint="https://x", certificate_authority="Y2E=")
+    assert EksAccess.model_validate(facts.output()) == EksAccess(cluster_name="c", region="us-west-2",
+                                                                 endpoint="https://x", certificate_authority="Y2E=")
+    assert facts.output().keys() >= {"cluster_name", "region"}
+
+
+def test_joining_node_writes_registries_yaml_and_token_from_stdin(tmp_path):
+    """Run an agent's own setup steps (before the installer) with stdin as the program sends it."""
+    from infra.cluster_onprem import TOKEN_FILE, agent_script, registries_yaml
+    from infra.config import OnpremHost
+
+    script = agent_script("v1.31.9+k3s1", OnpremHost(name="a", address="10.0.0.2", role="agent"), "10.0.0.1",
+                          registries=True)  # fmt: skip
+    setup = script[: script.index("curl -sfL")] + "true"  # everything up to the k3s installer
+    setup = setup.replace("sudo ", "").replace("/etc/rancher/k3s", str(tmp_path / "k3s"))
+    registries = registries_yaml("registry.lab:5000/alchemist", "ci", "pw", insecure=False)
+    stdin = base64.b64encode(registries.encode()).decode() + "\n" + "K10secret::server:token"
+    subprocess.run(["sh", "-c", setup], input=stdin, text=True, check=True)
+    written = tmp_path / "k3s" / "registries.yaml"
+    token = tmp_path / "k3s" / TOKEN_FILE.rsplit("/", 1)[1]
+    assert written.read_text() == registries and token.read_text() == "K10secret::server:token"
+    assert stat.S_IMODE(written.stat().st_mode) == stat.S_IMODE(token.stat().st_mode) == 0o600
+    assert stat.S_IMODE((tmp_path / "k3s").stat().st_mode) == 0o700

@@ -1,0 +1,143 @@
+"""The parameter server trusts only its run (issue 17.4): a challenge before any request,
+bounded rank, payload size and connection count, non-finite updates refused; and after
+every attack the run still trains to the end. Attacks come over loopback, as real sockets."""
+
+from __future__ import annotations
+
+import math
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from alchemist_jobs.rundir import RunDir, read_json
+from alchemist_jobs.runtime import parameter_server, ps_wire, trainer
+from alchemist_jobs.spec import JobSpec
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def server(tmp_path: Path, monkeypatch):
+    for k, v in dict(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0").items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.delenv("ALCHEMIST_SLOW_RANKS", raising=False)
+    monkeypatch.delenv("ALCHEMIST_PS_SECRET", raising=False)
+    spec = JobSpec(name="ps-sec", task={"builtin": "digits"}, algorithm={"name": "async"},
+                   metrics=False, hyper={"steps": 20, "lr": 0.05, "batch_size": 32},
+                   checkpoint={"every_steps": 10})
+    run = RunDir(tmp_path / "runs" / "ps-sec")
+    run.create()
+    run.spec.write_text(spec.to_yaml())
+    port = _free_port()
+    monkeypatch.setenv("ALCHEMIST_PS_ADDRS", f"127.0.0.1:{port}")
+    t = threading.Thread(target=parameter_server.serve, daemon=True,
+                         args=(spec, run, 0, port, tmp_path), kwargs=dict(bind="127.0.0.1"))
+    t.start()
+    deadline = time.monotonic() + 60
+    while not (run.workers / "server-0.json").exists():
+        assert t.is_alive() and time.monotonic() < deadline
+        time.sleep(0.05)
+    rec = read_json(run.workers / "server-0.json")
+    yield dict(spec=spec, run=run, port=port, thread=t, root=tmp_path, numel=_numel(spec, tmp_path),
+               names=parameter_server.build_shard_tensors(spec, 0, tmp_path)[0], rec=rec)
+
+
+def _numel(spec: JobSpec, root: Path) -> int:
+    return sum(t.numel() for t in parameter_server.build_shard_tensors(spec, 0, root)[1])
+
+
+def _connect(port: int) -> socket.socket:
+    s = socket.create_connection(("127.0.0.1", port), timeout=30)
+    return s
+
+
+def _authed(srv: dict, secret: bytes | None = None) -> socket.socket:
+    s = _connect(srv["port"])
+    ps_wire.client_handshake(s, secret or ps_wire.run_secret(srv["run"].path))
+    return s
+
+
+def _closed(s: socket.socket) -> bool:
+    """The server hung up (after at most an error frame)."""
+    try:
+        while True:
+            if not s.recv(1 << 16):
+                return True
+    except (ConnectionResetError, BrokenPipeError):
+        return True
+
+
+def test_an_unauthenticated_client_gets_nothing(server):
+    s = _connect(server["port"])
+    h, _, _ = ps_wire.recv(s)
+    assert h["op"] == "challenge"
+    ps_wire.send(s, {"op": "pull", "rank": 0})  # skips the handshake
+    h, payload, _ = ps_wire.recv(s)
+    assert h == {"error": "authentication failed"} and len(payload) == 0
+    assert _closed(s)
+
+
+def test_a_wrong_secret_is_refused_and_a_fake_server_detected(server):
+    with pytest.raises(ps_wire.AuthError, match="refused"):
+        _authed(server, secret=b"not-the-run-secret")
+
+
+def test_oversized_frames_are_refused_before_allocation(server):
+    s = _connect(server["port"])
+    ps_wire.recv(s)
+    s.sendall(ps_wire.HEAD.pack(12, 1 << 30))  # a 1 GiB payload announced in the handshake
+    assert _closed(s)
+    s = _authed(server)
+    s.sendall(ps_wire.HEAD.pack(40, 1 << 30) + b"{}")  # ... and after it
+    assert _closed(s)
+
+
+def test_forged_rank_and_non_finite_updates_are_refused_and_nothing_applied(server):
+    s = _authed(server)
+    ps_wire.send(s, {"op": "pull", "rank": 0})
+    _, before, _ = ps_wire.recv(s)
+    n = server["numel"]
+    for header, payload in (
+            ({"op": "done", "rank": 7}, b""),  # a rank the job does not have
+            ({"op": "push", "rank": 0, "clock": 1, "lr": 0.1, "read": 0},
+             ps_wire.as_bytes(torch.full((n,), math.nan))),
+            ({"op": "push", "rank": 0, "clock": 1, "lr": math.inf, "read": 0},
+             ps_wire.as_bytes(torch.zeros(n))),
+            ({"op": "push", "rank": 0, "clock": 1, "lr": 0.1, "read": 0},
+             ps_wire.as_bytes(torch.zeros(n - 1)))):  # not the shard's size
+        c = _authed(server)
+        ps_wire.send(c, header, payload)
+        h, _, _ = ps_wire.recv(c)
+        assert "error" in h, header
+        assert _closed(c)
+    ps_wire.send(s, {"op": "pull", "rank": 0})
+    h, after, _ = ps_wire.recv(s)
+    assert h["version"] == 0 and after == before  # nothing was applied
+
+
+def test_connections_are_bounded(server):
+    limit = 2 * server["spec"].world_size + 4
+    held = [_connect(server["port"]) for _ in range(limit)]
+    for c in held:
+        assert ps_wire.recv(c)[0]["op"] == "challenge"  # admitted: challenged
+    extra = _connect(server["port"])
+    assert _closed(extra)  # refused without a challenge
+    for c in held:
+        c.close()
+
+
+def test_after_the_attacks_the_run_trains_to_the_end(server):
+    test_an_unauthenticated_client_gets_nothing(server)
+    test_forged_rank_and_non_finite_updates_are_refused_and_nothing_applied(server)
+    result = trainer.train(server["spec"], server["run"], server["root"])
+    server["thread"].join(60)
+    assert not server["thread"].is_alive()  # the server stopped once its worker was done
+    assert result["steps"] == 20 and math.isfinite(result["final_loss"])
