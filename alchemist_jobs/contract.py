@@ -36,6 +36,14 @@ METRICS_PORT_SLOTS = 16
 PROGRESS_LINE_PREFIX = "alchemist-progress "
 
 
+# Datasets (docs/datasets.md). On stacks with an object store, the platform creates in every
+# job namespace the ServiceAccount JOB_SERVICE_ACCOUNT (on AWS bound to an IAM role that may
+# read and write the bucket) and, where the store takes access keys, the Secret
+# OBJECT_STORE_SECRET holding AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY.
+JOB_SERVICE_ACCOUNT = "alchemist-job"
+OBJECT_STORE_SECRET = JOB_SECRET_PREFIX + "object-store"  # pods may read it (admission)
+
+
 def metrics_port_name(local_rank: int) -> str:
     return METRICS_PORT_NAME if local_rank == 0 else f"{METRICS_PORT_NAME}-{local_rank}"
 
@@ -95,6 +103,19 @@ class Gpu(_Strict):
     efa: Efa | None = None  # present when the GPU nodes have EFA devices
 
 
+class ObjectStore(_Strict):
+    """An S3-compatible bucket where datasets live (`alchemist data push`, `data.source: s3://`).
+
+    On AWS the endpoint is absent (boto3's regional default) and pods reach the bucket through
+    the job service account's IAM role; elsewhere it is the URL of an S3-compatible service
+    (MinIO, Ceph RGW) named in the stack config.
+    """
+
+    endpoint: str | None = Field(None, pattern=r"^https?://")
+    bucket: str = Field(min_length=3, max_length=63)
+    region: str = "us-east-1"
+
+
 class Monitoring(_Strict):
     prometheus_url: str
     grafana_url: str
@@ -115,6 +136,7 @@ class StackOutput(_Strict):
     images: Images
     gpu: Gpu
     monitoring: Monitoring
+    object_store: ObjectStore | None = None  # absent: the stack has no object storage
 
     @classmethod
     def parse(cls, data: Any, source: str) -> "StackOutput":

@@ -169,6 +169,15 @@ class DataSpec(_Node):
     path: str = Field(
         "data", description="where the data set lives, relative to the shared file system root",
         max_length=1024)
+    source: str | None = Field(
+        None, max_length=1024,
+        description="none: `path` on the shared file system; `s3://bucket/prefix`: an "
+                    "object-store prefix; otherwise a local directory (relative to the "
+                    "spec), uploaded for the run on cluster stacks (docs/datasets.md)")
+    cache: Literal["node", "shared", "none"] = Field(
+        "node", description="where a `source` is staged: the node-local cache every job on the "
+                            "node shares, a cache on the shared file system, or the run only")
+    loader_workers: int = Field(0, ge=0, le=32, description="DataLoader worker processes")
 
     @field_validator("path")
     @classmethod
@@ -177,7 +186,6 @@ class DataSpec(_Node):
         if v.startswith(("/", "~")) or ".." in Path(v).parts or "\0" in v or not v.strip():
             raise ValueError("a path relative to the shared file system root, without '..'")
         return v
-    loader_workers: int = Field(0, ge=0, le=32, description="DataLoader worker processes")
 
 
 class CheckpointSpec(_Node):
@@ -367,7 +375,14 @@ def _check_task(spec: JobSpec, spec_dir: Path, source: str) -> None:
                 f"{source}: task.script: {spec.task.script!r} not found "
                 f"(looked for {script}); accepted: a path to a Python file, relative to the spec"
             )
-    if spec.task.builtin is not None:
+    if spec.data.source is not None:  # an S3 URI checked, a local directory made absolute
+        from alchemist_jobs.data.source import parse_s3_uri, resolve_local_source
+
+        if spec.data.source.startswith("s3://"):
+            parse_s3_uri(spec.data.source, f"{source}: data.source")
+        else:
+            spec.data.source = resolve_local_source(spec.data.source, spec_dir, source)
+    if spec.task.builtin is not None and spec.data.source is None:
         from alchemist_jobs.runtime.tasks import train_set_size
 
         n = train_set_size(spec.task)

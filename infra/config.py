@@ -20,7 +20,8 @@ from infra.versions import KUBERNETES_VERSIONS
 NAMESPACE = "alchemist"
 # Keys whose values are secrets: they must be set with `pulumi config set --secret`, and no
 # message ever shows their value.
-SECRET_KEYS = ("kubeconfig", "sshPrivateKey", "registryPassword", "grafanaAdminPassword")
+SECRET_KEYS = ("kubeconfig", "sshPrivateKey", "registryPassword", "grafanaAdminPassword",
+               "objectStoreSecretKey")
 # Namespaces the platform itself owns; a team may not take one of these names.
 SYSTEM_NAMESPACES = (
     "default", "kube-system", "kube-public", "kube-node-lease",
@@ -259,6 +260,19 @@ class AlertmanagerConfig(_Model):
         return self
 
 
+class ObjectStoreConfig(_Model):
+    """Object storage for datasets (infra/object_store.py). On AWS the stack creates the bucket
+    (`bucket` optionally names it); elsewhere these name an existing S3-compatible service."""
+
+    endpoint: str | None = Field(None, pattern=r"^https?://[^\s/]+(:[0-9]+)?/?$",
+                                 description="the S3 API URL, such as https://minio.lab:9000")
+    bucket: str | None = Field(None, pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$",
+                               description="an S3 bucket name (3-63 of a-z 0-9 . -)")
+    region: str = Field("us-east-1", min_length=1, description="the region the service signs requests for")
+    access_key_id: str | None = Field(None, min_length=1,
+                                      description="with the secret alchemist:objectStoreSecretKey")
+
+
 class StackConfig(_Model):
     """All `alchemist:*` keys of one stack."""
 
@@ -284,6 +298,8 @@ class StackConfig(_Model):
     registry_password: SecretStr | None = None
     grafana_admin_password: SecretStr | None = None
     alertmanager: AlertmanagerConfig | None = None
+    object_store: ObjectStoreConfig | None = None
+    object_store_secret_key: SecretStr | None = None
 
     @property
     def default_team(self) -> Team:
@@ -487,6 +503,7 @@ def _check_consistency(cfg: StackConfig) -> None:
         if name in names[:i]:
             raise StackConfigError(f"{ns}:teams[{i}].name", name, "a name no other team has")
     _check_identities(cfg)
+    _check_object_store(cfg)
     if cfg.onprem is not None:
         _check_onprem(cfg.onprem)
     if cfg.aws is not None:
@@ -550,6 +567,32 @@ def _check_aws(aws: AwsConfig) -> None:
                                    {"minSize": pool.min_size, "desiredSize": pool.desired_size,
                                     "maxSize": pool.max_size},
                                    "minSize <= desiredSize <= maxSize")  # fmt: skip
+
+
+def _check_object_store(cfg: StackConfig) -> None:
+    key, store = f"{NAMESPACE}:objectStore", cfg.object_store
+    if store is None:
+        if cfg.object_store_secret_key is not None:
+            raise StackConfigError(f"{NAMESPACE}:objectStoreSecretKey", "<secret>",
+                                   "only with an objectStore section")  # fmt: skip
+        return
+    if cfg.provider == "aws":
+        for field_, value in (("endpoint", store.endpoint), ("accessKeyId", store.access_key_id)):
+            if value is not None:
+                raise StackConfigError(f"{key}.{field_}", value, f"no {field_}: provider 'aws' "
+                                       "creates its bucket and grants jobs access through IAM")  # fmt: skip
+        if cfg.object_store_secret_key is not None:
+            raise StackConfigError(f"{NAMESPACE}:objectStoreSecretKey", "<secret>",
+                                   "no key: provider 'aws' grants jobs access through IAM")  # fmt: skip
+        return
+    for field_, value in (("endpoint", store.endpoint), ("bucket", store.bucket)):
+        if value is None:
+            raise StackConfigError(f"{key}.{field_}", None, f"the S3-compatible service's {field_} "
+                                   f"with provider {cfg.provider!r}", missing=True)  # fmt: skip
+    if (store.access_key_id is None) != (cfg.object_store_secret_key is None):
+        raise StackConfigError(f"{key}.accessKeyId", store.access_key_id,
+                               "an access key id together with the secret "
+                               "alchemist:objectStoreSecretKey, or neither")  # fmt: skip
 
 
 def _check_gpu_pool(aws: AwsConfig) -> None:

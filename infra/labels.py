@@ -17,7 +17,7 @@ TEAM_LABEL = "alchemist.io/team"  # on every team namespace
 
 # Job pods run as this ServiceAccount (or the namespace's `default`); it has no RBAC and no
 # token is mounted. The admission policy refuses any other ServiceAccount.
-JOB_SERVICE_ACCOUNT = "alchemist-job"
+from alchemist_jobs.contract import JOB_SERVICE_ACCOUNT  # noqa: E402  (the contract names it)
 # The only Secrets a submitter's pod may reference (volumes, env, envFrom): a team admin
 # creates them with this prefix (and an interactive session its own token Secret);
 # submitters can create and delete Secrets but never read one.

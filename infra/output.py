@@ -12,7 +12,8 @@ from infra.labels import MOUNT_PATH, SCRAPE_LABELS, SHARED_PVC
 
 
 def build_output(stack: str, cfg: StackConfig, facts: ClusterFacts, images: dict[str, pulumi.Input[str]],
-                 monitoring_urls: dict[str, str], pull_secret: str | None = None) -> dict[str, Any]:  # fmt: skip
+                 monitoring_urls: dict[str, str], pull_secret: str | None = None,
+                 object_store: dict[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
     """Everything a job needs to run on this stack; the kubeconfig only as a secret."""
     team = cfg.default_team
     uid, gid = cfg.identity(team.name)
@@ -39,4 +40,6 @@ def build_output(stack: str, cfg: StackConfig, facts: ClusterFacts, images: dict
         out["kubeconfig"] = pulumi.Output.secret(facts.kubeconfig)
     if facts.eks is not None:
         out["eks"] = facts.eks.output()
+    if object_store is not None:
+        out["object_store"] = dict(object_store)
     return out

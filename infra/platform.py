@@ -73,6 +73,7 @@ class Platform(pulumi.ComponentResource):
             for team in args.teams
         }  # fmt: skip
         self.team_namespaces = {team: t.namespace for team, t in self.teams.items()}
+        self.job_service_accounts = {team: t.job_service_account for team, t in self.teams.items()}
         # After the JobSet chart: the JobSet policy's type check needs its CRD.
         after_queueing = pulumi.ResourceOptions(parent=self, depends_on=[*args.depends_on, *self.queueing.ready])
         for key, vap, binding in all_policies():

@@ -1,4 +1,4 @@
-"""The Pulumi program: check the stack config, then cluster -> platform -> shared FS -> monitoring, images."""
+"""The Pulumi program: check the stack config, then cluster -> platform -> shared FS -> object store -> monitoring, images."""
 
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ def run(stack: str, monitoring_dir: Path, repo_root: Path = REPO_ROOT) -> None:
     from alchemist_jobs import __version__
     from infra.images import Images, ImagesArgs
     from infra.monitoring import Monitoring, MonitoringArgs, load_monitoring_files
+    from infra.object_store import ObjectStore, ObjectStoreArgs
     from infra.output import build_output
     from infra.platform import Platform, PlatformArgs
     from infra.registry_access import RegistryAccess, RegistryAccessArgs
@@ -72,6 +73,13 @@ def run(stack: str, monitoring_dir: Path, repo_root: Path = REPO_ROOT) -> None:
         ),
         opts=on_cluster,
     )
+    objects = ObjectStore(
+        "object-store",
+        ObjectStoreArgs(stack=stack, config=cfg.object_store, secret_key=cfg.object_store_secret_key,
+                        namespaces=platform.team_namespaces, aws=facts.aws, depends_on=facts.depends_on,
+                        service_accounts=platform.job_service_accounts),
+        opts=on_cluster,
+    )
     password = cfg.grafana_admin_password
     monitoring = Monitoring(
         "monitoring",
@@ -89,4 +97,5 @@ def run(stack: str, monitoring_dir: Path, repo_root: Path = REPO_ROOT) -> None:
         opts=on_cluster,
     )
     pulumi.export("alchemist", build_output(stack, cfg, facts, images.refs, monitoring.urls,
-                                              pull_secret=registry.pull_secret))
+                                              pull_secret=registry.pull_secret,
+                                              object_store=objects.output))

@@ -244,6 +244,11 @@ class Recorder:
         elif t == "aws:ecr/repository:Repository":
             out.update(registryId=ACCOUNT,
                        repositoryUrl=f"{ACCOUNT}.dkr.ecr.{region}.amazonaws.com/{inputs.get('name', name)}")  # fmt: skip
+        elif t == "aws:s3/bucket:Bucket":
+            # The provider names a bucket from bucketPrefix plus a unique 26-character suffix.
+            rid = inputs.get("bucket") or inputs.get("bucketPrefix", "terraform-") + \
+                hashlib.sha256(name.encode()).hexdigest()[:26]
+            out.update(bucket=rid, arn=f"arn:aws:s3:::{rid}", region=region)
         elif t == "aws:efs/accessPoint:AccessPoint":
             rid = _fake_id(name, "fsap")
         elif t == "aws:ec2/launchTemplate:LaunchTemplate":

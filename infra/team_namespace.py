@@ -145,7 +145,7 @@ class TeamNamespace(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, depends_on=args.depends_on),
         )  # fmt: skip
         opts_in = pulumi.ResourceOptions(parent=self, depends_on=[self.namespace])
-        k8s.core.v1.ServiceAccount(
+        self.job_service_account = k8s.core.v1.ServiceAccount(
             f"{name}-job-sa", metadata={"name": JOB_SERVICE_ACCOUNT, "namespace": ns},
             automount_service_account_token=False, opts=opts_in,
         )  # fmt: skip

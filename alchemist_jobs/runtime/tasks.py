@@ -3,7 +3,8 @@
 `digits` is scikit-learn's bundled 8x8 digits set; `synthetic` is generated classification
 data with a model whose parameter count the spec sets. Both are prepared once into
 `<shared root>/<data.path>/` (under a file lock, written atomically) and then loaded by every
-worker as tensors, so workers never import scikit-learn after the first run.
+worker as tensors, so workers never import scikit-learn after the first run. With
+`data.source` set, a task reads a staged dataset instead (`load_staged`, docs/datasets.md).
 """
 
 from __future__ import annotations
@@ -89,10 +90,44 @@ def _data_file(spec: "JobSpec", root: Path) -> Path:
     return root / spec.data.path / name
 
 
+# A staged dataset (`data.source`) for a built-in task: `train.npz` and `test.npz`, each with
+# `x` (float32, samples x features) and `y` (integer class labels).
+STAGED_FILES = ("train.npz", "test.npz")
+_staged: list = []  # cache entries this process reads: held in use (never evicted) until exit
+
+
+def load_staged(spec: "JobSpec", shared_root: Path) -> TaskData:
+    """Stage `data.source` into the node's dataset cache (once per node) and load its .npz files."""
+    import numpy as np
+    import torch
+
+    from alchemist_jobs.data.cache import DataError
+    from alchemist_jobs.data.stage import stage
+
+    run_dir = os.environ.get("ALCHEMIST_RUN_DIR")
+    entry = stage(spec, shared_root, Path(run_dir) if run_dir else None)
+    _staged.append(entry)
+    arrays = {}
+    for name in STAGED_FILES:
+        try:
+            with np.load(entry.path / name) as f:
+                arrays[name] = (torch.from_numpy(f["x"].astype(np.float32)),
+                                torch.from_numpy(f["y"].astype(np.int64)))
+        except (OSError, KeyError, ValueError) as e:
+            raise DataError(f"data.source {spec.data.source}: {name} is not an .npz with arrays "
+                            f"x and y ({type(e).__name__}); accepted: {' and '.join(STAGED_FILES)} "
+                            "as written by `python -m alchemist_jobs.data.examples`") from None
+    (x_tr, y_tr), (x_te, y_te) = arrays["train.npz"], arrays["test.npz"]
+    classes = int(max(y_tr.max(), y_te.max())) + 1
+    return TaskData(x_train=x_tr, y_train=y_tr, x_test=x_te, y_test=y_te, classes=classes)
+
+
 def load_task_data(spec: "JobSpec", shared_root: Path) -> TaskData:
     """Load the task's data set, preparing it first if no worker has yet (atomic, locked)."""
     import torch
 
+    if spec.data.source is not None:
+        return load_staged(spec, shared_root)
     path = _data_file(spec, shared_root)
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,174 @@
+"""`alchemist data push|ls|rm`: named datasets in the chosen stack's object store.
+
+The stack's object store is its output's `object_store`. The local stack has none of its
+own: `ALCHEMIST_OBJECT_STORE=s3://BUCKET` names one (with boto3's `AWS_ENDPOINT_URL` for an
+S3-compatible service such as MinIO).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+from alchemist_jobs.errors import UserError
+
+LOCAL_STORE_ENV = "ALCHEMIST_OBJECT_STORE"
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    data = sub.add_parser("data", help="push, list and remove datasets in the stack's object store",
+                          description=__doc__.splitlines()[0])  # fmt: skip
+    verbs = data.add_subparsers(dest="data_command", metavar="SUBCOMMAND")
+    verbs.required = True
+
+    p = verbs.add_parser("push", help="upload a directory as a named dataset (resumable)")
+    p.add_argument("dir", type=Path, metavar="DIR")
+    p.add_argument("--name", help="dataset name (default: the directory's name)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    _stack_args(p)
+    p.set_defaults(func=cmd_push)
+
+    p = verbs.add_parser("ls", help="the datasets, their size and whether their push completed")
+    _stack_args(p)
+    p.set_defaults(func=cmd_ls)
+
+    p = verbs.add_parser("rm", help="delete a dataset")
+    p.add_argument("name", metavar="NAME")
+    _stack_args(p)
+    p.set_defaults(func=cmd_rm)
+
+
+def _stack_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--stack", default="local", help="whose object store (default: local)")
+    p.add_argument("--outputs", type=Path, default=None,
+                   help="a JSON file with the stack's `alchemist` output (instead of Pulumi)")
+
+
+def object_store(stack: str, outputs: Path | None) -> Any:
+    """The chosen stack's ObjectStore; one UserError line if it has none."""
+    from alchemist_jobs.contract import ObjectStore
+
+    if stack == "local":
+        if outputs is not None:
+            raise UserError("--outputs: the local stack has no stack outputs; drop --outputs "
+                            "or name a cluster stack with --stack")
+        value = os.environ.get(LOCAL_STORE_ENV, "")
+        if not value:
+            raise UserError(f"--stack local: the local stack has no object store; accepted: set "
+                            f"{LOCAL_STORE_ENV}=s3://BUCKET (and AWS_ENDPOINT_URL for MinIO and "
+                            "other S3-compatible services), or --stack a stack that has one")
+        from alchemist_jobs.data.source import parse_s3_uri
+
+        uri = parse_s3_uri(value, LOCAL_STORE_ENV)
+        return ObjectStore(bucket=uri.bucket, region=os.environ.get("AWS_REGION")
+                           or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1")
+    from alchemist_jobs.stacks import resolve
+
+    out = resolve(stack, outputs)
+    if out.object_store is None:
+        raise UserError(f"--stack {stack}: this stack has no object store (its output has no "
+                        "`object_store`); accepted: a stack with `objectStore` in its config "
+                        "(docs/datasets.md)")
+    return out.object_store
+
+
+@contextmanager
+def _s3_errors(what: str) -> Iterator[None]:
+    """boto3's failures as one line: no credentials, no endpoint, access denied, no bucket."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    from alchemist_jobs.data.s3 import error_code
+
+    try:
+        yield
+    except ClientError as e:
+        raise UserError(f"{what}: the object store refused ({error_code(e)})") from None
+    except BotoCoreError as e:
+        raise UserError(f"{what}: {e}") from None
+
+
+def cmd_push(args: argparse.Namespace) -> int:
+    from alchemist_jobs.data import push, s3
+    from alchemist_jobs.data.source import dataset_uri
+
+    root = args.dir
+    if not root.is_dir():
+        raise UserError(f"DIR {str(root)!r}: not a directory; accepted: a directory of files to push")
+    name = args.name or root.resolve().name
+    store = object_store(args.stack, args.outputs)
+    uri = dataset_uri(store.bucket, name)
+    client = s3.client(store)
+    with _s3_errors(str(uri)), _progress(args.quiet) as bar:
+        done = push.push(client, root, uri, on_bytes=bar.advance, on_plan=bar.start)
+    kept = len(done.files) - len(done.send)
+    print(f"{uri}  {len(done.files)} files, {sum(s for s, _ in done.files.values())} bytes; "
+          f"sent {len(done.send)} files ({done.send_bytes} bytes), {kept} already there"
+          + (f", removed {len(done.stale)} stale" if done.stale else ""))
+    print(f"use it with:  data: {{source: {uri}}}")
+    return 0
+
+
+class _Bar:
+    """A rich progress bar of the bytes a push sends (on stderr; none with --quiet)."""
+
+    def __init__(self, progress: Any):
+        self.progress, self.task = progress, None
+
+    def start(self, plan: Any) -> None:
+        if self.progress is not None:
+            self.task = self.progress.add_task(f"push {len(plan.send)} files", total=plan.send_bytes)
+
+    def advance(self, n: int) -> None:
+        if self.progress is not None and self.task is not None:
+            self.progress.update(self.task, advance=n)
+
+
+@contextmanager
+def _progress(quiet: bool) -> Iterator[_Bar]:
+    if quiet:
+        yield _Bar(None)
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
+                  TransferSpeedColumn(), console=Console(file=sys.stderr)) as progress:
+        yield _Bar(progress)
+
+
+def cmd_ls(args: argparse.Namespace) -> int:
+    from alchemist_jobs.data import push, s3
+    from alchemist_jobs.data.source import dataset_uri
+
+    store = object_store(args.stack, args.outputs)
+    with _s3_errors(f"s3://{store.bucket}"):
+        found = push.list_datasets(s3.client(store), store.bucket)
+    if not found:
+        print(f"no datasets in s3://{store.bucket}/ (push one with `alchemist data push DIR`)")
+        return 0
+    print(f"{'NAME':24} {'FILES':>7} {'BYTES':>14}  {'STATE':10} SOURCE")
+    for d in found:
+        state = "complete" if d.complete else "incomplete"
+        print(f"{d.name:24} {d.files:>7} {d.bytes:>14}  {state:10} {dataset_uri(store.bucket, d.name)}")
+    return 0
+
+
+def cmd_rm(args: argparse.Namespace) -> int:
+    from alchemist_jobs.data import push, s3
+    from alchemist_jobs.data.source import dataset_uri
+
+    store = object_store(args.stack, args.outputs)
+    uri = dataset_uri(store.bucket, args.name)
+    with _s3_errors(str(uri)):
+        client = s3.client(store)
+        if not s3.list_prefix(client, uri):
+            names = [d.name for d in push.list_datasets(client, store.bucket)]
+            raise UserError(f"NAME {args.name!r}: no such dataset in s3://{store.bucket}/; "
+                            f"accepted: {', '.join(names) or 'none (nothing pushed yet)'}")
+        n = push.remove(client, uri)
+    print(f"removed {uri} ({n} files)")
+    return 0

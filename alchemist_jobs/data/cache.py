@@ -1,0 +1,173 @@
+"""The content-addressed dataset cache of a node: one fill per key under a lock, atomic entries, LRU eviction.
+
+    <root>/entries/<key>/data/        a staged dataset, complete (it appeared by one rename)
+    <root>/entries/<key>/entry.json   its size; the file's mtime is the entry's last use
+    <root>/tmp/<key>.<pid>.<rand>/    a fill in progress (never read; removed if abandoned)
+    <root>/locks/<key>.fill           held exclusively by the one process filling <key>
+    <root>/locks/<key>.use            held shared by every process using <key>; eviction
+                                      takes it exclusively, so an entry in use is never evicted
+
+The key is computed by the caller from what identifies the content (a push manifest's ETag, or
+an object listing's keys, sizes and ETags), so every job on the node that stages the same data
+shares one entry.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import re
+import secrets
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from alchemist_jobs.errors import JobFailed
+
+_KEY = re.compile(r"[0-9a-f]{16,64}")
+_UNITS = {"": 1, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
+          "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+
+
+class DataError(JobFailed):
+    """A dataset could not be staged (missing, corrupt, too large for the cache): one line."""
+
+
+def parse_size(text: str, where: str) -> int:
+    """`50Gi`, `200G` or a byte count -> bytes."""
+    m = re.fullmatch(r"\s*([0-9]+)\s*(Ki|Mi|Gi|Ti|K|M|G|T)?\s*", text or "")
+    if not m:
+        raise DataError(f"{where}: {text!r} is not a size; accepted: bytes or a number with "
+                        "K, M, G, T, Ki, Mi, Gi or Ti")
+    return int(m.group(1)) * _UNITS[m.group(2) or ""]
+
+
+def tree_size(path: Path) -> int:
+    return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file())
+
+
+@dataclass
+class Entry:
+    """A cache entry this process uses; the shared `use` lock is held until `release()`."""
+
+    key: str
+    path: Path  # the staged dataset's directory
+    filled: bool  # this call downloaded it (False: it was already cached)
+    _lock_fd: int | None = field(default=None, repr=False)
+
+    def release(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+
+class NodeCache:
+    def __init__(self, root: Path, limit_bytes: int | None = None):
+        self.root = Path(root)
+        self.limit = limit_bytes
+        for sub in ("entries", "tmp", "locks"):
+            (self.root / sub).mkdir(parents=True, exist_ok=True)
+
+    def _entry(self, key: str) -> Path:
+        return self.root / "entries" / key
+
+    def _lock(self, key: str, kind: str, mode: int) -> int:
+        fd = os.open(self.root / "locks" / f"{key}.{kind}", os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, mode)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    def acquire(self, key: str, fill: Callable[[Path], None], size_hint: int = 0) -> Entry:
+        """The entry for `key`, calling `fill(directory)` first if no process on this node has.
+
+        Concurrent callers with one key wait for the one filler, then share its entry. A fill
+        that raises leaves nothing behind, and the next caller tries again.
+        """
+        if not _KEY.fullmatch(key):
+            raise ValueError(f"cache key {key!r} is not a hex digest")
+        filled = False
+        while True:
+            entry = self._entry(key)
+            if entry.is_dir():
+                fd = self._lock(key, "use", fcntl.LOCK_SH)
+                if entry.is_dir():  # not evicted between the check and the lock
+                    os.utime(entry / "entry.json")
+                    return Entry(key, entry / "data", filled, fd)
+                os.close(fd)
+                continue
+            fd = self._lock(key, "fill", fcntl.LOCK_EX)
+            try:
+                if not entry.is_dir():
+                    self._fill(key, fill, size_hint)
+                    filled = True
+            finally:
+                os.close(fd)
+
+    def _fill(self, key: str, fill: Callable[[Path], None], size_hint: int) -> None:
+        # Holding the fill lock: a tmp dir of this key is an abandoned fill (a killed process).
+        for stale in (self.root / "tmp").glob(f"{key}.*"):
+            shutil.rmtree(stale, ignore_errors=True)
+        if size_hint:
+            self.reserve(size_hint)
+        tmp = self.root / "tmp" / f"{key}.{os.getpid()}.{secrets.token_hex(4)}"
+        (tmp / "data").mkdir(parents=True)
+        try:
+            fill(tmp / "data")
+            size = tree_size(tmp / "data")
+            (tmp / "entry.json").write_text(json.dumps({"key": key, "bytes": size}))
+            os.rename(tmp, self._entry(key))  # the entry appears whole, or not at all
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+
+    def reserve(self, incoming: int) -> None:
+        """Make room for a fill of `incoming` bytes (a fill that learns its size late calls this)."""
+        if self.limit is not None and incoming > self.limit:
+            raise DataError(f"dataset of {incoming} bytes exceeds the node cache limit of "
+                            f"{self.limit} bytes (ALCHEMIST_DATA_CACHE_LIMIT); accepted: a larger "
+                            "limit, or data.cache: none")
+        self.make_room(incoming)
+
+    def entries(self) -> list[tuple[str, int, float]]:
+        """(key, bytes, last use) of every complete entry, least recently used first."""
+        out = []
+        for entry in (self.root / "entries").iterdir():
+            try:
+                meta = entry / "entry.json"
+                out.append((entry.name, json.loads(meta.read_text())["bytes"], meta.stat().st_mtime))
+            except (OSError, ValueError, KeyError):
+                continue  # being evicted right now
+        return sorted(out, key=lambda e: e[2])
+
+    def make_room(self, incoming: int) -> list[str]:
+        """Evict least recently used entries nobody uses until `incoming` more bytes fit."""
+        if self.limit is None:
+            return []
+        evicted: list[str] = []
+        guard = self._lock("cache", "evict", fcntl.LOCK_EX)  # one evicter at a time
+        try:
+            entries = self.entries()
+            total = sum(size for _, size, _ in entries)
+            for key, size, _ in entries:
+                if total + incoming <= self.limit:
+                    break
+                try:
+                    fd = self._lock(key, "use", fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    continue  # a job is reading it
+                try:
+                    trash = self.root / "tmp" / f"evict-{key}.{secrets.token_hex(4)}"
+                    os.rename(self._entry(key), trash)  # gone for readers in one step
+                    shutil.rmtree(trash, ignore_errors=True)
+                    total -= size
+                    evicted.append(key)
+                finally:
+                    os.close(fd)
+        finally:
+            os.close(guard)
+        return evicted

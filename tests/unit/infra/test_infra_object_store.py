@@ -1,0 +1,157 @@
+"""The object store under Pulumi's mocks: AWS's bucket and its policies, IRSA for the job service account, on-prem endpoints, config errors.
+
+The rendered program runs for real; only the engine and AWS are mocked (infra/render.py). What
+S3 does with these inputs is AWS's documented behaviour: a bucket policy denying
+`aws:SecureTransport = false` refuses plain HTTP, the four public-access-block flags refuse
+public ACLs and policies, `BucketOwnerEnforced` disables ACLs.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from infra_helpers import STACKS, render, resources
+
+from alchemist_jobs.contract import JOB_SERVICE_ACCOUNT, OBJECT_STORE_SECRET, StackOutput
+from infra.config import StackConfigError, parse, pulumi_value
+from infra.object_store import bucket_prefix
+
+
+def by_type(r, suffix):
+    return [x for x in resources(r) if x["type"].endswith(suffix)]
+
+
+def test_aws_bucket_is_encrypted_private_tls_only_and_exported(renders):
+    r = renders["aws-us-west-2"]
+    (bucket,) = by_type(r, ":Bucket")
+    out = StackOutput.parse(r["outputs"]["alchemist"], "aws-us-west-2").object_store
+    assert out is not None and out.endpoint is None and out.region == "us-west-2"
+    assert out.bucket.startswith("alchemist-aws-us-west-2-data-")
+    assert bucket["inputs"]["bucketPrefix"] == "alchemist-aws-us-west-2-data-"
+
+    (sse,) = by_type(r, ":BucketServerSideEncryptionConfiguration")
+    assert sse["inputs"]["bucket"] == out.bucket
+    assert sse["inputs"]["rules"] == [{"applyServerSideEncryptionByDefault": {"sseAlgorithm": "AES256"}}]
+
+    (block,) = by_type(r, ":BucketPublicAccessBlock")
+    assert {k: block["inputs"][k] for k in ("blockPublicAcls", "blockPublicPolicy", "ignorePublicAcls",
+                                            "restrictPublicBuckets", "bucket")} == {
+        "blockPublicAcls": True, "blockPublicPolicy": True, "ignorePublicAcls": True,
+        "restrictPublicBuckets": True, "bucket": out.bucket}
+    (owner,) = by_type(r, ":BucketOwnershipControls")
+    assert owner["inputs"]["rule"] == {"objectOwnership": "BucketOwnerEnforced"}
+
+    (policy,) = by_type(r, ":BucketPolicy")
+    doc = json.loads(policy["inputs"]["policy"])
+    arn = f"arn:aws:s3:::{out.bucket}"
+    assert doc["Statement"] == [{
+        "Sid": "DenyInsecureTransport", "Effect": "Deny", "Principal": "*", "Action": "s3:*",
+        "Resource": [arn, f"{arn}/*"], "Condition": {"Bool": {"aws:SecureTransport": "false"}}}]
+
+    (lifecycle,) = by_type(r, ":BucketLifecycleConfiguration")
+    (rule,) = lifecycle["inputs"]["rules"]
+    assert rule["status"] == "Enabled" and rule["abortIncompleteMultipartUpload"] == {"daysAfterInitiation": 7}
+
+
+def test_aws_job_service_account_of_each_team_gets_bucket_access_through_irsa(renders):
+    r = renders["aws-us-west-2"]
+    bucket = r["outputs"]["alchemist"]["object_store"]["bucket"]
+    arn = f"arn:aws:s3:::{bucket}"
+    teams = ["research", "applied"]
+    # The team namespace owns the job ServiceAccount; the object store only annotates it (a
+    # second ServiceAccount object of the same name would fail `pulumi up` with AlreadyExists).
+    sas = {x["inputs"]["metadata"]["namespace"]: x["inputs"] for x in by_type(r, ":ServiceAccountPatch")
+           if x["inputs"]["metadata"]["name"] == JOB_SERVICE_ACCOUNT}
+    assert sorted(sas) == sorted(teams)
+    roles = {x["name"]: x for x in by_type(r, "iam/role:Role")}
+    for team in teams:
+        role_arn = sas[team]["metadata"]["annotations"]["eks.amazonaws.com/role-arn"]
+        role = roles[role_arn.rsplit("/", 1)[1]]
+        (statement,) = json.loads(role["inputs"]["assumeRolePolicy"])["Statement"]
+        assert statement["Action"] == "sts:AssumeRoleWithWebIdentity"
+        (cond,) = statement["Condition"].values()
+        subs = {k.rsplit(":", 1)[1]: v for k, v in cond.items()}
+        assert subs == {"sub": f"system:serviceaccount:{team}:{JOB_SERVICE_ACCOUNT}", "aud": "sts.amazonaws.com"}
+    access = {x["name"]: json.loads(x["inputs"]["policy"]) for x in by_type(r, "iam/rolePolicy:RolePolicy")
+              if x["name"].startswith("object-store-")}
+    assert sorted(access) == sorted(f"object-store-{t}-access" for t in teams)
+    for doc in access.values():
+        allowed = {a: s["Resource"] for s in doc["Statement"] for a in s["Action"]}
+        assert all(s["Effect"] == "Allow" for s in doc["Statement"])
+        assert allowed == {"s3:ListBucket": [arn], "s3:GetObject": [f"{arn}/*"], "s3:PutObject": [f"{arn}/*"],
+                           "s3:DeleteObject": [f"{arn}/*"], "s3:AbortMultipartUpload": [f"{arn}/*"]}
+
+
+@pytest.mark.parametrize("name", ["dev", "onprem-lab"])
+def test_stacks_without_object_store_config_export_none(renders, name):
+    r = renders[name]
+    assert "object_store" not in r["outputs"]["alchemist"]
+    assert not by_type(r, ":Bucket") and not by_type(r, ":ServiceAccountPatch")
+
+
+@pytest.mark.parametrize("name", ["aws-us-west-2", "dev"])
+def test_one_job_service_account_object_per_namespace(renders, name):
+    made = [(x["inputs"]["metadata"]["namespace"], x["inputs"]["metadata"]["name"])
+            for x in by_type(renders[name], ":ServiceAccount")]
+    assert len(made) == len(set(made)), sorted(made)
+
+
+def test_onprem_minio_endpoint_with_keys_in_a_secret():
+    secret = "minio-secret-key-that-must-never-leak-2718"
+    r = render(STACKS / "Pulumi.onprem-lab.yaml",
+               sets={"alchemist:objectStore": {"endpoint": "https://minio.lab.internal:9000", "bucket": "alchemist-data",
+                                               "region": "lab-1", "accessKeyId": "alchemist"}},
+               secrets={"alchemist:objectStoreSecretKey": secret})
+    assert r["error"] is None, r["error"]
+    out = StackOutput.parse(r["outputs"]["alchemist"], "onprem-lab").object_store
+    assert (out.endpoint, out.bucket, out.region) == ("https://minio.lab.internal:9000", "alchemist-data", "lab-1")
+    keys = {x["inputs"]["metadata"]["namespace"]: x for x in by_type(r, "core/v1:Secret")
+            if x["inputs"]["metadata"]["name"] == OBJECT_STORE_SECRET}
+    assert sorted(keys) == ["applied", "research"]
+    for k in keys.values():
+        # the secret key makes the whole stringData secret in the engine's eyes: masked here
+        assert k["inputs"]["stringData"] == "[secret]" and k["inputs"]["type"] == "Opaque"
+    assert secret not in r["_stdout"] and secret not in r["_stderr"]
+    assert not by_type(r, ":Bucket")  # an existing service: nothing created in a cloud
+
+
+def _cfg(provider_file: str, store: dict | None, secret: str | None = None) -> None:
+    import yaml
+
+    raw = yaml.safe_load((STACKS / provider_file).read_text())["config"]
+    if store is not None:
+        raw["alchemist:objectStore"] = store
+    config = {k: pulumi_value(v) for k, v in raw.items()}
+    secret_keys = set()
+    if secret is not None:
+        config["alchemist:objectStoreSecretKey"] = secret
+        secret_keys.add("alchemist:objectStoreSecretKey")
+    parse(config, secret_keys)
+
+
+@pytest.mark.parametrize("stack_file,store,secret,message", [
+    ("Pulumi.aws-us-west-2.yaml", {"endpoint": "https://minio:9000"}, None,
+     "alchemist:objectStore.endpoint"),
+    ("Pulumi.onprem-lab.yaml", {"bucket": "data"}, None, "alchemist:objectStore.endpoint"),
+    ("Pulumi.onprem-lab.yaml", {"endpoint": "https://minio:9000"}, None, "alchemist:objectStore.bucket"),
+    ("Pulumi.onprem-lab.yaml", {"endpoint": "minio:9000", "bucket": "data"}, None, "alchemist:objectStore.endpoint"),
+    ("Pulumi.onprem-lab.yaml", {"endpoint": "https://minio:9000", "bucket": "Data_1"}, None,
+     "alchemist:objectStore.bucket"),
+    ("Pulumi.onprem-lab.yaml", {"endpoint": "https://minio:9000", "bucket": "data", "accessKeyId": "k"}, None,
+     "alchemist:objectStore.accessKeyId"),
+    ("Pulumi.dev.yaml", None, "s3cr3t-value", "alchemist:objectStoreSecretKey"),
+])
+def test_bad_object_store_config_is_one_line_naming_the_key(stack_file, store, secret, message):
+    with pytest.raises(StackConfigError) as err:
+        _cfg(stack_file, store, secret)
+    text = str(err.value)
+    assert message in text and "\n" not in text
+    assert "s3cr3t-value" not in text
+
+
+def test_bucket_prefix_is_valid_for_any_stack_name():
+    for stack in ("dev", "aws-us-west-2", "Team_A.prod", "x" * 80):
+        prefix = bucket_prefix(stack)
+        assert len(prefix) <= 37 and prefix.endswith("-data-")
+        assert prefix == prefix.lower() and all(c.isalnum() or c == "-" for c in prefix)
