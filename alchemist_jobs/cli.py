@@ -17,6 +17,7 @@ COMMAND_MODULES = {
     "alchemist_jobs.commands.stack": ("stack",),
     "alchemist_jobs.commands.interactive": ("interactive",),
     "alchemist_jobs.commands.monitor": ("monitor",),
+    "alchemist_jobs.commands.plan": ("plan",),
 }
 
 
