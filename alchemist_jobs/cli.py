@@ -20,6 +20,7 @@ COMMAND_MODULES = {
     "alchemist_jobs.commands.monitor": ("monitor",),
     "alchemist_jobs.commands.data": ("data",),
     "alchemist_jobs.ui.command": ("ui",),
+    "alchemist_jobs.commands.plan": ("plan",),
 }
 
 

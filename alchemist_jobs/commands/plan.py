@@ -1,0 +1,166 @@
+"""`alchemist plan`: predict a job's step time, throughput and speed-up at N nodes, per algorithm.
+
+    alchemist plan examples/digits.yaml --nodes 1,2,4,8 --algorithms sync,bmuf --link 25gbit
+
+Profiles the job briefly on this machine (or takes `--step-ms`/`--model-mb`), takes the target's
+shape and links from flags, the stack output or past runs (alchemist_jobs/planner/facts.py), and
+prints one row per (algorithm, nodes) with the assumptions underneath; `--json` prints the same
+as one object, `--plot FILE.png` draws throughput and efficiency against nodes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from alchemist_jobs.errors import UserError
+
+PLANNED = ("sync", "bmuf", "easgd")
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "plan", help="predict speed-up and efficiency at N nodes before paying for them",
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("spec", help="job spec (YAML)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a spec field, as for `alchemist run`")
+    p.add_argument("--stack", default=None,
+                   help="take GPUs per node and EFA links from this stack's output")
+    p.add_argument("--outputs", type=Path, default=None,
+                   help="the stack's outputs as a JSON file (instead of asking Pulumi)")
+    p.add_argument("--nodes", default="1,2,4,8,16", help="node counts (default 1,2,4,8,16)")
+    p.add_argument("--algorithms", default=None,
+                   help="comma-separated, from sync,bmuf,easgd (default: the spec's, or all three)")
+    p.add_argument("--link", default=None, help="what one node sends at, e.g. 100mbit, 25gbit")
+    p.add_argument("--latency-us", type=float, default=50.0,
+                   help="one message between nodes, microseconds (default 50)")
+    p.add_argument("--workers-per-node", type=int, default=None,
+                   help="workers per node (default: the stack's GPUs per node when the spec "
+                        "asks for GPUs, else the spec's procs_per_node)")
+    p.add_argument("--tau", type=int, default=None, help="bmuf/easgd steps per exchange "
+                   "(default: the spec's, else 8)")
+    p.add_argument("--step-ms", type=float, default=None, help="a measured step time instead "
+                   "of profiling (needs --model-mb)")
+    p.add_argument("--model-mb", type=float, default=None, help="MB one exchange moves")
+    p.add_argument("--profile-steps", type=int, default=200, help="steps to time (default 200)")
+    p.add_argument("--compute-scale", type=float, default=1.0, help=argparse.SUPPRESS)
+    p.add_argument("--json", action="store_true", help="print the plan as JSON")
+    p.add_argument("--plot", type=Path, default=None, help="write a PNG of the plan")
+    p.set_defaults(func=cmd_plan)
+
+
+def _algorithms(args: argparse.Namespace, spec) -> list:
+    from alchemist_jobs.planner.model import Algorithm
+
+    names = (args.algorithms.split(",") if args.algorithms
+             else [spec.algorithm.name] if spec.algorithm.name in PLANNED else list(PLANNED))
+    out = []
+    for name in (n.strip() for n in names):
+        if name not in PLANNED:
+            raise UserError(f"--algorithms: {name!r} is not planned; expected some of "
+                            f"{','.join(PLANNED)} (async's pace depends on the server, not a ring)")
+        tau = args.tau or getattr(spec.algorithm, "tau", None) or 8
+        if tau < 1:
+            raise UserError(f"--tau {tau}: expected a whole number of at least 1")
+        out.append(Algorithm(name=name, tau=tau if name != "sync" else 1))
+    return out
+
+
+def build_plan(args: argparse.Namespace) -> dict:
+    """Everything the plan prints, as one JSON-ready dict."""
+    from alchemist_jobs.planner import facts, model, profile
+    from alchemist_jobs.rundir import default_root, runs_root
+    from alchemist_jobs.spec import load_spec
+
+    spec = load_spec(args.spec, args.overrides)
+    nodes = facts.parse_nodes(args.nodes)
+    algos = _algorithms(args, spec)
+    stack = None
+    if args.stack not in (None, "local"):
+        from alchemist_jobs.stacks import resolve
+
+        stack = resolve(args.stack, args.outputs)
+    workers = args.workers_per_node
+    if workers is None:
+        workers = (stack.gpu.per_node if stack is not None and spec.resources.gpu and
+                   stack.gpu.per_node else spec.procs_per_node)
+    if workers < 1:
+        raise UserError(f"--workers-per-node {workers}: expected a whole number of at least 1")
+    if args.compute_scale <= 0:
+        raise UserError(f"--compute-scale {args.compute_scale}: expected a positive number")
+    home = default_root()
+    cluster = facts.cluster_facts(workers_per_node=workers, link=args.link,
+                                  latency_us=args.latency_us, stack=stack,
+                                  runs_root=runs_root(home) if stack is None else None,
+                                  job_name=spec.name, compute_scale=args.compute_scale)
+    if args.step_ms is not None or args.model_mb is not None:
+        if args.step_ms is None or args.model_mb is None:
+            raise UserError("--step-ms and --model-mb go together: give both or neither")
+        prof = profile.given_profile(spec, args.step_ms, args.model_mb)
+    else:
+        prof = profile.profile_spec(spec, home, steps=args.profile_steps)
+    points = model.predict(prof, algos, nodes, cluster)
+    return dict(job=spec.name, profile=dict(forward_s=prof.forward_s, backward_s=prof.backward_s,
+                                            exchange_bytes=prof.exchange_bytes,
+                                            batch_per_worker=prof.batch_per_worker,
+                                            source=prof.source),
+                assumptions=list(cluster.assumptions),
+                points=[p.as_dict() for p in points],
+                best=model.best_by_nodes(points))
+
+
+def render_table(plan: dict) -> str:
+    prof = plan["profile"]
+    lines = [f"plan for {plan['job']}: {prof['source']}; compute "
+             f"{(prof['forward_s'] + prof['backward_s']) * 1e3:.2f} ms/step, "
+             f"{prof['exchange_bytes'] / 1e6:.2f} MB per exchange",
+             f"{'algorithm':<10}{'nodes':>6}{'workers':>8}{'step ms':>10}{'comm ms':>10}"
+             f"{'samples/s':>12}{'speed-up':>10}{'efficiency':>11}"]
+    for p in plan["points"]:
+        lines.append(f"{p['algorithm']:<10}{p['nodes']:>6}{p['workers']:>8}"
+                     f"{p['step_s'] * 1e3:>10.2f}{p['communication_s'] * 1e3:>10.2f}"
+                     f"{p['samples_per_s']:>12,.0f}{p['speedup']:>9.2f}x{p['efficiency']:>10.0%}")
+    lines.append("best: " + ", ".join(f"{n} node(s) {a}" for n, a in plan["best"].items()))
+    lines += ["assumptions:"] + [f"  - {a}" for a in plan["assumptions"]]
+    return "\n".join(lines)
+
+
+def write_plot(plan: dict, path: Path) -> None:
+    try:
+        import matplotlib
+    except ImportError:
+        raise UserError("--plot: matplotlib is not installed; `pip install matplotlib`") from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
+    for algo in dict.fromkeys(p["algorithm"] for p in plan["points"]):
+        pts = [p for p in plan["points"] if p["algorithm"] == algo]
+        ax1.plot([p["nodes"] for p in pts], [p["samples_per_s"] for p in pts], "o-", label=algo)
+        ax2.plot([p["nodes"] for p in pts], [p["efficiency"] for p in pts], "o-", label=algo)
+    ax1.set(xlabel="nodes", ylabel="samples/s", title=f"{plan['job']}: predicted throughput")
+    ax2.set(xlabel="nodes", ylabel="scaling efficiency", ylim=(0, 1.05), title="efficiency")
+    for ax in (ax1, ax2):
+        ax.set_xscale("log", base=2)
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    try:
+        fig.savefig(path, dpi=110)
+    except OSError as e:
+        raise UserError(f"--plot {str(path)!r}: cannot write it ({e.strerror})") from None
+    finally:
+        plt.close(fig)
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    plan = build_plan(args)
+    if args.plot is not None:
+        write_plot(plan, args.plot)
+    print(json.dumps(plan, indent=2) if args.json else render_table(plan))
+    if args.plot is not None and not args.json:
+        print(f"plot: {args.plot}", file=sys.stderr)
+    return 0

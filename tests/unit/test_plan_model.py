@@ -1,0 +1,134 @@
+"""`alchemist plan`: the scaling model against hand-computed figures, and its bad input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from alchemist_jobs import cli
+from alchemist_jobs.planner import facts, model
+
+MB = 1_000_000
+
+
+def prof(fwd=0.01, bwd=0.02, nbytes=4 * MB, batch=64):
+    return model.Profile(forward_s=fwd, backward_s=bwd, exchange_bytes=nbytes, batch_per_worker=batch)
+
+
+def cluster(workers=1, link=1e6, latency=0.0, scale=1.0):
+    return model.Cluster(workers_per_node=workers, link_bytes_per_s=link, latency_s=latency,
+                         compute_scale=scale)
+
+
+def test_ring_allreduce_volume_and_latency_by_hand():
+    # 4 nodes x 2 workers: W = 8, volume 2*7/8 * 4 MB = 7 MB at 1 MB/s = 7 s, plus 14 x 1 ms.
+    c = cluster(workers=2, link=1 * MB, latency=1e-3)
+    assert model.allreduce_s(4 * MB, 4, c) == pytest.approx(7.0 + 0.014)
+    # One node: the node-local bandwidth (100 GB/s default): 2*1/2 * 4 MB / 1e11.
+    assert model.allreduce_s(4 * MB, 1, c) == pytest.approx(4 * MB / 100e9)
+    assert model.allreduce_s(4 * MB, 1, cluster(workers=1)) == 0.0
+
+
+def test_sync_overlaps_backward_except_the_last_bucket():
+    # exchange 2 x 1/2 x 4 MB / 1 MB/s = 4 s >> backward 0.02 s: exposed 4 - 0.02.
+    compute, comm, step = model.step_s(prof(), model.Algorithm("sync"), 2, cluster())
+    assert (compute, comm) == (pytest.approx(0.03), pytest.approx(4.0))
+    assert step == pytest.approx(0.03 + 4.0 - 0.02)
+    # A fast link: the exchange hides behind backward but for the last bucket (25%).
+    fast = cluster(link=1000 * MB)  # exchange 4 ms < backward 20 ms
+    _, comm, step = model.step_s(prof(), model.Algorithm("sync"), 2, fast)
+    assert step == pytest.approx(0.03 + 0.25 * comm)
+
+
+def test_block_algorithms_amortise_one_blocking_exchange_over_tau():
+    _, comm, step = model.step_s(prof(), model.Algorithm("bmuf", tau=8), 2, cluster())
+    assert comm == pytest.approx(4.0 / 8) and step == pytest.approx(0.03 + 0.5)
+    _, _, step = model.step_s(prof(), model.Algorithm("easgd", tau=4), 2, cluster(scale=2.0))
+    assert step == pytest.approx(0.06 + 1.0)
+    with pytest.raises(ValueError, match="async"):
+        model.step_s(prof(), model.Algorithm("async"), 2, cluster())
+
+
+def test_speedup_and_efficiency_are_against_one_node_of_the_same_algorithm():
+    c = cluster(workers=8, link=1000 * MB)
+    pts = model.predict(prof(nbytes=100 * MB), [model.Algorithm("sync")], [1, 2, 4], c)
+    one = pts[0]
+    assert (one.speedup, one.efficiency) == (pytest.approx(1.0), pytest.approx(1.0))
+    for p in pts[1:]:
+        assert p.samples_per_s == pytest.approx(p.workers * 64 / p.step_s)
+        assert p.speedup == pytest.approx(p.samples_per_s / one.samples_per_s)
+        assert p.efficiency == pytest.approx(p.speedup / p.nodes)
+        assert p.efficiency < 1.0  # the link costs something once the ring leaves the node
+
+
+def test_the_plan_prefers_sync_unless_another_is_clearly_faster():
+    c = cluster(workers=1, link=1 * MB)
+    pts = model.predict(prof(), [model.Algorithm("sync"), model.Algorithm("bmuf", tau=8)], [1, 4], c)
+    assert model.best_by_nodes(pts) == {1: "sync", 4: "bmuf"}
+
+
+def test_rates_and_node_lists():
+    assert facts.parse_rate("100mbit") == pytest.approx(12.5e6)
+    assert facts.parse_rate("25Gbit") == pytest.approx(25e9 / 8)
+    assert facts.parse_nodes("8,1,2,2") == [1, 2, 8]
+    for bad in ("0", "1,,2", "-1", "x", "5000"):
+        with pytest.raises(Exception, match="--nodes"):
+            facts.parse_nodes(bad)
+    with pytest.raises(Exception, match="--link"):
+        facts.parse_rate("fast")
+
+
+def test_past_runs_supply_the_measured_bandwidth(tmp_path):
+    runs = tmp_path / "runs"
+    (runs / "job-1").mkdir(parents=True)
+    (runs / "job-1" / "result.json").write_text(json.dumps(dict(
+        world_size=2, algorithm="sync", communication=dict(sent_bytes=8e6, seconds=2.0))))
+    (runs / "job-2").mkdir()
+    (runs / "job-2" / "result.json").write_text("{not json")  # ignored, not fatal
+    c = facts.cluster_facts(workers_per_node=1, link=None, latency_us=0, stack=None,
+                            runs_root=runs, job_name="job")
+    assert c.link_bytes_per_s == pytest.approx(4e6)
+    assert any("measured by past run job-1" in a for a in c.assumptions)
+
+
+@pytest.mark.parametrize("argv, field", [
+    (["--nodes", "0"], "--nodes"),
+    (["--nodes", "1,2", "--link", "fast"], "--link"),
+    (["--nodes", "1,2"], "--link"),
+    (["--nodes", "1,2", "--link", "1gbit", "--algorithms", "async"], "--algorithms"),
+    (["--nodes", "1,2", "--link", "1gbit", "--stack", "no-such-stack"], "no-such-stack"),
+    (["--nodes", "1,2", "--link", "1gbit", "--step-ms", "5"], "--model-mb"),
+])
+def test_bad_input_is_one_line_and_exit_2(argv, field, capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("ALCHEMIST_HOME", str(tmp_path))
+    rc = cli.main(["plan", "examples/digits.yaml", *argv])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1 and field in err and "Traceback" not in err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_script_tasks_need_their_cost_given(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("ALCHEMIST_HOME", str(tmp_path))
+    assert cli.main(["plan", "examples/script.yaml", "--nodes", "1,2", "--link", "1gbit"]) == 2
+    assert "--step-ms" in capsys.readouterr().err
+    assert cli.main(["plan", "examples/script.yaml", "--nodes", "1,2", "--link", "1gbit",
+                     "--step-ms", "100", "--model-mb", "100", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert [p["nodes"] for p in plan["points"]] == [1, 2]
+    assert plan["profile"]["exchange_bytes"] == 100 * MB
+
+
+def test_a_profiled_plan_prints_table_json_and_plot(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("ALCHEMIST_HOME", str(tmp_path))
+    png = tmp_path / "plan.png"
+    assert cli.main(["plan", "examples/digits.yaml", "--nodes", "1,2,4", "--link", "100mbit",
+                     "--algorithms", "sync,bmuf", "--profile-steps", "20", "--plot", str(png)]) == 0
+    out = capsys.readouterr().out
+    assert "speed-up" in out and "assumptions:" in out and "100mbit (--link)" in out
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert cli.main(["plan", "examples/digits.yaml", "--nodes", "2", "--link", "100mbit",
+                     "--profile-steps", "20", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    (p,) = plan["points"]
+    assert p["algorithm"] == "sync" and p["workers"] == 4 and p["step_s"] > p["compute_s"] > 0
