@@ -12,7 +12,7 @@ import pulumi_aws as aws
 import pulumi_eks as eks
 import pulumi_kubernetes as kubernetes
 
-from infra.cluster import (
+from infra.cluster_facts import (
     GPU_NODE_LABELS,
     GPU_TOLERATIONS,
     GPU_TAINT,

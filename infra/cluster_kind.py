@@ -9,7 +9,7 @@ import pulumi_command as command
 import pulumi_kubernetes as kubernetes
 import yaml
 
-from infra.cluster import KIND_SHARED_PATH, SYSTEM_NODE_LABELS, ClusterArgs, ClusterFacts, Registry
+from infra.cluster_facts import KIND_SHARED_PATH, SYSTEM_NODE_LABELS, ClusterArgs, ClusterFacts, Registry
 from infra.cluster_versions import kind_node_image
 from infra.config import KindConfig
 from infra.versions import LOCAL_REGISTRY_IMAGE

@@ -12,7 +12,7 @@ import pulumi
 import pulumi_command as command
 import pulumi_kubernetes as kubernetes
 
-from infra.cluster import GPU_NODE_LABELS, GPU_TAINT, SYSTEM_NODE_LABELS, ClusterArgs, ClusterFacts, Registry
+from infra.cluster_facts import GPU_NODE_LABELS, GPU_TAINT, SYSTEM_NODE_LABELS, ClusterArgs, ClusterFacts, Registry
 from infra.config import OnpremConfig, OnpremHost, StackConfig
 from infra.versions import K3S_VERSIONS, NVIDIA_CONTAINER_TOOLKIT_VERSION
 

@@ -4,10 +4,8 @@ of infra from alchemist_jobs, no import cycle in either), and functions stay sho
 from __future__ import annotations
 
 import ast
-import os
 from pathlib import Path
 
-import pytest
 
 from tests.conftest import REPO
 
@@ -99,9 +97,6 @@ def test_no_import_cycles_in_the_job_package():
     assert cycles("alchemist_jobs") == [], "\n".join(" -> ".join(c) for c in cycles("alchemist_jobs"))
 
 
-@pytest.mark.skipif(os.environ.get("ALCHEMIST_ENFORCE_INFRA_CYCLES") != "1",
-                    reason="report-only until the infra cluster rewrite lands; "
-                           "ALCHEMIST_ENFORCE_INFRA_CYCLES=1 turns it on")
 def test_no_import_cycles_in_infra():
     assert cycles("infra") == [], "\n".join(" -> ".join(c) for c in cycles("infra"))
 
@@ -133,16 +128,23 @@ def long_functions() -> list[str]:
     return sorted(out)
 
 
-@pytest.mark.skipif(os.environ.get("ALCHEMIST_ENFORCE_FUNCTION_LENGTH") != "1",
-                    reason="report-only until the trainer and k8s rewrites land; "
-                           "ALCHEMIST_ENFORCE_FUNCTION_LENGTH=1 turns it on")
 def test_no_function_longer_than_80_lines():
     assert long_functions() == [], "\n".join(long_functions())
 
 
 def test_the_function_length_check_sees_long_functions(tmp_path):
-    """The checker itself: it would find a long function (so turning it on means something)."""
-    assert all(" lines)" in line for line in long_functions())
+    """The checker itself: it finds a long function planted in a package."""
+    pkg = tmp_path / "alchemist_jobs"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    body = "".join(f"    x{i} = {i}\n" for i in range(MAX_FUNCTION_LINES))
+    (pkg / "long.py").write_text(f"def long():\n{body}")
+    (tmp_path / "infra").mkdir()
+    globals()["REPO"], old = tmp_path, REPO
+    try:
+        assert long_functions() == [f"alchemist_jobs/long.py:1 long ({MAX_FUNCTION_LINES + 1} lines)"]
+    finally:
+        globals()["REPO"] = old
     src = "def f():\n" + "    x = 1\n" * (MAX_FUNCTION_LINES + 1)
     node = ast.parse(src).body[0]
     assert node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES

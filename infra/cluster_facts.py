@@ -1,0 +1,88 @@
+"""What every cluster component hands the rest of the program: node labels, registry, network and cluster facts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pulumi
+
+from infra.config import StackConfig
+
+# GPU nodes carry the same label and taint on every provider, so a job's node selector and
+# tolerations (stack output `gpu`) and Kueue's GPU flavor are the same everywhere.
+GPU_NODE_LABELS = {"alchemist.io/pool": "gpu"}
+SYSTEM_NODE_LABELS = {"alchemist.io/pool": "system"}
+GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}
+GPU_TOLERATIONS = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+GPU_RESOURCE = "nvidia.com/gpu"
+EFA_RESOURCE = "vpc.amazonaws.com/efa"  # extended resource of the EFA device plugin
+# Where every kind node mounts the host's shared directory; the hostPath PV points here.
+KIND_SHARED_PATH = "/var/alchemist/shared"
+
+
+@dataclass
+class Registry:
+    """Where images are pushed: `prefix` + `/train`; credentials when the registry needs them."""
+
+    prefix: pulumi.Input[str]
+    host: pulumi.Input[str]
+    user: pulumi.Input[str] | None = None
+    password: pulumi.Input[str] | None = None  # a secret Output
+    ecr_repositories: bool = False  # Images creates one ECR repository per image
+    ready: list[Any] = field(default_factory=list)  # what must exist before the first push
+
+
+@dataclass
+class AwsNetwork:
+    """What the AWS shared file system needs from the cluster layer."""
+
+    aws_provider: Any
+    region: str
+    vpc_id: pulumi.Input[str]
+    vpc_cidr: str
+    private_subnet_ids: list[pulumi.Input[str]]
+    oidc_provider_arn: pulumi.Input[str]
+    oidc_provider_url: pulumi.Input[str]
+    node_security_group_id: pulumi.Input[str]
+
+
+@dataclass
+class ClusterArgs:
+    """What every cluster component takes: the stack's name and its validated config."""
+
+    stack: str
+    cfg: StackConfig
+
+
+@dataclass
+class EksFacts:
+    """How jobs reach an EKS cluster: the fields of the contract's `EksAccess`, as Pulumi inputs."""
+
+    cluster_name: str
+    region: str
+    endpoint: pulumi.Input[str] | None = None
+    certificate_authority: pulumi.Input[str] | None = None
+
+    def output(self) -> dict[str, pulumi.Input[str]]:
+        """The stack output's `eks` (alchemist_jobs.contract.EksAccess)."""
+        fields = ("cluster_name", "region", "endpoint", "certificate_authority")
+        return {f: getattr(self, f) for f in fields if getattr(self, f) is not None}
+
+
+@dataclass
+class ClusterFacts:
+    """The facts jobs and the platform need about a cluster, whatever made it."""
+
+    provider: Any  # kubernetes.Provider
+    kubeconfig: pulumi.Output[str] | None  # secret; None where `eks` is given
+    eks: EksFacts | None
+    gpus_per_node: int
+    # The GPU Operator installs what the nodes lack: the driver unless the AMI/host has it,
+    # the container toolkit unless cluster creation already configured the runtime.
+    gpu_driver_by_operator: bool
+    toolkit_by_operator: bool
+    registry: Registry
+    aws: AwsNetwork | None = None
+    efa_per_node: int = 0  # EFA interfaces of every GPU node; 0 when EFA is off
+    depends_on: list[Any] = field(default_factory=list)  # what k8s resources must wait for
