@@ -212,6 +212,21 @@ class LocalRun:
         return self.request.run
 
 
+def _node_devices(spec: JobSpec) -> list[str | None]:
+    """Each local node's CUDA_VISIBLE_DEVICES (None: leave as is). Local nodes share one
+    machine and each restarts LOCAL_RANK at 0, so each gets its own slice of the visible GPUs;
+    a spec asking for more than the machine has is one line (or CPU, with gpu_fallback)."""
+    from alchemist_jobs.runtime.devices import DeviceError, plan_local_devices, visible_devices
+
+    try:
+        return plan_local_devices(spec.resources.gpu, spec.nodes, spec.procs_per_node,
+                                  visible_devices())
+    except DeviceError as e:
+        if spec.resources.gpu_fallback:
+            return [None] * spec.nodes
+        raise UserError(str(e)) from None
+
+
 class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
     stack = "local"
     runs_on_its_own = False  # the agents are the CLI's children (see `run --detach`)
@@ -246,6 +261,7 @@ class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
             worker = replace(worker, ps_addrs=server_role.addrs([(s.host, s.port) for s in servers]))
             base_env = {**worker.as_dict(), **spec.env}
         rdzv_port = free_port() if spec.nodes > 1 else None
+        devices = _node_devices(spec)
         procs = []
         for node in range(spec.nodes):
             argv = [sys.executable, "-m", AGENT_MODULE,
@@ -260,6 +276,8 @@ class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
             argv += ["-m", "alchemist_jobs.runtime.bootstrap", *target]
             env = dict(base_env, ALCHEMIST_NODE=f"{socket.gethostname()}-node{node}"
                        if spec.nodes > 1 else socket.gethostname())
+            if devices[node] is not None:  # this node's own GPUs: LOCAL_RANK indexes into them
+                env["CUDA_VISIBLE_DEVICES"] = devices[node]
             procs.append(LocalProcess(node=node, argv=argv, env=env,
                                       cwd=cwd, log=run.agent_log(node)))
         return LocalRequest(run_id=run_id, run=run, spec=spec, processes=procs, servers=servers,
