@@ -181,10 +181,23 @@ class Cluster:
             podman("rm", "-f", "-t", "0", c, check=False)
         podman("network", "rm", "-f", self.network, check=False)
 
+    def _jobset_services(self) -> list[dict]:
+        """The headless Service the JobSet controller makes when DNS hostnames are on
+        (kubernetes-sigs/jobset v0.12.0 pkg/controllers/jobset_controller.go,
+        createHeadlessSvcIfNecessary): named as the subdomain, selecting the JobSet's pods."""
+        js = self.jobset
+        net = (js or {}).get("spec", {}).get("network") or {}
+        if not net.get("enableDNSHostnames"):
+            return []
+        name = js["metadata"]["name"]
+        return [{"kind": "Service", "metadata": {"name": net.get("subdomain") or name},
+                 "spec": {"clusterIP": "None",
+                          "selector": {"jobset.sigs.k8s.io/jobset-name": name}}}]
+
     def _hosts(self) -> list[str]:
         """--add-host for every pod a headless Service selects, as cluster DNS would answer."""
         out = []
-        for svc in (o for o in self.objects if o.get("kind") == "Service"):
+        for svc in (o for o in [*self.objects, *self._jobset_services()] if o.get("kind") == "Service"):
             spec, name = svc["spec"], svc["metadata"]["name"]
             if spec.get("clusterIP") != "None":
                 continue
