@@ -64,24 +64,39 @@ def pod_patch(spec: "JobSpec", stack: "StackOutput", host_path: str | None = Non
     return patch
 
 
-def upload_local_source(spec: "JobSpec", stack: "StackOutput") -> "JobSpec":
-    """The spec with a local-directory `data.source` pushed to the stack's object store and
-    replaced by its URI; unchanged when the source is not a local directory."""
+def plan_local_source(spec: "JobSpec", stack: "StackOutput") -> tuple["JobSpec", tuple[Path, Any] | None]:
+    """Pure: the spec pointing where a local-directory `data.source` will be pushed (content-
+    addressed under `runs-data/`), and (directory, URI) to push at submit; the spec unchanged
+    and None when the source is not a local directory."""
     source = spec.data.source
     if source is None or source.startswith("s3://"):
-        return spec
+        return spec, None
     if stack.object_store is None:
         raise UserError(f"data.source: {source!r} is a local directory, and stack {stack.stack} "
                         "has no object store to upload it to; accepted: s3://BUCKET/PREFIX, data.path "
                         "on the shared file system, or a stack with `objectStore` (docs/datasets.md)")
-    from alchemist_jobs.data import push, s3
     from alchemist_jobs.data.source import S3Uri
     from alchemist_jobs.data.stage import local_listing
 
     root = Path(source)
     digest = hashlib.sha256(json.dumps(local_listing(root)).encode()).hexdigest()[:32]
     uri = S3Uri(stack.object_store.bucket, f"{RUN_UPLOADS}{digest}/")
-    push.push(s3.client(stack.object_store), root, uri)  # resumable: a resubmit sends what is missing
     resolved = spec.model_copy(deep=True)
     resolved.data.source = str(uri)
+    return resolved, (root, uri)
+
+
+def push_planned(stack: "StackOutput", todo: tuple[Path, Any]) -> None:
+    """Send what plan_local_source planned (resumable: a resubmit sends what is missing)."""
+    from alchemist_jobs.data import push, s3
+
+    push.push(s3.client(stack.object_store), *todo)
+
+
+def upload_local_source(spec: "JobSpec", stack: "StackOutput") -> "JobSpec":
+    """The spec with a local-directory `data.source` pushed to the stack's object store and
+    replaced by its URI; unchanged when the source is not a local directory."""
+    resolved, todo = plan_local_source(spec, stack)
+    if todo is not None:
+        push_planned(stack, todo)
     return resolved

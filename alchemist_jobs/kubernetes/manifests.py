@@ -30,6 +30,7 @@ from typing import Any
 from alchemist_jobs import server_role
 from alchemist_jobs.contract import (MANAGED_BY_LABEL, METRICS_BASE_PORT,
                                      RUN_LABEL, StackOutput, metrics_port_name)
+from alchemist_jobs.data.pods import pod_patch
 from alchemist_jobs.errors import UserError
 from alchemist_jobs.kubernetes.code_assets import CodeSnapshot
 from alchemist_jobs.spec import JobSpec
@@ -376,7 +377,14 @@ def _pod_spec(spec: JobSpec, stack: StackOutput, name: str, run_id: str, train: 
         "volumeMounts": [{"name": "shared", "mountPath": root},
                          {"name": "config", "mountPath": CONFIG_MOUNT, "readOnly": True}],
     }
+    data = pod_patch(spec, stack)  # datasets: the store's identity and endpoint, the node cache
+    train.setdefault("env", []).extend(data["env"])
+    if data["env_from"]:
+        train["envFrom"] = data["env_from"]
+    train.setdefault("volumeMounts", []).extend(data["volume_mounts"])
+    account = {"serviceAccountName": data["service_account"]} if data["service_account"] else {}
     return {
+        **account,
         "restartPolicy": "Never",  # restarts are JobSet's, not the kubelet's
         "priorityClassName": f"alchemist-{spec.priority}",
         "enableServiceLinks": False,
@@ -390,6 +398,7 @@ def _pod_spec(spec: JobSpec, stack: StackOutput, name: str, run_id: str, train: 
             # Shared memory for DataLoader workers and NCCL; the default 64 MiB is too small.
             {"name": "dshm", "emptyDir": {"medium": "Memory",
                                           "sizeLimit": spec.resources.memory}},
+            *data["volumes"],
         ],
         **gpu_placement(gpus, stack),
     }

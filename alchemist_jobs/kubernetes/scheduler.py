@@ -63,6 +63,7 @@ class KubeRequest(Request):
     spec: JobSpec
     manifests: list[dict]
     code: CodeSnapshot | None = None
+    data_upload: Any = None  # (directory, s3 URI): a local data.source, pushed at submit
 
     @property
     def name(self) -> str:
@@ -190,11 +191,14 @@ class KubernetesScheduler(Scheduler[KubeRequest, KubeHandle]):
                 _check_shipped(spec.task.script, code)
         from alchemist_jobs.kubernetes.api_checks import validate_for_api_server
 
+        from alchemist_jobs.data.pods import plan_local_source
+
         run_id = run_id or new_run_id(spec.name)
+        spec, upload = plan_local_source(spec, self.out)  # where a local data.source will live
         manifests = mf.build(spec, self.out, run_id, code)
         validate_for_api_server(manifests)  # what the API server would refuse, said now
         return KubeRequest(run_id=run_id, stack=self.out, spec=spec, manifests=manifests,
-                           code=code)
+                           code=code, data_upload=upload)
 
     def schedule(self, request: KubeRequest) -> KubeHandle:
         """ConfigMap and NetworkPolicy, then the JobSet; then the JobSet owns the other two,
@@ -203,6 +207,10 @@ class KubernetesScheduler(Scheduler[KubeRequest, KubeHandle]):
         from alchemist_jobs.kubernetes.api_checks import validate_for_api_server
 
         validate_for_api_server(request.manifests)
+        if request.data_upload is not None:  # the data first: pods stage it as they start
+            from alchemist_jobs.data.pods import push_planned
+
+            push_planned(self.out, request.data_upload)
         c = self.cluster
         handle = KubeHandle(run_id=request.run_id, name=request.name, namespace=c.namespace,
                             spec=request.spec)
