@@ -162,11 +162,11 @@ class Backends:
         if s.is_local:
             from alchemist_jobs.rundir import RunDir
 
-            run = RunDir(Path(st.extra["run_dir"]))
+            run = RunDir(Path(st.run_dir))
             out.spec = _redact(yaml.safe_load(run.spec.read_text()) or {})
             out.ranks = _local_ranks(run, st)
             out.checkpoints = _checkpoints(run.checkpoints)
-            out.result = st.extra.get("result") or None
+            out.result = _dump(st.result) or None
         else:
             out.ranks = _cluster_ranks(st)
         return out
@@ -175,7 +175,7 @@ class Backends:
         s = self.stack(stack)
         st = s.scheduler.status(check_run_id(run_id))
         key = f"{s.name}/{st.run_id}"
-        tb_dir = Path(st.extra["run_dir"]) / "tensorboard" if s.is_local else None
+        tb_dir = Path(st.run_dir) / "tensorboard" if s.is_local else None
         sample = self._sample(s, st)
         series = self.series.update(key, tb_dir, sample, final=st.finished)
         return m.RunMetrics(stack=s.name, run_id=st.run_id, **series)
@@ -186,11 +186,11 @@ class Backends:
         if st.finished and not s.is_local:
             return None
         if s.is_local:
-            prog = dict(st.extra.get("progress") or {})
+            prog = _dump(st.progress)
             if not st.finished:
                 from alchemist_jobs.ui.series import scrape_rank0
 
-                prog.update(scrape_rank0(Path(st.extra["run_dir"])) or {})
+                prog.update(scrape_rank0(Path(st.run_dir)) or {})
             return prog or None
         prog = s.scheduler.progress(st)
         return prog
@@ -300,10 +300,14 @@ class Backends:
 # --- helpers -----------------------------------------------------------------------------------
 
 
+def _dump(model: Any) -> dict:
+    """A run file's typed model (run_files.Progress, Result) as a plain dict; {} when absent."""
+    return {} if model is None else model.model_dump()
+
+
 def summarize(st: Any, local: bool) -> m.RunSummary:
     """A scheduler's RunStatus as the API's RunSummary (for the CLI's `--json` too)."""
-    prog = st.extra.get("progress") or {}
-    res = st.extra.get("result") or {}
+    prog, res = _dump(st.progress), _dump(st.result)
     step, total = _int(st.step), _int(st.total_steps)
     return m.RunSummary(
         stack=st.stack, run_id=st.run_id, name=st.name, state=st.state, reason=st.message,
@@ -339,7 +343,7 @@ def _redact_plan(text: str) -> str:
 
 def _owner(st: Any) -> str | None:
     try:
-        uid = os.stat(st.extra["run_dir"]).st_uid
+        uid = os.stat(st.run_dir).st_uid
         return pwd.getpwuid(uid).pw_name
     except (KeyError, OSError):
         return None
@@ -370,7 +374,7 @@ def _local_log(s: Stack, st: Any, rank: int, offset: int) -> tuple[int, bytes, i
     n = st.workers
     if not 0 <= rank < max(n, 1):
         raise UserError(f"rank {rank}: run {st.run_id} has ranks 0..{n - 1}")
-    path = Path(st.extra["run_dir"]) / "logs" / f"rank-{rank}.log"
+    path = Path(st.run_dir) / "logs" / f"rank-{rank}.log"
     try:
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size

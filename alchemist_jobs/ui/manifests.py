@@ -11,7 +11,7 @@ from typing import Any
 from alchemist_jobs.contract import StackOutput
 
 NAME = "alchemist-dashboard"
-SUBMITTER_ROLE = "alchemist-job-submitter"  # infra/platform.py submitter_role()
+SUBMITTER_ROLE = "alchemist-job-submitter"  # infra/team_namespace.py submitter_role()
 PORT = 8265
 STACK_FILE_DIR = "/etc/alchemist"
 LABELS = {"app.kubernetes.io/name": NAME, "app.kubernetes.io/part-of": "alchemist",

@@ -10,6 +10,8 @@ import time
 import pytest
 from fastapi.testclient import TestClient
 
+from alchemist_jobs.contract import PROGRESS_LINE_PREFIX
+
 from alchemist_jobs.ui import security
 from tests.ui.conftest import (EXAMPLES, KUBECONFIG_SECRET, REPO, TOKEN_SECRET, cli, make_app)
 
@@ -166,7 +168,7 @@ def test_check_shows_the_plan_and_starts_nothing(client, finished_home):
     r = client.post("/api/v1/check", json={"spec": DIGITS}, headers=CHANGE)
     assert r.status_code == 200
     c = r.json()
-    assert c["name"] == "digits" and c["workers"] == 2 and "torch.distributed.run" in c["plan"]
+    assert c["name"] == "digits" and c["workers"] == 2 and "alchemist_jobs.agent" in c["plan"]
     assert len(list((finished_home[0] / "runs").iterdir())) == 1
 
 
@@ -199,14 +201,14 @@ def test_submit_to_a_cluster_stack_creates_the_job_and_shows_it_queued(cluster_c
     r = cluster_client.post("/api/v1/runs", json={"stack": "dev", "spec": DIGITS}, headers=CHANGE)
     assert r.status_code == 201, r.text
     run_id = r.json()["run_id"]
-    assert ("Job", run_id) in fake.creates()
+    assert ("JobSet", run_id) in fake.creates()
     runs = cluster_client.get("/api/v1/runs", params={"stack": "dev"}).json()["runs"]
     (mine,) = [x for x in runs if x["run_id"] == run_id]
-    assert mine["state"] == "pending" and "Kueue" in mine["reason"]
+    assert mine["state"] == "queued" and "Kueue" in mine["reason"]
     d = cluster_client.get(f"/api/v1/stacks/dev/runs/{run_id}").json()
     assert d["links"]["grafana"] and d["links"]["tensorboard"]
     r = cluster_client.post(f"/api/v1/stacks/dev/runs/{run_id}/cancel", headers=CHANGE)
-    assert r.json()["state"] == "cancelled" and ("Job", run_id) in fake.deletes()
+    assert r.json()["state"] == "cancelled" and ("JobSet", run_id) in fake.deletes()
 
 
 def test_a_cluster_runs_ranks_and_live_charts_come_from_its_pods(cluster_client, fake):
@@ -220,11 +222,13 @@ def test_a_cluster_runs_ranks_and_live_charts_come_from_its_pods(cluster_client,
     # 2 nodes x 2 processes: ranks 0-1 on pod 0, ranks 2-3 on pod 1
     assert [(k["rank"], k["node"]) for k in d["ranks"]] == [
         (0, pods[0]), (1, pods[0]), (2, pods[1]), (3, pods[1])]
-    # rank 0's /metrics through the API server's pod proxy (the metric contract's names)
+    # rank 0's progress lines in its pod log, read through the API server (pods/log: the
+    # platform's NetworkPolicies keep the API server's pod proxy off job pods)
     path = f"/api/v1/stacks/dev/runs/{run_id}/metrics"
+    log = ""
     for step, loss in ((10, 2.25), (20, 1.5)):
-        fake.metrics[f"{pods[0]}:9400"] = (f'alchemist_steps_total{{rank="0"}} {step}\n'
-                                           f'alchemist_loss{{rank="0"}} {loss}\n')
+        log += f'[rank0]: {PROGRESS_LINE_PREFIX}{{"step": {step}, "loss": {loss}}}\n'
+        fake.pod_logs[pods[0]] = log
         series = cluster_client.get(path).json()
     assert series["loss"] == [[10.0, 2.25], [20.0, 1.5]]
 

@@ -43,7 +43,7 @@ def test_rbac_is_the_namespaces_submitter_role_never_cluster_wide():
 
 
 def test_the_role_it_binds_is_the_platforms_submitter_role():
-    from infra.platform import submitter_role
+    from infra.team_namespace import submitter_role
 
     assert submitter_role("team")["metadata"]["name"] == mf.SUBMITTER_ROLE
 

@@ -3,7 +3,7 @@
 "use strict";
 
 const API = "/api/v1";
-const STATES = ["pending", "running", "restarting", "succeeded", "failed", "cancelled", "lost"];
+const STATES = ["pending", "queued", "admitted", "preempted", "running", "restarting", "succeeded", "failed", "cancelled", "lost"];
 const FINAL = new Set(["succeeded", "failed", "cancelled", "lost"]);
 const POLL_MS = 1500;
 let timers = [];          // the current view's pollers, cleared when the view changes
