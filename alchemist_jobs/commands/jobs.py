@@ -129,7 +129,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         scheduler = _scheduler(args)
         if detach and scheduler.runs_on_its_own:
             detach = False  # a cluster job lives on its own anyway
-        request = scheduler.dryrun(spec, spec_dir, run_id=args.run_id)
+        try:
+            request = scheduler.dryrun(spec, spec_dir, run_id=args.run_id)
+        except UserError as e:  # what this spec asks that the stack cannot give: name the file
+            if type(e) is not UserError or str(e).startswith(str(args.spec)):
+                raise
+            raise UserError(f"{args.spec}: {e}") from None
         if args.dry_run:
             _print_request(request, args.json)
             return 0
