@@ -137,6 +137,7 @@ def test_root_owned_volume_fails_with_one_line_naming_path_and_uid(images, tmp_p
     assert "/shared" in lines[0] and str(JOB_UID) in lines[0], lines[0]
 
 
+@pytest.mark.timeout(1200)  # two trainings in containers: minutes on a loaded 2-core machine
 def test_killed_pod_zero_restarts_the_whole_group(images, tmp_path):
     """pod 0's container killed mid-run (after a checkpoint): every pod is recreated, as
     JobSet's failure policy does, and the run resumes and finishes."""
