@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 from typing import Any
-from urllib.parse import quote
 
 import yaml
 
@@ -14,16 +13,25 @@ import pulumi_kubernetes as kubernetes
 
 from infra.cluster_facts import GPU_NODE_LABELS, GPU_TAINT, SYSTEM_NODE_LABELS, ClusterArgs, ClusterFacts, Registry
 from infra.config import OnpremConfig, OnpremHost, StackConfig
-from infra.versions import K3S_VERSIONS, NVIDIA_CONTAINER_TOOLKIT_VERSION
+from infra.versions import K3S_VERSIONS, NVIDIA_CONTAINER_TOOLKIT_VERSION, k3s_installer
 
 
 def _labels(labels: dict[str, str]) -> str:
     return " ".join(f"--node-label {k}={v}" for k, v in labels.items())
 
 
-def k3s_installer(version: str) -> str:
-    """The install script of exactly this k3s release (not whatever get.k3s.io serves today)."""
-    return f"https://raw.githubusercontent.com/k3s-io/k3s/{quote(version)}/install.sh"
+def _install(version: str, installer_sha256: str, args: str) -> str:
+    """Download the installer to a private file, run it only if its sha256 is the reviewed one
+    (`alchemist:onprem.k3sInstallerSha256`): a moved tag or a tampered download stops here, in
+    one line, before anything runs as root."""
+    return (
+        'INSTALLER="$(mktemp)" && trap \'rm -f "$INSTALLER"\' EXIT && '
+        f'curl -sfL {k3s_installer(version)} -o "$INSTALLER" && '
+        f'if ! echo "{installer_sha256}  $INSTALLER" | sha256sum -c --status; then '
+        f'echo "k3s install.sh of {version} does not match alchemist:onprem.k3sInstallerSha256 '
+        f'{installer_sha256} (the download has $(sha256sum < "$INSTALLER" | cut -c1-64))" >&2; exit 1; fi && '
+        f'sudo INSTALL_K3S_VERSION=\'{version}\' sh "$INSTALLER" {args}'
+    )
 
 
 # The cluster token reaches a joining node on stdin and is written to a root-only file that
@@ -37,7 +45,7 @@ _SAVE_TOKEN = (
 
 
 def server_script(version: str, host: OnpremHost, api: str, first: bool, ha: bool,
-                  registries: bool = False) -> str:  # fmt: skip
+                  registries: bool = False, *, installer_sha256: str) -> str:  # fmt: skip
     """Install a k3s server. Joining servers read the cluster token from stdin (after registries.yaml, if any)."""
     flags = [
         "server",
@@ -54,11 +62,11 @@ def server_script(version: str, host: OnpremHost, api: str, first: bool, ha: boo
         flags.insert(1, f"--server https://{api}:6443")
         flags.append(f"--token-file {TOKEN_FILE}")
         token = _SAVE_TOKEN
-    env = f"INSTALL_K3S_VERSION='{version}'"
-    return f"set -eu; {_registries_step(registries)}{token}curl -sfL {k3s_installer(version)} | sudo {env} sh -s - {' '.join(flags)}"
+    return f"set -eu; {_registries_step(registries)}{token}{_install(version, installer_sha256, ' '.join(flags))}"
 
 
-def agent_script(version: str, host: OnpremHost, api: str, registries: bool = False) -> str:
+def agent_script(version: str, host: OnpremHost, api: str, registries: bool = False, *,
+                 installer_sha256: str) -> str:
     """Join a k3s agent (token on stdin). GPU agents get the GPU label, taint and nvidia runtime."""
     flags = [f"--node-name {host.name}", f"--server https://{api}:6443", f"--token-file {TOKEN_FILE}"]
     if host.gpus:
@@ -68,7 +76,7 @@ def agent_script(version: str, host: OnpremHost, api: str, registries: bool = Fa
         flags.append(_labels({"alchemist.io/pool": "cpu"}))
     return (
         f"set -eu; {_registries_step(registries)}{_SAVE_TOKEN}"
-        f"curl -sfL {k3s_installer(version)} | sudo INSTALL_K3S_VERSION='{version}' sh -s - agent {' '.join(flags)}"
+        f"{_install(version, installer_sha256, 'agent ' + ' '.join(flags))}"
     )
 
 
@@ -212,7 +220,8 @@ class K3sCluster(pulumi.ComponentResource):
         self.first_server = command.remote.Command(
             f"{name}-server-{first.name}",
             connection=connection(first),
-            create=server_script(version, first, api, first=True, ha=len(servers) > 1, registries=True),
+            create=server_script(version, first, api, first=True, ha=len(servers) > 1, registries=True,
+                                 installer_sha256=onprem.k3s_installer_sha256),
             stdin=registries,
             delete="/usr/local/bin/k3s-uninstall.sh",
             opts=pulumi.ResourceOptions(parent=self),
@@ -254,9 +263,12 @@ class K3sCluster(pulumi.ComponentResource):
         """One more server or agent; a GPU agent gets the NVIDIA container toolkit first."""
         deps: list[Any] = [token_cmd]
         if host.role == "server":
-            create, delete = server_script(version, host, api, first=False, ha=True, registries=True), "k3s-uninstall.sh"
+            create = server_script(version, host, api, first=False, ha=True, registries=True,
+                                   installer_sha256=onprem.k3s_installer_sha256)
+            delete = "k3s-uninstall.sh"
         else:
-            create, delete = agent_script(version, host, api, registries=True), "k3s-agent-uninstall.sh"
+            create = agent_script(version, host, api, registries=True, installer_sha256=onprem.k3s_installer_sha256)
+            delete = "k3s-agent-uninstall.sh"
             if host.gpus:
                 deps.append(command.remote.Command(
                     f"{name}-nvidia-runtime-{host.name}",

@@ -37,13 +37,15 @@ def autoscaler_chart(kubernetes_minor: str) -> ChartPin:
 EFA_DEVICE_PLUGIN_CHART = ChartPin("aws-efa-k8s-device-plugin", "v0.5.30", "https://aws.github.io/eks-charts")
 
 # kind node images by digest (a tag can be re-pushed; a digest cannot), for the builds in
-# infra/versions.py KIND_NODE_IMAGES. Source: the kind v0.29.0 release notes' image list; the
-# 1.33 digest is also kind v0.29.0's default, pkg/apis/config/defaults/image.go.
+# infra/versions.py KIND_NODE_IMAGES. Source: the "Images pre-built for this release" list of the
+# kind v0.31.0 release notes (https://github.com/kubernetes-sigs/kind/releases/tag/v0.31.0); the
+# 1.35 digest is also kind v0.31.0's default, pkg/apis/config/defaults/image.go at tag v0.31.0.
+# Images of one release only: kind supports a node image with the kind release it was built for.
 KIND_NODE_DIGESTS = {
-    "kindest/node:v1.30.13": "sha256:397209b3d947d154f6641f2d0ce8d473732bd91c87d9575ade99049aa33cd648",
-    "kindest/node:v1.31.9": "sha256:b94a3a6c06198d17f59cca8c6f486236fa05e2fb359cbd75dabbfc348a10b211",
-    "kindest/node:v1.32.5": "sha256:e3b2327e3a5ab8c76f5ece68936e4cafaa82edf58486b769727ab0b3b97a5b0d",
-    "kindest/node:v1.33.1": "sha256:050072256b9a903bd914c0b2866828150cb229cea0efe5892e2b644d5dd3b34f",
+    "kindest/node:v1.32.11": "sha256:5fc52d52a7b9574015299724bd68f183702956aa4a2116ae75a63cb574b35af8",
+    "kindest/node:v1.33.7": "sha256:d26ef333bdb2cbe9862a0f7c3803ecc7b4303d8cea8e814b481b09949d353040",
+    "kindest/node:v1.34.3": "sha256:08497ee19eace7b4b5348db5c6a1591d7752b164530a36f855cb0f2bdcbadd48",
+    "kindest/node:v1.35.0": "sha256:452d707d4862f52530247495d180205e029056831160e22870e37e3f6c1ac31f",
 }
 
 
@@ -66,6 +68,13 @@ EKS_STANDARD_SUPPORT_END = {
     "1.34": "2026-12-02",
     "1.35": "2027-03-27",
 }
+
+
+def eks_extended_support_end(kubernetes_minor: str) -> str:
+    """The day EKS stops offering this minor: extended support lasts "the next 12 months" after
+    standard support (same user guide page); then no cluster of it is created, old ones are upgraded."""
+    year, month_day = EKS_STANDARD_SUPPORT_END[kubernetes_minor].split("-", 1)
+    return f"{int(year) + 1}-{month_day}"
 
 
 def eks_support_warning(kubernetes_minor: str, today: str, supported: tuple[str, ...]) -> str | None:

@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 
-from infra.versions import KUBERNETES_VERSIONS
+from infra.versions import K3S_VERSIONS, KUBERNETES_VERSIONS, k3s_installer
 
 NAMESPACE = "alchemist"
 # Keys whose values are secrets: they must be set with `pulumi config set --secret`, and no
@@ -125,6 +125,10 @@ class OnpremConfig(_Model):
     api_address: str | None = Field(None, description="address clients use for the API server")
     gpu_driver: Literal["host", "operator"] = Field(
         "host", description="'host' (driver preinstalled) or 'operator' (GPU Operator installs it)"
+    )
+    k3s_installer_sha256: str | None = Field(
+        None, pattern=r"^[0-9a-f]{64}$", alias="k3sInstallerSha256",
+        description="the sha256 of k3s's install.sh at the pinned release, 64 lowercase hex digits",
     )
 
 
@@ -505,7 +509,7 @@ def _check_consistency(cfg: StackConfig) -> None:
     _check_identities(cfg)
     _check_object_store(cfg)
     if cfg.onprem is not None:
-        _check_onprem(cfg.onprem)
+        _check_onprem(cfg.onprem, cfg.kubernetes_version)
     if cfg.aws is not None:
         _check_aws(cfg.aws)
 
@@ -524,7 +528,14 @@ def _check_identities(cfg: StackConfig) -> None:
                                    "IAM principals only with provider 'aws' (elsewhere: groups)")  # fmt: skip
 
 
-def _check_onprem(onprem: OnpremConfig) -> None:
+def _check_onprem(onprem: OnpremConfig, kubernetes_minor: str) -> None:
+    if onprem.k3s_installer_sha256 is None:
+        # The deployer states which installer they read; a shipped stack cannot say it for them.
+        url = k3s_installer(K3S_VERSIONS[kubernetes_minor])
+        raise StackConfigError(f"{NAMESPACE}:onprem.k3sInstallerSha256", None,
+                               f"the sha256 of the k3s installer you reviewed, as `curl -sfL {url} | sha256sum` "
+                               f"prints it, set with `pulumi config set --path '{NAMESPACE}:onprem.k3sInstallerSha256' "
+                               "<digest>`", missing=True)  # fmt: skip
     key = f"{NAMESPACE}:onprem.hosts"
     if not any(h.role == "server" for h in onprem.hosts):
         raise StackConfigError(key, [h.name for h in onprem.hosts], "at least one host with role 'server'")

@@ -14,14 +14,42 @@ from infra.versions import CHARTS
 
 
 def gpu_operator_values(driver: bool, toolkit: bool) -> dict[str, Any]:
-    """GPU Operator values: only `driver.enabled` and `toolkit.enabled` vary between stacks."""
+    """GPU Operator values: only `driver.enabled` and `toolkit.enabled` vary between stacks.
+
+    Sources, at the pinned v25.10.1: the chart (deployments/gpu-operator of NVIDIA/gpu-operator),
+    the operator's code (controllers/object_controls.go) and NVIDIA's release notes
+    (gpu-operator/release-notes.rst of NVIDIA/cloud-native-docs).
+    """
     return {
-        # helm.v4.Chart skips Helm hooks; the chart's pre-upgrade CRD hook is off, and Pulumi
-        # applies the CRDs in the chart's crds/ directory itself on every update.
+        # helm.v4.Chart skips Helm hooks (pulumi-kubernetes#3284); the chart's pre-upgrade hook
+        # (templates/upgrade_crd.yaml, on by default) is off, and Pulumi applies the CRDs that
+        # hook would apply (ClusterPolicy, NVIDIADriver, NFD's) from the chart's crds/
+        # directories itself on every update.
         "operator": {"upgradeCRD": False},
+        # CDI stays off, as under v25.3 (its default there). v25.10.0 turned it on by default
+        # (release notes 25.10.0): the device plugin then hands GPUs to the container runtime as
+        # CDI devices (DEVICE_LIST_STRATEGY "cdi-annotations,cdi-cri": transformDevicePluginCtrForCDI),
+        # relying on CDI support in the node's runtime, which the operator configures only where
+        # it manages the toolkit (transformToolkitCtrForCDI). On the shipped stacks the toolkit is
+        # the node's: the EKS AL2023 NVIDIA AMI and the k3s GPU agents run containerd with
+        # `nvidia` as the default runtime (awslabs/amazon-eks-ami
+        # nodeadm/internal/containerd/runtime_config_nvidia.go; `--default-runtime nvidia` in
+        # infra/cluster_onprem.py). With CDI off the device plugin keeps its `envvar` strategy
+        # (assets/state-device-plugin/0500_daemonset.yaml) and that runtime injects the GPUs
+        # named in NVIDIA_VISIBLE_DEVICES, the path those nodes are set up for; an
+        # operator-managed toolkit (`existing` clusters) keeps `nvidia` as the default runtime,
+        # as under v25.3.
+        "cdi": {"enabled": False},
+        # The driver, where the operator installs it (on-prem `gpuDriver: operator`), is the
+        # release's default: 580.105.08 at v25.10.1 (was 570.148.08 at v25.3.2). The EKS AMI and
+        # hosts with `gpuDriver: host` bring their own; the validator then checks the host's.
+        # One ClusterPolicy drives every GPU node (the chart's driver.nvidiaDriverCRD.enabled,
+        # for per-OS driver settings, stays false): a stack's GPU nodes share one OS and driver source.
         "driver": {"enabled": driver},
         "toolkit": {"enabled": toolkit},
         "daemonsets": {"tolerations": GPU_TOLERATIONS},
+        # No custom metrics ConfigMap: the exporter's default collectors (dcp-metrics-included.csv
+        # of the DCGM exporter the release deploys) hold every DCGM metric the dashboards read.
         "dcgmExporter": {
             "enabled": True,
             "serviceMonitor": {

@@ -38,11 +38,8 @@ PREPARE_NAMESPACE = "kube-system"
 EFS_DRIVER = "efs.csi.aws.com"
 FSX_DRIVER = "fsx.csi.aws.com"
 NFS_DRIVER = "nfs.csi.k8s.io"
-NOMINAL_CAPACITY = "1Ti"
-# The aws-fsx-csi-driver chart at its current release (was 1.7.0, from 2023): read at tag
-# helm-chart-aws-fsx-csi-driver-1.17.0 of kubernetes-sigs/aws-fsx-csi-driver (appVersion 1.9.0);
-# no template there is a Helm hook, so helm.v4.Chart installs all of it.
-FSX_CSI_CHART = ChartPin("aws-fsx-csi-driver", "1.17.0", "https://kubernetes-sigs.github.io/aws-fsx-csi-driver")  # EFS and NFS are not sized by the claim; Kubernetes needs a number
+NOMINAL_CAPACITY = "1Ti"  # EFS and NFS are not sized by the claim; Kubernetes needs a number
+FSX_CSI_CHART = CHARTS["aws-fsx-csi-driver"]
 
 
 @dataclass

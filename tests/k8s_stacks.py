@@ -17,19 +17,19 @@ from alchemist_jobs.contract import StackOutput
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "stack_outputs"
 # Kubernetes minors the stacks may run (infra/versions.py KUBERNETES_VERSIONS).
-SUPPORTED_KUBERNETES = ("1.30", "1.31", "1.32", "1.33")
+SUPPORTED_KUBERNETES = ("1.32", "1.33", "1.34", "1.35")
 
 
 @dataclass(frozen=True)
 class StackCase:
     name: str
     output: StackOutput
-    kubernetes: str  # "1.31"
+    kubernetes: str  # "1.35"
     path: Path
 
     @property
     def schema_version(self) -> str:
-        """The version string kubernetes_validate wants: "1.31.0"."""
+        """The version string kubernetes_validate wants: "1.35.0"."""
         return f"{self.kubernetes}.0"
 
 

@@ -58,9 +58,10 @@ def renders(existing_stack_file) -> dict[str, dict[str, Any]]:
              "principals": ["arn:aws:iam::123456789012:role/research-submitters"]},
             {"name": "applied", "quota": {"gpu": 4, "cpu": 32, "memory": "256Gi"}, "groups": ["oidc:applied-ml"],
              "principals": ["arn:aws:iam::123456789012:role/applied-ci", "arn:aws:iam::123456789012:user/ana"]}]}},
-        "onprem-operator": {"stack_file": STACKS / "Pulumi.onprem-lab.yaml", "sets": {"alchemist:onprem.gpuDriver": "operator"}},
+        "onprem-operator": {"stack_file": STACKS / "Pulumi.onprem-lab.yaml", "sets": {**deployer_sets("onprem-lab"),
+                                                                                   "alchemist:onprem.gpuDriver": "operator"}},
         # secrets: an SSH key for k3s, a kubeconfig and a registry password for an existing cluster
-        "secret:onprem-ssh": {"stack_file": STACKS / "Pulumi.onprem-lab.yaml",
+        "secret:onprem-ssh": {"stack_file": STACKS / "Pulumi.onprem-lab.yaml", "sets": deployer_sets("onprem-lab"),
                               "secrets": {"alchemist:sshPrivateKey": SSH_KEY}},
         "secret:existing": {"stack_file": existing_stack_file, "secrets": {
             "alchemist:kubeconfig": KUBECONFIG, "alchemist:registryPassword": REGISTRY_PASSWORD}},

@@ -79,9 +79,19 @@ DEPLOYER_CIDR = "100.20.30.40/32"
 DEPLOYER_SETS = {"alchemist:aws.publicAccessCidrs": [DEPLOYER_CIDR]}
 
 
+# The digest of the k3s installer the deployer reviewed (`alchemist:onprem.k3sInstallerSha256`):
+# any 64 hex digits here, the mocks never download it.
+INSTALLER_SHA256 = "ab" * 32
+
+
 def deployer_sets(name: str) -> dict[str, Any]:
-    """The keys a deployer adds to a shipped stack before `pulumi up` (none but on AWS)."""
-    return dict(DEPLOYER_SETS) if name.startswith("aws-") else {}
+    """The keys a deployer adds to a shipped stack before `pulumi up`: the API CIDRs on AWS, the
+    reviewed k3s installer's digest on-prem."""
+    if name.startswith("aws-"):
+        return dict(DEPLOYER_SETS)
+    if name.startswith("onprem"):
+        return {"alchemist:onprem.k3sInstallerSha256": INSTALLER_SHA256}
+    return {}
 
 
 SSH_KEY = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAAdGVzdC1vbmx5LXNzaC1rZXk=\n-----END OPENSSH PRIVATE KEY-----"

@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from infra_helpers import DEPLOYER_CIDR, REPO, stack_config
+from infra_helpers import DEPLOYER_CIDR, INSTALLER_SHA256, REPO, stack_config
 
 from infra.config import StackConfigError, parse, pulumi_value
 
@@ -19,6 +19,8 @@ def engine_config(name: str, changes: dict) -> dict[str, str]:
     config = json.loads(json.dumps(stack_config(name)))
     if name.startswith("aws-"):  # what the deployer sets before the first preview
         config["alchemist:aws"]["publicAccessCidrs"] = [DEPLOYER_CIDR]
+    if name.startswith("onprem"):
+        config["alchemist:onprem"]["k3sInstallerSha256"] = INSTALLER_SHA256
     for dotted, value in changes.items():
         head, *rest = dotted.split(".")
         node, key = config, head
@@ -39,7 +41,7 @@ BAD = {
                            "alchemist:aws.gpuNodes.instanceType is not a known key; accepted keys here: instanceTypes"),
     "other namespace": ("aws-us-west-2", {"aws:region": "us-west-2"}, "aws:region is not a known key"),
     "missing key": ("aws-us-west-2", {"alchemist:kubernetesVersion": None},
-                    "alchemist:kubernetesVersion is missing; accepted: '1.30' or '1.31'"),
+                    "alchemist:kubernetesVersion is missing; accepted: '1.32' or '1.33' or '1.34' or '1.35'"),
     "missing nested key": ("aws-us-west-2", {"alchemist:aws.gpuNodes.gpusPerNode": None},
                            "alchemist:aws.gpuNodes.gpusPerNode is missing; accepted: GPUs per node"),
     "wrong choice": ("aws-us-west-2", {"alchemist:provider": "gcp"},

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from infra_helpers import STACKS, render, resources
+from infra_helpers import STACKS, deployer_sets, render, resources
 
 from alchemist_jobs.contract import JOB_SERVICE_ACCOUNT, OBJECT_STORE_SECRET, StackOutput
 from infra.config import StackConfigError, parse, pulumi_value
@@ -100,7 +100,7 @@ def test_one_job_service_account_object_per_namespace(renders, name):
 def test_onprem_minio_endpoint_with_keys_in_a_secret():
     secret = "minio-secret-key-that-must-never-leak-2718"
     r = render(STACKS / "Pulumi.onprem-lab.yaml",
-               sets={"alchemist:objectStore": {"endpoint": "https://minio.lab.internal:9000", "bucket": "alchemist-data",
+               sets={**deployer_sets("onprem-lab"), "alchemist:objectStore": {"endpoint": "https://minio.lab.internal:9000", "bucket": "alchemist-data",
                                                "region": "lab-1", "accessKeyId": "alchemist"}},
                secrets={"alchemist:objectStoreSecretKey": secret})
     assert r["error"] is None, r["error"]

@@ -54,7 +54,7 @@ def test_ecr_password_is_secret(renders):
 
 BASE = {
     "alchemist:provider": "existing",
-    "alchemist:kubernetesVersion": "1.31",
+    "alchemist:kubernetesVersion": "1.35",
     "alchemist:existing": "{}",
     "alchemist:images": '{"registry": "r.lab/x"}',
     "alchemist:sharedFs": '{"kind": "nfs", "server": "s", "share": "/x"}',

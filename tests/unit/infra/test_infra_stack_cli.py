@@ -8,7 +8,7 @@ import sys
 
 import pytest
 import yaml
-from infra_helpers import DEPLOYER_CIDR, REPO, SHIPPED, STACKS, stack_config
+from infra_helpers import DEPLOYER_CIDR, INSTALLER_SHA256, REPO, SHIPPED, STACKS, stack_config
 
 from alchemist_jobs import cli
 
@@ -32,7 +32,7 @@ def test_list(monkeypatch, capsys, root):
     assert lines[0].startswith("local") and "built-in" in lines[0]
     rows = {line.split()[0]: line for line in lines[1:]}
     assert set(rows) == set(SHIPPED)
-    assert rows["aws-eu-west-1"].split()[1:5] == ["aws", "k8s", "1.31", "efs"]
+    assert rows["aws-eu-west-1"].split()[1:5] == ["aws", "k8s", "1.35", "efs"]
     assert "16 GPUs" in rows["onprem-lab"] and "kind on the local Docker" in rows["dev"]
 
 
@@ -67,6 +67,7 @@ def test_replicate_refuses_to_overwrite(monkeypatch, capsys, root):
 
 def test_replicate_refuses_encrypted_values_and_says_what_to_set(monkeypatch, capsys, root):
     doc = yaml.safe_load((STACKS / "Pulumi.onprem-lab.yaml").read_text())
+    doc["config"]["alchemist:onprem"]["k3sInstallerSha256"] = INSTALLER_SHA256  # as its deployer set it
     doc["encryptionsalt"] = "v1:c2FsdA==:v1:bm9uY2U=:Y2lwaGVy"
     doc["config"]["alchemist:sshPrivateKey"] = {"secure": "v1:AAAABBBBCCCC"}
     (root / "stacks" / "Pulumi.lab-a.yaml").write_text(yaml.safe_dump(doc))

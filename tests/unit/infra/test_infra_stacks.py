@@ -10,7 +10,7 @@ from infra_helpers import DEPLOYER_CIDR, SHIPPED, one, resources, stack_config
 from alchemist_jobs.contract import MANAGED_BY_LABEL, StackOutput
 from infra.cluster_versions import autoscaler_chart
 from infra.shared_fs import FSX_CSI_CHART
-from infra.versions import CHARTS, GRAFANA_IMAGE_TAG, K3S_VERSIONS, KIND_NODE_IMAGES
+from infra.versions import CHARTS, GRAFANA_IMAGE_TAG, K3S_VERSIONS, KIND_NODE_IMAGES, KUBERNETES_VERSIONS
 
 CHART = "kubernetes:helm.sh/v4:Chart"
 DIGEST = re.compile(r"^[^@\s]+@sha256:[0-9a-f]{64}$")
@@ -18,6 +18,13 @@ DIGEST = re.compile(r"^[^@\s]+@sha256:[0-9a-f]{64}$")
 
 def test_stacks_shipped():
     assert {"dev", "onprem-lab", "aws-us-west-2", "aws-eu-west-1"} <= set(SHIPPED)
+
+
+def test_the_manifest_tests_cover_every_offered_kubernetes_minor():
+    """docs/kubernetes.md says the manifest tests run on every minor the program offers."""
+    from tests.k8s_stacks import SUPPORTED_KUBERNETES
+
+    assert SUPPORTED_KUBERNETES == KUBERNETES_VERSIONS
 
 
 # --- the contract -----------------------------------------------------------------------------
@@ -303,7 +310,7 @@ def test_onprem_k3s_over_ssh(renders):
     r = renders["onprem-lab"]
     cfg = stack_config("onprem-lab")["alchemist:onprem"]
     cmds = {c["name"]: c for c in resources(r, "command:remote:Command")}
-    version = K3S_VERSIONS["1.31"]
+    version = K3S_VERSIONS[stack_config("onprem-lab")["alchemist:kubernetesVersion"]]
     server = cmds["cluster-server-lab-cp-1"]["inputs"]
     assert f"INSTALL_K3S_VERSION='{version}'" in server["create"] and "--tls-san 10.20.0.10" in server["create"]
     assert server["connection"] == "[secret]"  # pulumi-command keeps the whole SSH connection secret
@@ -336,7 +343,7 @@ def test_dev_kind_cluster(renders):
     r = renders["dev"]
     cmds = {c["name"]: c["inputs"] for c in resources(r, "command:local:Command")}
     kind = cmds["cluster-kind"]
-    assert f"--image {KIND_NODE_IMAGES['1.31']}" in kind["create"]
+    assert f"--image {KIND_NODE_IMAGES[stack_config('dev')['alchemist:kubernetesVersion']]}@sha256:" in kind["create"]
     assert "containerPath: /var/alchemist/shared" in kind["stdin"] and kind["delete"].startswith("kind delete cluster")
     assert "127.0.0.1:5001:5000" in cmds["cluster-registry"]["create"]
     paths = {pv["inputs"]["metadata"]["name"]: pv["inputs"]["spec"]["hostPath"]

