@@ -3,9 +3,10 @@
     alchemist plan examples/digits.yaml --nodes 1,2,4,8 --algorithms sync,bmuf --link 25gbit
 
 Profiles the job briefly on this machine (or takes `--step-ms`/`--model-mb`), takes the target's
-shape and links from flags, the stack output or past runs (alchemist_jobs/planner/facts.py), and
-prints one row per (algorithm, nodes) with the assumptions underneath; `--json` prints the same
-as one object, `--plot FILE.png` draws throughput and efficiency against nodes.
+shape and links from flags, a link probe, the stack output or past runs
+(alchemist_jobs/planner/facts.py), and prints one row per (algorithm, nodes) with the
+assumptions underneath; `--json` prints the same as one object, `--plot FILE.png` draws
+throughput and efficiency against nodes.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 from alchemist_jobs.errors import UserError
 
 PLANNED = ("sync", "bmuf", "easgd")
+EMULATED_MAX_WORKERS = 64  # --emulated runs this many profile processes at once, at most
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -35,6 +37,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--algorithms", default=None,
                    help="comma-separated, from sync,bmuf,easgd (default: the spec's, or all three)")
     p.add_argument("--link", default=None, help="what one node sends at, e.g. 100mbit, 25gbit")
+    p.add_argument("--link-probe", type=Path, action="append", default=[], metavar="FILE",
+                   help="the link as measured between nodes of the target by "
+                        "`python -m alchemist_jobs.planner.probe` (bandwidth and latency); "
+                        "repeat for probes of several node counts (emulated nodes)")
     p.add_argument("--latency-us", type=float, default=50.0,
                    help="one message between nodes, microseconds (default 50)")
     p.add_argument("--workers-per-node", type=int, default=None,
@@ -46,7 +52,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    "of profiling (needs --model-mb)")
     p.add_argument("--model-mb", type=float, default=None, help="MB one exchange moves")
     p.add_argument("--profile-steps", type=int, default=200, help="steps to time (default 200)")
-    p.add_argument("--compute-scale", type=float, default=1.0, help=argparse.SUPPRESS)
+    p.add_argument("--emulated", action="store_true",
+                   help="the nodes are emulated on this machine and share its processors (the "
+                        "local stack, network namespaces): profile each node count with that "
+                        "many workers computing at once")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     p.add_argument("--plot", type=Path, default=None, help="write a PNG of the plan")
     p.set_defaults(func=cmd_plan)
@@ -89,36 +98,62 @@ def build_plan(args: argparse.Namespace) -> dict:
                    stack.gpu.per_node else spec.procs_per_node)
     if workers < 1:
         raise UserError(f"--workers-per-node {workers}: expected a whole number of at least 1")
-    if args.compute_scale <= 0:
-        raise UserError(f"--compute-scale {args.compute_scale}: expected a positive number")
     home = default_root()
-    cluster = facts.cluster_facts(workers_per_node=workers, link=args.link,
-                                  latency_us=args.latency_us, stack=stack,
-                                  runs_root=runs_root(home) if stack is None else None,
-                                  job_name=spec.name, compute_scale=args.compute_scale)
+    known = dict(workers_per_node=workers, link=args.link, latency_us=args.latency_us,
+                 stack=stack, runs_root=runs_root(home) if stack is None else None,
+                 job_name=spec.name)
+    if len(args.link_probe) > 1:
+        cluster, assumptions = facts.probed_clusters(args.link_probe, **known)
+    else:
+        cluster = facts.cluster_facts(probe=(args.link_probe or [None])[0], **known)
+        assumptions = list(cluster.assumptions)
     if args.step_ms is not None or args.model_mb is not None:
         if args.step_ms is None or args.model_mb is None:
             raise UserError("--step-ms and --model-mb go together: give both or neither")
+        if args.emulated:
+            raise UserError("--emulated profiles the job under the emulated nodes' contention; "
+                            "with --step-ms there is nothing to profile: drop one")
         prof = profile.given_profile(spec, args.step_ms, args.model_mb)
+    elif args.emulated:
+        too_many = [n for n in nodes if n * workers > EMULATED_MAX_WORKERS]
+        if too_many:
+            raise UserError(f"--emulated --nodes {args.nodes}: {too_many[0]} node(s) of {workers} "
+                            f"worker(s) would profile {too_many[0] * workers} processes at once "
+                            f"on this machine; at most {EMULATED_MAX_WORKERS}")
+        prof = {n: profile.profile_spec(spec, home, steps=args.profile_steps,
+                                        concurrent=n * workers) for n in sorted({1, *nodes})}
     else:
         prof = profile.profile_spec(spec, home, steps=args.profile_steps)
     points = model.predict(prof, algos, nodes, cluster)
-    return dict(job=spec.name, profile=dict(forward_s=prof.forward_s, backward_s=prof.backward_s,
-                                            exchange_bytes=prof.exchange_bytes,
-                                            batch_per_worker=prof.batch_per_worker,
-                                            source=prof.source),
-                assumptions=list(cluster.assumptions),
+    plan = dict(job=spec.name,
+                profile=profile_summary(prof if isinstance(prof, model.Profile) else prof[1]),
+                assumptions=assumptions,
                 points=[p.as_dict() for p in points],
                 best=model.best_by_nodes(points))
+    if isinstance(prof, dict):  # --emulated: the profile of each node count
+        plan["profiles"] = {str(n): profile_summary(p) for n, p in prof.items()}
+    return plan
+
+
+def profile_summary(prof) -> dict:
+    return dict(forward_s=prof.forward_s, backward_s=prof.backward_s,
+                optimizer_s=prof.optimizer_s, exchange_local_s=prof.exchange_local_s,
+                exchange_bytes=prof.exchange_bytes, buckets=[list(b) for b in prof.buckets],
+                batch_per_worker=prof.batch_per_worker, source=prof.source)
 
 
 def render_table(plan: dict) -> str:
     prof = plan["profile"]
     lines = [f"plan for {plan['job']}: {prof['source']}; compute "
-             f"{(prof['forward_s'] + prof['backward_s']) * 1e3:.2f} ms/step, "
-             f"{prof['exchange_bytes'] / 1e6:.2f} MB per exchange",
-             f"{'algorithm':<10}{'nodes':>6}{'workers':>8}{'step ms':>10}{'comm ms':>10}"
-             f"{'samples/s':>12}{'speed-up':>10}{'efficiency':>11}"]
+             f"{(prof['forward_s'] + prof['backward_s'] + prof['optimizer_s']) * 1e3:.2f} ms/step, "
+             f"{prof['exchange_bytes'] / 1e6:.2f} MB per exchange"
+             + (f" in {len(prof['buckets'])} DDP bucket(s)" if prof["buckets"] else "")]
+    for n, p in (plan.get("profiles") or {}).items():
+        if n != "1":
+            lines.append(f"  with {n} node(s) computing at once: "
+                         f"{(p['forward_s'] + p['backward_s'] + p['optimizer_s']) * 1e3:.2f} ms/step")
+    lines.append(f"{'algorithm':<10}{'nodes':>6}{'workers':>8}{'step ms':>10}{'comm ms':>10}"
+                 f"{'samples/s':>12}{'speed-up':>10}{'efficiency':>11}")
     for p in plan["points"]:
         lines.append(f"{p['algorithm']:<10}{p['nodes']:>6}{p['workers']:>8}"
                      f"{p['step_s'] * 1e3:>10.2f}{p['communication_s'] * 1e3:>10.2f}"

@@ -1,16 +1,21 @@
-"""Where `alchemist plan` takes the target's facts from: flags, the stack output, past runs.
+"""Where `alchemist plan` takes the target's facts from: flags, a link probe, the stack output,
+past runs.
 
-Precedence, each choice said in the plan's assumptions: a `--link` flag; else the stack's EFA
-devices (100 Gbit/s each, AWS's figure for p4d/p5 EFA interfaces); else the communication
-bandwidth measured by past runs of the same job on this stack (bytes and seconds that every
-worker records in result.json, the same figures the metric contract exports); else the plan
-refuses, naming the flag, rather than guess a link.
+Precedence, each choice said in the plan's assumptions: a `--link` flag (a nominal rate, of
+which TCP/IP headers leave 94% for data); else a `--link-probe` result (timed gloo
+all-reduces between nodes of the target, planner/probe.py: bandwidth and per-message
+latency as the collective gets them, used as measured); else the stack's EFA devices
+(100 Gbit/s each, AWS's figure for p4d/p5 EFA interfaces); else the communication bandwidth
+measured by past runs of the same job on this stack (bytes and seconds that every worker
+records in result.json, the same figures the metric contract exports); else the plan refuses,
+naming the flag, rather than guess a link.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -63,20 +68,42 @@ def measured_bandwidth(runs_root: Path, job_name: str) -> tuple[float, str] | No
     return best
 
 
+def link_probe(path: Path) -> tuple[float, float, str]:
+    """(bytes/s, seconds per message, a description) from a link probe's result file."""
+    from alchemist_jobs.planner import probe
+
+    try:
+        data = probe.load(path)
+    except ValueError as e:
+        raise UserError(f"--link-probe {str(path)!r}: {e}") from None
+    when = time.strftime("%Y-%m-%d %H:%M", time.localtime(float(data.get("time", 0))))
+    sizes = [int(p["bytes"]) for p in data.get("points", []) if "bytes" in p] or [0]
+    return (data["link_bytes_per_s"], data["latency_s"],
+            f"measured by the link probe {Path(path).name} ({data.get('world', '?')} processes on "
+            f"{data.get('where', 'the target')}, {when}: gloo all-reduces of "
+            f"{min(sizes) / 1e3:.0f} kB to {max(sizes) / 1e6:.1f} MB)")
+
+
 def cluster_facts(*, workers_per_node: int, link: str | None, latency_us: float,
                   stack: Any | None, runs_root: Path | None, job_name: str,
-                  compute_scale: float = 1.0) -> Cluster:
+                  compute_scale: float = 1.0, probe: Path | None = None) -> Cluster:
     """The Cluster for the model, with every assumption it rests on spelled out."""
     notes = [f"{workers_per_node} worker(s) per node",
-             "ring all-reduce: 2(W-1)/W of the model per worker per exchange, 2(W-1) messages",
-             f"{latency_us:g} us per message between nodes",
-             "sync overlaps communication with backward except the last DDP bucket (25%)"]
+             "ring all-reduce: 2(W-1)/W of the model per worker per exchange, in 2(W-1) steps",
+             "sync: DDP all-reduces each bucket once backward has made all its gradients, "
+             "one bucket after another; the optimizer waits for the last"]
     if compute_scale != 1.0:
-        notes.append(f"compute {compute_scale:g}x slower than profiled (emulated nodes share "
-                     "this machine's processors)")
+        notes.append(f"compute {compute_scale:g}x slower than profiled")
     nominal = (f"; {LINK_EFFICIENCY:.0%} of a nominal rate carries data (TCP/IP headers at "
                "MTU 1500)")
-    if link is not None:
+    if link is not None and probe is not None:
+        raise UserError("--link and --link-probe both give the link: keep one")
+    latency = latency_us * 1e-6
+    if probe is not None:
+        rate, latency, said = link_probe(probe)
+        notes.append(f"each node sends at {rate * 8 / 1e6:,.1f} Mbit/s with {latency * 1e6:,.0f} us "
+                     f"per message, {said}")
+    elif link is not None:
         rate = parse_rate(link) * LINK_EFFICIENCY
         notes.append(f"each node sends at {link} (--link){nominal}")
     elif stack is not None and getattr(stack.gpu, "efa", None) is not None:
@@ -94,6 +121,31 @@ def cluster_facts(*, workers_per_node: int, link: str | None, latency_us: float,
         rate, run_id = measured
         notes.append(f"each node sends at {rate * 8 / 1e6:,.0f} Mbit/s, measured by past run "
                      f"{run_id} (communication bytes / communication seconds)")
+    if probe is None:
+        notes.insert(2, f"{latency_us:g} us per message between nodes")
     return Cluster(workers_per_node=workers_per_node, link_bytes_per_s=rate,
-                   latency_s=latency_us * 1e-6, compute_scale=compute_scale,
+                   latency_s=latency, compute_scale=compute_scale,
                    assumptions=tuple(notes))
+
+
+def probed_clusters(probes: list[Path], **facts: Any) -> tuple[dict[int, Cluster], list[str]]:
+    """One Cluster per link probe, keyed by the probe's process count (one per node), and
+    their assumptions merged. Each node count takes the probe of the nearest count: on emulated
+    nodes the network stacks share this machine's processors, so the link depends on how many
+    nodes send at once; on a real cluster one two-node probe serves every count."""
+    from alchemist_jobs.planner import probe as probe_mod
+
+    clusters: dict[int, Cluster] = {}
+    for path in probes:
+        try:
+            world = int(probe_mod.load(path).get("world", 2))
+        except (ValueError, TypeError) as e:
+            raise UserError(f"--link-probe {str(path)!r}: {e}") from None
+        if world in clusters:
+            raise UserError(f"--link-probe {str(path)!r}: a second probe of {world} processes; "
+                            "give one per process count")
+        clusters[world] = cluster_facts(probe=path, **facts)
+    notes = list(dict.fromkeys(a for c in clusters.values() for a in c.assumptions))
+    notes.append(f"each node count takes the link probe of the nearest process count "
+                 f"({', '.join(map(str, sorted(clusters)))})")
+    return clusters, notes

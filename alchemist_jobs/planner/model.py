@@ -2,42 +2,58 @@
 
 Pure arithmetic over three sets of facts, each assumption named where it is used:
 
-- `Profile`: what one worker costs, measured on the cheap target (seconds of forward and of
-  backward+optimizer per step at the spec's per-worker batch, and the bytes one exchange of the
-  model moves: every parameter, at the precision it is exchanged in).
+- `Profile`: what one worker costs, measured on the cheap target: seconds of forward, of
+  backward and of the optimizer step per step at the spec's per-worker batch; the bytes one
+  exchange of the model moves (every parameter, at the precision it is exchanged in); how
+  `sync`'s DDP groups the gradients into buckets and when in backward each bucket is ready;
+  and the local arithmetic of one `bmuf`/`easgd` exchange.
 - `Cluster`: the target's shape and links: workers per node, the bandwidth of the link each
   node sends on and the per-message latency between nodes, the bandwidth between workers of one
-  node, and how much slower compute is when workers share processors (1 on a real cluster).
+  node, and how much slower compute is than profiled (1 when the profile ran under the
+  target's own contention, as it does for emulated nodes, and on a real cluster).
 - `Algorithm`: `sync` all-reduces gradients every step; `bmuf` and `easgd` all-reduce the
-  model (or its block delta) once every `tau` steps.
+  model (or its elastic difference) once every `tau` steps.
 
-Communication is a ring all-reduce (NCCL's and gloo's default for large tensors): each of the
-`W` workers sends `2 (W-1)/W * S` bytes in `2 (W-1)` messages. Across nodes, every node's link
-carries that volume, so the inter-node time is `2 (W-1)/W * S / B_link + 2 (W-1) * latency`;
-inside one node the node-local bandwidth counts instead. `sync` overlaps the all-reduce with the
-backward pass (DDP buckets): only the part of communication that outlasts backward adds to the
-step, and at least the last bucket (`last_bucket_fraction` of the bytes) cannot overlap.
-`bmuf`/`easgd` block at the exchange, so their whole exchange adds, spread over `tau` steps.
+Communication is a ring all-reduce (gloo's `allreduce` for CPU tensors runs its ring algorithm
+unless told otherwise; NCCL's ring for large tensors): each of the `W` workers sends
+`2 (W-1)/W * S` bytes over `2 (W-1)` sequential steps. Across nodes every node's link carries
+that volume, so the inter-node time is `2 (W-1)/W * S / B_link + 2 (W-1) * latency`; inside one
+node the node-local bandwidth counts instead.
+
+`sync` (DistributedDataParallel) all-reduces each bucket as soon as backward has produced all
+of its gradients, in bucket order, one after another on the link; the optimizer steps once
+the last bucket is back. So the step is forward + the later of (backward, the last bucket's
+all-reduce) + optimizer: communication hides behind the backward that is still to run when a
+bucket is ready, and no more (`sync_exposed_s`). `bmuf`/`easgd` block at the exchange, so the
+whole exchange (its all-reduce and its local arithmetic) adds, spread over `tau` steps.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+MIB = 1 << 20
+DDP_BUCKET_BYTES = 25 * MIB  # DDP's bucket_cap_mb default, and the spec's algorithm.bucket_mb
+
 
 @dataclass(frozen=True)
 class Profile:
     """One worker's measured cost at the spec's per-worker batch."""
 
-    forward_s: float  # forward pass + loss, per step
-    backward_s: float  # backward pass + optimizer step, per step
+    forward_s: float  # fetching the batch, forward pass and loss, per step
+    backward_s: float  # backward pass, per step
     exchange_bytes: int  # one copy of the exchanged tensors (all parameters)
     batch_per_worker: int
     source: str = "profiled"  # where the numbers came from, said in the plan's output
+    optimizer_s: float = 0.0  # the optimizer step (after the gradients are all-reduced)
+    # sync: DDP's buckets in the order they are all-reduced, as (bytes, when the bucket's last
+    # gradient is ready, as a fraction of backward). Empty: `uniform_buckets` of 25 MiB.
+    buckets: tuple[tuple[int, float], ...] = ()
+    exchange_local_s: float = 0.0  # bmuf/easgd: one exchange's arithmetic on this worker
 
     @property
     def compute_s(self) -> float:
-        return self.forward_s + self.backward_s
+        return self.forward_s + self.backward_s + self.optimizer_s
 
 
 @dataclass(frozen=True)
@@ -48,8 +64,7 @@ class Cluster:
     link_bytes_per_s: float  # what one node can send to the others (NIC, EFA, or a tc limit)
     latency_s: float = 50e-6  # one message between nodes
     node_bytes_per_s: float = 100e9  # between workers of one node (NVLink-class default)
-    compute_scale: float = 1.0  # >1 when the emulated nodes share this machine's processors
-    last_bucket_fraction: float = 0.25  # DDP's last bucket: sync traffic that cannot overlap
+    compute_scale: float = 1.0  # >1: compute slower than the profile measured it
     assumptions: tuple[str, ...] = field(default_factory=tuple)
 
 
@@ -77,6 +92,41 @@ class Point:
         return asdict(self)
 
 
+def ddp_buckets(grads: list[tuple[int, float]], cap_bytes: int,
+                first_cap_bytes: int | None = None) -> tuple[tuple[int, float], ...]:
+    """DDP's buckets from the gradients in the order backward produces them, given as
+    (bytes, ready fraction of backward): returns (bytes, ready fraction) per bucket.
+
+    DDP's rule (torch's compute_bucket_assignment_by_size, used when it rebuilds its buckets
+    in gradient-ready order after the first step): add gradients to the open bucket; close it
+    once it holds at least its limit, the first bucket's limit being `first_cap_bytes` (1 MiB
+    when DDP is built without bucket_cap_mb, else the cap itself; the sync strategy always
+    passes bucket_cap_mb) and every later one `cap_bytes`. A bucket is ready when its last
+    gradient is."""
+    limit = first_cap_bytes if first_cap_bytes is not None else cap_bytes
+    out: list[tuple[int, float]] = []
+    size, ready = 0, 0.0
+    for nbytes, at in grads:
+        size, ready = size + nbytes, max(ready, at)
+        if size >= limit:
+            out.append((size, ready))
+            size, ready, limit = 0, 0.0, cap_bytes
+    if size:
+        out.append((size, ready))
+    return tuple(out)
+
+
+def uniform_buckets(total_bytes: int, cap_bytes: int = DDP_BUCKET_BYTES) -> tuple[tuple[int, float], ...]:
+    """Buckets of `cap_bytes` when nothing is known of the layers: gradients assumed to come
+    out of backward at an even rate, so a bucket is ready at the share of bytes done."""
+    out, done = [], 0
+    while done < total_bytes:
+        size = min(cap_bytes, total_bytes - done)
+        done += size
+        out.append((size, done / total_bytes))
+    return tuple(out)
+
+
 def allreduce_s(nbytes: float, nodes: int, cluster: Cluster) -> float:
     """Seconds of one ring all-reduce of `nbytes` over `nodes` nodes of the cluster."""
     workers = nodes * cluster.workers_per_node
@@ -86,35 +136,67 @@ def allreduce_s(nbytes: float, nodes: int, cluster: Cluster) -> float:
     if nodes == 1:  # the whole ring stays inside the node
         return volume / cluster.node_bytes_per_s
     # The ring crosses the node boundary: every node's link carries the volume, and each of
-    # the 2 (W-1) messages pays the latency once.
+    # the 2 (W-1) steps pays the latency once.
     return volume / cluster.link_bytes_per_s + 2 * (workers - 1) * cluster.latency_s
+
+
+def sync_exposed_s(buckets: tuple[tuple[int, float], ...], backward_s: float, nodes: int,
+                   cluster: Cluster) -> tuple[float, float]:
+    """(all-reduce seconds of every bucket, the part of them that outlasts backward).
+
+    Bucket i starts when it is ready and the link is done with bucket i-1; the optimizer waits
+    for the last one. What finishes before backward would have is hidden."""
+    end = total = 0.0
+    for nbytes, ready in buckets:
+        t = allreduce_s(nbytes, nodes, cluster)
+        end = max(end, ready * backward_s) + t
+        total += t
+    return total, max(0.0, end - backward_s)
 
 
 def step_s(profile: Profile, algo: Algorithm, nodes: int, cluster: Cluster) -> tuple[float, float, float]:
     """(compute, communication per step, step time) for one worker."""
-    compute = profile.compute_s * cluster.compute_scale
-    exchange = allreduce_s(profile.exchange_bytes, nodes, cluster)
+    scale = cluster.compute_scale
+    compute = profile.compute_s * scale
     if algo.name == "sync":
-        backward = profile.backward_s * cluster.compute_scale
-        exposed = max(exchange * cluster.last_bucket_fraction, exchange - backward)
-        return compute, exchange, compute + exposed
+        buckets = profile.buckets or uniform_buckets(profile.exchange_bytes)
+        comm, exposed = sync_exposed_s(buckets, profile.backward_s * scale, nodes, cluster)
+        return compute, comm, compute + exposed
     if algo.name in ("bmuf", "easgd"):
+        exchange = allreduce_s(profile.exchange_bytes, nodes, cluster)
+        if nodes * cluster.workers_per_node > 1:
+            exchange += profile.exchange_local_s * scale
         per_step = exchange / max(algo.tau, 1)
         return compute, per_step, compute + per_step
     raise ValueError(f"no scaling model for algorithm {algo.name!r} (sync, bmuf, easgd)")
 
 
-def predict(profile: Profile, algos: list[Algorithm], node_counts: list[int],
-            cluster: Cluster) -> list[Point]:
-    """Every (algorithm, node count) point; speed-up is against the same algorithm on 1 node."""
+def nearest(by_nodes: dict[int, "Profile | Cluster"], n: int):
+    """The entry for `n` nodes, else the one measured at the nearest node count (the smaller
+    on a tie)."""
+    return by_nodes[n] if n in by_nodes else by_nodes[min(by_nodes, key=lambda k: (abs(k - n), k))]
+
+
+def predict(profile: Profile | dict[int, Profile], algos: list[Algorithm], node_counts: list[int],
+            cluster: Cluster | dict[int, Cluster]) -> list[Point]:
+    """Every (algorithm, node count) point; speed-up is against the same algorithm on 1 node.
+
+    Either fact may differ per node count ({nodes: ...}, the nearest count's used): on emulated
+    nodes that share one machine, compute at n nodes is measured with n nodes' workers
+    computing at once, and the link with n nodes' network stacks sending at once."""
+    def at(facts, n):
+        return nearest(facts, n) if isinstance(facts, dict) else facts
+
     points: list[Point] = []
     for algo in algos:
-        _, _, base_step = step_s(profile, algo, 1, cluster)
-        base = cluster.workers_per_node * profile.batch_per_worker / base_step
+        _, _, base_step = step_s(at(profile, 1), algo, 1, at(cluster, 1))
+        c1 = at(cluster, 1)
+        base = c1.workers_per_node * at(profile, 1).batch_per_worker / base_step
         for n in node_counts:
-            compute, comm, step = step_s(profile, algo, n, cluster)
-            workers = n * cluster.workers_per_node
-            rate = workers * profile.batch_per_worker / step
+            p, c = at(profile, n), at(cluster, n)
+            compute, comm, step = step_s(p, algo, n, c)
+            workers = n * c.workers_per_node
+            rate = workers * p.batch_per_worker / step
             points.append(Point(algorithm=algo.name, nodes=n, workers=workers, compute_s=compute,
                                 communication_s=comm, step_s=step, samples_per_s=rate,
                                 speedup=rate / base, efficiency=rate / base / n))

@@ -12,8 +12,9 @@ from alchemist_jobs.planner import facts, model
 MB = 1_000_000
 
 
-def prof(fwd=0.01, bwd=0.02, nbytes=4 * MB, batch=64):
-    return model.Profile(forward_s=fwd, backward_s=bwd, exchange_bytes=nbytes, batch_per_worker=batch)
+def prof(fwd=0.01, bwd=0.02, nbytes=4 * MB, batch=64, opt=0.0, buckets=(), local=0.0):
+    return model.Profile(forward_s=fwd, backward_s=bwd, exchange_bytes=nbytes, batch_per_worker=batch,
+                         optimizer_s=opt, buckets=buckets, exchange_local_s=local)
 
 
 def cluster(workers=1, link=1e6, latency=0.0, scale=1.0):
@@ -30,15 +31,51 @@ def test_ring_allreduce_volume_and_latency_by_hand():
     assert model.allreduce_s(4 * MB, 1, cluster(workers=1)) == 0.0
 
 
-def test_sync_overlaps_backward_except_the_last_bucket():
-    # exchange 2 x 1/2 x 4 MB / 1 MB/s = 4 s >> backward 0.02 s: exposed 4 - 0.02.
-    compute, comm, step = model.step_s(prof(), model.Algorithm("sync"), 2, cluster())
-    assert (compute, comm) == (pytest.approx(0.03), pytest.approx(4.0))
-    assert step == pytest.approx(0.03 + 4.0 - 0.02)
-    # A fast link: the exchange hides behind backward but for the last bucket (25%).
-    fast = cluster(link=1000 * MB)  # exchange 4 ms < backward 20 ms
-    _, comm, step = model.step_s(prof(), model.Algorithm("sync"), 2, fast)
-    assert step == pytest.approx(0.03 + 0.25 * comm)
+def test_one_bucket_hides_nothing_behind_backward():
+    # The whole model in one DDP bucket (4 MB < 25 MiB): its all-reduce starts when backward
+    # ends, so all of it adds to the step, however long backward is.
+    p = prof(fwd=0.01, bwd=0.02, opt=0.005, buckets=((4 * MB, 1.0),))
+    compute, comm, step = model.step_s(p, model.Algorithm("sync"), 2, cluster())
+    assert (compute, comm) == (pytest.approx(0.035), pytest.approx(4.0))  # 2 x 1/2 x 4 MB / 1 MB/s
+    assert step == pytest.approx(0.035 + 4.0)
+    fast = cluster(link=1000 * MB)  # the all-reduce (4 ms) is shorter than backward (20 ms)
+    _, comm, step = model.step_s(p, model.Algorithm("sync"), 2, fast)
+    assert step == pytest.approx(0.035 + comm)
+
+
+def test_buckets_overlap_the_backward_still_to_run():
+    # Two 2 MB buckets, ready at 25% and 100% of a 2 s backward, on a 1 MB/s link (2 s each
+    # over two nodes): the first runs 0.5-2.5 s, the second 2.5-4.5 s; backward ends at 2 s.
+    p = prof(fwd=0.0, bwd=2.0, buckets=((2 * MB, 0.25), (2 * MB, 1.0)))
+    _, comm, step = model.step_s(p, model.Algorithm("sync"), 2, cluster())
+    assert comm == pytest.approx(4.0)
+    assert step == pytest.approx(2.0 + 2.5)
+    # The link idles until a bucket is ready: a late second bucket starts at its own time.
+    late = prof(fwd=0.0, bwd=2.0, buckets=((MB // 10, 0.0), (2 * MB, 1.0)))
+    _, _, step = model.step_s(late, model.Algorithm("sync"), 2, cluster())
+    assert step == pytest.approx(2.0 + 2.0)
+
+
+def test_the_optimizer_waits_for_the_exchange():
+    base = prof(bwd=0.02, buckets=((4 * MB, 1.0),))
+    slow_opt = prof(bwd=0.02, opt=0.1, buckets=((4 * MB, 1.0),))
+    _, _, a = model.step_s(base, model.Algorithm("sync"), 2, cluster())
+    _, _, b = model.step_s(slow_opt, model.Algorithm("sync"), 2, cluster())
+    assert b - a == pytest.approx(0.1)  # never hidden behind communication
+
+
+def test_ddp_buckets_follow_ddp_rule():
+    # Gradients in ready order (bytes, ready fraction); DDP closes a bucket once it holds at
+    # least its limit, the first bucket's limit apart.
+    grads = [(40, 0.1), (400_000, 0.3), (4_000_000, 0.8), (130_000, 1.0)]
+    assert model.ddp_buckets(grads, 25 * model.MIB) == ((4_530_040, 1.0),)
+    assert model.ddp_buckets(grads, 25 * model.MIB, first_cap_bytes=model.MIB) == (
+        (4_400_040, 0.8), (130_000, 1.0))
+    assert model.ddp_buckets(grads, 300_000) == ((400_040, 0.3), (4_000_000, 0.8), (130_000, 1.0))
+
+
+def test_uniform_buckets_without_layer_facts():
+    assert model.uniform_buckets(60, 25) == ((25, 25 / 60), (25, 50 / 60), (10, 1.0))
 
 
 def test_block_algorithms_amortise_one_blocking_exchange_over_tau():
@@ -46,6 +83,12 @@ def test_block_algorithms_amortise_one_blocking_exchange_over_tau():
     assert comm == pytest.approx(4.0 / 8) and step == pytest.approx(0.03 + 0.5)
     _, _, step = model.step_s(prof(), model.Algorithm("easgd", tau=4), 2, cluster(scale=2.0))
     assert step == pytest.approx(0.06 + 1.0)
+    # The exchange's own arithmetic (flatten, average, block update, load back) blocks too.
+    _, comm, step = model.step_s(prof(local=0.2), model.Algorithm("bmuf", tau=8), 2, cluster())
+    assert comm == pytest.approx((4.0 + 0.2) / 8) and step == pytest.approx(0.03 + 4.2 / 8)
+    # ...but one worker exchanges nothing.
+    _, comm, _ = model.step_s(prof(local=0.2), model.Algorithm("bmuf", tau=8), 1, cluster())
+    assert comm == 0.0
     with pytest.raises(ValueError, match="async"):
         model.step_s(prof(), model.Algorithm("async"), 2, cluster())
 
