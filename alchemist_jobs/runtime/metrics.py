@@ -190,6 +190,18 @@ class WorkerMetrics:
 
         self.registry.register(SystemCollector(self.labels, role=self.role))
 
+    def totals(self, prefix: str = "alchemist_") -> dict[str, float]:
+        """This process's contract samples summed by sample name (histograms as _count and
+        _sum): what a last scrape would have read, for the run's records once it has exited."""
+        if self.registry is None:
+            return {}
+        out: dict[str, float] = {}
+        for family in self.registry.collect():
+            for s in family.samples:
+                if s.name.startswith(prefix) and not s.name.endswith("_bucket"):
+                    out[s.name] = out.get(s.name, 0.0) + s.value
+        return out
+
     def close(self) -> None:
         if self._server is not None:
             self._server.shutdown()

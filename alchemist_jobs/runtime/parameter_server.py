@@ -353,10 +353,10 @@ def serve(spec: JobSpec, run: RunDir, shard: int, port: int, shared_root: Path,
 
     server = _Server((bind, port), _Handler)
     server.setup_limits(state, ps_wire.run_secret(run.path))
-    write_json_atomic(run.workers / f"server-{shard}.json", dict(
-        role="server", shard=shard, pid=os.getpid(), node=node, host=_s.gethostname(),
-        port=server.server_address[1], metrics_port=metrics_port, restart=restart,
-        version=state.version, started=time.time()))
+    record = dict(role="server", shard=shard, pid=os.getpid(), node=node, host=_s.gethostname(),
+                  port=server.server_address[1], metrics_port=metrics_port, restart=restart,
+                  version=state.version, started=time.time())
+    write_json_atomic(run.workers / f"server-{shard}.json", record)
     threading.Thread(target=server.serve_forever, kwargs=dict(poll_interval=0.2),
                      daemon=True, name="ps-accept").start()
     print(f"alchemist: server {shard} serving {len(names)} tensors "
@@ -367,6 +367,10 @@ def serve(spec: JobSpec, run: RunDir, shard: int, port: int, shared_root: Path,
         state.checkpoint()  # the final parameters, for inspection and late readers
         state.cond.notify_all()
     server.shutdown()
+    # A scrape every 15 s misses the last updates of a server that exits when its workers are
+    # done: its final counters stay in its record (`final_metrics`), next to the workers'.
+    write_json_atomic(run.workers / f"server-{shard}.json", dict(
+        record, version=state.version, finished=time.time(), final_metrics=metrics.totals()))
     print(f"alchemist: server {shard} done after {state.version} updates", flush=True)
     return 0
 

@@ -320,7 +320,7 @@ class Trainer:
                                    train_steps=s.step - self.first_step,
                                    train_s=self.t_last_step - self.t_loop,
                                    train_started=self.train_started, epoch_ends=self.epoch_ends,
-                                   finished=time.time()))
+                                   finished=time.time(), final_metrics=self.metrics.totals()))
         split, comm = self.step_metrics.split, self.ctx.comm
         samples = self.step_metrics.samples
         result = dict(
