@@ -145,6 +145,29 @@ def _expand(text: str, env: dict[str, str]) -> str:
                   lambda m: "$" if m.group(0) == "$$" else env.get(m.group(1), m.group(0)), text)
 
 
+# podman's container states (containers/podman v5 libpod/define/containerstate.go, as
+# `inspect` prints them): "created" (configured), "initialized" (created in the OCI runtime),
+# "running", "paused", "stopping" and "removing" (transitional), "stopped" (the process has
+# exited; podman has not cleaned up yet) and "exited" (exited and cleaned up). Under load a
+# finished container stays "stopped" for a while, with its exit code already set.
+_NOT_STARTED = {"created", "initialized", "configured"}
+_STARTED = {"running", "paused", "stopping"}
+_FINISHED = {"stopped", "exited"}
+
+
+def container_phase(state: str, code: int) -> tuple[str, int | None]:
+    """The kubelet's view of a podman container: ("pending", None) before its process starts,
+    ("running", None) until it has exited, then ("exited", exit code); anything else
+    (removed, unknown) is ("failed", None)."""
+    if state in _NOT_STARTED:
+        return "pending", None
+    if state in _STARTED:
+        return "running", None
+    if state in _FINISHED:
+        return "exited", code
+    return "failed", None
+
+
 class Cluster:
     """The pods of one run on a podman network, with the controllers' restart behaviour."""
 
@@ -347,7 +370,7 @@ class Cluster:
         if name is None:
             return "failed", None
         out = podman("inspect", "--format", "{{.State.Status}} {{.State.ExitCode}}", name).stdout.split()
-        return out[0], int(out[1])
+        return container_phase(out[0], int(out[1]))
 
     def logs(self, pod: Pod) -> str:
         name = self.containers.get(pod.name)
@@ -395,7 +418,7 @@ class Cluster:
                 return "succeeded"
             for pod in self.pods:
                 state, code = states[pod.name]
-                if state in ("running", "created", "configured") or (state, code) == ("exited", 0):
+                if state in ("pending", "running") or (state, code) == ("exited", 0):
                     continue
                 reason = self._job_fails(pod.owner, pod, code)
                 self.events.append(f"{pod.name}: {state} code {code}; job verdict {reason}")
