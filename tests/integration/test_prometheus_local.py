@@ -205,10 +205,13 @@ def test_dashboards_and_rules_run_against_the_scraped_job(stack):
     assert {r["metric"]["job"] for r in up} == {"digits"}
     assert {r["metric"]["algorithm"] for r in up} == {"sync"}
 
-    # Wait for the stall: progress stopped a few seconds ago at step STALL_AT.
+    # Wait for the stall: progress reached step STALL_AT and stopped a few seconds ago. (Right
+    # after the fixture releases the hold at step 1, the newest scrape still shows the held
+    # job, whose last step is also seconds old: that is not the stall.)
     def stalled():
+        reached = stack.query(f'max(alchemist_steps_total{{run="{run}"}}) >= {STALL_AT}')
         r = stack.query(f'time() - max(alchemist_last_step_timestamp_seconds{{run="{run}"}} > 0)')
-        return r and float(r[0]["value"][1]) > 3 and float(r[0]["value"][0])
+        return reached and r and float(r[0]["value"][1]) > 3 and float(r[0]["value"][0])
     stack.eval_time = at = _wait("the injected stall", stalled, 120)
     steps = stack.query(f'alchemist_steps_total{{run="{run}"}}', at)
     assert sorted(float(r["value"][1]) for r in steps) == [STALL_AT, STALL_AT]
