@@ -4,6 +4,7 @@ signal (the summary names the rank, the signal and shows the agent's lines), a f
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import signal
@@ -99,13 +100,18 @@ def small_disk(tmp_path):
 
 
 def fill(path: Path) -> None:
-    with open(path, "wb") as f:
-        try:
+    """Fill the file system; one that is full already (open fails) is what the test wants."""
+    try:
+        with open(path, "wb") as f:
             while True:
                 f.write(b"\0" * (1 << 16))
                 f.flush()
-        except OSError:
-            pass
+    except OSError as e:
+        assert e.errno == errno.ENOSPC, e
+
+
+def tree_bytes(root: Path) -> int:
+    return sum(p.lstat().st_size for p in root.rglob("*"))
 
 
 def test_a_full_disk_is_named_and_not_retried(small_disk):
@@ -119,5 +125,7 @@ def test_a_full_disk_is_named_and_not_retried(small_disk):
     assert f"no space left on {small_disk}" in out, out
     assert "Traceback" not in out, out
     assert "restarts        0" in out, out  # a full disk does not heal by restarting
-    (small_disk / "filler").unlink()
+    # The disk was filled by the test, not by the job: its own files stay small.
+    assert tree_bytes(home) < 4 << 20, sorted((p.stat().st_size, str(p)) for p in home.rglob("*"))[-5:]
+    (small_disk / "filler").unlink(missing_ok=True)
     assert no_process_of(run) == []
