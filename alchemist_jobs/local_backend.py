@@ -74,9 +74,10 @@ def read_secrets(spec: JobSpec, spec_dir: Path) -> dict[str, str]:
 MAX_CODE_BYTES = 256 << 20
 
 
-def code_of(spec: JobSpec, spec_dir: Path) -> tuple[Path | None, list[str]]:
+def code_of(spec: JobSpec, spec_dir: Path, home: Path) -> tuple[Path | None, list[str]]:
     """What a script or module task runs from: the spec's directory, as a cluster run ships
-    it (honouring .gitignore and .alchemistignore); (None, []) for a built-in task."""
+    it (honouring .gitignore and .alchemistignore), without the stack's home if it lies
+    inside (earlier runs and data are not code); (None, []) for a built-in task."""
     if spec.task.builtin:
         return None, []
     from alchemist_jobs.kubernetes.code_assets import list_files  # pure: no kubernetes client
@@ -85,7 +86,7 @@ def code_of(spec: JobSpec, spec_dir: Path) -> tuple[Path | None, list[str]]:
     # A secret_env file never travels with the code, wherever it lies.
     secret_files = {(root / Path(r.file).expanduser()).resolve()
                     for r in spec.secret_env.values() if r.file}
-    files = [f for f in list_files(root) if (root / f).resolve() not in secret_files]
+    files = [f for f in list_files(root, skip=[home]) if (root / f).resolve() not in secret_files]
     size = sum((root / f).stat().st_size for f in files)
     if size > MAX_CODE_BYTES:
         raise UserError(f"task: code directory {root} holds {size >> 20} MiB; accepted: at most "
@@ -245,7 +246,7 @@ class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
         run_id = run_id or new_run_id(spec.name)
         run = RunDir(runs_root(self.root) / run_id)
         target = worker_target(spec, spec_dir)
-        code_source, code_files = code_of(spec, Path(spec_dir))
+        code_source, code_files = code_of(spec, Path(spec_dir), self.root)
         cwd = str(run.path / "code") if code_source is not None else str(Path(spec_dir).resolve())
         pythonpath = os.pathsep.join(
             [_PKG_PARENT] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))

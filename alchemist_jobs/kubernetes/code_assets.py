@@ -18,6 +18,7 @@ import stat
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterable
 
 from alchemist_jobs.errors import UserError
 
@@ -90,16 +91,18 @@ def _info_exclude(top: Path, root: Path) -> list[tuple[str, object]]:
     return [("" if rel == "." else rel + "/", pathspec.GitIgnoreSpec.from_lines(lines))]
 
 
-def list_files(root: Path) -> list[str]:
+def list_files(root: Path, skip: Iterable[Path] = ()) -> list[str]:
     """Files under root that are shipped, as sorted POSIX paths relative to root.
 
     Ignore files apply as git applies them: a pattern is relative to the directory of the file
     that holds it, a deeper file overrides a shallower one, the last matching line wins, and
-    nothing is re-included below an ignored directory. Symbolic links are not shipped.
+    nothing is re-included below an ignored directory. Symbolic links are not shipped. The
+    directories in `skip` (the local stack's home, with its runs and data) are never entered.
     """
     import pathspec
 
     root = Path(root).resolve()
+    skipped = {Path(d).expanduser().resolve() for d in skip}
     always = pathspec.GitIgnoreSpec.from_lines(ALWAYS_IGNORED + SECRET_LOOKING)
     specs: dict[str, object] = {}  # directory (relative, "" for root) -> its spec or None
     enclosing = _enclosing_specs(root)
@@ -139,7 +142,7 @@ def list_files(root: Path) -> list[str]:
         keep = []
         for d in sorted(dirnames):
             rel = f"{rel_dir}/{d}" if rel_dir else d
-            if not (here / d).is_symlink() and not ignored(rel, True):
+            if not (here / d).is_symlink() and not ignored(rel, True) and (here / d) not in skipped:
                 keep.append(d)
         dirnames[:] = keep  # prune: git never looks inside an ignored directory
         for f in sorted(filenames):
@@ -194,8 +197,10 @@ def _tarball(root: Path, files: list[str]) -> bytes:
 
 def pack(root: Path, source: str = "task") -> CodeSnapshot:
     """Pack a directory for shipping; one UserError line if it is too large for a ConfigMap."""
+    from alchemist_jobs.rundir import default_root
+
     root = Path(root).resolve()
-    files = list_files(root)
+    files = list_files(root, skip=[default_root()])
     tarball = _tarball(root, files)
     if len(tarball) > MAX_TARBALL_BYTES:
         biggest = sorted(files, key=lambda f: (root / f).stat().st_size, reverse=True)[:3]

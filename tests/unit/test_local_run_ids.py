@@ -106,3 +106,27 @@ def test_run_directories_and_files_are_private(home):
     for p in [home / "runs", run.path, run.logs, run.workers, run.checkpoints]:
         assert stat.S_IMODE(p.stat().st_mode) == 0o700, p
     assert stat.S_IMODE(run.state_file.stat().st_mode) == 0o600
+
+
+def test_the_code_snapshot_never_holds_the_alchemist_home(tmp_path):
+    """A spec whose directory holds ALCHEMIST_HOME (a project folder with its own home, or a
+    spec kept in ~ with the default ~/.alchemist) ships its code, not earlier runs: else each
+    run copies every earlier run's snapshot, checkpoints and data, and grows without end."""
+    project = tmp_path / "project"
+    home = project / "home"
+    (project / "train.py").parent.mkdir(parents=True)
+    (project / "train.py").write_text("print('hi')\n")
+    (project / "job.yaml").write_text("name: snap\ntask: {script: train.py}\n")
+    earlier = home / "runs" / "snap-20260101-000000-00000000"
+    (earlier / "code").mkdir(parents=True)
+    (earlier / "code" / "train.py").write_text("print('hi')\n")
+    (earlier / "checkpoints").mkdir()
+    (earlier / "checkpoints" / "step-000000005.pt").write_bytes(b"\0" * 100)
+    (home / "data" / "digits").mkdir(parents=True)
+    (home / "data" / "digits" / "digits-v1-seed0.pt").write_bytes(b"\0" * 100)
+    request = LocalScheduler(home).dryrun(load_spec(project / "job.yaml"), project)
+    assert request.code_files == ["job.yaml", "train.py"]
+    # The same through a relative or symlinked way to the home.
+    (tmp_path / "link").symlink_to(project)
+    request = LocalScheduler(tmp_path / "link" / "home").dryrun(load_spec(project / "job.yaml"), project)
+    assert request.code_files == ["job.yaml", "train.py"]

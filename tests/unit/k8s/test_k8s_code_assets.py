@@ -196,3 +196,12 @@ def test_pod_setup_refuses_a_planted_or_tampered_snapshot(tmp_path):
     for p in [code_dir, *code_dir.rglob("*")]:
         p.chmod(0o755 if p.is_dir() else 0o644)
     shutil.rmtree(tmp_path / "shared")
+
+
+def test_the_local_home_inside_the_code_directory_is_not_shipped(tmp_path, monkeypatch):
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    home = tmp_path / "alchemist-home"
+    (home / "runs" / "r" / "code").mkdir(parents=True)
+    (home / "runs" / "r" / "code" / "train.py").write_text("print('hi')\n")
+    monkeypatch.setenv("ALCHEMIST_HOME", str(home))
+    assert pack(tmp_path).files == ("train.py",)
