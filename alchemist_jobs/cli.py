@@ -7,6 +7,7 @@ import importlib
 import os
 import sys
 
+from alchemist_jobs import warm_agent
 from alchemist_jobs.errors import JobFailed, UserError
 
 # Each module exposes `add_parser(subparsers)`, which registers its subcommand(s) and sets
@@ -74,6 +75,9 @@ def main(argv: list[str] | None = None) -> int:
         if command in ("run", "submit") and "--" in argv:
             cut = argv.index("--")
             argv, rest = argv[:cut], argv[cut + 1:]
+        if command == "run":
+            # The agent interpreter imports torch while this one imports the rest (warm_agent.py).
+            warm_agent.start_early(argv)
         args = build_parser(argv).parse_args(argv)
         if rest:
             args.args = rest
@@ -92,6 +96,8 @@ def main(argv: list[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 141
+    finally:
+        warm_agent.discard_early()  # started for a run that never took it (bad input, --stack)
 
 
 if __name__ == "__main__":

@@ -48,6 +48,38 @@ class WarmAgent:
             self.proc.wait()
 
 
+# Started by `cli.main` before it even builds its parser (the parser imports pydantic), when
+# the command line can want one; `take_early()` hands it to `alchemist run`, and the CLI
+# discards it on its way out if nothing took it.
+_early: WarmAgent | None = None
+_NOT_WANTED = ("--dry-run", "--detach", "-h", "--help")
+
+
+def start_early(argv: list[str]) -> None:
+    """Start an agent interpreter now if `alchemist run ARGV` may start a local job."""
+    global _early
+    if os.environ.get("ALCHEMIST_WARM_AGENT", "1") == "0" or any(a in _NOT_WANTED for a in argv):
+        return
+    for i, a in enumerate(argv):
+        stack = argv[i + 1] if a == "--stack" and i + 1 < len(argv) else \
+            a.partition("=")[2] if a.startswith("--stack=") else None
+        if stack is not None and stack != "local":
+            return
+    _early = WarmAgent()
+
+
+def take_early() -> WarmAgent | None:
+    global _early
+    agent, _early = _early, None
+    return agent
+
+
+def discard_early() -> None:
+    agent = take_early()
+    if agent is not None:
+        agent.discard()
+
+
 def _serve() -> None:
     import torch.distributed.run  # noqa: F401  (the slow import this process exists to do early)
 

@@ -257,12 +257,15 @@ def _warm_agent(args: argparse.Namespace):
     import of torch overlaps ours of pydantic (alchemist_jobs/warm_agent.py). It starts
     nothing until the job is valid and is killed otherwise. ALCHEMIST_WARM_AGENT=0 turns
     this off."""
+    from alchemist_jobs import warm_agent
+
+    early = warm_agent.take_early()  # cli.main starts one as soon as the command is `run`
     if args.command != "run" or args.stack != "local" or args.dry_run or \
             os.environ.get("ALCHEMIST_WARM_AGENT", "1") == "0":
+        if early is not None:
+            early.discard()
         return None
-    from alchemist_jobs.warm_agent import WarmAgent
-
-    return WarmAgent()
+    return early or warm_agent.WarmAgent()
 
 
 def _raise_interrupt(signum, frame):

@@ -149,3 +149,26 @@ def test_dry_run_prints_the_processes_and_starts_nothing(tmp_path, home, capsys)
     assert "-m alchemist_jobs.agent" in out and "--nproc-per-node=2" in out
     assert "alchemist_jobs.runtime.bootstrap builtin" in out
     assert not home.exists()
+
+
+@pytest.mark.parametrize("argv,wanted", [
+    (["run", "job.yaml"], True),
+    (["run", "job.yaml", "--stack", "local"], True),
+    (["run", "job.yaml", "--stack=local", "--quiet"], True),
+    (["run", "job.yaml", "--stack", "dev"], False),
+    (["run", "job.yaml", "--stack=aws-us-west-2"], False),
+    (["run", "job.yaml", "--dry-run"], False),
+    (["run", "job.yaml", "--detach"], False),
+    (["run", "--help"], False),
+])
+def test_the_early_agent_interpreter_starts_only_for_a_local_run(argv, wanted, monkeypatch):
+    from alchemist_jobs import warm_agent
+
+    started = []
+    monkeypatch.setattr(warm_agent, "WarmAgent", lambda: started.append(1) or object())
+    monkeypatch.delenv("ALCHEMIST_WARM_AGENT", raising=False)
+    warm_agent.start_early(argv[1:])
+    assert bool(started) == wanted and (warm_agent.take_early() is not None) == wanted
+    monkeypatch.setenv("ALCHEMIST_WARM_AGENT", "0")
+    warm_agent.start_early(argv[1:])
+    assert warm_agent.take_early() is None
