@@ -39,6 +39,8 @@ def apply() -> bool:
                 sock = listen_socket(addr, int(port))
                 port = sock.getsockname()[1]
                 kw["master_listen_fd"] = sock.detach()  # the store owns the descriptor now
+            elif not is_master:
+                wait_listening(host_name, int(port), _timeout_s(args, kw))
             super().__init__(host_name, port, world_size, is_master, *args, **kw)
 
     # Modules that did `from torch.distributed import TCPStore` hold the class itself.
@@ -61,3 +63,29 @@ def listen_socket(addr: str, port: int) -> socket.socket:
         sock.close()
         raise
     return sock
+
+
+def _timeout_s(args: tuple, kw: dict) -> float:
+    timeout = kw.get("timeout", args[0] if args else None)
+    return timeout.total_seconds() if timeout is not None else 300.0
+
+
+def wait_listening(host: str, port: int, timeout_s: float, every_s: float = 0.01) -> None:
+    """Return once host:port accepts a connection (or after timeout_s: torch then reports).
+
+    A worker store's clients start at the same moment as the rank that serves it, and torch's
+    client answers a refused connection by backing off for up to a second before it retries:
+    half a second of a short job's start-up, measured. Polling every 10 ms here is cheap, and
+    the probe connection is closed before the store's own handshake begins.
+    """
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            socket.create_connection((host, port), timeout=1.0).close()
+            return
+        except OSError:
+            if time.monotonic() >= deadline:
+                return
+            time.sleep(every_s)
