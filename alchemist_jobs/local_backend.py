@@ -353,7 +353,9 @@ class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
                 break
             if tick:
                 tick()
-            live = next(p for p in handle.procs if p.poll() is None)
+            live = next((p for p in handle.procs if p.poll() is None), None)
+            if live is None:  # the last agent exited since `codes` was read
+                continue
             try:  # wakes the moment that agent exits, not at the next poll
                 live.wait(timeout=poll)
             except subprocess.TimeoutExpired:

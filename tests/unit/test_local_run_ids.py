@@ -130,3 +130,33 @@ def test_the_code_snapshot_never_holds_the_alchemist_home(tmp_path):
     (tmp_path / "link").symlink_to(project)
     request = LocalScheduler(tmp_path / "link" / "home").dryrun(load_spec(project / "job.yaml"), project)
     assert request.code_files == ["job.yaml", "train.py"]
+
+
+class _AgentDyingBetweenPolls:
+    """An agent that is alive at the loop's first poll and dead (SIGKILL) at the next."""
+
+    pid = 2**22 + 1  # no such process: nothing may signal it
+
+    def __init__(self):
+        self.polls = 0
+
+    def poll(self):
+        self.polls += 1
+        return None if self.polls == 1 else -9
+
+    def wait(self, timeout=None):
+        return -9
+
+
+def test_an_agent_that_dies_between_two_polls_is_reported(home):
+    """The wait loop reads every agent's code, then picks a live one to wait on: an agent
+    killed in between left no live one (StopIteration, a traceback instead of the summary)."""
+    from types import SimpleNamespace
+
+    run = RunDir(runs_root(home) / "digits-20260101-000000-00000000")
+    run.create(exclusive=True)
+    run.spec.write_text((EXAMPLES / "digits.yaml").read_text())
+    run.update_state(run_id=run.run_id, name="digits", stack="local", state="running")
+    handle = SimpleNamespace(run=run, procs=[_AgentDyingBetweenPolls()], servers=None)
+    status = LocalScheduler(home).wait(handle)
+    assert status.state == "failed" and "killed by SIGKILL" in status.message, status
