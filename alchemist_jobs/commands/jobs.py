@@ -217,16 +217,36 @@ def _home(args: argparse.Namespace) -> Path:
 
 def _follow_local(args, scheduler, request, handle, spec, t0: float) -> int:
     """Follow a local run to its end; Ctrl-C, SIGTERM and (unless detached) SIGHUP stop it."""
+    signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    before = {sig: signal.getsignal(sig) for sig in signals}
+    try:
+        return _follow_local_run(args, scheduler, request, handle, spec, t0)
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+
+
+def _follow_local_run(args, scheduler, request, handle, spec, t0: float) -> int:
     if not args.launcher:
         print(f"run {request.run_id}: {spec.world_size} worker(s) on stack {scheduler.stack}",
               file=sys.stderr)
-    signal.signal(signal.SIGTERM, _raise_interrupt)
+    # Ctrl-C, SIGTERM and SIGHUP only note the request; the wait loop acts on it between
+    # polls. An exception raised inside Popen.wait/poll can leave the Popen's internal lock
+    # held, and stopping the agents then blocks on it forever.
+    stop = _StopRequest()
+    signal.signal(signal.SIGINT, stop.note)
+    signal.signal(signal.SIGTERM, stop.note)
     # A detached launcher has no terminal to lose: SIGHUP must not end its run.
-    signal.signal(signal.SIGHUP, signal.SIG_IGN if args.launcher else _raise_interrupt)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN if args.launcher else stop.note)
     display = None
     try:
         display = _Display(handle, spec, quiet=args.quiet)
-        status = scheduler.wait(handle, tick=display.tick)
+
+        def tick() -> None:
+            stop.check()
+            display.tick()
+
+        status = scheduler.wait(handle, tick=tick)
     except Exception:
         # A fault in the CLI itself (the display, a full disk) must not orphan the run.
         if display is not None:
@@ -268,8 +288,18 @@ def _warm_agent(args: argparse.Namespace):
     return early or warm_agent.WarmAgent()
 
 
-def _raise_interrupt(signum, frame):
-    raise KeyboardInterrupt
+class _StopRequest:
+    """A stop signal, turned into KeyboardInterrupt at a safe point (`check`)."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+
+    def note(self, signum, frame) -> None:
+        self.signum = signum
+
+    def check(self) -> None:
+        if self.signum is not None:
+            raise KeyboardInterrupt
 
 
 class _Display:
