@@ -31,6 +31,7 @@ from alchemist_jobs.spec import JobSpec
 
 POLL_S = 2.0
 PROGRESS_EVERY_S = 10.0
+LOG_DRAIN_S = 30.0  # how long a finished run's log thread may take to print the rest
 LOG_REATTACH_MARGIN_S = 300
 PROGRESS_TAIL_LINES = 200
 _JOBSET = {"group": mf.JOBSET_API[0], "version": mf.JOBSET_API[1], "plural": mf.JOBSET_API[2]}
@@ -335,8 +336,10 @@ class KubernetesScheduler(Scheduler[KubeRequest, KubeHandle]):
 
     # -- logs ----------------------------------------------------------------------------------
 
-    def logs(self, run_id: str, rank: int = 0, follow: bool = False) -> Iterator[str]:
-        """Rank N's lines from the pod that runs it (torchrun prefixes each with its rank)."""
+    def logs(self, run_id: str, rank: int = 0, follow: bool = False,
+             stop: threading.Event | None = None) -> Iterator[str]:
+        """Rank N's lines from the pod that runs it (torchrun prefixes each with its rank).
+        With `follow`, `stop` (once set) ends the following: what is left is read once."""
         job = self._job(run_id)
         run_id = job["metadata"]["labels"][RUN_LABEL]
         st = run_status(job, self._pods(run_id), self.stack)
@@ -344,16 +347,19 @@ class KubernetesScheduler(Scheduler[KubeRequest, KubeHandle]):
             raise UserError(f"--rank {rank}: run {run_id} has ranks 0..{st.workers - 1}")
         index = rank_pod_index(rank, st.extra["nodes"], st.extra["procs_per_node"])
         prefix = mf.LOG_PREFIX_TEMPLATE.replace("${rank}", str(rank))
-        return self._follow_pod_log(run_id, index, prefix, follow)
+        return self._follow_pod_log(run_id, index, prefix, follow, stop or threading.Event())
 
-    def _follow_pod_log(self, run_id: str, index: int, prefix: str,
-                        follow: bool) -> Iterator[str]:
+    def _follow_pod_log(self, run_id: str, index: int, prefix: str, follow: bool,
+                        stop: threading.Event) -> Iterator[str]:
         """The lines of `prefix` (one rank) and torchrun's own agent lines from the pod of
         `index`; with `follow`, reattaches when a stream drops while the pod still runs, and
-        moves on to the replacement pod when the group restarts."""
+        moves on to the replacement pod when the group restarts, until `stop` is set."""
         seen: set[str] = set()  # pods whose log was read to their end
         cursor: dict[str, LogCursor] = {}
         while True:
+            stopping = follow and stop.is_set()
+            if stopping:  # the follower is done with the run: read what is left, once
+                follow = False
             job, all_pods = self._job(run_id), self._pods(run_id)
             st = run_status(job, all_pods, self.stack)
             pod = newest_pods(all_pods).get(index)
@@ -361,11 +367,11 @@ class KubernetesScheduler(Scheduler[KubeRequest, KubeHandle]):
                 (pod.get("status") or {}).get("phase") in ("Running", "Succeeded", "Failed")
             if not started:
                 if st.finished or not follow:
-                    if seen:
+                    if seen or stopping:
                         return
                     raise UserError(f"run {run_id}: pod {index} has no log yet "
                                     f"({st.state}: {st.message})")
-                time.sleep(POLL_S)
+                stop.wait(POLL_S)
                 continue
             name = pod["metadata"]["name"]
             at = cursor.setdefault(name, LogCursor())
@@ -393,6 +399,8 @@ class KubernetesScheduler(Scheduler[KubeRequest, KubeHandle]):
             # restart, load balancer idle timeout): reattach unless the pod has finished.
             if (pod.get("status") or {}).get("phase") != "Running" or self._pod_done(name):
                 seen.add(name)
+            else:  # a stream that keeps ending at once must not become a busy loop of reads
+                stop.wait(POLL_S)
 
     def _pod_done(self, name: str) -> bool:
         pod = self.cluster.get("core", "read_namespaced_pod", name=name,
@@ -435,10 +443,10 @@ class KubernetesScheduler(Scheduler[KubeRequest, KubeHandle]):
 
         run_id, say = handle.run_id, (lambda m: None) if quiet else \
             (lambda m: print(m, file=sys.stderr, flush=True))
-        log_thread = None
+        log_thread, log_stop = None, threading.Event()
         if logs:
-            log_thread = threading.Thread(target=self._print_logs, args=(run_id,), daemon=True,
-                                          name="alchemist-logs")
+            log_thread = threading.Thread(target=self._print_logs, args=(run_id, log_stop),
+                                          daemon=True, name="alchemist-logs")
             log_thread.start()
         last, last_progress, progress, t_progress = "", "", None, 0.0
         epochs = handle.spec.hyper.epochs if not handle.spec.hyper.steps else None
@@ -468,17 +476,19 @@ class KubernetesScheduler(Scheduler[KubeRequest, KubeHandle]):
             print(f"\ndetached: run {run_id} keeps running on stack {self.stack}; "
                   f"`alchemist cancel {run_id} --stack {self.stack}` stops it", file=sys.stderr)
             return 130
+        finally:  # the run is over or we detach: the log thread reads what is left and ends
+            log_stop.set()
         if log_thread is not None:  # its stream ends with the pod: let it print the rest
-            log_thread.join(timeout=30.0)
+            log_thread.join(timeout=LOG_DRAIN_S)
         print(f"run {run_id}: {st.state}" + (f" ({last_progress})" if last_progress else ""))
         if st.state == SUCCEEDED:
             return 0
         raise JobFailed(f"run {run_id} {st.state}: {st.message}; see `alchemist logs {run_id} "
                         f"--stack {self.stack} --rank N`")
 
-    def _print_logs(self, run_id: str) -> None:
+    def _print_logs(self, run_id: str, stop: threading.Event) -> None:
         try:
-            for line in self.logs(run_id, rank=0, follow=True):
+            for line in self.logs(run_id, rank=0, follow=True, stop=stop):
                 sys.stdout.write(line)
                 sys.stdout.flush()
         except UserError as e:

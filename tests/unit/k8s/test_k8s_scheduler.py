@@ -279,6 +279,45 @@ def test_run_follows_a_cluster_job_to_success(fake, run_cli):
     assert not [m for m, _ in fake.calls if m.startswith("connect_")]  # no pods/proxy
 
 
+def test_run_follow_leaves_no_log_thread_behind(fake, run_cli):
+    """The fake's pod stays Running after the JobSet completes (a pod lingers while the
+    kubelet reports): the --follow log thread must end with the command, not keep
+    re-reading that pod's log for as long as the process lives."""
+    fake.on_call = _timeline("ok")
+    code, out, err = run_cli("run", "examples/digits.yaml", "--stack", "dev", "--outputs",
+                             outputs("dev"), "--follow")
+    assert code == 0, err
+    assert "hello from rank 0\n" in out
+    assert [t.name for t in threading.enumerate() if t.name == "alchemist-logs"] == []
+
+
+class _CountingStop(threading.Event):
+    """A stop event that records each pause of the log follower and is set after `limit`."""
+
+    def __init__(self, limit: int):
+        super().__init__()
+        self.pauses, self.limit = 0, limit
+
+    def wait(self, timeout=None):
+        self.pauses += 1
+        if self.pauses >= self.limit:
+            self.set()
+        return self.is_set()
+
+
+def test_a_log_stream_that_keeps_ending_is_reattached_after_a_pause(fake):
+    """A Running pod whose log stream ends at once (an API server or proxy that drops
+    streams) is re-read once per pause, not in a busy loop against the API server."""
+    sched, _ = _submit(fake)
+    fake.set_job(RUN, spec={"suspend": False}, status={"active": 1})
+    fake.add_pod(RUN, 0, "Running", log="[rank0]: line\n")
+    stop = _CountingStop(limit=3)
+    lines = list(sched.logs(RUN, rank=0, follow=True, stop=stop))
+    assert lines == ["line\n"]  # read again after each drop, each line shown once
+    reads = len(_log_calls(fake))
+    assert stop.pauses == 3 and reads <= stop.pauses + 1, (reads, stop.pauses)
+
+
 def test_run_reports_a_failed_cluster_job(fake, run_cli):
     fake.on_call = _timeline("fail")
     code, out, err = run_cli("run", "examples/digits.yaml", "--stack", "dev", "--outputs",
