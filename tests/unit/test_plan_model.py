@@ -174,4 +174,8 @@ def test_a_profiled_plan_prints_table_json_and_plot(capsys, tmp_path, monkeypatc
                      "--profile-steps", "20", "--json"]) == 0
     plan = json.loads(capsys.readouterr().out)
     (p,) = plan["points"]
-    assert p["algorithm"] == "sync" and p["workers"] == 4 and p["step_s"] > p["compute_s"] > 0
+    assert p["algorithm"] == "sync" and p["workers"] == 4 and p["compute_s"] > 0
+    # Two nodes exchange gradients; DDP overlaps them with backward, so they may hide wholly
+    # behind a slow (loaded) backward, but never cost more than they take.
+    assert p["communication_s"] > 0
+    assert 0 <= p["step_s"] - p["compute_s"] <= p["communication_s"] + 1e-12
