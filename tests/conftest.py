@@ -28,3 +28,20 @@ def cli(*args: str, home: Path | None = None, timeout: float = 300, **kw) -> sub
         env["ALCHEMIST_HOME"] = str(home)
     return subprocess.run([sys.executable, "-m", "alchemist_jobs", *args], cwd=kw.pop("cwd", REPO),
                           env=env, capture_output=True, text=True, timeout=timeout, **kw)
+
+
+@pytest.fixture(autouse=True)
+def _no_alchemist_thread_outlives_its_test():
+    """A background thread of ours (a log follower, a watchdog) left running by one test keeps
+    working for the rest of the session and slows every later test: each must end with the
+    test that started it."""
+    import threading
+
+    before = set(threading.enumerate())
+    yield
+    left = [t for t in threading.enumerate()
+            if t not in before and t.name.startswith("alchemist-")]
+    for t in left:
+        t.join(timeout=10.0)
+    alive = [t.name for t in left if t.is_alive()]
+    assert not alive, f"threads left running by this test: {alive}"
