@@ -97,20 +97,77 @@ def main(argv: list[str]) -> int:
     # A user program: exactly what `python PATH ARGS` / `python -m NAME ARGS` would do,
     # with this worker's metrics served and `alchemist_jobs.report.report()` wired up.
     reporter = _serve_script_metrics(run_dir, rank, kind)
-    target, args = rest[0], rest[1:]
     try:
-        if kind == "script":
-            sys.argv = [target, *args]
-            sys.path[0] = str(Path(target).resolve().parent)
-            runpy.run_path(target, run_name="__main__")
-        else:
-            sys.argv = [target, *args]
-            sys.path[0] = os.getcwd()
-            runpy.run_module(target, run_name="__main__", alter_sys=True)
+        code = _run_program(kind, rest[0], rest[1:])
     finally:
         if reporter is not None:
             reporter.close()
+    if "torch.distributed" in sys.modules:
+        _exit_before_teardown(code)
+    return code
+
+
+def _run_program(kind: str, target: str, args: list[str]) -> int:
+    """Run the user's program as `__main__`; its exit code as the interpreter would give it."""
+    sys.argv = [target, *args]
+    try:
+        if kind == "script":
+            sys.path[0] = str(Path(target).resolve().parent)
+            runpy.run_path(target, run_name="__main__")
+        else:
+            sys.path[0] = os.getcwd()
+            runpy.run_module(target, run_name="__main__", alter_sys=True)
+    except SystemExit as e:
+        if e.code is None or isinstance(e.code, int):
+            return e.code or 0
+        print(e.code, file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        import traceback
+
+        traceback.print_exc()
+        return 128 + signal.SIGINT
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+        return 1
     return 0
+
+
+def _exit_before_teardown(code: int) -> None:
+    """End a worker that used torch.distributed the way the interpreter's exit would, less
+    its teardown, which can abort a finished job.
+
+    A process group's C++ threads (gloo's `pt_gloo_runloop`) drop their last reference to
+    a finished collective after the Python code that waited for it has moved on; that drop
+    releases Python objects, so it takes the GIL. If the main thread has begun finalizing
+    the interpreter by then, CPython ends the taking thread with pthread_exit, whose forced
+    unwind through a noexcept C++ destructor calls std::terminate ("terminate called without
+    an active exception", or "FATAL: exception not rethrown"): SIGABRT, a failed rank and a
+    group restart after the job's work was done. `destroy_process_group()` narrows that
+    window but does not close it, under plain torchrun too. So: wait for the program's
+    non-daemon threads, run its atexit handlers and flush every open file, as the exit would;
+    then leave without finalizing."""
+    import atexit
+    import gc
+    import io
+    import threading
+
+    for t in threading.enumerate():
+        if t is not threading.current_thread() and not t.daemon:
+            t.join()
+    atexit._run_exitfuncs()
+    for obj in gc.get_objects():  # files the program left open hold unwritten buffers
+        if isinstance(obj, io.IOBase):
+            try:
+                if not obj.closed:
+                    obj.flush()
+            except Exception:
+                pass
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _serve_script_metrics(run_dir: Path, rank: int, kind: str):
