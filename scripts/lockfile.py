@@ -41,10 +41,12 @@ HEADER = """\
 #   runtime      Alchemist's own dependencies: the training image and every worker
 #   interactive  what the `interactive` extra adds (JupyterLab): the interactive image
 #   dev          the other extras (cluster, infra, monitoring, ui, dev): CI and development
-# torch is the CPU build: its hashes are PyPI's files for the version plus the PyTorch CPU
-# wheel of the machine that generated the lock (found through PIP_FIND_LINKS). PyPI's x86_64
-# Linux wheel needs CUDA packages that are not locked: on such a machine install the CPU wheel
-# (scripts/setup adds the PyTorch CPU index there).
+#   cuda         what PyPI's CUDA build of torch adds on Linux x86_64 (scripts/lockcuda.py):
+#                the training image built with `images/build --torch cuda`
+# torch's hashes are PyPI's files for the version plus the PyTorch CPU wheel of the machine
+# that generated the lock (found through PIP_FIND_LINKS). Without the cuda section, PyPI's
+# x86_64 Linux wheel lacks its CUDA packages: there, install the CPU wheel (scripts/setup adds
+# the PyTorch CPU index) or add the cuda section.
 """
 
 

@@ -40,6 +40,36 @@ def test_training_image_holds_exactly_the_runtime_section(images):
     assert "pytest" not in _section("runtime")  # test packages live in the dev section
 
 
+TORCH_BUILD_PROBE = ("import json, os, torch, torch.distributed as dist; print(json.dumps(dict("
+                     "build=os.environ.get('ALCHEMIST_TORCH_BUILD'), cuda=torch.version.cuda, "
+                     "nccl=dist.is_nccl_available())))")
+
+
+def test_training_image_says_it_is_torchs_cpu_build(images):
+    got = json.loads(run_in(images["train"], "python", "-c", TORCH_BUILD_PROBE).stdout)
+    assert got == {"build": "cpu", "cuda": None, "nccl": False}
+
+
+def test_cuda_training_image_is_torchs_cuda_build_from_the_lock(base_image, clean_checkout):
+    """`images/build --torch cuda`: PyPI's CUDA 13 torch and the lock's cuda section, exactly
+    (no GPU is needed to build it or to ask torch what it was built with)."""
+    import os
+
+    env = dict(os.environ, BUILDER="podman")
+    proc = subprocess.run([str(clean_checkout / "images" / "build"), "--base", base_image,
+                           "--torch", "cuda", "--name-prefix", "localhost/alchemist-cuda-check-"],
+                          cwd=clean_checkout, env=env, capture_output=True, text=True, timeout=3000)
+    refs = dict(line.split("=", 1) for line in proc.stdout.split()) if proc.returncode == 0 else {}
+    try:
+        assert proc.returncode == 0, proc.stderr[-5000:]
+        got = json.loads(run_in(refs["train"], "python", "-c", TORCH_BUILD_PROBE).stdout)
+        assert got == {"build": "cuda", "cuda": "13.0", "nccl": True}
+        assert _installed(refs["train"]) == _section("runtime", "cuda")
+    finally:  # about 5.5 GB: not kept on the machine
+        for ref in refs.values():
+            subprocess.run([*PODMAN, "rmi", "-f", ref], capture_output=True)
+
+
 def test_training_image_runs_the_cli_as_uid_1000(images):
     assert run_in(images["train"], "id", "-u").stdout.strip() == "1000"
     assert run_in(images["train"], "id", "-g").stdout.strip() == "1000"

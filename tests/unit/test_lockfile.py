@@ -44,7 +44,7 @@ def test_every_pin_is_exact_and_hashed():
 
 
 def test_sections_are_disjoint_and_cover_the_lock():
-    sections = {s: _section(s) for s in ("runtime", "interactive", "dev")}
+    sections = {s: _section(s) for s in ("runtime", "interactive", "dev", "cuda")}
     names = [n for s in sections.values() for n in s]
     assert len(names) == len(set(names))
     assert set(names) == set(_pins(LOCK.read_text()))
@@ -72,4 +72,53 @@ def test_unknown_section_is_one_line_and_exit_2():
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.strip().splitlines() == [
         f"lock-sections: no section 'gpu' in {REPO / 'scripts' / '..' / 'requirements.lock'}; "
-        "accepted: runtime, interactive, dev"]
+        "accepted: runtime, interactive, dev, cuda"]
+
+
+def _cuda_requires() -> dict[str, tuple[str, list[str]]]:
+    """name -> (version, Requires-Dist) from the cuda section's `# requires:` lines."""
+    out = {}
+    for line in LOCK.read_text().split("# --- section: cuda ---")[1].splitlines():
+        m = re.match(r"^# ([A-Za-z0-9_.-]+)==(\S+) requires: ?(.*)$", line)
+        if m:
+            reqs = [r.strip() for r in m.group(3).split(" | ") if r.strip()]
+            out[_norm(m.group(1))] = (m.group(2), reqs)
+    return out
+
+
+def test_runtime_and_cuda_sections_are_a_closed_set_for_torchs_cuda_build():
+    """What the training image built with `--torch cuda` installs (runtime + cuda, with
+    --no-deps) must hold everything PyPI's Linux x86_64 torch wheel requires, recursively, at
+    versions that satisfy each requirement: else `pip check` fails the build, or worse, a
+    library is missing at the first CUDA call. The requirements are the index's own
+    (Requires-Dist, recorded by scripts/lockcuda.py); markers are evaluated for the image."""
+    from packaging.requirements import Requirement
+
+    runtime, cuda = _section("runtime"), _section("cuda")
+    versions = {}
+    for entry in re.sub(r"\\\n\s*", " ", LOCK.read_text()).splitlines():
+        m = re.match(r"^([A-Za-z0-9_.-]+)==(\S+)", entry)
+        if m:
+            versions[_norm(m.group(1))] = m.group(2)
+    requires = _cuda_requires()
+    assert "torch" in requires and {"nvidia-nccl-cu13", "nvidia-cudnn-cu13", "triton"} <= set(cuda)
+    assert set(cuda) <= set(requires), set(cuda) - set(requires)
+    assert not set(runtime) & set(cuda)
+    env = {"sys_platform": "linux", "platform_system": "Linux", "platform_machine": "x86_64",
+           "python_version": "3.11", "python_full_version": "3.11.2", "os_name": "posix",
+           "implementation_name": "cpython", "platform_python_implementation": "CPython"}
+    todo, seen, reached = [(Requirement(r), "") for r in requires["torch"][1]], set(), set()
+    while todo:
+        req, extra = todo.pop()
+        if req.marker is not None and not req.marker.evaluate(dict(env, extra=extra)):
+            continue
+        name = _norm(req.name)
+        reached.add(name)
+        assert name in versions, f"{req} (needed by torch's CUDA build) is not locked"
+        assert req.specifier.contains(versions[name], prereleases=True), (str(req), versions[name])
+        for ex in sorted(req.extras) or [""]:
+            if (name, ex) in seen or name not in requires:
+                continue  # a runtime package: its own closure is the runtime section's test
+            seen.add((name, ex))
+            todo += [(Requirement(r), ex) for r in requires[name][1]]
+    assert set(cuda) == reached - set(runtime), "cuda pins torch's CUDA build does not need"

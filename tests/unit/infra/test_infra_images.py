@@ -14,7 +14,9 @@ from infra.images import BUILD_SCRIPT, LOGIN_SCRIPT
 def test_training_image_installs_the_lock_then_the_package():
     text = (REPO / "images" / "Dockerfile.train").read_text()
     lock = text.index("pip install --require-hashes --no-deps -r runtime.txt")
-    assert text.index("lock-sections runtime") < lock < text.index("pip install --no-deps .")
+    # The runtime section, plus the cuda section for TORCH_BUILD=cuda only.
+    assert 'cpu) sections=runtime ;; cuda) sections="runtime cuda"' in text
+    assert text.index("lock-sections $sections") < lock < text.index("pip install --no-deps .")
     assert "ENTRYPOINT" not in text  # pods run `torchrun ...` as their command
     assert re.search(r"^USER 1000:1000$", text, re.M)
 
