@@ -1,10 +1,17 @@
 """The parameter servers of a local run: their processes, started beside the torchrun
-agents, restarted when one dies (up to max_restarts), stopped with the run."""
+agents, restarted when one dies (up to max_restarts), stopped with the run.
+
+Each shard's listening socket is made here and handed to every attempt of its server
+(ALCHEMIST_PS_LISTEN_FD), so its port is never free between the plan and the server's start,
+nor while a killed server restarts: a port merely chosen free and bound later by the server
+can be taken meanwhile by any socket of the machine (a worker's metrics server, an outgoing
+connection), and every restart then fails with EADDRINUSE."""
 
 from __future__ import annotations
 
 import os
 import shlex
+import socket
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -58,20 +65,28 @@ class LocalServers:
         self.servers, self.run, self.max_restarts = servers, run, max_restarts
         self.procs: list[subprocess.Popen | None] = [None] * len(servers)
         self.restarts = [0] * len(servers)
+        self.listeners: list[socket.socket | None] = [None] * len(servers)
 
     def start(self) -> None:
-        for s in self.servers:
-            if s.port is None:
+        for k, s in enumerate(self.servers):
+            if not s.prefix:  # a server in this network namespace: its socket is made here
+                self.listeners[k] = listen_socket(s.host, s.port)
+                s.port = self.listeners[k].getsockname()[1]
+            elif s.port is None:
                 s.port = free_port()
         for k in range(len(self.servers)):
             self._spawn(k)
 
     def _spawn(self, k: int) -> None:
-        s = self.servers[k]
+        s, listener = self.servers[k], self.listeners[k]
         env = {**os.environ, **s.env, "ALCHEMIST_PS_PORT": str(s.port),
                "ALCHEMIST_PS_RESTART": str(self.restarts[k])}
+        fds: tuple[int, ...] = ()
+        if listener is not None:
+            fds = (listener.fileno(),)
+            env["ALCHEMIST_PS_LISTEN_FD"] = str(listener.fileno())
         with open(os.open(s.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab") as log:
-            self.procs[k] = popen_group(s.argv, cwd=s.cwd, env=env, stdout=log,
+            self.procs[k] = popen_group(s.argv, cwd=s.cwd, env=env, stdout=log, pass_fds=fds,
                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         record_procs(self.run, servers=self.pids)
 
@@ -99,3 +114,20 @@ class LocalServers:
 
     def stop(self, grace: float = 5.0) -> None:
         stop_groups(self.procs, grace)
+        for k, listener in enumerate(self.listeners):
+            if listener is not None:
+                listener.close()
+                self.listeners[k] = None
+
+
+def listen_socket(host: str, port: int | None) -> socket.socket:
+    """A listening TCP socket on host:port, or on a free port if that one was taken since it
+    was planned (the workers learn the address after this, from `worker_env`)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port or 0))
+    except OSError:
+        sock.bind((host, 0))
+    sock.listen(64)
+    return sock

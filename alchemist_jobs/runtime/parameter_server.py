@@ -309,6 +309,20 @@ class _Server(socketserver.ThreadingTCPServer):
               flush=True)
 
 
+def _server(bind: str, port: int) -> _Server:
+    """The shard's server: on the socket the local launcher holds for every attempt of this
+    shard (ALCHEMIST_PS_LISTEN_FD, local_servers.py), else bound here (clusters: the pod's
+    port)."""
+    fd = os.environ.get("ALCHEMIST_PS_LISTEN_FD")
+    if not fd:
+        return _Server((bind, port), _Handler)
+    server = _Server((bind, port), _Handler, bind_and_activate=False)
+    server.socket.close()
+    server.socket = socket.socket(fileno=int(fd))
+    server.server_address = server.socket.getsockname()
+    return server
+
+
 def build_shard_tensors(spec: JobSpec, shard: int, shared_root: Path) -> tuple[list[str], list[torch.Tensor]]:
     """This shard's names and initial tensors: the model the workers build, from the same
     seed, split by the same layout."""
@@ -351,7 +365,7 @@ def serve(spec: JobSpec, run: RunDir, shard: int, port: int, shared_root: Path,
         print(f"alchemist: server {shard} resumed from its checkpoint at update {resumed[0]}",
               flush=True)
 
-    server = _Server((bind, port), _Handler)
+    server = _server(bind, port)
     server.setup_limits(state, ps_wire.run_secret(run.path))
     record = dict(role="server", shard=shard, pid=os.getpid(), node=node, host=_s.gethostname(),
                   port=server.server_address[1], metrics_port=metrics_port, restart=restart,
