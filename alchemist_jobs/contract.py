@@ -124,7 +124,7 @@ class Monitoring(_Strict):
 
 
 class StackOutput(_Strict):
-    """The stack output `alchemist`, exactly as DESIGN.md's table gives it."""
+    """The stack output `alchemist`: the one contract between infra and jobs (docs/kubernetes.md)."""
 
     stack: str
     provider: Literal["kind", "onprem", "existing", "aws"]

@@ -86,7 +86,7 @@ def object_name(run_id: str) -> str:
 
 def parameter_servers(spec: JobSpec) -> int:
     """Pods beyond the workers that run the parameter server (server_role decides, for
-    every backend: the one place launch code looks at the algorithm, STYLE.md 7)."""
+    every backend: the one place launch code looks at the algorithm)."""
     return server_role.server_count(spec)
 
 

@@ -62,7 +62,7 @@ def _child(fn, rank, world, port, q, kw):
     finally:
         q.close()
         q.join_thread()  # the queue's feeder thread must flush before the hard exit
-        os._exit(0)  # no gloo teardown in the fork (see MACHINE.md)
+        os._exit(0)  # no gloo teardown in the fork (alchemist_jobs/runtime/bootstrap.py says why)
 
 
 def _strategy(rank: int, world: int, algo: dict, model: torch.nn.Module):
