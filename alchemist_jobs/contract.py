@@ -7,11 +7,19 @@ The kubeconfig is a `SecretStr`, so printing or logging a parsed output never sh
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 
 from alchemist_jobs.errors import UserError
+
+# The fields that become object names or label values in a job's manifests, checked where the
+# contract is read, with the API server's rules (k8s.io/apimachinery validation: IsDNS1123Label,
+# IsValidLabelValue): a bad one is one line naming the outputs file and the field, not a
+# refused JobSet later.
+Dns1123Label = Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)]
+LabelValue = Annotated[str, Field(pattern=r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$",
+                                  max_length=63)]
 
 PROVIDERS = ("kind", "onprem", "existing", "aws")
 SHARED_FS_KINDS = ("efs", "fsx-lustre", "nfs", "hostpath")
@@ -97,7 +105,7 @@ class Gpu(_Strict):
     """How a pod asks for GPUs on this stack."""
 
     resource: str = "nvidia.com/gpu"
-    node_selector: dict[str, str] = {}
+    node_selector: dict[str, LabelValue] = {}
     tolerations: list[dict[str, Any]] = []
     per_node: int = Field(0, ge=0)  # GPUs on the largest GPU node; 0 means no GPU nodes
     efa: Efa | None = None  # present when the GPU nodes have EFA devices
@@ -120,7 +128,7 @@ class Monitoring(_Strict):
     prometheus_url: str
     grafana_url: str
     tensorboard_url: str
-    pod_monitor_labels: dict[str, str]
+    pod_monitor_labels: dict[str, LabelValue]
 
 
 class StackOutput(_Strict):
@@ -130,8 +138,8 @@ class StackOutput(_Strict):
     provider: Literal["kind", "onprem", "existing", "aws"]
     kubeconfig: SecretStr | None = None
     eks: EksAccess | None = None
-    namespace: str
-    queue: str
+    namespace: Dns1123Label
+    queue: Dns1123Label  # the LocalQueue's name, also the pods' kueue.x-k8s.io/queue-name label
     shared_fs: SharedFs
     images: Images
     gpu: Gpu

@@ -115,6 +115,15 @@ def test_outputs_file_alone_needs_no_pulumi(monkeypatch, tmp_path):
     (lambda d: d["shared_fs"].update(kind="s3"), "breaks the contract at shared_fs.kind"),
     (lambda d: d.update(colour="blue"), "breaks the contract at colour"),
     (lambda d: d.pop("kubeconfig"), "has neither `kubeconfig` nor `eks`"),
+    # Fields that become object names or label values in a job's manifests: refused where
+    # they are read, naming the outputs file and the field, not later as a bad JobSet label.
+    (lambda d: d.update(queue=":"), "breaks the contract at queue"),
+    (lambda d: d.update(queue="q" * 64), "breaks the contract at queue"),
+    (lambda d: d.update(namespace="Research"), "breaks the contract at namespace"),
+    (lambda d: d["monitoring"]["pod_monitor_labels"].update(team="a b"),
+     "breaks the contract at monitoring.pod_monitor_labels.team"),
+    (lambda d: d["gpu"]["node_selector"].update(pool="-gpu"),
+     "breaks the contract at gpu.node_selector.pool"),
 ])
 def test_a_contract_break_is_one_line(tmp_path, mutate, expected):
     data = json.loads(outputs("dev").read_text())
