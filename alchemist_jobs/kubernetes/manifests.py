@@ -33,6 +33,7 @@ from alchemist_jobs.contract import (MANAGED_BY_LABEL, METRICS_BASE_PORT,
 from alchemist_jobs.data.pods import pod_patch
 from alchemist_jobs.errors import UserError
 from alchemist_jobs.kubernetes.code_assets import CodeSnapshot
+from alchemist_jobs.runtime.nccl_net import REQUIRE_ENV as REQUIRE_NET_PLUGIN_ENV
 from alchemist_jobs.spec import JobSpec
 from alchemist_jobs.worker_env import WorkerEnv, threads_per_worker
 
@@ -192,13 +193,18 @@ def ps_command() -> list[str]:
 
 
 def _efa_env(spec: JobSpec, stack: StackOutput) -> dict[str, str]:
-    """NCCL over EFA through the aws-ofi-nccl plugin (aws/aws-ofi-nccl doc/efa-env-var.md;
-    the AWS EFA user guide): libfabric's efa provider, GPUDirect RDMA where the instance
-    has it, and fork safety for DataLoader workers."""
+    """NCCL over EFA through the aws-ofi-nccl plugin (the AWS EFA user guide): libfabric's
+    efa provider, GPUDirect RDMA where the instance has it, fork safety for DataLoader
+    workers, and the plugin by the one library name every aws-ofi-nccl build installs
+    (`libnccl-net-ofi.so`, its src/Makefile.am). The net's name is not set here: it
+    changed between plugin versions ("AWS Libfabric", then "Libfabric" from v1.16.0), and a
+    name no plugin has makes NCCL fail every communicator ("Failed to initialize any NET
+    plugin", nccl src/plugin/net.cc). The worker reads it from the plugin it finds, and
+    stops with one line when there is none (runtime/nccl_net.py)."""
     if not (spec.resources.gpu and stack.gpu.efa):
         return {}
     return {"FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1", "FI_EFA_FORK_SAFE": "1",
-            "NCCL_NET": "AWS Libfabric"}
+            "NCCL_NET_PLUGIN": "ofi", REQUIRE_NET_PLUGIN_ENV: "required"}
 
 
 def _env(spec: JobSpec, stack: StackOutput, name: str, run_dir: str, root: str) -> list[dict]:

@@ -73,6 +73,16 @@ def main(argv: list[str]) -> int:
     from alchemist_jobs import store_bind
 
     store_bind.apply()  # rank 0's worker store listens only where the run allows (local: loopback)
+    from alchemist_jobs.runtime import nccl_net
+
+    try:  # an EFA pod without NCCL's net plugin would train over TCP without a word
+        plugin = nccl_net.require()
+    except nccl_net.NetPluginError as e:
+        print(f"alchemist: {e}", file=sys.stderr)
+        return 2
+    if plugin is not None and os.environ.get("LOCAL_RANK", "0") == "0":
+        print(f"alchemist: NCCL net plugin '{plugin.name}' (ncclNetPlugin_v{plugin.version}, "
+              f"{plugin.library})", flush=True)
 
     if kind == "builtin":
         from alchemist_jobs.runtime import trainer

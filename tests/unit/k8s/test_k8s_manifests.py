@@ -195,7 +195,8 @@ def test_one_spec_differs_between_stacks_only_in_stack_fields(spec_name, overrid
             assert not any("vpc.amazonaws.com/efa" in p for p in differing)
 
 
-EFA_ENV = ("FI_PROVIDER", "FI_EFA_USE_DEVICE_RDMA", "FI_EFA_FORK_SAFE", "NCCL_NET")
+EFA_ENV = ("FI_PROVIDER", "FI_EFA_USE_DEVICE_RDMA", "FI_EFA_FORK_SAFE", "NCCL_NET_PLUGIN",
+           "ALCHEMIST_NCCL_NET_PLUGIN")
 
 
 def _env_at(flat: dict, prefix: str) -> dict:
@@ -329,6 +330,12 @@ def test_efa_devices_and_nccl_environment_where_the_stack_has_efa():
     assert train["resources"]["limits"]["vpc.amazonaws.com/efa"] == 4
     env = _env(train)
     assert env["FI_PROVIDER"] == "efa" and env["FI_EFA_USE_DEVICE_RDMA"] == "1"
+    # The plugin by the library name every aws-ofi-nccl build installs (its src/Makefile.am),
+    # checked by the worker (tests/unit/test_nccl_net.py). No NCCL_NET: a name the plugin
+    # does not have ("AWS Libfabric" against v1.16.0 and later, whose NVIDIA net is
+    # "Libfabric") makes NCCL fail every communicator (nccl v2.29.7 src/plugin/net.cc).
+    assert env["NCCL_NET_PLUGIN"] == "ofi" and env["ALCHEMIST_NCCL_NET_PLUGIN"] == "required"
+    assert "NCCL_NET" not in env
     cpu = _job(_render(_S, EXAMPLES / "digits.yaml"))["spec"]["template"]["spec"]
     assert "vpc.amazonaws.com/efa" not in cpu["containers"][0]["resources"]["requests"]
     assert "FI_PROVIDER" not in _env(cpu["containers"][0])

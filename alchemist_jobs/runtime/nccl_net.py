@@ -1,0 +1,108 @@
+"""NCCL's network plugin, looked for the way NCCL looks for it, before NCCL starts.
+
+On nodes with EFA, NCCL reaches the other nodes through the aws-ofi-nccl plugin. Without a
+plugin NCCL does not fail: it uses its internal nets, and on EFA instances that is TCP over
+the ENA interface, many times slower, with nothing in the logs above NCCL's INFO level. So
+a worker whose pod asks for a plugin (`ALCHEMIST_NCCL_NET_PLUGIN=required`, set on GPU pods
+of stacks with `gpu.efa`) looks for it first and stops with one line when it is missing,
+and otherwise pins `NCCL_NET` to the plugin's own net name, so that NCCL fails loudly rather
+than falling back when the plugin cannot start (no EFA device in the pod, for instance).
+
+How NCCL 2.29.7 (the lock's nvidia-nccl) finds the plugin, from its sources:
+- src/plugin/net.cc `initPluginLibsOnceFunc`: `NCCL_NET_PLUGIN` unset means the library
+  `libnccl-net.so`; set, it is a comma-separated list tried in order; `none` means no
+  external plugin at all.
+- src/plugin/plugin_open.cc `openPluginLib`: each entry is dlopen'ed (RTLD_NOW|RTLD_LOCAL)
+  as given, then, unless it holds a '/' or is already a `lib*.so` name, as
+  `libnccl-net-<entry>.so`.
+- src/plugin/net.cc `ncclNetPluginLoad` with src/plugin/net/net_v*.cc: a library is a
+  plugin when it exports `ncclNetPlugin_v11` (tried first) down to `ncclNetPlugin_v6`.
+- src/include/plugin/net/net_v6.h .. net_v11.h: the struct's first member is the net's
+  `name`; src/init.cc reads `NCCL_NET` into the communicator's netName, and net.cc only
+  uses a plugin whose name matches it (strcasecmp).
+aws-ofi-nccl names its NVIDIA net "Libfabric" from v1.16.0 ("AWS Libfabric" before; see
+src/nccl_ofi_interface_nvidia.cpp), which is why the name is read, never written down here.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from dataclasses import dataclass
+from typing import Mapping, MutableMapping
+
+from alchemist_jobs.runtime.devices import DeviceError
+
+REQUIRE_ENV = "ALCHEMIST_NCCL_NET_PLUGIN"  # "required": this pod must have a plugin
+NET_VERSIONS = (11, 10, 9, 8, 7, 6)  # ncclNetVersion in nccl src/plugin/net.cc, in order
+DEFAULT_LIBRARY = "libnccl-net.so"
+
+
+class NetPluginError(DeviceError):
+    """The pod needs NCCL's network plugin and the image has none; one line, no traceback."""
+
+
+@dataclass(frozen=True)
+class NetPlugin:
+    name: str  # the net's name, what NCCL_NET must equal
+    version: int  # the ncclNetPlugin_v<N> symbol found
+    library: str  # the name dlopen resolved (as NCCL would log it)
+
+
+def library_names(setting: str | None) -> list[str]:
+    """The names NCCL dlopens, in order, for a value of NCCL_NET_PLUGIN (None: unset)."""
+    if setting is None:
+        return [DEFAULT_LIBRARY]
+    if setting.strip().lower() == "none":
+        return []
+    names: list[str] = []
+    for entry in (e for e in setting.split(",") if e):
+        names.append(entry)
+        library_like = entry.startswith("lib") and entry.endswith(".so")
+        if "/" not in entry and not library_like:
+            names.append(f"libnccl-net-{entry}.so")
+    return names
+
+
+def find(environ: Mapping[str, str] | None = None) -> tuple[NetPlugin | None, list[str]]:
+    """The plugin NCCL would load, and for each name tried without success, why."""
+    env = os.environ if environ is None else environ
+    tried: list[str] = []
+    for lib in library_names(env.get("NCCL_NET_PLUGIN")):
+        try:
+            handle = ctypes.CDLL(lib, mode=os.RTLD_NOW | os.RTLD_LOCAL)
+        except OSError as e:
+            # ENOENT as NCCL tells it (plugin_open.cc tryOpenLib): the message names this
+            # library; a missing dependency of a library that is there says more.
+            text = str(e)
+            missing = text.startswith(f"{lib}:") and "No such file or directory" in text
+            tried.append(f"{lib}: not found" if missing else f"{lib}: {text.removeprefix(lib + ': ')}")
+            continue
+        for version in NET_VERSIONS:
+            try:
+                symbol = ctypes.c_char_p.in_dll(handle, f"ncclNetPlugin_v{version}")
+            except ValueError:
+                continue
+            name = (symbol.value or b"").decode(errors="replace")
+            return NetPlugin(name=name, version=version, library=lib), tried
+        tried.append(f"{lib}: no ncclNetPlugin_v{NET_VERSIONS[-1]}..v{NET_VERSIONS[0]} symbol")
+    return None, tried
+
+
+def require(environ: MutableMapping[str, str] | None = None) -> NetPlugin | None:
+    """Where the pod asks for a plugin: find it and pin NCCL_NET to it, or NetPluginError.
+    A spec that sets NCCL_NET_PLUGIN=none chose NCCL's internal nets: nothing to check."""
+    env = os.environ if environ is None else environ
+    if env.get(REQUIRE_ENV) != "required":
+        return None
+    if env.get("NCCL_NET_PLUGIN", "").strip().lower() == "none":
+        return None
+    plugin, tried = find(env)
+    if plugin is None:
+        raise NetPluginError(
+            "gpu.efa: this stack's GPU nodes have EFA, but the image has no NCCL net plugin "
+            f"({'; '.join(tried) or 'nothing to try'}), so NCCL would use TCP sockets; use an "
+            "image built with `images/build --torch cuda --efa` (docs/images.md), or set "
+            "env.NCCL_NET_PLUGIN=none in the spec to run over TCP")
+    env.setdefault("NCCL_NET", plugin.name)
+    return plugin
