@@ -130,6 +130,19 @@ def test_interactive_image_serves_jupyterlab_as_uid_1000(images, tmp_path):
         subprocess.run([*PODMAN, "rm", "-f", "-t", "0", name], capture_output=True)
 
 
+def test_the_efa_software_without_torchs_cuda_build_is_refused_by_the_build(base_image, clean_checkout):
+    """EFA=1 is for GPU nodes only: with the CPU build of torch the Dockerfile stops, in one
+    line, before anything is downloaded (images/build refuses `--efa` alone before that)."""
+    tag = "localhost/alchemist-efa-refused:check"
+    proc = subprocess.run([*PODMAN, "build", "--build-arg", f"BASE_IMAGE={base_image}",
+                           "--build-arg", "EFA=1", "-f", "images/Dockerfile.train", "-t", tag, "."],
+                          cwd=clean_checkout, capture_output=True, text=True, timeout=900)
+    subprocess.run([*PODMAN, "rmi", "-f", tag], capture_output=True)
+    assert proc.returncode != 0
+    assert "EFA=1 needs TORCH_BUILD=cuda (NCCL's net plugin serves GPUs only)" in proc.stderr
+    assert "efa-install:" not in proc.stdout + proc.stderr
+
+
 def test_image_context_is_what_podman_sends(base_image, clean_checkout, tmp_path):
     """The hash covers exactly the files the builder sends: a probe image with the training
     image's .dockerignore copies its whole context, and the list must equal context_files."""
