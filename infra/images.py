@@ -20,8 +20,9 @@ BUILD_SCRIPT = r"""set -euo pipefail
 if docker manifest inspect "$IMAGE:$TAG" >/dev/null 2>&1; then
   docker pull --platform linux/amd64 "$IMAGE:$TAG" >&2
 else
-  docker build --platform linux/amd64 --file "$DOCKERFILE" --tag "$IMAGE:$TAG" \
-    ${BUILD_ARG:+--build-arg "$BUILD_ARG"} . >&2
+  args=()
+  for a in ${BUILD_ARGS:-}; do args+=(--build-arg "$a"); done
+  docker build --platform linux/amd64 --file "$DOCKERFILE" --tag "$IMAGE:$TAG" ${args[@]+"${args[@]}"} . >&2
   docker push "$IMAGE:$TAG" >&2
 fi
 docker image inspect --format '{{range .RepoDigests}}{{println .}}{{end}}' "$IMAGE:$TAG" \
@@ -42,6 +43,16 @@ class ImagesArgs:
     repo_root: Path
     version: str  # the package version (the tag's first part comes from image_context)
     aws_provider: Any | None = None  # set when the registry is ECR
+    gpu_nodes: bool = False  # the cluster has GPU nodes: torch's CUDA build (TORCH_BUILD=cuda)
+    efa: bool = False  # its GPU nodes have EFA: libfabric and aws-ofi-nccl in the image (EFA=1)
+
+    def train_build_args(self) -> dict[str, str]:
+        """The training image's build arguments (images/Dockerfile.train); the tags of both
+        images are hashed with them, as images/build does."""
+        out = {"TORCH_BUILD": "cuda"} if self.gpu_nodes else {}
+        if self.gpu_nodes and self.efa:
+            out["EFA"] = "1"
+        return out
 
 
 class Images(pulumi.ComponentResource):
@@ -90,22 +101,25 @@ class Images(pulumi.ComponentResource):
             )
             previous = [login]
         self.refs: dict[str, pulumi.Output[str]] = {}
+        train_args = args.train_build_args()
         for image in IMAGES:
             # Nothing here may change between two `up`s of the same tree: any change re-runs it.
             env: dict[str, pulumi.Input[str]] = {
                 "IMAGE": repos[image],
-                "TAG": image_tag(args.repo_root, image),
+                "TAG": image_tag(args.repo_root, image, train_args),
                 "DOCKERFILE": f"images/Dockerfile.{image}",
             }
+            if image == "train" and train_args:
+                env["BUILD_ARGS"] = " ".join(f"{k}={v}" for k, v in sorted(train_args.items()))
             if image == "interactive":
-                env["BUILD_ARG"] = pulumi.Output.concat("TRAIN_IMAGE=", self.refs["train"])
+                env["BUILD_ARGS"] = pulumi.Output.concat("TRAIN_IMAGE=", self.refs["train"])
             build = command.local.Command(
                 f"{name}-{image}-build",
                 create=BUILD_SCRIPT,
                 interpreter=["/bin/bash", "-c"],
                 dir=str(args.repo_root),
                 environment=env,
-                triggers=[context_hash(args.repo_root, image), repos[image]],
+                triggers=[context_hash(args.repo_root, image, train_args), repos[image]],
                 logging=command.local.Logging.STDERR,
                 opts=pulumi.ResourceOptions(parent=self, depends_on=previous),
             )

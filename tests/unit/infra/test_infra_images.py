@@ -40,7 +40,8 @@ def test_build_context_sends_only_what_the_image_copies():
     train = context_files(REPO, "train")
     assert {"requirements.lock", "scripts/lock-sections", "pyproject.toml", "README.md", "LICENSE",
             "alchemist_jobs/spec.py"} <= set(train)
-    assert all(p in ("requirements.lock", "scripts/lock-sections", "pyproject.toml", "README.md", "LICENSE")
+    assert all(p in ("requirements.lock", "scripts/lock-sections", "pyproject.toml", "README.md", "LICENSE",
+                     "images/efa-install")
                or p.startswith("alchemist_jobs/") for p in train)
     assert not any("__pycache__" in p or p.endswith(".pyc") for p in train)
 
@@ -51,11 +52,13 @@ def test_builds_push_and_export_digests(renders):
     train, interactive = builds["images-train-build"], builds["images-interactive-build"]
     assert train["create"] == interactive["create"] == BUILD_SCRIPT
     assert train["environment"]["DOCKERFILE"] == "images/Dockerfile.train"
-    assert interactive["environment"]["BUILD_ARG"] == "TRAIN_IMAGE=" + r["outputs"]["alchemist"]["images"]["train"]
-    # Tag and trigger are the content hash of each image's own build context (image_context).
+    assert interactive["environment"]["BUILD_ARGS"] == "TRAIN_IMAGE=" + r["outputs"]["alchemist"]["images"]["train"]
+    # Tag and trigger are the content hash of each image's own build context (image_context),
+    # with the training image's build arguments.
+    args = {"TORCH_BUILD": "cuda", "EFA": "1"}
     for image, inputs in (("train", train), ("interactive", interactive)):
-        assert inputs["triggers"][0] == context_hash(REPO, image)
-        assert inputs["environment"]["TAG"] == image_tag(REPO, image)
+        assert inputs["triggers"][0] == context_hash(REPO, image, args)
+        assert inputs["environment"]["TAG"] == image_tag(REPO, image, args)
     assert train["environment"]["TAG"] != interactive["environment"]["TAG"]
     assert "docker push" in BUILD_SCRIPT and "RepoDigests" in BUILD_SCRIPT
 
@@ -112,3 +115,19 @@ def test_context_hash_follows_what_the_builder_sends(tmp_path):
     assert context_hash(root, "train") != before
     after = context_hash(root, "train")
     assert context_hash(root, "train", {"BASE_IMAGE": "debian:12"}) != after
+
+
+def test_stacks_with_gpu_nodes_build_torchs_cuda_build_and_with_efa_the_efa_software(renders):
+    """A stack's GPU pods run its training image: a CPU build of torch there fails every GPU
+    job ("resources.gpu=1: no usable GPU"), and an EFA stack's image needs NCCL's net plugin
+    (runtime/nccl_net.py stops the worker without it)."""
+    expected = {"dev": None, "onprem-lab": "TORCH_BUILD=cuda", "aws-us-west-2": "EFA=1 TORCH_BUILD=cuda"}
+    for stack, build_args in expected.items():
+        out = renders[stack]["outputs"]["alchemist"]
+        assert (out["gpu"]["per_node"] > 0) == (build_args is not None), stack
+        assert ("efa" in out["gpu"]) == ("EFA=1" in (build_args or "")), stack
+        train = next(c["inputs"] for c in resources(renders[stack], "command:local:Command")
+                     if c["name"] == "images-train-build")
+        assert train["environment"].get("BUILD_ARGS") == build_args, stack
+        args = dict(a.split("=") for a in (build_args or "").split())
+        assert train["environment"]["TAG"] == image_tag(REPO, "train", args), stack
