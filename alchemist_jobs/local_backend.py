@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator
 
 import alchemist_jobs
-from alchemist_jobs import local_servers, server_role
+from alchemist_jobs import local_servers, server_role, store_bind
 from alchemist_jobs.errors import UserError
-from alchemist_jobs.processes import (alive, environ_has, free_port, owned_pids, popen_group,
+from alchemist_jobs.processes import (alive, environ_has, owned_pids, popen_group,
                                       record_procs, start_time, still_same, stop_groups,
                                       stop_pids)
 from alchemist_jobs.rundir import (RunDir, all_runs, match_runs, new_run_id, runs_root,
@@ -168,7 +168,6 @@ class LocalRequest(Request):
     run: RunDir
     spec: JobSpec
     processes: list[LocalProcess]
-    rdzv_port: int | None = None
     servers: list[local_servers.ServerProcess] = field(default_factory=list)  # parameter servers
     # secret_env values, read at launch: given to the agents' environment, never printed.
     secrets: dict[str, str] = field(default_factory=dict, repr=False)
@@ -261,7 +260,9 @@ class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
         if servers:
             worker = replace(worker, ps_addrs=server_role.addrs([(s.host, s.port) for s in servers]))
             base_env = {**worker.as_dict(), **spec.env}
-        rdzv_port = free_port() if spec.nodes > 1 else None
+        # nodes > 1: node 0's agent binds a port the kernel picks and publishes it here; the
+        # other agents wait for it (store_bind.RDZV_PORT_OUT/IN). Nothing is chosen early.
+        port_file = str(run.path / "rendezvous-port")
         devices = _node_devices(spec)
         procs = []
         for node in range(spec.nodes):
@@ -272,17 +273,18 @@ class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
             if spec.nodes == 1:
                 argv.append("--rdzv-endpoint=localhost:0")  # as --standalone: a free port, race-free
             else:
-                argv += [f"--rdzv-endpoint=127.0.0.1:{rdzv_port}", "--local-addr=127.0.0.1",
+                argv += ["--rdzv-endpoint=127.0.0.1:0", "--local-addr=127.0.0.1",
                          f"--rdzv-conf=is_host={int(node == 0)},join_timeout=120"]
             argv += ["-m", "alchemist_jobs.runtime.bootstrap", *target]
             env = dict(base_env, ALCHEMIST_NODE=f"{socket.gethostname()}-node{node}"
                        if spec.nodes > 1 else socket.gethostname())
+            if spec.nodes > 1:
+                env[store_bind.RDZV_PORT_OUT if node == 0 else store_bind.RDZV_PORT_IN] = port_file
             if devices[node] is not None:  # this node's own GPUs: LOCAL_RANK indexes into them
                 env["CUDA_VISIBLE_DEVICES"] = devices[node]
             procs.append(LocalProcess(node=node, argv=argv, env=env,
                                       cwd=cwd, log=run.agent_log(node)))
         return LocalRequest(run_id=run_id, run=run, spec=spec, processes=procs, servers=servers,
-                            rdzv_port=rdzv_port,
                             secrets=read_secrets(spec, Path(spec_dir)), code_source=code_source,
                             code_files=code_files)
 

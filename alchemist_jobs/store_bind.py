@@ -16,6 +16,12 @@ import socket
 import sys
 
 ENV = "ALCHEMIST_STORE_ADDR"
+# Local `nodes > 1`: node 0's agent hosts the rendezvous store on a port the kernel picks at
+# its bind, and writes that port to the file RDZV_PORT_OUT names; the other agents read it
+# from RDZV_PORT_IN before torchrun starts (alchemist_jobs/agent.py). A port chosen free by
+# the launcher and bound seconds later by the agent could be another socket's by then.
+RDZV_PORT_OUT = "ALCHEMIST_RDZV_PORT_OUT"
+RDZV_PORT_IN = "ALCHEMIST_RDZV_PORT_IN"
 
 
 def apply() -> bool:
@@ -37,8 +43,12 @@ def apply() -> bool:
         def __init__(self, host_name, port, world_size=None, is_master=False, *args, **kw):
             if is_master and kw.get("master_listen_fd") is None and len(args) < 4:
                 sock = listen_socket(addr, int(port))
+                chosen = int(port) == 0
                 port = sock.getsockname()[1]
                 kw["master_listen_fd"] = sock.detach()  # the store owns the descriptor now
+                out = os.environ.pop(RDZV_PORT_OUT, None) if chosen else None
+                if out:  # the first store this agent hosts is its rendezvous store
+                    write_port(out, port)
             elif not is_master:
                 wait_listening(host_name, int(port), _timeout_s(args, kw))
             super().__init__(host_name, port, world_size, is_master, *args, **kw)
@@ -63,6 +73,29 @@ def listen_socket(addr: str, port: int) -> socket.socket:
         sock.close()
         raise
     return sock
+
+
+def write_port(path: str, port: int) -> None:
+    """Publish a port whole or not at all: readers never see a partial number."""
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w") as fh:
+        fh.write(f"{port}\n")
+    os.replace(tmp, path)
+
+
+def read_port(path: str, timeout_s: float, every_s: float = 0.02) -> int | None:
+    """The port written to path, once it is there; None after timeout_s."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            with open(path) as fh:
+                return int(fh.read())
+        except (FileNotFoundError, ValueError):
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(every_s)
 
 
 def _timeout_s(args: tuple, kw: dict) -> float:

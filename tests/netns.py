@@ -35,7 +35,6 @@ from alchemist_jobs.server_role import CLUSTER_BASE_PORT
 
 PREFIX = "alc-"
 SUBNET = "10.231.0"
-RDZV_PORT = 29400
 OWNERS = Path("/run/alchemist-netns")  # <token>.pid: the process that owns those namespaces
 
 
@@ -204,8 +203,8 @@ class NetnsScheduler(LocalScheduler):
         for p, host in zip(req.processes, self.hosts.hosts):
             argv = []
             for a in p.argv:
-                if a.startswith("--rdzv-endpoint="):
-                    a = f"--rdzv-endpoint={h0.addr}:{RDZV_PORT}"
+                if a.startswith("--rdzv-endpoint="):  # the port: node 0's pick (store_bind)
+                    a = f"--rdzv-endpoint={h0.addr}:{a.rsplit(':', 1)[1]}"
                 elif a.startswith("--local-addr="):
                     a = f"--local-addr={host.addr}"
                 argv.append(a)

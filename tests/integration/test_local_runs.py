@@ -205,3 +205,30 @@ def test_two_simulated_nodes(home):
     assert len(nodes) == 2, nodes
     assert run.agent_log(0).exists() and run.agent_log(1).exists()
     assert json.loads(run.result_file.read_text())["world_size"] == 2
+
+
+def test_two_simulated_nodes_meet_whatever_other_sockets_hold(home, monkeypatch):
+    """The rendezvous port is the kernel's pick at node 0's own bind, never a port chosen
+    "free" ahead and bound seconds later: by then any socket of the machine can hold it, and
+    torch's c10d backend, failing to host its store there, connects to whatever does
+    (c10d_rendezvous_backend._create_tcp_store retries as a client) and the run fails. Here
+    every port the launcher could pick ahead is one this test already holds."""
+    import socket
+
+    from alchemist_jobs import local_backend, processes
+    from tests.integration.paradigm_jobs import digits_job, run_job
+
+    held = socket.socket()
+    held.bind(("127.0.0.1", 0))
+    held.listen()
+    try:
+        taken = held.getsockname()[1]
+        monkeypatch.setattr(processes, "free_port", lambda: taken)
+        monkeypatch.setattr(local_backend, "free_port", lambda: taken, raising=False)
+        job = digits_job("held-port", {"name": "sync"}, nodes=2, procs_per_node=1,
+                         hyper={"epochs": 1}, max_restarts=0)
+        status, run = run_job(home, job, timeout=240)
+    finally:
+        held.close()
+    assert status.state == "succeeded", (status, run.agent_log(0).read_text()[-3000:])
+    assert len({w["node"] for w in run.worker_records()}) == 2
