@@ -21,7 +21,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
-from alchemist_jobs.local_backend import free_port
+from alchemist_jobs.processes import free_port
 from alchemist_jobs.runtime.metrics import WorkerMetrics
 from alchemist_jobs.runtime.strategies import build_strategy
 from alchemist_jobs.runtime.strategies.base import WorkerContext
