@@ -12,6 +12,7 @@ too), which is how users meet it."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -89,4 +90,5 @@ def test_a_distributed_scripts_exit_code_is_kept(home, tmp_path):
     job = _job(tmp_path, EXIT_LIKE_PYTHON, "exits3", env={"EXIT_CODE": "3"})
     r = cli("run", str(job), "--quiet", home=home)
     assert r.returncode == 1
-    assert "rank 0 failed: exit 3" in r.stdout, r.stdout + r.stderr
+    # Every rank exits 3; the summary names whichever torchrun saw first.
+    assert re.search(r"rank [01] failed: exit 3", r.stdout), r.stdout + r.stderr
