@@ -9,6 +9,7 @@ result.json. Then a failure drill: the parameter server and a worker killed mid-
 
 from __future__ import annotations
 
+import http.client
 import os
 import signal
 import time
@@ -50,8 +51,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
                 if rec and rec.get("metrics_port") and "finished" not in rec:
                     try:
                         into.append(scrape(rec["metrics_port"], timeout=20))
-                    except OSError:
-                        pass  # not serving yet, or just exited
+                    except (OSError, http.client.HTTPException):
+                        pass  # not serving yet, or exited (mid-answer: IncompleteRead)
 
         status, run = run_job(home, digits_job(f"p-{name}", **over), tick=tick)
         out[name] = dict(status=status, run=run, result=run.result() or {}, scrapes=scrapes,

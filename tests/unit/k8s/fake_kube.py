@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import itertools
 import json
+import threading
 import uuid
 from typing import Any
 
@@ -60,8 +61,11 @@ class _Api:
             assert not args, f"{method}: the backend passes keyword arguments only"
             assert kw.pop("_preload_content", True) is False, \
                 f"{method}: the backend must ask for the raw response"
-            self._fake.calls.append((method, copy.deepcopy(kw)))
-            return self._fake.handle(method, kw)
+            # One request at a time, as the API server answers each against one consistent
+            # state: the --follow log thread calls while the main thread advances a timeline.
+            with self._fake.lock:
+                self._fake.calls.append((method, copy.deepcopy(kw)))
+                return self._fake.handle(method, kw)
         return call
 
 
@@ -76,6 +80,7 @@ class FakeKube:
         self.custom, self.networking = _Api(self, "custom"), _Api(self, "networking")
         self._clock = itertools.count(1)
         self.on_call = None  # hook(fake, method) for scripted timelines
+        self.lock = threading.RLock()
 
     def connector(self, out: StackOutput) -> Cluster:
         return Cluster(self.core, self.batch, out.stack, out.namespace,
