@@ -15,6 +15,7 @@ from infra_helpers import (
     SSH_KEY,
     STACKS,
     deployer_sets,
+    existing_stack_config,
     render_many,
     stack_config,
 )
@@ -23,11 +24,7 @@ from infra_helpers import (
 @pytest.fixture(scope="session")
 def existing_stack_file(tmp_path_factory) -> Path:
     """The on-prem lab as an `existing` cluster: same lab, a kubeconfig instead of SSH."""
-    config = stack_config("onprem-lab")
-    config.pop("alchemist:onprem")
-    config["alchemist:provider"] = "existing"
-    config["alchemist:existing"] = {"gpusPerNode": 8, "gpuDriver": "host", "containerToolkit": "operator"}
-    config["alchemist:images"] = {"registry": "registry.lab.internal:5000/alchemist", "registryUser": "ci"}
+    config = existing_stack_config()
     path = tmp_path_factory.mktemp("stacks") / "Pulumi.onprem-existing.yaml"
     path.write_text(yaml.safe_dump({"config": config}))
     return path
