@@ -194,7 +194,8 @@ def ps_command() -> list[str]:
 
 def _efa_env(spec: JobSpec, stack: StackOutput) -> dict[str, str]:
     """NCCL over EFA through the aws-ofi-nccl plugin (the AWS EFA user guide): libfabric's
-    efa provider, GPUDirect RDMA where the instance has it, fork safety for DataLoader
+    efa provider, GPUDirect RDMA exactly where the stack says the devices do RDMA read
+    (`gpu.efa.rdma_read`: libfabric aborts when told to use it on g5/g6), fork safety for DataLoader
     workers, and the plugin by the one library name every aws-ofi-nccl build installs
     (`libnccl-net-ofi.so`, its src/Makefile.am). The net's name is not set here: it
     changed between plugin versions ("AWS Libfabric", then "Libfabric" from v1.16.0), and a
@@ -203,7 +204,8 @@ def _efa_env(spec: JobSpec, stack: StackOutput) -> dict[str, str]:
     stops with one line when there is none (runtime/nccl_net.py)."""
     if not (spec.resources.gpu and stack.gpu.efa):
         return {}
-    return {"FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1", "FI_EFA_FORK_SAFE": "1",
+    rdma = "1" if stack.gpu.efa.rdma_read else "0"
+    return {"FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": rdma, "FI_EFA_FORK_SAFE": "1",
             "NCCL_NET_PLUGIN": "ofi", REQUIRE_NET_PLUGIN_ENV: "required"}
 
 

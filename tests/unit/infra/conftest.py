@@ -55,6 +55,9 @@ def renders(existing_stack_file) -> dict[str, dict[str, Any]]:
              "principals": ["arn:aws:iam::123456789012:role/research-submitters"]},
             {"name": "applied", "quota": {"gpu": 4, "cpu": 32, "memory": "256Gi"}, "groups": ["oidc:applied-ml"],
              "principals": ["arn:aws:iam::123456789012:role/applied-ci", "arn:aws:iam::123456789012:user/ana"]}]}},
+        # an instance type whose EFA devices do RDMA read (issue 23.6)
+        "p4d": {"stack_file": aws, "sets": {**DEPLOYER_SETS, "alchemist:aws.gpuNodes.instanceTypes": ["p4d.24xlarge"],
+                                             "alchemist:aws.gpuNodes.gpusPerNode": 8}},
         "onprem-operator": {"stack_file": STACKS / "Pulumi.onprem-lab.yaml", "sets": {**deployer_sets("onprem-lab"),
                                                                                    "alchemist:onprem.gpuDriver": "operator"}},
         # secrets: an SSH key for k3s, a kubeconfig and a registry password for an existing cluster

@@ -329,7 +329,15 @@ def test_efa_devices_and_nccl_environment_where_the_stack_has_efa():
     assert train["resources"]["requests"]["vpc.amazonaws.com/efa"] == 4
     assert train["resources"]["limits"]["vpc.amazonaws.com/efa"] == 4
     env = _env(train)
-    assert env["FI_PROVIDER"] == "efa" and env["FI_EFA_USE_DEVICE_RDMA"] == "1"
+    # The stack says whether the devices do RDMA read; without it (g5/g6) libfabric aborts
+    # a process told to use device RDMA (issue 23.6).
+    assert env["FI_PROVIDER"] == "efa" and env["FI_EFA_USE_DEVICE_RDMA"] == "0"
+    data["gpu"]["efa"]["rdma_read"] = True
+
+    class _P4d:
+        output = StackOutput.parse(data, "test")
+    p4d = _job(_render(_P4d, EXAMPLES / "digits.yaml", ["resources.gpu=1", "procs_per_node=1"]))
+    assert _env(p4d["spec"]["template"]["spec"]["containers"][0])["FI_EFA_USE_DEVICE_RDMA"] == "1"
     # The plugin by the library name every aws-ofi-nccl build installs (its src/Makefile.am),
     # checked by the worker (tests/unit/test_nccl_net.py). No NCCL_NET: a name the plugin
     # does not have ("AWS Libfabric" against v1.16.0 and later, whose NVIDIA net is
