@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import math
+from fractions import Fraction
 import shlex
 from pathlib import PurePosixPath
 from typing import Any
@@ -434,10 +436,35 @@ def _worker_pod(spec: JobSpec, stack: StackOutput, name: str, run_id: str,
     return _pod_spec(spec, stack, name, run_id, train, code, spec.resources.gpu)
 
 
+_SUFFIX = {"": 1, "m": Fraction(1, 1000), "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
+           "P": 10**15, "E": 10**18, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40,
+           "Pi": 2**50, "Ei": 2**60}
+
+
+def quantity_bytes(q: str) -> Fraction:
+    """A memory quantity of the spec's grammar (`2Gi`, `1.5G`, `512Mi`), exactly, in bytes."""
+    number = q.rstrip("kmMGTPEi")
+    return Fraction(number) * _SUFFIX[q[len(number):]]
+
+
+def server_size(spec: JobSpec) -> tuple[str, str]:
+    """(cpu, memory) requests of one parameter-server pod: one worker process's share of a
+    node (resources / procs_per_node). A server holds one shard of what every worker process
+    holds whole (parameters and optimizer state), so that share is enough, and a group of
+    servers never doubles the job's quota or outgrows the nodes its workers fit."""
+    procs = spec.procs_per_node
+    mib = math.ceil(quantity_bytes(spec.resources.memory) / procs / 2**20)
+    return _cpu(max(spec.resources.cpu / procs, 0.001)), f"{mib}Mi"
+
+
 def _ps_pod(spec: JobSpec, stack: StackOutput, name: str, run_id: str) -> dict:
-    """Parameter servers: CPU and memory only, off the GPU nodes."""
+    """Parameter servers: CPU and memory only (their own size, `server_size`), on the nodes
+    the workers run on: the GPU nodes for a GPU job (tolerating their taint, asking for no
+    GPU), where there is room beside the workers and a new node of the group fits them; any
+    untainted node otherwise."""
     root, run_dir = shared_paths(stack, run_id)
     servers = parameter_servers(spec)
+    cpu, memory = server_size(spec)
     train = {
         "name": CONTAINER, "image": image_for(spec, stack), "imagePullPolicy": "IfNotPresent",
         "command": ps_command(),
@@ -446,12 +473,13 @@ def _ps_pod(spec: JobSpec, stack: StackOutput, name: str, run_id: str) -> dict:
                   for k in range(servers)]
         + [{"name": metrics_port_name(0), "containerPort": METRICS_BASE_PORT,
             "protocol": "TCP"}],
-        "resources": resources(spec.resources.cpu, spec.resources.memory, 0, stack),
+        "resources": {"requests": {"cpu": cpu, "memory": memory}, "limits": {"memory": memory}},
         "securityContext": security_contexts()[1],
         "volumeMounts": [{"name": "shared", "mountPath": root},
                          {"name": "dshm", "mountPath": "/dev/shm"}],
     }
-    return _pod_spec(spec, stack, name, run_id, train, None, 0)
+    pod = _pod_spec(spec, stack, name, run_id, train, None, 0)
+    return {**pod, **gpu_placement(spec.resources.gpu, stack)}
 
 
 def network_policy(spec: JobSpec, stack: StackOutput, run_id: str, name: str) -> dict:

@@ -410,8 +410,27 @@ def test_parameter_servers_have_their_own_cpu_only_pods():
     assert gpus == 16
     ps_pod = servers["spec"]["template"]["spec"]
     assert set(ps_pod["containers"][0]["resources"]["requests"]) == {"cpu", "memory"}
-    assert "nodeSelector" not in ps_pod and "tolerations" not in ps_pod
+    # Issue 23.7: their own size (one worker process's share of a node, not a whole node's),
+    # beside the workers on the GPU nodes (the other nodes of the AWS stacks are small).
+    worker = workers["spec"]["template"]["spec"]
+    w = worker["containers"][0]["resources"]
+    assert (w["requests"]["cpu"], w["requests"]["memory"]) == ("1", "2Gi")  # digits.yaml
+    assert ps_pod["containers"][0]["resources"] == {"requests": {"cpu": "250m", "memory": "512Mi"},
+                                                    "limits": {"memory": "512Mi"}}
+    assert ps_pod["nodeSelector"] == worker["nodeSelector"] == s.output.gpu.node_selector
+    assert ps_pod["tolerations"] == worker["tolerations"] == s.output.gpu.tolerations
     assert {p["name"] for p in ps_pod["containers"][0]["ports"]} >= {"ps-0", "ps-1"}
+
+
+def test_cpu_parameter_servers_stay_off_the_gpu_nodes_and_split_the_node_share():
+    s = stack("aws-us-west-2")
+    objs = _render(s, EXAMPLES / "digits.yaml", ["algorithm.name=async", "algorithm.servers=2",
+                                                  "procs_per_node=3", "resources.cpu=2",
+                                                  "resources.memory=1.5G"])
+    ps_pod = _job(objs, "ps")["spec"]["template"]["spec"]
+    assert "nodeSelector" not in ps_pod and "tolerations" not in ps_pod
+    # 2 CPUs / 3 processes; 1.5e9 bytes / 3 = 476.8 MiB, rounded up
+    assert ps_pod["containers"][0]["resources"]["requests"] == {"cpu": "667m", "memory": "477Mi"}
 
 
 def _run_pod_script(command: list[str], index: int, tmp_path: Path) -> str:
