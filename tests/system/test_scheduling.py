@@ -18,7 +18,7 @@ import yaml
 from conftest import ALL_SHAPES, EXAMPLES, STACK_NAMES, Job, Platform
 from infra_helpers import stack_config
 from kueue_model import (QUEUE_LABEL, ClusterQueue, PodSet, admit, admitted_pod_spec,
-                         excluded_prefixes, manager_config, workload_pod_sets)
+                         excluded_prefixes, manager_config, pod_requests, quantity, workload_pod_sets)
 from node_groups import NodeGroup, eks_template_node, k3s_nodes, kind_nodes, why_not
 
 from alchemist_jobs.spec import parse_spec
@@ -253,3 +253,44 @@ def test_yaml_of_the_kueue_config_is_what_the_chart_gets(platforms):
 
     for platform in platforms.values():
         assert manager_config(kueue_values(platform)) == yaml.safe_load(yaml.safe_dump(kueue_manager_config()))
+
+
+# --- the namespace's ResourceQuota --------------------------------------------------------------
+
+
+def quota_overruns(platform: Platform, job: Job) -> list[str]:
+    """What the API server's ResourceQuota admission (kubernetes pkg/quota/v1/evaluator/core/pods.go
+    at v1.35.0: `requests.<resource>` sums PodRequests of the namespace's pods) refuses of the
+    job's pods, all of them running at once in an otherwise empty namespace."""
+    quotas = [q for q in platform.kube_objects("ResourceQuota")
+              if q["metadata"]["namespace"] == platform.output.namespace]
+    totals: dict[str, Any] = {}
+    for pod_sets, _ in admit_job(platform, job, excluded=[]):
+        for ps in pod_sets:
+            for res, v in pod_requests(ps.template["spec"]).items():
+                totals[res] = totals.get(res, 0) + v * ps.count
+    out = []
+    for q in quotas:
+        for key, hard in q["spec"]["hard"].items():
+            if key.startswith("requests.") and totals.get(key[len("requests."):], 0) > quantity(hard):
+                out.append(f"{key}: {totals[key[len('requests.'):]]} > {hard}")
+    return out
+
+
+# Today's failures: the `gpu` and `async-gpu` shapes on onprem-lab (16 GPUs against research's 12,
+# admitted by borrowing applied's 4) and `async-gpu-big` everywhere (100 CPUs against 96).
+@pytest.mark.xfail(strict=True, reason="the team namespace's ResourceQuota is the team's nominal quota, "
+                   "so pods of a workload Kueue admits by borrowing from the cohort are refused at "
+                   "creation (infra/team_namespace.py quota_spec; reported, not fixed here)")
+def test_the_namespace_quota_lets_in_every_pod_kueue_admits(platforms, job_of):
+    overruns = {}
+    for stack in STACK_NAMES:
+        for shape in SCHEDULED_SHAPES:
+            if shape == "longest-name":  # refused by the backend today (issue 23.8); same pods as two-nodes
+                continue
+            job = job_of(stack, shape)
+            if job is None or not all(a.admitted for _, a in admit_job(platforms[stack], job)):
+                continue
+            if bad := quota_overruns(platforms[stack], job):
+                overruns[f"{stack}/{shape}"] = bad
+    assert not overruns, overruns
