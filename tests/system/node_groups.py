@@ -15,6 +15,13 @@
   Scaling group (`eks:cluster-name`, `eks:nodegroup-name`, the autoscaler's discovery tags;
   AWS EKS user guide, "Managed node groups": the Auto Scaling group "is tagged" so that the
   autoscaler discovers it): the program sets none of its own.
+- AWS, a node once it runs: the same labels and taints, allocatable as the AL2023 EKS AMIs'
+  node agent sets the kubelet (awslabs/amazon-eks-ami nodeadm at tag v20260724, MIT-0:
+  kubelet/eni_max_pods.go `calculateStandardMaxPods`, kubelet/config.go
+  `getCPUMillicoresToReserve`, `getMemoryMebibytesToReserve` = 11 x maxPods + 255 MiB, eviction
+  at memory.available 100Mi; instance data vendored in tests/fixtures/autoscaler/). A pod of a
+  group at zero must fit both: the template to start a node, the node to run on it. The
+  kernel's own share of memory is not subtracted (it varies by kernel), nor DaemonSet pods.
 - On-prem (k3s): each host of the stack config as the rendered join command makes it
   (`--node-label`, `--node-taint`), with its `gpus` as nvidia.com/gpu; the config gives no CPU
   or memory figure, so those are not judged there.
@@ -39,6 +46,7 @@ from kueue_model import pod_requests, quantity, required_affinity_matches, toler
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "autoscaler"
 INSTANCE_TYPES = json.loads((FIXTURES / "ec2_instance_types-1.35.0.json").read_text())["instance_types"]
+EKS_INSTANCE_INFO = json.loads((FIXTURES / "eks_instance_info-v20260724.json").read_text())["instance_info"]
 RESOURCE_TAG = "k8s.io/cluster-autoscaler/node-template/resources/"
 LABEL_TAG = "k8s.io/cluster-autoscaler/node-template/label/"
 TAINT_TAG = "k8s.io/cluster-autoscaler/node-template/taint/"
@@ -128,6 +136,34 @@ def eks_template_node(mng: dict[str, Any], cluster_name: str, region: str, zone:
         capacity.update(_tag_resources(mng.get("tags") or {}))
     return NodeGroup(nodegroup_name, int(mng["scalingConfig"]["minSize"]), labels, taints,
                      {k: quantity(v) for k, v in capacity.items()})
+
+
+def eks_nodes(mng: dict[str, Any], template: NodeGroup, efa: int) -> NodeGroup:
+    """The group's nodes once running: the template's labels and taints, the real allocatable
+    of its smallest instance type."""
+    smallest = min(mng["instanceTypes"], key=lambda t: (INSTANCE_TYPES[t]["vcpu"], INSTANCE_TYPES[t]["memory_mb"]))
+    gpus = INSTANCE_TYPES[smallest]["gpu"]
+    return NodeGroup(template.name, template.min_size, template.labels, template.taints,
+                     eks_node_allocatable(smallest, gpus, efa))
+
+
+def eks_node_allocatable(instance_type: str, gpus: int, efa: int) -> dict[str, Any]:
+    """A running AL2023 EKS node's allocatable (nodeadm: capacity less kube-reserved and the
+    hard eviction threshold; the device plugins advertise the GPUs and EFA devices)."""
+    t, info = INSTANCE_TYPES[instance_type], EKS_INSTANCE_INFO[instance_type]
+    max_pods = info["default_max_enis"] * (info["ipv4_addresses_per_interface"] - 1) + 2
+    total = t["vcpu"] * 1000
+    reserved_cpu = 0  # getCPUMillicoresToReserve: 6% of the first core, 1% of the second, 0.5% up to 4, 0.25% above
+    for start, end, pct in ((0, 1000, 600), (1000, 2000, 100), (2000, 4000, 50), (4000, total, 25)):
+        if total > start:
+            reserved_cpu += (min(total, end) - start) * pct // 10000
+    memory_mib = t["memory_mb"] - (11 * max_pods + 255) - 100
+    out = {"pods": max_pods, "cpu": quantity(f"{total - reserved_cpu}m"), "memory": quantity(f"{memory_mib}Mi")}
+    if gpus:
+        out["nvidia.com/gpu"] = quantity(gpus)
+    if efa:
+        out["vpc.amazonaws.com/efa"] = quantity(efa)
+    return out
 
 
 def k3s_nodes(create_scripts: list[str], hosts: list[dict[str, Any]]) -> list[NodeGroup]:

@@ -19,7 +19,7 @@ from conftest import ALL_SHAPES, EXAMPLES, STACK_NAMES, Job, Platform
 from infra_helpers import stack_config
 from kueue_model import (QUEUE_LABEL, ClusterQueue, PodSet, admit, admitted_pod_spec,
                          excluded_prefixes, manager_config, pod_requests, quantity, workload_pod_sets)
-from node_groups import NodeGroup, eks_template_node, k3s_nodes, kind_nodes, why_not
+from node_groups import NodeGroup, eks_nodes, eks_template_node, k3s_nodes, kind_nodes, why_not
 
 from alchemist_jobs.spec import parse_spec
 
@@ -115,12 +115,7 @@ def node_groups(platform: Platform) -> list[NodeGroup] | None:
     """Every node group of the stack; None where the platform does not make the nodes (`existing`)."""
     provider = platform.output.provider
     if provider == "aws":
-        cfg = stack_config(platform.name)
-        aws = cfg["alchemist:aws"]
-        (cluster,) = platform.resources("eks:index:Cluster")
-        return [eks_template_node({**r["inputs"], "_name": r["name"]}, cluster["inputs"]["name"], aws["region"],
-                                  aws["availabilityZones"][0], str(cfg["alchemist:kubernetesVersion"]))
-                for r in platform.resources(":ManagedNodeGroup")]
+        return [template for template, _ in eks_groups(platform)]
     if provider == "onprem":
         scripts = [r["inputs"]["create"] for r in platform.resources("command:remote:Command")
                    if "--node-name" in str(r["inputs"].get("create"))]
@@ -130,6 +125,21 @@ def node_groups(platform: Platform) -> list[NodeGroup] | None:
                      if "kind: Cluster" in str(r["inputs"].get("stdin"))]  # `kind create cluster --config -`
         return kind_nodes(config)
     return None
+
+
+def eks_groups(platform: Platform) -> list[tuple[NodeGroup, NodeGroup]]:
+    """(the autoscaler's template node, a running node) of each EKS managed node group."""
+    cfg = stack_config(platform.name)
+    aws = cfg["alchemist:aws"]
+    (cluster,) = platform.resources("eks:index:Cluster")
+    efa = platform.output.gpu.efa.per_node if platform.output.gpu.efa else 0
+    out = []
+    for r in platform.resources(":ManagedNodeGroup"):
+        mng = {**r["inputs"], "_name": r["name"]}
+        template = eks_template_node(mng, cluster["inputs"]["name"], aws["region"], aws["availabilityZones"][0],
+                                     str(cfg["alchemist:kubernetesVersion"]))
+        out.append((template, eks_nodes(mng, template, efa if template.allocatable.get("nvidia.com/gpu") else 0)))
+    return out
 
 
 # --- Kueue -------------------------------------------------------------------------------------
@@ -190,14 +200,20 @@ def test_kueue_leaves_only_the_efa_devices_out_of_quota(platforms):
 @pytest.mark.parametrize("stack", STACK_NAMES)
 def test_every_pod_fits_a_node_group(platforms, job_of, stack, shape):
     """Issue 23.3 and 23.7: after admission (the flavor's node labels and tolerations added),
-    every pod fits some node group: its allocatable, taints and labels, and for a group at zero
-    the autoscaler's template node, which is all the autoscaler looks at to scale it up."""
+    every pod fits some node group: its allocatable, taints and labels, and on AWS also the
+    autoscaler's template node, which is all the autoscaler looks at to add a node (the GPU
+    group starts at zero)."""
     job = job_of(stack, shape)
     if job is None:
         pytest.skip(f"{stack} cannot have {shape}")
-    groups = node_groups(platforms[stack])
-    if groups is None:
-        pytest.skip(f"{stack}: an existing cluster's nodes are not the platform's to know")
+    platform = platforms[stack]
+    if platform.output.provider == "aws":  # both views of each group must take the pod
+        groups = [[template, node] for template, node in eks_groups(platform)]
+    else:
+        found = node_groups(platform)
+        if found is None:
+            pytest.skip(f"{stack}: an existing cluster's nodes are not the platform's to know")
+        groups = [[g] for g in found]
     assert groups
     flavors = queueing(platforms[stack])[1]
     pods = [(ps.name, admitted_pod_spec(ps, admission.flavors.get(ps.name, {}), flavors))
@@ -205,8 +221,9 @@ def test_every_pod_fits_a_node_group(platforms, job_of, stack, shape):
     if not workloads(job):  # not managed by Kueue: the pods as written
         pods = [(n, copy.deepcopy(t["spec"])) for n, t in job.pod_templates()]
     for name, spec in pods:
-        reasons = {g.name: why_not(spec, g) for g in groups}
-        assert any(r is None for r in reasons.values()), f"{stack}/{shape}: pod {name} fits no node group: {reasons}"
+        reasons = {views[0].name: [why_not(spec, v) for v in views] for views in groups}
+        assert any(r == [None] * len(r) for r in reasons.values()), \
+            f"{stack}/{shape}: pod {name} fits no node group (template, node): {reasons}"
 
 
 def test_the_gpu_node_group_template_advertises_what_gpu_pods_ask_for(platforms, job_of):
@@ -242,9 +259,9 @@ def test_parameter_servers_are_sized_and_placed_on_their_own(platforms, job_of):
     assert ps["resources"]["requests"] == {"cpu": "10", "memory": "40960Mi"}
     assert rjobs["ps"]["nodeSelector"] == rjobs["worker"]["nodeSelector"]
     assert "nvidia.com/gpu" not in ps["resources"]["requests"]
-    groups = {g.labels.get("alchemist.io/pool"): g for g in node_groups(platforms["aws-us-west-2"])}
-    assert why_not(rjobs["ps"], groups["system"]) is not None
-    assert why_not(rjobs["ps"], groups["gpu"]) is None
+    groups = {t.labels.get("alchemist.io/pool"): (t, n) for t, n in eks_groups(platforms["aws-us-west-2"])}
+    assert all(why_not(rjobs["ps"], v) is not None for v in groups["system"])  # 2 vCPUs, 8 GiB
+    assert all(why_not(rjobs["ps"], v) is None for v in groups["gpu"])
 
 
 def test_yaml_of_the_kueue_config_is_what_the_chart_gets(platforms):
@@ -294,3 +311,17 @@ def test_the_namespace_quota_lets_in_every_pod_kueue_admits(platforms, job_of):
             if bad := quota_overruns(platforms[stack], job):
                 overruns[f"{stack}/{shape}"] = bad
     assert not overruns, overruns
+
+
+def test_a_running_eks_node_has_less_than_the_template_promises(platforms):
+    """nodeadm's figures for the shipped instance types: m6i.large runs 29 pods (3 ENIs x 9
+    addresses + 2) with 2000m - 70m CPU and 8192 - (11 x 29 + 255) - 100 MiB; g5.12xlarge 737
+    pods (15 x 49 + 2), 48000m - 190m, 196608 - 8362 - 100 MiB, its 4 GPUs and 1 EFA device."""
+    from kueue_model import quantity
+
+    groups = {t.labels["alchemist.io/pool"]: n for t, n in eks_groups(platforms["aws-us-west-2"])}
+    assert groups["system"].allocatable == {"pods": 29, "cpu": quantity("1930m"), "memory": quantity("7518Mi")}
+    assert groups["gpu"].allocatable == {"pods": 737, "cpu": quantity("47810m"), "memory": quantity("188146Mi"),
+                                         "nvidia.com/gpu": 4, "vpc.amazonaws.com/efa": 1}
+    whole = {"containers": [{"resources": {"requests": {"cpu": "2", "memory": "1Gi"}}}]}
+    assert why_not(whole, groups["system"]) == "Insufficient cpu (2 > 1.930)"
