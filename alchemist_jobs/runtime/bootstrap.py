@@ -169,7 +169,10 @@ def _exit_before_teardown(code: int) -> None:
             t.join()
     atexit._run_exitfuncs()
     for obj in gc.get_objects():  # files the program left open hold unwritten buffers
-        if isinstance(obj, io.IOBase):
+        # type(), not isinstance(): isinstance falls back to reading obj.__class__, which
+        # some objects answer with a warning (torch.distributed.reduce_op's FutureWarning
+        # ended every script worker's log).
+        if issubclass(type(obj), io.IOBase):
             try:
                 if not obj.closed:
                     obj.flush()

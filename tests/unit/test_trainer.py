@@ -168,3 +168,17 @@ def test_loader_workers_yield_the_same_batches_in_the_same_order(tmp_path: Path)
     want = list(plain.epoch(1, start_batch=5))
     assert [b for b, _, _ in got] == [b for b, _, _ in want] == list(range(5, plain.per_epoch))
     assert all(torch.equal(a[1], b[1]) and torch.equal(a[2], b[2]) for a, b in zip(got, want))
+
+
+def test_digits_test_loss_is_of_the_order_of_the_training_loss(tmp_path: Path):
+    """Pixels that are constant in the training split (a corner always 0) must not be scaled
+    by 1/epsilon: a test image with ink there became an input near 1e6 and a test loss in the
+    hundreds beside an accuracy of 0.95."""
+    from alchemist_jobs.runtime.tasks import load_task_data
+
+    spec = _spec(120)
+    data = load_task_data(spec, tmp_path)
+    assert float(data.x_test.abs().max()) < 100.0
+    result = Trainer(spec, _run(tmp_path, "digits-loss"), tmp_path, WorkerPlace(), device=CPU).train()
+    assert result["test_accuracy"] > 0.9
+    assert result["test_loss"] < 10 * max(result["final_loss"], 0.05), result
