@@ -456,6 +456,9 @@ class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
 
     def cancel(self, run_id: str) -> RunStatus:
         run = self._run(run_id)
+        if run.state_file.exists() and not run.state_file.is_file():
+            raise UserError(f"run {run.run_id}: {run.state_file} is not a regular file; "
+                            "accepted: a run whose run.json the launcher wrote")
         st = run.state()
         if st.get("state") in FINAL_STATES:
             return self.status(run.run_id)

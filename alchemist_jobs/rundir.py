@@ -65,13 +65,17 @@ def write_private(path: Path, text: str) -> None:
 def write_json_atomic(path: Path, data: Any, fsync: bool = False, indent: int | None = 1) -> None:
     """Write JSON so a reader sees the old or the new file, never half of one."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
-        json.dump(data, f, indent=indent, default=str,
-                  separators=None if indent is not None else (",", ":"))
-        if fsync:
-            f.flush()
-            os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
+            json.dump(data, f, indent=indent, default=str,
+                      separators=None if indent is not None else (",", ":"))
+            if fsync:
+                f.flush()
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # nothing half-written is left behind
+        raise
 
 
 MAX_STATE_BYTES = 16 << 20
