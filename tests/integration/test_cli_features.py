@@ -103,3 +103,28 @@ def test_version_and_dry_run_json(home, capsys):
     assert req["stack"] == "local" and req["processes"][0]["role"] == "agent"
     assert req["processes"][0]["env"]["X"] == "5"
     assert not home.exists()
+
+
+def test_run_json_means_json_in_the_foreground_and_detached(home):
+    """`run --json`: no progress display, one JSON document (the finished run's status, as
+    `status --json` gives it, plus wall_s); `run --detach --json`: {"run_id", "stack"}."""
+    r = cli("run", str(EXAMPLES / "digits.yaml"), "--json", "--set", "hyper.epochs=1", home=home)
+    assert r.returncode == 0, r.stderr
+    done = json.loads(r.stdout)
+    assert done["state"] == "succeeded" and done["result"]["test_accuracy"] > 0.5
+    assert done["wall_s"] > 0
+    status = json.loads(cli("status", done["run_id"], "--json", home=home).stdout)
+    assert {k: v for k, v in done.items() if k != "wall_s"} == status
+
+    r = cli("run", str(EXAMPLES / "digits.yaml"), "--detach", "--json", "--set", "hyper.epochs=1",
+            home=home)
+    assert r.returncode == 0, r.stderr
+    started = json.loads(r.stdout)
+    assert set(started) == {"run_id", "stack"} and started["stack"] == "local"
+    assert wait_finished(home, started["run_id"])["state"] == "succeeded"
+
+
+def test_run_json_with_follow_is_refused(home):
+    r = cli("run", str(EXAMPLES / "digits.yaml"), "--json", "--follow", home=home)
+    assert r.returncode == 2 and "--json with --follow" in r.stderr
+    assert not (home / "runs").exists() or not any((home / "runs").iterdir())
