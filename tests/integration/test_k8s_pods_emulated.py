@@ -239,11 +239,12 @@ class EmulatedJobSet:
         for e in container["env"]:
             env[e["name"]] = e["value"] if "value" in e else \
                 meta[e["valueFrom"]["fieldRef"]["fieldPath"]]
-        # The kubelet's file at terminationMessagePath, one per container.
+        # The kubelet's file at terminationMessagePath (the API's default: this), one per
+        # container.
         message = self.termination_log(i)
         message.unlink(missing_ok=True)
-        env = {k: str(message) if v == container["terminationMessagePath"] else v
-               for k, v in env.items()}
+        path = container.get("terminationMessagePath", "/dev/termination-log")
+        env = {k: str(message) if v == path else v for k, v in env.items()}
         log = open(self.tmp / f"pod-{i}-attempt-{self.attempt}.log", "w")
         self.procs[i] = subprocess.Popen(self._in_pod(i, self.pod["containers"][0]["command"]),
                                          env=env, stdout=log, stderr=subprocess.STDOUT,
