@@ -22,8 +22,8 @@ from typing import Mapping
 CONFIG_ERROR_EXIT_CODE = 78
 CONFIG_ERROR_FILE_ENV = "ALCHEMIST_CONFIG_ERROR_FILE"
 # The kubelet keeps at most this much of a termination message (its tail): keep each line
-# short enough that several ranks' lines fit.
-MAX_LINE = 1000
+# short enough that eight ranks' lines fit.
+MAX_LINE = 500
 
 
 def fail(message: str, environ: Mapping[str, str] | None = None) -> int:
