@@ -65,6 +65,24 @@ def pods_network():
             shutil.rmtree(f"/etc/netns/{n}", ignore_errors=True)
 
 
+def resolve_env(container: dict, pod_name: str, annotations: dict, attempt: int,
+                termination_log: Path) -> dict:
+    """The container's env as the kubelet gives it: values, the downward API over the pod's
+    metadata as JobSet v0.12.0 makes it (the template's annotations plus the restart attempt,
+    jobset_controller.go labelAndAnnotateObject), and the file the kubelet mounts at
+    terminationMessagePath (the API's default: /dev/termination-log) in place of that path."""
+    meta = {"metadata.name": pod_name}
+    meta.update({f"metadata.annotations['{k}']": v for k, v in {
+        **annotations, mf.RESTART_ATTEMPT_LABEL: str(attempt)}.items()})
+    path = container.get("terminationMessagePath", "/dev/termination-log")
+    termination_log.unlink(missing_ok=True)
+    env = {}
+    for e in container["env"]:
+        value = e["value"] if "value" in e else meta[e["valueFrom"]["fieldRef"]["fieldPath"]]
+        env[e["name"]] = str(termination_log) if value == path else value
+    return env
+
+
 def test_the_rendered_pods_train_together(tmp_path, pods_network):
     names, ips = pods_network
     shared = tmp_path / "shared"
@@ -103,10 +121,10 @@ def test_the_rendered_pods_train_together(tmp_path, pods_network):
                 "PYTHONPATH": str(REPO)}  # the image has the package installed
 
     def pod_env(i: int) -> dict:
-        env = dict(base_env, JOB_COMPLETION_INDEX=str(i))
-        for e in pod["containers"][0]["env"]:
-            env[e["name"]] = e["value"] if "value" in e else f"{host[i]}-emul{i}"
-        return env
+        return dict(base_env, JOB_COMPLETION_INDEX=str(i), **resolve_env(
+            pod["containers"][0], f"{host[i]}-emul{i}",
+            job["spec"]["template"]["metadata"]["annotations"], 0,
+            tmp_path / f"pod-{i}-termination-log"))
 
     def in_pod(i: int, argv: list[str]) -> list[str]:
         return ["ip", "netns", "exec", names[i], "unshare", "--uts", "sh", "-c",
@@ -229,22 +247,9 @@ class EmulatedJobSet:
                     for a in self.pod["initContainers"][0]["command"]]
         subprocess.run(self._in_pod(i, init), env=self.base_env, check=True,
                        capture_output=True, timeout=120)
-        env = dict(self.base_env, JOB_COMPLETION_INDEX=str(i))
-        container = self.pod["containers"][0]
-        # The pod's metadata as JobSet v0.12.0 gives it: the template's annotations plus the
-        # restart attempt (jobset_controller.go labelAndAnnotateObject).
-        meta = {"metadata.name": f"{self.hosts[i]}-a{self.attempt}"}
-        meta.update({f"metadata.annotations['{k}']": v for k, v in {
-            **self.pod_annotations, mf.RESTART_ATTEMPT_LABEL: str(self.attempt)}.items()})
-        for e in container["env"]:
-            env[e["name"]] = e["value"] if "value" in e else \
-                meta[e["valueFrom"]["fieldRef"]["fieldPath"]]
-        # The kubelet's file at terminationMessagePath (the API's default: this), one per
-        # container.
-        message = self.termination_log(i)
-        message.unlink(missing_ok=True)
-        path = container.get("terminationMessagePath", "/dev/termination-log")
-        env = {k: str(message) if v == path else v for k, v in env.items()}
+        env = dict(self.base_env, JOB_COMPLETION_INDEX=str(i), **resolve_env(
+            self.pod["containers"][0], f"{self.hosts[i]}-a{self.attempt}",
+            self.pod_annotations, self.attempt, self.termination_log(i)))
         log = open(self.tmp / f"pod-{i}-attempt-{self.attempt}.log", "w")
         self.procs[i] = subprocess.Popen(self._in_pod(i, self.pod["containers"][0]["command"]),
                                          env=env, stdout=log, stderr=subprocess.STDOUT,
