@@ -431,7 +431,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(json.dumps(s.as_json(), indent=1))
         return 0
     print(f"run        {s.run_id}\nstack      {s.stack}\nstate      {s.state}")
-    print(f"workers    {s.workers}\nrestarts   {s.restarts}")
+    counted = ("" if s.restarts_counted is None or s.restarts_counted == s.restarts
+               else f" ({s.restarts_counted} counted towards max_restarts)")
+    print(f"workers    {s.workers}\nrestarts   {s.restarts}{counted}")
     if s.step is not None:
         print(f"step       {s.step}/{s.total_steps}")
     if s.progress is not None and s.progress.loss is not None:
@@ -442,6 +444,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(f"created    {_when(s.created)}\nended      {_when(s.ended)}")
     if s.message:
         print(f"message    {s.message}")
+    for p in s.stuck_pods:
+        print(f"stuck      pod {p['pod']} on node {p['node'] or '?'}: "
+              f"{p['overdue_s'] // 60} min past its deletion deadline")
     if s.run_dir:
         print(f"directory  {s.run_dir}")
     return 0

@@ -13,7 +13,9 @@
   Kueue admits all pods at once. Losing any pod fails its Job (backoffLimit 0) and JobSet's
   failurePolicy recreates every Job: the group restarts from the newest checkpoint, at most
   `max_restarts` times. A pod stopped from outside (SIGTERM: Kueue preemption, eviction,
-  drain) exits PREEMPTED_EXIT_CODE and restarts the group without spending a restart.
+  drain) exits PREEMPTED_EXIT_CODE and restarts the group without spending a restart; a pod
+  that cannot run as configured (no GPU, no NCCL net plugin) exits CONFIG_ERROR_EXIT_CODE and
+  fails the run at once.
 
 Only the stack-specific fields (namespace, queue, image, volume claim, mount path, GPU
 resource, node selector, tolerations, scrape labels, stack name) differ between stacks.
@@ -35,9 +37,10 @@ from alchemist_jobs.contract import (MANAGED_BY_LABEL, METRICS_BASE_PORT,
 from alchemist_jobs.data.pods import pod_patch
 from alchemist_jobs.errors import UserError
 from alchemist_jobs.kubernetes.code_assets import CodeSnapshot
+from alchemist_jobs.runtime.config_error import CONFIG_ERROR_EXIT_CODE, CONFIG_ERROR_FILE_ENV
 from alchemist_jobs.runtime.nccl_net import REQUIRE_ENV as REQUIRE_NET_PLUGIN_ENV
 from alchemist_jobs.spec import JobSpec
-from alchemist_jobs.worker_env import WorkerEnv, threads_per_worker
+from alchemist_jobs.worker_env import RESTART_ATTEMPT_ENV, WorkerEnv, threads_per_worker
 
 RDZV_PORT = 29500
 PS_BASE_PORT = server_role.CLUSTER_BASE_PORT  # parameter-server shard k listens on this + k
@@ -60,6 +63,12 @@ RESTART_ATTEMPT_LABEL = "jobset.sigs.k8s.io/restart-attempt"
 # What the pod script exits with when stopped from outside (SIGTERM from the kubelet: Kueue
 # preemption, eviction, drain): 128 + 15, as a shell killed by SIGTERM would report.
 PREEMPTED_EXIT_CODE = 143
+# The container's termination message (the kubelet creates it mode 0666 and reports it as
+# `state.terminated.message`): where a worker's configuration error goes (config_error.py).
+TERMINATION_LOG = "/dev/termination-log"
+# /dev/shm is tmpfs: its pages count against the pod's memory limit, so it gets a share of
+# that limit, not all of it (shm_size).
+SHM_FRACTION = 4
 # The Prometheus of the platform runs in this namespace (infra/labels.py).
 MONITORING_NAMESPACE = "monitoring"
 # torchrun prefixes every worker line with its global rank; `alchemist logs --rank` filters on it.
@@ -182,6 +191,11 @@ def pod_command(spec: JobSpec, name: str, run_id: str, run_dir: str) -> list[str
               "set +e", "wait $pid; rc=$?",
               # `wait` returns early when the trap runs: wait for torchrun itself.
               'if [ -n "$stopped" ]; then wait $pid; exit ' + str(PREEMPTED_EXIT_CODE) + "; fi",
+              # torchrun exits 1 whatever its worker's code: a worker that wrote a
+              # configuration error (config_error.py) gets its own code back, which fails
+              # the run instead of restarting it.
+              f'if [ "$rc" -ne 0 ] && [ -s "${{{CONFIG_ERROR_FILE_ENV}:-/nonexistent}}" ]; '
+              f"then exit {CONFIG_ERROR_EXIT_CODE}; fi",
               "exit $rc"]
     return ["/bin/sh", "-c", "\n".join(lines) + "\n", "alchemist", *worker_target(spec)]
 
@@ -226,8 +240,31 @@ def _env(spec: JobSpec, stack: StackOutput, name: str, run_dir: str, root: str) 
     if "ALCHEMIST_NODE" not in values:  # the pod's name: where a worker runs
         env.append({"name": "ALCHEMIST_NODE",
                     "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}})
+    if RESTART_ATTEMPT_ENV not in values:  # which group restart this pod belongs to
+        env.append(restart_attempt_env())
+    values.setdefault(CONFIG_ERROR_FILE_ENV, TERMINATION_LOG)
     env += [{"name": k, "value": v} for k, v in values.items()]
     return env + secret_env(spec, stack)
+
+
+def restart_attempt_env() -> dict:
+    """The JobSet restart attempt, which JobSet v0.12.0 writes on every pod it creates as
+    both label and annotation `jobset.sigs.k8s.io/restart-attempt` (= status.restarts;
+    pkg/controllers/jobset_controller.go labelAndAnnotateObject), through the downward
+    API: torchrun runs with --max-restarts=0, so only this tells a worker it restarted."""
+    return {"name": RESTART_ATTEMPT_ENV, "valueFrom": {"fieldRef": {
+        "fieldPath": f"metadata.annotations['{RESTART_ATTEMPT_LABEL}']"}}}
+
+
+def shm_size(memory: str) -> str:
+    """/dev/shm's sizeLimit for a pod with this memory limit: a quarter of it (2 GiB of an
+    8Gi pod, where a runtime's default is 64 MiB). tmpfs pages count against the pod's
+    memory limit (Kubernetes' emptyDir docs, `medium: Memory`), so the processes keep three
+    quarters whatever /dev/shm holds; DataLoader workers' prefetched batches and NCCL's
+    shared-memory transport live there (docs/kubernetes.md)."""
+    from kubernetes.utils.quantity import parse_quantity
+
+    return f"{max(1, int(parse_quantity(memory)) // (SHM_FRACTION * 2**20))}Mi"
 
 
 def secret_env(spec: JobSpec, stack: StackOutput) -> list[dict]:
@@ -333,6 +370,14 @@ def build(spec: JobSpec, stack: StackOutput, run_id: str,
                 # per hostname, and no old worker still holding the rendezvous port.
                 "restartStrategy": "BlockingRecreate",
                 "rules": [{
+                    # A pod that cannot run as configured (no GPU, no NCCL net plugin: the
+                    # Job's podFailurePolicy turns exit CONFIG_ERROR_EXIT_CODE into reason
+                    # PodFailurePolicy): a restart gets the same pod, so fail the run now.
+                    "name": "ConfigurationError", "action": "FailJobSet",
+                    "onJobFailureReasons": ["PodFailurePolicy"],
+                    "onJobFailureMessagePatterns": [
+                        f"exit code {CONFIG_ERROR_EXIT_CODE} matching FailJob rule"],
+                }, {
                     # Stopped from outside (the worker Job's podFailurePolicy turns exit
                     # PREEMPTED_EXIT_CODE into reason PodFailurePolicy with this message):
                     # restart without spending one of max_restarts.
@@ -358,6 +403,9 @@ def _replicated_job(rjob: str, pods: int, pod_spec: dict, spec: JobSpec, stack: 
         "podFailurePolicy": {"rules": [
             {"action": "FailJob", "onExitCodes": {
                 "containerName": CONTAINER, "operator": "In", "values": [PREEMPTED_EXIT_CODE]}},
+            {"action": "FailJob", "onExitCodes": {
+                "containerName": CONTAINER, "operator": "In",
+                "values": [CONFIG_ERROR_EXIT_CODE]}},
         ]},
         # A replacement pod starts only once the old one is gone: one pod per hostname.
         "podReplacementPolicy": "Failed",
@@ -407,7 +455,7 @@ def _pod_spec(spec: JobSpec, stack: StackOutput, name: str, run_id: str, train: 
             {"name": "config", "configMap": {"name": name}},
             # Shared memory for DataLoader workers and NCCL; the default 64 MiB is too small.
             {"name": "dshm", "emptyDir": {"medium": "Memory",
-                                          "sizeLimit": spec.resources.memory}},
+                                          "sizeLimit": shm_size(spec.resources.memory)}},
             *data["volumes"],
         ],
         **gpu_placement(gpus, stack),
@@ -424,6 +472,7 @@ def _worker_pod(spec: JobSpec, stack: StackOutput, name: str, run_id: str,
         "name": CONTAINER, "image": image_for(spec, stack), "imagePullPolicy": "IfNotPresent",
         "command": pod_command(spec, name, run_id, run_dir),
         "env": _env(spec, stack, name, run_dir, root),
+        "terminationMessagePath": TERMINATION_LOG,
         "ports": ports,
         "resources": resources(spec.resources.cpu, spec.resources.memory,
                                spec.resources.gpu, stack, efa=True),

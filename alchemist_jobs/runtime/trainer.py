@@ -60,11 +60,13 @@ class WorkerPlace:
     restarts: int = 0
 
     @classmethod
-    def from_env(cls) -> "WorkerPlace":
-        e = os.environ
+    def from_env(cls, environ: dict[str, str] | None = None) -> "WorkerPlace":
+        from alchemist_jobs.worker_env import restarts
+
+        e = os.environ if environ is None else environ
+        # restarts: torchrun's count locally, the JobSet's group restart on a cluster
         return cls(rank=int(e.get("RANK", 0)), world=int(e.get("WORLD_SIZE", 1)),
-                   local_rank=int(e.get("LOCAL_RANK", 0)),
-                   restarts=int(e.get("TORCHELASTIC_RESTART_COUNT", 0)))
+                   local_rank=int(e.get("LOCAL_RANK", 0)), restarts=restarts(e))
 
 
 class Trainer:

@@ -231,16 +231,23 @@ def test_jobset_with_its_headless_service_and_rendezvous_at_pod_0():
                                      "publishNotReadyAddresses": True}
     fp = js["spec"]["failurePolicy"]
     assert fp["maxRestarts"] == 5
-    assert [r["action"] for r in fp["rules"]] == ["RestartJobSetAndIgnoreMaxRestarts"]
-    assert fp["rules"][0]["onJobFailureReasons"] == ["PodFailurePolicy"]
+    # A configuration error fails the run; a pod stopped from outside restarts it uncounted;
+    # anything else restarts it, counted (JobSet's default action).
+    assert [(r["name"], r["action"]) for r in fp["rules"]] == [
+        ("ConfigurationError", "FailJobSet"),
+        ("StoppedFromOutside", "RestartJobSetAndIgnoreMaxRestarts")]
+    assert all(r["onJobFailureReasons"] == ["PodFailurePolicy"] for r in fp["rules"])
     assert js["spec"]["successPolicy"] == {"operator": "All", "targetReplicatedJobs": ["worker"]}
     assert js["spec"]["ttlSecondsAfterFinished"] > 0
+    from alchemist_jobs.runtime.config_error import CONFIG_ERROR_EXIT_CODE
+
     spec = job["spec"]
     assert spec["completionMode"] == "Indexed"
     assert spec["completions"] == spec["parallelism"] == 3
     assert spec["backoffLimit"] == 0  # any lost pod fails the Job: JobSet restarts the group
     assert spec["podFailurePolicy"]["rules"] == [{"action": "FailJob", "onExitCodes": {
-        "containerName": "train", "operator": "In", "values": [mf.PREEMPTED_EXIT_CODE]}}]
+        "containerName": "train", "operator": "In", "values": [code]}}
+        for code in (mf.PREEMPTED_EXIT_CODE, CONFIG_ERROR_EXIT_CODE)]
     pod = spec["template"]["spec"]
     assert pod["restartPolicy"] == "Never"
     assert pod["priorityClassName"] == "alchemist-batch"
@@ -555,7 +562,8 @@ def test_the_preemption_rule_matches_the_job_controllers_own_message():
     import re
 
     objs = _render(stack("dev"), EXAMPLES / "digits.yaml")
-    (rule,) = _jobset(objs)["spec"]["failurePolicy"]["rules"]
+    (rule,) = [r for r in _jobset(objs)["spec"]["failurePolicy"]["rules"]
+               if r["name"] == "StoppedFromOutside"]
     (pattern,) = rule["onJobFailureMessagePatterns"]
     msg = "Container {} for pod research/{}-worker-0-1-x7k2p failed with exit code {} " \
           "matching FailJob rule at index 0"
@@ -563,3 +571,115 @@ def test_the_preemption_rule_matches_the_job_controllers_own_message():
     assert not re.search(pattern, msg.format("train", RUN, 1))
     job_rule = _job(objs)["spec"]["podFailurePolicy"]["rules"][0]
     assert job_rule["action"] == "FailJob" and job_rule["onExitCodes"]["values"] == [143]
+
+
+# --- issue 23: configuration errors, the restart attempt, /dev/shm --------------------------
+
+
+def test_a_configuration_error_through_torchrun_exits_the_config_code(tmp_path):
+    """torchrun exits 1 whatever its worker's exit code (torch 2.13 torch/distributed/run.py
+    `main`, under @record, re-raises the agent's ChildFailedError). A worker that wrote its
+    configuration error to the container's termination message gets CONFIG_ERROR_EXIT_CODE
+    back as the container's exit code; any other failure keeps torchrun's."""
+    from alchemist_jobs.runtime.config_error import CONFIG_ERROR_EXIT_CODE, CONFIG_ERROR_FILE_ENV
+
+    train = _job(_render(stack("dev"), EXAMPLES / "digits.yaml"))["spec"]["template"][
+        "spec"]["containers"][0]
+    env_spec = _env(train)
+    # The file the kubelet mounts at terminationMessagePath is the one workers write.
+    assert env_spec[CONFIG_ERROR_FILE_ENV] == train["terminationMessagePath"] == mf.TERMINATION_LOG
+    log = tmp_path / "termination-log"  # the kubelet's file, here
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    torchrun = bin_dir / "torchrun"
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "JOB_COMPLETION_INDEX": "0",
+           CONFIG_ERROR_FILE_ENV: str(log)}
+    torchrun.write_text(f'#!/bin/sh\necho "rank 0: resources.gpu=1: no usable GPU" >> "${CONFIG_ERROR_FILE_ENV}"\nexit 1\n')
+    torchrun.chmod(0o755)
+    assert subprocess.run(train["command"], env=env).returncode == CONFIG_ERROR_EXIT_CODE
+    log.unlink()
+    torchrun.write_text("#!/bin/sh\nexit 1\n")  # a crash: JobSet restarts the group
+    assert subprocess.run(train["command"], env=env).returncode == 1
+    log.write_text("rank 0: written, but torchrun succeeded\n")
+    torchrun.write_text("#!/bin/sh\nexit 0\n")
+    assert subprocess.run(train["command"], env=env).returncode == 0
+
+
+def test_the_configuration_error_rules_fail_the_run_at_once():
+    """The worker Job's podFailurePolicy maps CONFIG_ERROR_EXIT_CODE of `train` to FailJob,
+    and JobSet's first rule maps that Job failure (reason PodFailurePolicy, the Job
+    controller's message) to FailJobSet: no restart is spent on it."""
+    import re
+
+    from alchemist_jobs.runtime.config_error import CONFIG_ERROR_EXIT_CODE
+
+    for s in stack_outputs():
+        objs = _render(s, EXAMPLES / "digits.yaml")
+        rules = _jobset(objs)["spec"]["failurePolicy"]["rules"]
+        assert rules[0]["name"] == "ConfigurationError" and rules[0]["action"] == "FailJobSet"
+        (pattern,) = rules[0]["onJobFailureMessagePatterns"]
+        msg = ("Container train for pod research/{}-worker-0-1-x7k2p failed with exit code {} "
+               "matching FailJob rule at index 1")
+        assert re.search(pattern, msg.format(RUN, CONFIG_ERROR_EXIT_CODE))
+        assert not re.search(pattern, msg.format(RUN, mf.PREEMPTED_EXIT_CODE))
+        job_rules = _job(objs)["spec"]["podFailurePolicy"]["rules"]
+        assert {"action": "FailJob", "onExitCodes": {
+            "containerName": "train", "operator": "In",
+            "values": [CONFIG_ERROR_EXIT_CODE]}} in job_rules
+
+
+def test_workers_learn_their_group_restart_from_jobsets_annotation(fake):
+    """JobSet v0.12.0 writes the restart attempt on every pod as label and annotation
+    `jobset.sigs.k8s.io/restart-attempt` (jobset_controller.go labelAndAnnotateObject); the
+    worker container reads it through the downward API, and the worker's restart count is
+    that number (torchrun's own count stays 0: --max-restarts=0)."""
+    from alchemist_jobs.runtime.trainer import WorkerPlace
+    from alchemist_jobs.worker_env import RESTART_ATTEMPT_ENV
+
+    sched = KubernetesScheduler(stack("dev").output)
+    spec = load_spec(EXAMPLES / "digits.yaml", ["nodes=2"])
+    sched.schedule(sched.dryrun(spec, EXAMPLES, run_id=RUN))
+    pod = fake.add_pod(RUN, 1, attempt=3)
+    env = {"TORCHELASTIC_RESTART_COUNT": "0", "RANK": "1"}
+    for e in pod["spec"]["containers"][0]["env"]:
+        if "value" in e:
+            env[e["name"]] = e["value"]
+            continue
+        path = e["valueFrom"]["fieldRef"]["fieldPath"]
+        if path == "metadata.name":
+            env[e["name"]] = pod["metadata"]["name"]
+        else:  # metadata.annotations['<key>'], as the kubelet resolves it
+            kind, _, key = path.partition("['")
+            assert kind == "metadata.annotations", path
+            env[e["name"]] = pod["metadata"]["annotations"][key.rstrip("']")]
+    assert env[RESTART_ATTEMPT_ENV] == "3"
+    assert WorkerPlace.from_env(env).restarts == 3
+
+
+def _bytes(q: str) -> int:
+    from kubernetes.utils.quantity import parse_quantity
+
+    return int(parse_quantity(q))
+
+
+def test_dev_shm_is_a_share_of_the_memory_limit_not_all_of_it():
+    """/dev/shm is tmpfs, and tmpfs pages count against the pod's memory limit: with a
+    sizeLimit equal to the limit, a full /dev/shm leaves the processes nothing. Every job
+    pod and session pod keeps at least three quarters of its limit for its processes."""
+    pods = []
+    for s in stack_outputs():
+        for overrides in (["resources.memory=8Gi"], ["resources.memory=400Gi"],
+                          ["resources.memory=1Gi"], VARIANTS["async-2x2-servers-2"]):
+            objs = _render(s, EXAMPLES / "digits.yaml", overrides)
+            pods += [_job(objs, r["name"])["spec"]["template"]["spec"]
+                     for r in _jobset(objs)["spec"]["replicatedJobs"]]
+        pods.append(session_pod(s.output, "alchemist-session-alice")["spec"])
+    assert len(pods) >= 4 * 5
+    for pod in pods:
+        (train,) = pod["containers"]
+        limit = _bytes(train["resources"]["limits"]["memory"])
+        shm = next(v for v in pod["volumes"] if v["name"] == "dshm")["emptyDir"]
+        assert shm["medium"] == "Memory"
+        size = _bytes(shm["sizeLimit"])
+        assert limit // 4 - 2**20 < size <= limit // 4, (train["resources"], shm)
+        assert {"name": "dshm", "mountPath": "/dev/shm"} in train["volumeMounts"]
