@@ -168,3 +168,18 @@ def test_loader_workers_yield_the_same_batches_in_the_same_order(tmp_path: Path)
     want = list(plain.epoch(1, start_batch=5))
     assert [b for b, _, _ in got] == [b for b, _, _ in want] == list(range(5, plain.per_epoch))
     assert all(torch.equal(a[1], b[1]) and torch.equal(a[2], b[2]) for a, b in zip(got, want))
+
+
+def test_evaluation_builds_no_autograd_graph():
+    """Each epoch's evaluation of the whole test set ran with autograd on: a graph of every
+    activation (time, and on a GPU memory) that nothing ever used."""
+    from alchemist_jobs.runtime.batches import evaluate
+    from alchemist_jobs.runtime.tasks import TaskData
+
+    seen = []
+    model = torch.nn.Linear(4, 3)
+    model.register_forward_hook(lambda m, i, out: seen.append(out.requires_grad))
+    data = TaskData(x_train=torch.zeros(1, 4), y_train=torch.zeros(1, dtype=torch.long),
+                    x_test=torch.randn(8, 4), y_test=torch.zeros(8, dtype=torch.long), classes=3)
+    evaluate(model, data, torch.device("cpu"))
+    assert seen == [False]
