@@ -73,7 +73,7 @@ class Mode:
     # Big enough that a step is the GPU's work (about 2.5 ms in bf16 on an H100-class GPU,
     # 15 ms in fp32), not the host's: a smaller one would compare Python overheads.
     tput_task: dict = field(default_factory=lambda: {"builtin": "synthetic", "synthetic": {
-        "params": 32_000_000, "samples": 32768, "features": 1024, "classes": 32, "layers": 3}})
+        "params": 32_000_000, "samples": 65536, "features": 1024, "classes": 32, "layers": 3}})
     tput_batch: int = 4096
     tput_steps: tuple[int, int] = (100, 800)  # timed as the difference: fixed costs cancel
 
@@ -264,7 +264,8 @@ def builtin_seconds(root: Path, mode: Mode, precision: dict[str, Any], steps: in
 
 def raw_seconds(root: Path, mode: Mode, precision: dict[str, Any], steps: int) -> float:
     """The textbook loop on the same model, data, optimizer and precision: data on the device,
-    a fresh permutation per epoch, one optimizer step per batch, world size 1, no DDP."""
+    a fresh permutation per epoch, one optimizer step per batch, the test set evaluated at
+    each epoch's end (the built-in loop's learning curve), world size 1, no DDP."""
     import torch
     import torch.nn.functional as F
 
@@ -285,9 +286,15 @@ def raw_seconds(root: Path, mode: Mode, precision: dict[str, Any], steps: int) -
     model = build_model(spec, data).to(device)
     opt = build_optimizer(spec.hyper, model.parameters())
     x, y = data.x_train.to(device), data.y_train.to(device)
+    x_test, y_test = data.x_test.to(device), data.y_test.to(device)
     bs, n = spec.hyper.batch_size, len(x)
     per_epoch = n // bs
     for step in range(steps):
+        if step and step % per_epoch == 0:
+            with torch.no_grad():
+                model.eval()
+                float((model(x_test).argmax(1) == y_test).float().mean())
+                model.train()
         if step % per_epoch == 0:
             perm = torch.randperm(n, device=device)
         sel = perm[(step % per_epoch) * bs:(step % per_epoch + 1) * bs]
@@ -506,9 +513,10 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         return refuse(f"{sys.executable} lacks {', '.join(missing)}: run scripts/stage-gpu-deps "
                       "where PyPI is reachable and bring .gpu-deps/ with the tree")
-    from bench.gpu_deps import chosen
+    from bench.gpu_deps import STAGE
 
-    staged = chosen()[1]
+    # what gpu_check.sh put on the path from the stage (bench/gpu_deps.py chose it)
+    staged = [Path(p).name for p in sys.path if p.startswith(str(STAGE) + os.sep)]
     where = (f"{torch.cuda.get_device_name(0)} x{mode.devices}, CUDA {torch.version.cuda}"
              if mode.gpu else f"CPU, {mode.devices} gloo processes for the multi-GPU rows")
     print(f"gpu_check ({mode.name}): {where}; torch {torch.__version__}; Python "
