@@ -70,12 +70,15 @@ class Mode:
     task: dict = field(default_factory=lambda: {"builtin": "synthetic", "synthetic": {
         "params": 200_000, "samples": 8192, "features": 64, "classes": 10, "layers": 2}})
     steps: int = 300
-    # Big enough that a step is the GPU's work (about 2.5 ms in bf16 on an H100-class GPU,
-    # 15 ms in fp32), not the host's: a smaller one would compare Python overheads.
+    # Big enough that a step is the GPU's work (1.6 TFLOP: about 2.5 ms in bf16 on an
+    # H200, 30 ms in fp32), not the host's (about 1 ms of Python and launches per step): a
+    # smaller model would compare Python overheads, not training loops.
     tput_task: dict = field(default_factory=lambda: {"builtin": "synthetic", "synthetic": {
         "params": 32_000_000, "samples": 65536, "features": 1024, "classes": 32, "layers": 3}})
-    tput_batch: int = 4096
-    tput_steps: tuple[int, int] = (100, 800)  # timed as the difference: fixed costs cancel
+    tput_batch: int = 8192
+    # (short, long) steps per precision, timed as the difference: fixed costs cancel; fp32
+    # steps are ten times dearer, so fewer of them give as many seconds to compare
+    tput_steps: dict = field(default_factory=lambda: {"fp32": (50, 350), "default": (100, 1000)})
 
     @property
     def resources(self) -> dict[str, int]:
@@ -86,7 +89,8 @@ def self_test_mode() -> Mode:
     small = {"builtin": "synthetic", "synthetic": {"params": 20_000, "samples": 2048,
                                                    "features": 32, "classes": 10, "layers": 1}}
     return Mode(gpu=False, devices=2, name="cpu self-test", task=small, steps=120,
-                tput_task=small, tput_batch=64, tput_steps=(20, 60))
+                tput_task=small, tput_batch=64,
+                tput_steps={"fp32": (20, 60), "default": (20, 60)})
 
 
 def _label(a: dict[str, Any]) -> str:
@@ -312,9 +316,9 @@ def check_throughput(root: Path, mode: Mode) -> list[Row]:
     import torch
 
     rows = []
-    short, long_ = mode.tput_steps
-    samples = (long_ - short) * mode.tput_batch
     for label, prec in (("fp32", {"autocast": "none", "tf32": False}), ("default", {})):
+        short, long_ = mode.tput_steps[label]
+        samples = (long_ - short) * mode.tput_batch
         try:
             builtin_seconds(root, mode, prec, short)  # warm-up: data file, kernels, allocator
             rates, peaks = {}, {}
