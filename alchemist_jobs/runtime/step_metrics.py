@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass, field
 
 from alchemist_jobs.runtime.metrics import WorkerMetrics
-from alchemist_jobs.runtime.strategies.base import CommStats
+from alchemist_jobs.runtime.strategies.comm_stats import OFF_STEP, CommStats
 
 
 @dataclass
@@ -52,6 +52,8 @@ class StepMetrics:
         communication, the rest of its busy time compute; hidden communication apart."""
         m = self.metrics
         for busy, exposed, overlapped in comm.settle(block):
+            if busy == OFF_STEP:
+                continue  # in comm's totals (result.json), but in no step's time
             compute = max(0.0, busy - exposed) if busy is not None else 0.0
             self.split.compute += compute
             self.split.communication += exposed

@@ -266,3 +266,17 @@ def test_parameter_server_answers_land_in_the_staging_buffers(monkeypatch, tmp_p
     assert vec.data_ptr() == staging.answers[0].data_ptr()
     ours.close()
     server.close()
+
+
+def test_exchanges_outside_a_step_stay_out_of_the_step_time_split():
+    from alchemist_jobs.runtime.step_metrics import StepMetrics
+    from alchemist_jobs.runtime.strategies.comm_stats import OFF_STEP
+
+    comm, sm = CommStats(), StepMetrics(WorkerMetrics({"job": "t"}, enabled=True))
+    comm.window(0.0, 0.5)  # a parameter-server pull for an evaluation, between steps
+    comm.close_window(OFF_STEP)
+    comm.window(1.0, 1.004)
+    sm.record(step_s=0.010, data_s=0.0, samples=8, lr=0.1, epoch=0.0, comm=comm)
+    assert sm.split.communication == pytest.approx(0.004)
+    assert sm.split.compute + sm.split.communication == pytest.approx(0.010)
+    assert comm.seconds == pytest.approx(0.504)  # result.json's total still counts it

@@ -28,6 +28,7 @@ import torch
 
 from alchemist_jobs.runtime import ps_wire
 from alchemist_jobs.runtime.strategies.base import Strategy, WorkerContext
+from alchemist_jobs.runtime.strategies.comm_stats import OFF_STEP
 
 CONNECT_TIMEOUT_S = float(os.environ.get("ALCHEMIST_PS_CONNECT_TIMEOUT", 300))
 
@@ -240,7 +241,7 @@ class AsyncStrategy(_PSStrategy):
     def setup(self, model: torch.nn.Module) -> torch.nn.Module:
         super().setup(model)
         self._pull()  # the servers hold the model; a restarted worker continues from theirs
-        self.ctx.comm.close_window()  # not to be merged with the first step's exchange
+        self.ctx.comm.close_window(OFF_STEP)  # not to be merged with the first step's exchange
         return model
 
     def after_backward(self, step: int) -> None:
@@ -302,7 +303,7 @@ class AsyncEasgdStrategy(_PSStrategy):
         versions = list(self.client.versions)
         self._pull()
         self.client.versions = versions
-        self.ctx.comm.close_window()  # off-step traffic: not merged into the next step's time
+        self.ctx.comm.close_window(OFF_STEP)  # off-step traffic: not in a step's time
         try:
             yield self.model
         finally:

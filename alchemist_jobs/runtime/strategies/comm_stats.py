@@ -32,6 +32,9 @@ if TYPE_CHECKING:
 
 # (start, end, overlaps): host seconds, or CUDA events; overlaps = issued while compute runs
 Span = tuple[Any, Any, bool]
+# The tag of a window outside any step (a parameter-server pull before the first step or
+# for an evaluation): counted in the totals, not in a step's time split.
+OFF_STEP = "off-step"
 
 
 @dataclass
