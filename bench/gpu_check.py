@@ -45,7 +45,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-TORCH_FLOOR = (2, 4)  # device_id in init_process_group, torch.load(weights_only), bf16 autocast
+TORCH_FLOOR = (2, 4)  # the oldest torch the GPU path is run with (CI tests the lock's 2.13)
 ALGOS = [{"name": "sync"}, {"name": "async"}, {"name": "bmuf", "tau": 4},
          {"name": "easgd", "tau": 4}, {"name": "easgd", "tau": 4, "variant": "async"}]
 THROUGHPUT_GOAL = 0.97

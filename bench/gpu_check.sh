@@ -2,7 +2,7 @@
 # The GPU check (bench/gpu_check.py): every training path on this machine's GPUs, one table,
 # under 7 minutes on one GPU, offline. It runs with the interpreter it is given: PYTHON, else
 # the active python3 (never a guessed virtual environment), and that interpreter's own torch
-# (2.4 or newer, a CUDA build). What that Python lacks of the few pure-Python dependencies
+# (2.4 or newer, a CUDA build). What that Python lacks of the few other dependencies
 # comes from .gpu-deps/ (scripts/stage-gpu-deps, run where PyPI is reachable; docs/gpu.md).
 #   PYTHON=/usr/bin/python3 bench/gpu_check.sh [--out FILE]
 # GPU_CHECK_TIMEOUT_S (default 420: the 7 minutes it is planned for) bounds the whole run.

@@ -70,6 +70,7 @@ SELF_TEST_ROWS = ["algorithm/sync", "resume", "precision", "throughput", "ps/pin
                   "metrics/cpu", "multi/sync", "local-nodes/2"]
 
 
+@pytest.mark.timeout(1800)  # six launches: about a minute idle, several on a busy 2-core machine
 def test_the_rows_pass_on_cpu():
     """The check's logic on CPU: a launched run, a kill and resume, precision, throughput
     against the raw loop (its ratio is judged on GPUs only), a live /metrics, and the
