@@ -249,12 +249,16 @@ class Resources(_Node):
 
 
 class PrecisionSpec(_Node):
-    """Numeric precision of built-in tasks (GPUs; bf16 autocast also works on CPU)."""
+    """Numeric precision of built-in tasks. Unset, each field takes the device's safe default
+    (runtime/precision.py): on a GPU TF32 matmuls, and bf16 autocast where the GPU computes
+    bfloat16 natively; on CPU neither. `{tf32: false, autocast: none}` is plain float32."""
 
-    autocast: Literal["none", "bf16"] = Field(
-        "none", description="bf16: forward in bfloat16 autocast; weights stay float32"
+    autocast: Literal["none", "bf16"] | None = Field(
+        None, description="bf16: forward in bfloat16 autocast (weights stay float32); none: "
+        "float32; unset: bf16 on GPUs that support it, none on CPU"
     )
-    tf32: bool = Field(False, description="let float32 matmuls use TF32 tensor cores")
+    tf32: bool | None = Field(
+        None, description="let float32 matmuls use TF32 tensor cores; unset: on GPUs only")
 
 
 class JobSpec(_Node):

@@ -99,19 +99,24 @@ def send(sock: socket.socket, header: dict[str, Any], payload: memoryview | byte
 
 def _recv_exact(sock: socket.socket, n: int) -> bytearray:
     buf = bytearray(n)
-    view, got = memoryview(buf), 0
+    _recv_into(sock, memoryview(buf))
+    return buf
+
+
+def _recv_into(sock: socket.socket, view: memoryview) -> None:
+    got, n = 0, len(view)
     while got < n:
         r = sock.recv_into(view[got:], n - got)
         if r == 0:
             raise ConnectionError("peer closed the connection")
         got += r
-    return buf
 
 
-def recv(sock: socket.socket, max_payload: int | None = None,
-         max_header: int = MAX_HEADER) -> tuple[dict[str, Any], bytearray, int]:
+def recv(sock: socket.socket, max_payload: int | None = None, max_header: int = MAX_HEADER,
+         into: memoryview | None = None) -> tuple[dict[str, Any], bytearray | memoryview, int]:
     """Receive one frame: (header, payload, bytes taken off the wire). Sizes beyond the
-    bounds are refused before anything is allocated for them."""
+    bounds are refused before anything is allocated for them. A payload of exactly
+    len(into) bytes lands in `into` (a worker's pinned answer buffer), which is returned."""
     hlen, plen = HEAD.unpack(_recv_exact(sock, HEAD.size))
     if hlen > max_header:
         raise ProtocolError(f"header of {hlen} bytes: not a parameter-server frame")
@@ -123,6 +128,9 @@ def recv(sock: socket.socket, max_payload: int | None = None,
         raise ProtocolError("header is not JSON: not a parameter-server frame") from None
     if not isinstance(header, dict):
         raise ProtocolError("header is not a JSON object")
+    if into is not None and plen and plen == len(into):
+        _recv_into(sock, into)
+        return header, into, HEAD.size + hlen + plen
     payload = _recv_exact(sock, plen) if plen else bytearray()
     return header, payload, HEAD.size + hlen + plen
 
