@@ -12,8 +12,10 @@ worker's bootstrap); unset (a cluster pod), nothing changes:
   server or client, is a torch FileStore in that directory instead, which is private to the
   run's owner (0700) like the run directory around it. The agents' rendezvous uses torch's
   own `store_type=file` (alchemist_jobs/local_backend.py). The "port" torchrun hands the
-  workers (MASTER_PORT) then names the workers' store file; rank 0's agent reserves a fresh
-  one per rendezvous round, so a restarted group never reads the last attempt's keys.
+  workers (MASTER_PORT) then names the workers' store file; rank 0's agent starts each
+  rendezvous round by removing the last round's store files and reserving a fresh one, so a
+  restarted group never reads the last attempt's keys (as a new TCPStore server starts
+  empty), whatever port a script's own store uses.
 - ALCHEMIST_STORE_ADDR=<address>: every TCPStore server listens on a socket bound to that
   address (torch's own binds every interface), handed to TCPStore as `master_listen_fd`.
 
@@ -51,6 +53,19 @@ def reserve_port(directory: str) -> int:
             continue
 
 
+def new_round(directory: str) -> int:
+    """Rank 0's agent, once every agent has stopped the last round's workers (torchrun stops
+    them before it rejoins, and no worker of this round starts before this returns): the
+    last round's stores go, and this round's is reserved."""
+    for name in os.listdir(directory):
+        if name.startswith("store-"):
+            try:
+                os.unlink(os.path.join(directory, name))
+            except FileNotFoundError:
+                pass
+    return reserve_port(directory)
+
+
 def apply() -> bool:
     """Put every later TCPStore of this process where the run allows; False when neither
     variable is set."""
@@ -73,10 +88,10 @@ def apply() -> bool:
                 setattr(module, "TCPStore", replacement)
     if directory:
         # torchrun's rank-0 agent picks MASTER_PORT with rendezvous.api's get_free_port
-        # (RendezvousStoreInfo.build, torch 2.13): here it reserves a store file as well.
+        # (RendezvousStoreInfo.build, torch 2.13), once per round: here it starts the round.
         from torch.distributed.elastic.rendezvous import api
 
-        api.get_free_port = lambda: reserve_port(directory)
+        api.get_free_port = lambda: new_round(directory)
     return True
 
 

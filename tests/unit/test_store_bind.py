@@ -131,9 +131,18 @@ def test_a_client_waits_for_a_key_its_server_has_not_set_yet(in_dir):
     assert got["v"] == b"here"
 
 
-def test_each_rendezvous_round_gets_a_store_no_earlier_round_used(in_dir):
+def test_each_rendezvous_round_starts_with_empty_stores(in_dir):
+    """A restarted group must not read the last attempt's keys (pytorch/pytorch#135712), on
+    the port the agent picked nor on a script's own fixed port."""
     from torch.distributed.elastic.rendezvous import api
 
-    ports = {api.get_free_port() for _ in range(20)}  # what torchrun's rank-0 agent calls
-    assert len(ports) == 20
-    assert {p.name for p in in_dir.iterdir()} == {f"store-{p}" for p in ports}
+    first = api.get_free_port()  # what torchrun's rank-0 agent calls, once per round
+    fixed = dist.TCPStore("127.0.0.1", 29998, 2, True, timedelta(seconds=30))
+    fixed.set("rank-0-addr", b"last round's")
+    dist.TCPStore("127.0.0.1", first, 2, True, timedelta(seconds=30)).set("k", b"old")
+    second = api.get_free_port()
+    assert second != first
+    assert [p.name for p in in_dir.iterdir()] == [f"store-{second}"]
+    again = dist.TCPStore("127.0.0.1", 29998, 2, True, timedelta(seconds=30))
+    assert not again.check(["rank-0-addr"])
+    assert not dist.TCPStore("127.0.0.1", second, 2, False, timedelta(seconds=30)).check(["k"])
