@@ -18,7 +18,8 @@ def unavailable() -> str | None:
         return "switching to another uid needs root"
     if shutil.which("setpriv") is None:
         return "setpriv (util-linux) is not installed"
-    probe = subprocess.run([*prefix(), sys.executable, "-c", "import torch, os; print(os.getuid())"],
+    probe = subprocess.run([*prefix(), sys.executable, "-c",
+                            "import torch, os; print(os.getuid())"],
                            capture_output=True, text=True, cwd="/")
     if probe.returncode != 0 or probe.stdout.strip() != str(NOBODY):
         return f"uid {NOBODY} cannot run {sys.executable} with torch: {probe.stderr[-200:]}"
