@@ -1,7 +1,7 @@
 """The `local` stack: a job runs as torchrun agents and their worker processes on this machine.
 
-One torchrun agent per node (`nodes` > 1 simulates several nodes with c10d rendezvous on
-127.0.0.1), each starting `procs_per_node` workers through the bootstrap. torchrun gives the
+One torchrun agent per node (`nodes` > 1 simulates several nodes; their c10d rendezvous is a
+file store in the run's private directory, which no other account can open), each starting `procs_per_node` workers through the bootstrap. torchrun gives the
 semantics: rendezvous, `RANK`/`WORLD_SIZE`..., restarts up to `max_restarts`. The run
 directory under the local shared-file-system root holds everything about the run.
 """
@@ -240,8 +240,8 @@ class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
     # -- dryrun / schedule --------------------------------------------------------------------
 
     def dryrun(self, spec: JobSpec, spec_dir: Path, run_id: str | None = None) -> LocalRequest:
-        """The agents' command lines; creates nothing. Ports (a multi-node run's rendezvous,
-        parameter servers) are free loopback ports picked now, so what is shown is what runs."""
+        """The agents' command lines; creates nothing. Parameter servers' ports are free
+        loopback ports picked now (their launcher holds them from the start)."""
         run_id = run_id or new_run_id(spec.name)
         run = RunDir(runs_root(self.root) / run_id)
         target = worker_target(spec, spec_dir)
@@ -249,37 +249,33 @@ class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
         cwd = str(run.path / "code") if code_source is not None else str(Path(spec_dir).resolve())
         pythonpath = os.pathsep.join(
             [_PKG_PARENT] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))
-        # Nothing of a local run listens beyond this machine: the agent's and rank 0's c10d
-        # stores (store_bind.py) and gloo's pairs bind loopback only.
+        # The c10d stores of a local run (the agents' rendezvous, rank 0's worker store) are
+        # files in its private stores/ directory, never loopback ports: another account on
+        # this machine could write to a port, and torch unpickles the rendezvous state
+        # (store_bind.py). gloo's pairs bind loopback only.
+        stores = str(run.stores)
         worker = WorkerEnv(run_dir=str(run.path), shared_root=str(self.root), stack="local",
                            threads=threads_per_worker(spec.resources.cpu, spec.procs_per_node),
-                           store_addr="127.0.0.1", gloo_ifname="lo", pythonpath=pythonpath)
+                           store_dir=stores, gloo_ifname="lo", pythonpath=pythonpath)
         base_env = {**worker.as_dict(), **spec.env}
         # The parameter-server role, for algorithms that have one.
         servers = local_servers.server_processes(spec, run, base_env, cwd)
         if servers:
             worker = replace(worker, ps_addrs=server_role.addrs([(s.host, s.port) for s in servers]))
             base_env = {**worker.as_dict(), **spec.env}
-        # nodes > 1: node 0's agent binds a port the kernel picks and publishes it here; the
-        # other agents wait for it (store_bind.RDZV_PORT_OUT/IN). Nothing is chosen early.
-        port_file = str(run.path / "rendezvous-port")
         devices = _node_devices(spec)
         procs = []
+        rdzv_conf = "store_type=file" + (",join_timeout=120" if spec.nodes > 1 else "")
         for node in range(spec.nodes):
             argv = [sys.executable, "-m", AGENT_MODULE,
                     f"--nnodes={spec.nodes}", f"--nproc-per-node={spec.procs_per_node}",
                     f"--max-restarts={spec.max_restarts}", "--rdzv-backend=c10d",
-                    f"--rdzv-id={run_id}"]
-            if spec.nodes == 1:
-                argv.append("--rdzv-endpoint=localhost:0")  # as --standalone: a free port, race-free
-            else:
-                argv += ["--rdzv-endpoint=127.0.0.1:0", "--local-addr=127.0.0.1",
-                         f"--rdzv-conf=is_host={int(node == 0)},join_timeout=120"]
+                    f"--rdzv-id={run_id}",
+                    f"--rdzv-endpoint={os.path.join(stores, store_bind.RENDEZVOUS_FILE)}",
+                    f"--rdzv-conf={rdzv_conf}", "--local-addr=127.0.0.1"]
             argv += ["-m", "alchemist_jobs.runtime.bootstrap", *target]
             env = dict(base_env, ALCHEMIST_NODE=f"{socket.gethostname()}-node{node}"
                        if spec.nodes > 1 else socket.gethostname())
-            if spec.nodes > 1:
-                env[store_bind.RDZV_PORT_OUT if node == 0 else store_bind.RDZV_PORT_IN] = port_file
             if devices[node] is not None:  # this node's own GPUs: LOCAL_RANK indexes into them
                 env["CUDA_VISIBLE_DEVICES"] = devices[node]
             procs.append(LocalProcess(node=node, argv=argv, env=env,
@@ -298,6 +294,9 @@ class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
             raise UserError(f"run {request.run_id}: its directory {run.path} exists already; "
                             "accepted: a new run id (leave it out to get one)") from None
         write_private(run.spec, spec.to_yaml())
+        run.stores.mkdir(mode=0o700)
+        rendezvous = run.stores / store_bind.RENDEZVOUS_FILE  # torch's FileStore would make it 0644
+        os.close(os.open(rendezvous, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
         if request.code_source is not None:
             copy_code(request.code_source, request.code_files, run.path / "code")
         run.update_state(run_id=request.run_id, name=spec.name, stack="local", state=RUNNING,

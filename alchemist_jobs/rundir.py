@@ -118,6 +118,7 @@ class RunDir:
     workers = property(lambda self: self.path / "workers")
     checkpoints = property(lambda self: self.path / "checkpoints")
     tensorboard = property(lambda self: self.path / "tensorboard")
+    stores = property(lambda self: self.path / "stores")  # a local run's c10d stores (store_bind)
 
     def rank_log(self, rank: int) -> Path:
         return self.logs / f"rank-{rank}.log"
