@@ -83,7 +83,7 @@ def object_name(run_id: str) -> str:
     that starts with a digit: a DNS-1035 label starts with a letter). new_run_id keeps ids
     short enough; a longer one is refused here, never shortened into another run's label."""
     name = run_id if run_id[:1].isalpha() else f"r-{run_id}"
-    if len(name) > MAX_NAME:
+    if len(run_id) > MAX_RUN_ID or len(name) > MAX_NAME:
         raise UserError(f"run id {run_id[:80]!r}: {len(run_id)} characters; accepted: at most "
                         f"{MAX_RUN_ID} (a run id names the run's JobSet, whose pod names "
                         "JobSet limits to 63 characters)")
