@@ -317,7 +317,7 @@ class ExistingCluster(pulumi.ComponentResource):
         )
         self.facts = ClusterFacts(
             provider=self.provider,
-            kubeconfig=self.kubeconfig,
+            kubeconfig=None,  # the deployer's, for `pulumi up` only: jobs get infra/team_credential.py's
             eks=None,
             gpus_per_node=existing.gpus_per_node,
             gpu_driver_by_operator=existing.gpu_driver == "operator",
