@@ -161,6 +161,7 @@ def test_a_members_job_objects_are_admitted_and_its_pods_made_by_the_controllers
             kueue_admits = copy.deepcopy(jobset)
             kueue_admits["spec"]["suspend"] = False
             assert review(p, KUEUE, "UPDATE", kueue_admits, jobset) == []
+            assert review(p, who, "DELETE", None, jobset) == []  # cancel
             made_jobs, made_pods = _jobs_and_pods(jobset)
             for j in made_jobs:
                 assert review(p, JOBSET_CONTROLLER, "CREATE", j) == []
