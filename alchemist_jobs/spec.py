@@ -261,12 +261,15 @@ class PrecisionSpec(_Node):
         None, description="let float32 matmuls use TF32 tensor cores; unset: on GPUs only")
 
 
+MAX_NODES = 1024  # the Kubernetes backend sizes pod names for this many (manifests.MAX_NAME)
+
+
 class JobSpec(_Node):
     """One training job. Saved, resolved, in the run directory and in every checkpoint."""
 
     name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?$")
     task: TaskSpec
-    nodes: int = Field(1, ge=1, le=1024)
+    nodes: int = Field(1, ge=1, le=MAX_NODES)
     procs_per_node: int = Field(1, ge=1, le=256)
     resources: Resources = Field(default_factory=Resources)
     algorithm: Algorithm = Field(default_factory=SyncAlgo)

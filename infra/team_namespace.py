@@ -76,16 +76,19 @@ def submitter_role(namespace: str) -> dict[str, Any]:
     """
     read = ["get", "list", "watch"]
     manage = [*read, "create", "delete", "patch"]
+    # docs/kubernetes.md lists each grant and who uses it; tests/system checks both ways.
     return {
         "apiVersion": f"{RBAC}/v1",
         "kind": "Role",
         "metadata": {"name": SUBMITTER_ROLE, "namespace": namespace},
         "rules": [
             # A run is a JobSet; its child Jobs are the JobSet controller's, read for status.
-            {"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"], "verbs": manage},
+            # (no patch: a member who could unsuspend a JobSet would start it around Kueue)
+            {"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"], "verbs": [*read, "create", "delete"]},
             {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": read},
-            # A run's Service and ConfigMap are patched to make the JobSet their owner.
-            {"apiGroups": [""], "resources": ["services", "configmaps"], "verbs": manage},
+            # A run's ConfigMap is patched to make the JobSet its owner; JobSet makes the Service.
+            {"apiGroups": [""], "resources": ["configmaps"], "verbs": manage},
+            {"apiGroups": [""], "resources": ["services"], "verbs": read},
             # Interactive sessions are bare pods (the admission policy bounds what they may be).
             {"apiGroups": [""], "resources": ["pods"], "verbs": [*read, "create", "delete"]},
             {"apiGroups": [""], "resources": ["pods/log"], "verbs": read},

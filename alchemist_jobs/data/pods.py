@@ -80,7 +80,8 @@ def plan_local_source(spec: "JobSpec", stack: "StackOutput") -> tuple["JobSpec",
 
     root = Path(source)
     digest = hashlib.sha256(json.dumps(local_listing(root)).encode()).hexdigest()[:32]
-    uri = S3Uri(stack.object_store.bucket, f"{RUN_UPLOADS}{digest}/")
+    # under the team's prefix: on AWS its role reaches no other key (contract ObjectStore.prefix)
+    uri = S3Uri(stack.object_store.bucket, f"{stack.object_store.prefix}{RUN_UPLOADS}{digest}/")
     resolved = spec.model_copy(deep=True)
     resolved.data.source = str(uri)
     return resolved, (root, uri)

@@ -101,9 +101,9 @@ class DatasetInfo:
     complete: bool  # the manifest is there: the last push finished
 
 
-def list_datasets(client: Any, bucket: str) -> list[DatasetInfo]:
+def list_datasets(client: Any, bucket: str, prefix: str = "") -> list[DatasetInfo]:
     found: dict[str, DatasetInfo] = {}
-    for o in s3mod.list_prefix(client, S3Uri(bucket, DATASETS_PREFIX)):
+    for o in s3mod.list_prefix(client, S3Uri(bucket, prefix + DATASETS_PREFIX)):
         name, _, rel = o.rel.partition("/")
         info = found.setdefault(name, DatasetInfo(name, 0, 0, False))
         if rel == s3mod.MANIFEST:

@@ -78,7 +78,7 @@ def _stage_s3(source: str, cache: NodeCache) -> Entry:
     if not objects:
         raise DataError(f"{uri}: no objects there; accepted: a prefix holding the dataset "
                         "(`alchemist data ls`)")
-    if uri.prefix.startswith(DATASETS_PREFIX):
+    if uri.prefix.startswith(DATASETS_PREFIX) or f"/{DATASETS_PREFIX}" in uri.prefix:
         raise DataError(f"{uri}: its push has not finished (no {s3.MANIFEST}); run `alchemist "
                         "data push` again to complete it")
     size = sum(o.size for o in objects)

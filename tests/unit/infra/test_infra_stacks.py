@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
-from infra_helpers import DEPLOYER_CIDR, SHIPPED, one, resources, stack_config
+from infra_helpers import DEPLOYER_CIDR, KUBECONFIG, SHIPPED, one, resources, stack_config
 
 from alchemist_jobs.contract import MANAGED_BY_LABEL, StackOutput
 from infra.cluster_versions import autoscaler_chart
@@ -353,6 +354,48 @@ def test_dev_kind_cluster(renders):
     assert paths.pop("alchemist-shared.root") == {"path": "/var/alchemist/shared", "type": "DirectoryOrCreate"}
     assert all(p["path"].startswith("/var/alchemist/shared/teams/") for p in paths.values())  # no root mount
     assert r["outputs"]["alchemist"]["images"]["train"].startswith("localhost:5001/alchemist/train@sha256:")
+
+
+def test_existing_exports_a_team_service_account_token_never_the_deployers_kubeconfig(renders):
+    """Issue 23.12: the `existing` provider's output credential is the team's submitter
+    ServiceAccount (bound to the submitter Role only), with the deployer's cluster entry."""
+    import base64
+
+    import yaml
+
+    from infra.team_credential import SUBMITTER_ACCOUNT, TOKEN_SECRET, token_kubeconfig
+    from infra.team_namespace import SUBMITTER_ROLE
+
+    r = renders["secret:existing"]
+    objs = [x["inputs"] for x in r["resources"] if x["type"].startswith("kubernetes:") and "kind" in x["inputs"]]
+    (sa,) = [o for o in objs if o["kind"] == "ServiceAccount" and o["metadata"]["name"] == SUBMITTER_ACCOUNT]
+    assert sa["metadata"]["namespace"] == "research" and sa["automountServiceAccountToken"] is False
+    (binding,) = [o for o in objs if o["kind"] == "RoleBinding" and o["metadata"]["name"] == SUBMITTER_ACCOUNT]
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": SUBMITTER_ROLE}
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": SUBMITTER_ACCOUNT, "namespace": "research"}]
+    (token,) = [o for o in objs if o["kind"] == "Secret" and o["metadata"]["name"] == TOKEN_SECRET]
+    assert token["type"] == "kubernetes.io/service-account-token"
+    assert token["metadata"]["annotations"] == {"kubernetes.io/service-account.name": SUBMITTER_ACCOUNT}
+    assert "kubeconfig-token-that-must-never-leak-4711" not in r["_stdout"] + r["_stderr"]
+    # what the output holds: the deployer's cluster, the ServiceAccount's token, nothing else
+    made = yaml.safe_load(token_kubeconfig(KUBECONFIG, {"token": base64.b64encode(b"sa-token").decode()}, "research"))
+    assert made["users"] == [{"name": "alchemist-submitter-research", "user": {"token": "sa-token"}}]
+    assert made["clusters"][0]["cluster"] == {"server": "https://k8s.lab.internal:6443",
+                                              "certificate-authority-data": "bGFiLWNh"}
+    assert made["contexts"][0]["context"]["namespace"] == "research"
+    assert "kubeconfig-token-that-must-never-leak-4711" not in json.dumps(made)
+
+
+def test_existing_kubeconfig_without_a_cluster_is_one_line():
+    from infra.config import StackConfigError, parse
+
+    raw = {"alchemist:provider": "existing", "alchemist:kubernetesVersion": "1.35", "alchemist:existing": "{}",
+           "alchemist:images": '{"registry": "r.lab/x"}',
+           "alchemist:sharedFs": '{"kind": "nfs", "server": "s", "share": "/x"}',
+           "alchemist:teams": '[{"name": "research", "quota": {"gpu": 1, "cpu": 1, "memory": "1Gi"}}]',
+           "alchemist:kubeconfig": "apiVersion: v1\nkind: Config\nusers: []\n"}
+    with pytest.raises(StackConfigError, match="alchemist:kubeconfig.*current-context names a cluster"):
+        parse(raw, {"alchemist:kubeconfig"})
 
 
 def test_existing_cluster(renders):
