@@ -48,14 +48,7 @@ def job_of(platforms, jobs):
 
     def get(stack: str, shape: str) -> Job | None:
         if shape not in EXTRA_SHAPES:
-            from alchemist_jobs.kubernetes.api_checks import ApiServerWouldRefuse
-
-            try:
-                return jobs(stack, shape)
-            except ApiServerWouldRefuse as e:
-                if shape == "longest-name":  # the backend refuses it today: issue 23.8, fixed apart
-                    pytest.xfail(f"issue 23.8: {e}")
-                raise
+            return jobs(stack, shape)
         if (stack, shape) not in cache:
             out = platforms[stack].output
             raw = EXTRA_SHAPES[shape](out)
