@@ -6,6 +6,8 @@
     <root>/locks/<key>.fill           held exclusively by the one process filling <key>
     <root>/locks/<key>.use            held shared by every process using <key>; eviction
                                       takes it exclusively, so an entry in use is never evicted
+    <root>/index/<name>.json          a remembered key (`memo`): a local directory's content
+                                      key by its files' stat identity, so it is hashed once
 
 The key is computed by the caller from what identifies the content (a push manifest's ETag, an
 object listing's keys, sizes and ETags, a local directory's SHA-256s) and the user's uid, so
@@ -77,7 +79,7 @@ class NodeCache:
         # A root shared by several accounts (sticky and world-writable, as /tmp) gets shared
         # subdirectories of the same kind; each entry within stays private to its filler.
         shared = self.root.stat().st_mode & 0o1002 == 0o1002
-        for sub in ("entries", "tmp", "locks"):
+        for sub in ("entries", "tmp", "locks", "index"):
             try:
                 (self.root / sub).mkdir()
                 if shared:
@@ -129,6 +131,33 @@ class NodeCache:
                     filled = True
             finally:
                 os.close(fd)
+
+    def memo(self, name: str, compute: Callable[[], str]) -> str:
+        """A value remembered under `name` (a hex key), computed by one process while the
+        others with that name wait. A remembered value is used only if this user owns its
+        file and no one else can write it; one another account wrote is computed again."""
+        if not _KEY.fullmatch(name):
+            raise ValueError(f"memo name {name!r} is not a hex digest")
+        path = self.root / "index" / f"{name}.json"
+        fd = self._lock(name, "index", fcntl.LOCK_EX)
+        try:
+            try:
+                st = os.lstat(path)
+                if st.st_uid == os.getuid() and stat.S_ISREG(st.st_mode) and not st.st_mode & 0o022:
+                    return str(json.loads(path.read_text())["value"])
+            except (OSError, ValueError, KeyError, TypeError):
+                pass
+            value = compute()
+            tmp = path.with_name(f"{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+            try:
+                with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
+                    f.write(json.dumps({"value": value}))
+                os.replace(tmp, path)
+            except OSError:  # another account's file in a sticky directory: not remembered
+                tmp.unlink(missing_ok=True)
+            return value
+        finally:
+            os.close(fd)
 
     def _check_owner(self, key: str, entry: Path) -> None:
         """Serve an entry only if this user (or root) owns it and no other account can change

@@ -30,6 +30,8 @@ class LocalFile:
     size: int
     dev: int
     ino: int
+    mtime_ns: int = 0
+    ctime_ns: int = 0  # set by the kernel on any change: no one but root can put it back
 
 
 def _inside(path: Path, root: Path) -> bool:
@@ -61,7 +63,8 @@ def list_files(root: Path, where: str) -> list[LocalFile]:
                 except OSError:
                     continue  # a dangling link names no data
             if stat.S_ISREG(st.st_mode):
-                out.append(LocalFile(rel, target, st.st_size, st.st_dev, st.st_ino))
+                out.append(LocalFile(rel, target, st.st_size, st.st_dev, st.st_ino,
+                                     st.st_mtime_ns, st.st_ctime_ns))
     return sorted(out, key=lambda f: f.rel)
 
 

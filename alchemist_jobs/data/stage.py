@@ -5,8 +5,8 @@ others wait, and jobs staging the same content later find it there without fetch
 A dataset pushed with `alchemist data push` is addressed by its manifest's ETag (one HEAD
 request on a hit; the manifest lists every file's key, size and SHA-256, and a fill checks
 each file against it); any other prefix by its listing's keys, sizes and ETags; a local
-directory by its real path and every file's name, size and SHA-256 (reading it once). Every
-key also holds the user's uid: on a node several accounts share, each has its own entries.
+directory by its real path and every file's name, size and SHA-256 (read once per change of
+the files: the key is remembered under their stat identity). Every key also holds the user's uid: on a node several accounts share, each has its own entries.
 Where the cache lives (`data.cache`):
 
     node    $ALCHEMIST_DATA_CACHE (the node-local volume on clusters), else
@@ -114,25 +114,47 @@ def listing_identity(root: Path, listing: list[tuple[LocalFile, str]]) -> str:
 
 
 def _stage_dir(root: Path, cache: NodeCache) -> Entry:
+    """Every worker of a node stages: the first hashes the directory, the others find its key
+    remembered under the files' stat identity (path, size, mtime, ctime, inode: any change to
+    a file changes its ctime, which no one but root can set back)."""
     if not root.is_dir():
         raise DataError(f"data.source {root}: no such directory on this node")
+    where = f"data.source {root}"
     try:
-        listing = local_listing(root)
+        files = list_files(root, where)
     except UserError as e:
         raise DataError(str(e)) from None
+    hashed: list[list[tuple[LocalFile, str]]] = []
+
+    def content_key() -> str:
+        try:
+            hashed.append(local_listing(root))
+        except UserError as e:
+            raise DataError(str(e)) from None
+        return user_key(listing_identity(root, hashed[0]))
+
+    by_stat = user_key(json.dumps({"source": str(root.resolve()), "stat": [
+        [f.rel, f.size, f.mtime_ns, f.ctime_ns, f.dev, f.ino] for f in files]}))
+    key = cache.memo(by_stat, content_key)
 
     def fill(dest: Path) -> None:
+        listing = hashed[0] if hashed else None
+        if listing is None:
+            content_key()
+            listing = hashed[0]
+        if user_key(listing_identity(root, listing)) != key:
+            raise DataError(f"{where}: it changed while it was staged; accepted: a directory "
+                            "that does not change during a run")
         for f, digest in listing:
             target = dest / f.rel
             target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             with open(target, "wb") as out:
                 try:
-                    got = sha256_listed(f, f"data.source {root}", out.write)
+                    got = sha256_listed(f, where, out.write)
                 except UserError as e:
                     raise DataError(str(e)) from None
             if got != digest:  # the copy is what was hashed, or nothing
-                raise DataError(f"data.source {root}: {f.rel} changed while it was staged; "
-                                "accepted: a directory that does not change during a run")
+                raise DataError(f"{where}: {f.rel} changed while it was staged; accepted: a "
+                                "directory that does not change during a run")
 
-    return cache.acquire(user_key(listing_identity(root, listing)), fill,
-                         sum(f.size for f, _ in listing))
+    return cache.acquire(key, fill, sum(f.size for f in files))
