@@ -99,6 +99,28 @@ def test_the_same_names_sizes_and_times_with_other_bytes_are_another_dataset(tmp
     assert second.filled and (second.path / "train.bin").read_bytes() == b"2" * 4096
 
 
+def test_a_local_source_is_read_to_hash_once_until_it_changes(tmp_path, monkeypatch):
+    """The other workers of the node, and later runs, find the content key remembered."""
+    import alchemist_jobs.data.stage as st
+
+    monkeypatch.setenv("ALCHEMIST_DATA_CACHE", str(tmp_path / "cache"))
+    reads: list[str] = []
+    real = st.sha256_listed
+    monkeypatch.setattr(st, "sha256_listed",
+                        lambda f, where, sink=None: reads.append(f.rel) or real(f, where, sink))
+    src = tmp_path / "ds"
+    write_dataset(src, b"1")
+    for _ in range(3):
+        stage(node_spec(src), tmp_path).release()
+    assert sorted(reads) == sorted(list(NAMES) * 2)  # hashed, then copied (and checked): once
+    reads.clear()
+    (src / "train.bin").write_bytes(b"3" * 4096)
+    entry = stage(node_spec(src), tmp_path)
+    entry.release()
+    assert entry.filled and (entry.path / "train.bin").read_bytes() == b"3" * 4096
+    assert sorted(reads) == sorted(list(NAMES) * 2)
+
+
 PLANT_AS_OTHER = textwrap.dedent("""
     import os, sys
     from pathlib import Path
