@@ -13,6 +13,7 @@ import shlex
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -52,7 +53,7 @@ def read_secrets(spec: JobSpec, spec_dir: Path) -> dict[str, str]:
         if ref.file:
             path = (spec_dir / Path(ref.file).expanduser())
             try:
-                text = path.read_text()
+                text = _read_secret_file(path, where)
             except (OSError, UnicodeDecodeError) as e:
                 raise UserError(f"{where}: cannot read file {path} "
                                 f"({getattr(e, 'strerror', None) or type(e).__name__}); "
@@ -71,6 +72,21 @@ def read_secrets(spec: JobSpec, spec_dir: Path) -> dict[str, str]:
     return values
 
 
+def _read_secret_file(path: Path, where: str) -> str:
+    """A secret_env file's text, refused if every account on the machine may read or change it
+    (as ssh refuses an UNPROTECTED PRIVATE KEY FILE); a file its group may read gets a warning."""
+    with open(path, "rb") as f:
+        mode = os.fstat(f.fileno()).st_mode  # of the file read, not of a path checked before
+        if mode & 0o007:
+            raise UserError(f"{where}: file {path} is open to every account on this machine (mode "
+                            f"{stat.S_IMODE(mode):04o}), so its secret is not one; accepted: a file "
+                            f"only you can read (chmod 600 {path}), then replace the secret")
+        if mode & 0o070:
+            print(f"warning: {where}: file {path} is open to its group (mode "
+                  f"{stat.S_IMODE(mode):04o}); chmod 600 {path} keeps it yours", file=sys.stderr)
+        return f.read().decode()
+
+
 MAX_CODE_BYTES = 256 << 20
 
 
@@ -80,13 +96,17 @@ def code_of(spec: JobSpec, spec_dir: Path, home: Path) -> tuple[Path | None, lis
     inside (earlier runs and data are not code); (None, []) for a built-in task."""
     if spec.task.builtin:
         return None, []
-    from alchemist_jobs.kubernetes.code_assets import list_files  # pure: no kubernetes client
+    from alchemist_jobs.kubernetes.code_assets import shipped_files  # pure: no kubernetes client
 
     root = spec_dir.resolve()
     # A secret_env file never travels with the code, wherever it lies.
     secret_files = {(root / Path(r.file).expanduser()).resolve()
                     for r in spec.secret_env.values() if r.file}
-    files = [f for f in list_files(root, skip=[home]) if (root / f).resolve() not in secret_files]
+    files = shipped_files(root, [home], spec.ship_secrets, leave_out=secret_files)
+    if spec.task.script and spec.task.script not in files:  # the run executes its copy only
+        raise UserError(f"task.script: {spec.task.script!r} is not in the run's copy of {root} "
+                        "(ignored by .gitignore or .alchemistignore, or held back as a secret); "
+                        "accepted: a script of that directory that is copied")
     size = sum((root / f).stat().st_size for f in files)
     if size > MAX_CODE_BYTES:
         raise UserError(f"task: code directory {root} holds {size >> 20} MiB; accepted: at most "
@@ -97,6 +117,7 @@ def code_of(spec: JobSpec, spec_dir: Path, home: Path) -> tuple[Path | None, lis
 
 def copy_code(root: Path, files: list[str], dest: Path) -> None:
     """The run's own copy of its code: later edits of the source tree do not reach it."""
+    dest.mkdir(mode=0o700, parents=True, exist_ok=True)  # the workers' directory, files or not
     for rel in files:
         target = dest / rel
         target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)

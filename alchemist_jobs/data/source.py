@@ -39,6 +39,9 @@ def resolve_local_source(value: str, spec_dir: Path, where: str) -> str:
     if not path.is_dir():
         raise UserError(f"{where}: data.source: {value!r} is not a directory (looked for {path}); "
                         "accepted: s3://BUCKET/PREFIX or a local directory, relative to the spec")
+    from alchemist_jobs.data.local_dir import list_files
+
+    list_files(path, f"{where}: data.source {path}")  # a link out of it is refused now, not in a worker
     return str(path)
 
 
