@@ -18,7 +18,7 @@ from infra.labels import (
     MONITORING_NAMESPACE,
     TEAM_LABEL,
 )
-from infra.queueing import local_queue
+from infra.queueing import local_queue, most_admitted
 
 PSA = "pod-security.kubernetes.io"
 RBAC = "rbac.authorization.k8s.io"
@@ -117,12 +117,16 @@ def debug_role(namespace: str) -> dict[str, Any]:
     }
 
 
-def quota_spec(team: Team) -> dict[str, Any]:
-    q = team.quota
+def quota_spec(team: Team, cohort: list[Team]) -> dict[str, Any]:
+    """The namespace's ResourceQuota: what Kueue can at most admit to the team, borrowing
+    included, so every pod of an admitted workload is let in (a pod is created only once its
+    workload is admitted, and the API server's quota admission refuses the pod that would pass
+    `hard`). Pods that bypass Kueue (no queue label) are still bounded by it."""
+    most = most_admitted(team, cohort)
     return {"hard": {
-        "requests.cpu": str(q.cpu),
-        "requests.memory": q.memory,
-        f"requests.{GPU_RESOURCE}": str(q.gpu),
+        "requests.cpu": most["cpu"],
+        "requests.memory": most["memory"],
+        f"requests.{GPU_RESOURCE}": most[GPU_RESOURCE],
         "persistentvolumeclaims": "20",
     }}  # fmt: skip
 
@@ -131,6 +135,7 @@ def quota_spec(team: Team) -> dict[str, Any]:
 class TeamNamespaceArgs:
     team: Team
     pod_security: str  # restricted | baseline (policy forbids privileged)
+    cohort: list[Team]  # every team whose ClusterQueue shares the Kueue cohort: what this one may borrow
     queue_ready: list[Any] = field(default_factory=list)  # Kueue installed: the LocalQueue waits for it
     depends_on: list[Any] = field(default_factory=list)
 
@@ -164,7 +169,8 @@ class TeamNamespace(pulumi.ComponentResource):
             opts=opts_in,
         )
         k8s.core.v1.ResourceQuota(
-            f"{name}-quota", metadata={"name": "alchemist-team", "namespace": ns}, spec=quota_spec(team), opts=opts_in
+            f"{name}-quota", metadata={"name": "alchemist-team", "namespace": ns},
+            spec=quota_spec(team, args.cohort), opts=opts_in,
         )
         # Containers that set nothing still count against the quota at a sane size.
         k8s.core.v1.LimitRange(

@@ -108,6 +108,26 @@ def test_kueue_queues_hold_team_quotas(renders, name):
     assert flavors["gpu"] == {"nodeLabels": gpu["node_selector"], "tolerations": gpu["tolerations"]}
 
 
+# Each team's namespace quota, by hand from the stack config: the sum of every team's quota,
+# which is what Kueue can at most admit to one of them (no borrowing limits). Issue 23: it was
+# the team's own quota, which refused the pods of a workload Kueue admitted by borrowing.
+COHORT_TOTALS = {"aws-eu-west-1": ("128", "1Ti", "16"), "aws-us-west-2": ("128", "1Ti", "16"),
+                 "dev": ("12", "48Gi", "0"), "onprem-lab": ("128", "1Ti", "16")}
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_team_namespace_quota_is_what_kueue_can_admit_the_team(renders, name):
+    cpu, memory, gpu = COHORT_TOTALS[name]
+    teams = [t["name"] for t in stack_config(name)["alchemist:teams"]]
+    quotas = {x["inputs"]["metadata"]["namespace"]: x["inputs"]
+              for x in resources(renders[name], "kubernetes:core/v1:ResourceQuota")}  # fmt: skip
+    assert set(quotas) == set(teams)
+    for team in teams:
+        assert quotas[team]["metadata"]["name"] == "alchemist-team"
+        assert quotas[team]["spec"] == {"hard": {"requests.cpu": cpu, "requests.memory": memory,
+                                                 "requests.nvidia.com/gpu": gpu, "persistentvolumeclaims": "20"}}
+
+
 @pytest.mark.parametrize("name", SHIPPED)
 def test_team_namespaces_guard_rails(renders, name):
     r = renders[name]
