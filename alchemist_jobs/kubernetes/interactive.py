@@ -99,6 +99,7 @@ def session_pod(stack: StackOutput, name: str, gpus: int = 0, hours: float = 8.0
                 {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": memory}},
             ],
             **mf.gpu_placement(gpus, stack),
+            **mf.pull_secrets(stack),
         },
     }
 
