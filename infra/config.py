@@ -583,6 +583,16 @@ def _check_aws(aws: AwsConfig) -> None:
                                    "minSize <= desiredSize <= maxSize")  # fmt: skip
 
 
+def endpoint_address(endpoint: str) -> str | None:
+    """An object-store endpoint's host as a /32 when it is an IP address; None for a host name."""
+    from urllib.parse import urlsplit
+
+    try:
+        return str(ipaddress.ip_network(urlsplit(endpoint).hostname or ""))
+    except ValueError:
+        return None
+
+
 def _check_object_store(cfg: StackConfig) -> None:
     key, store = f"{NAMESPACE}:objectStore", cfg.object_store
     if store is None:
@@ -608,9 +618,7 @@ def _check_object_store(cfg: StackConfig) -> None:
         raise StackConfigError(f"{key}.accessKeyId", store.access_key_id,
                                "an access key id together with the secret "
                                "alchemist:objectStoreSecretKey, or neither")  # fmt: skip
-    from infra.object_store_network import needs_cidrs
-
-    if not store.cidrs and needs_cidrs(store.endpoint):
+    if not store.cidrs and endpoint_address(store.endpoint) is None:
         raise StackConfigError(f"{key}.cidrs", None, f"the addresses {store.endpoint} resolves to "
                                "(CIDRs such as 10.20.0.9/32): job pods reach the store through a "
                                "NetworkPolicy, which matches addresses, not host names", missing=True)  # fmt: skip

@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 
 import pulumi
 
-from infra.config import StackConfig
+from infra.config import StackConfig, endpoint_address
 
 HTTPS = 443
 STORE_POLICY = "alchemist-object-store"
@@ -60,14 +60,6 @@ def _endpoint_port(endpoint: str) -> int:
     return url.port or (HTTPS if url.scheme == "https" else 80)
 
 
-def _endpoint_address(endpoint: str) -> str | None:
-    """The endpoint's host as a /32 when it is an IP address; None for a host name."""
-    try:
-        return str(ipaddress.ip_network(urlsplit(endpoint).hostname or ""))
-    except ValueError:
-        return None
-
-
 def store_egress(cfg: StackConfig) -> StoreEgress | None:
     """What the stack's job pods may reach of its object store; None where it has none."""
     if cfg.aws is not None:
@@ -75,13 +67,17 @@ def store_egress(cfg: StackConfig) -> StoreEgress | None:
     store = cfg.object_store
     if store is None or store.endpoint is None:
         return None
-    cidrs = tuple(str(c) for c in store.cidrs) or (_endpoint_address(store.endpoint),)
+    cidrs = tuple(str(c) for c in store.cidrs) or (endpoint_address(store.endpoint),)
     return StoreEgress(cidrs, _endpoint_port(store.endpoint))  # type: ignore[arg-type]
 
 
-def needs_cidrs(endpoint: str) -> bool:
-    """True when the endpoint is a host name: its addresses must be named in the config."""
-    return _endpoint_address(endpoint) is None
+def object_store_access(cfg: StackConfig, aws: Any | None) -> StoreEgress | None:
+    """What job pods may reach of the store; on AWS, first the endpoints that answer there."""
+    if aws is not None:
+        StoreEndpoints("object-store-endpoints", StoreEndpointsArgs(
+            aws_provider=aws.aws_provider, region=aws.region, vpc_id=aws.vpc_id,
+            vpc_cidr=cfg.aws.vpc_cidr, zones=list(cfg.aws.availability_zones)))  # fmt: skip
+    return store_egress(cfg)
 
 
 @dataclass

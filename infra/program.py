@@ -29,7 +29,7 @@ def run(stack: str, monitoring_dir: Path, repo_root: Path = REPO_ROOT) -> None:
     from infra.images import Images, ImagesArgs
     from infra.monitoring import Monitoring, MonitoringArgs, load_monitoring_files
     from infra.object_store import ObjectStore, ObjectStoreArgs
-    from infra.object_store_network import StoreEndpoints, StoreEndpointsArgs, store_egress
+    from infra.object_store_network import object_store_access
     from infra.output import build_output
     from infra.platform import Platform, PlatformArgs
     from infra.registry_access import RegistryAccess, RegistryAccessArgs
@@ -50,19 +50,12 @@ def run(stack: str, monitoring_dir: Path, repo_root: Path = REPO_ROOT) -> None:
     platform = Platform(
         "platform",
         PlatformArgs(
-            teams=list(cfg.teams),
-            pod_security=cfg.pod_security,
-            gpu_driver_by_operator=facts.gpu_driver_by_operator,
-            toolkit_by_operator=facts.toolkit_by_operator,
-            depends_on=facts.depends_on,
-            object_store=store_egress(cfg),
+            teams=list(cfg.teams), pod_security=cfg.pod_security, depends_on=facts.depends_on,
+            gpu_driver_by_operator=facts.gpu_driver_by_operator, toolkit_by_operator=facts.toolkit_by_operator,
+            object_store=object_store_access(cfg, facts.aws),  # S3's and STS's endpoints on AWS
         ),
         opts=on_cluster,
     )
-    if facts.aws is not None:  # the addresses that egress opens: S3's and STS's endpoints in the VPC
-        StoreEndpoints("object-store-endpoints", StoreEndpointsArgs(
-            aws_provider=facts.aws.aws_provider, region=facts.aws.region, vpc_id=facts.aws.vpc_id,
-            vpc_cidr=cfg.aws.vpc_cidr, zones=list(cfg.aws.availability_zones)))  # fmt: skip
     monitoring_ns = platform.system_namespaces[MONITORING_NAMESPACE]
     registry = RegistryAccess(
         "registry", RegistryAccessArgs(registry=facts.registry, namespaces=dict(platform.team_namespaces),
@@ -76,8 +69,7 @@ def run(stack: str, monitoring_dir: Path, repo_root: Path = REPO_ROOT) -> None:
             namespaces=dict(platform.team_namespaces),
             identities={t.name: cfg.identity(t.name) for t in cfg.teams},
             prepare_image=images.refs["train"],
-            pull_secret=registry.pull_secret,
-            pull_secret_ready=[registry.secrets[PREPARE_NAMESPACE]] if registry.pull_secret else [],
+            pull_secret=registry.pull_secret, pull_secret_ready=list(registry.secrets.values()),
             aws=facts.aws,
             depends_on=facts.depends_on,
         ),
@@ -102,10 +94,8 @@ def run(stack: str, monitoring_dir: Path, repo_root: Path = REPO_ROOT) -> None:
             depends_on=[monitoring_ns],
             # each team's TensorBoard reads that team's own claim
             team_depends_on={t.name: [platform.team_namespaces[t.name], shared.claims[t.name],
-                                      *([registry.secrets[t.name]] if registry.pull_secret else [])]
-                             for t in cfg.teams},
-            team_identities={t.name: cfg.identity(t.name) for t in cfg.teams},
-            pull_secret=registry.pull_secret,
+                                      *registry.secrets.values()] for t in cfg.teams},
+            team_identities={t.name: cfg.identity(t.name) for t in cfg.teams}, pull_secret=registry.pull_secret,
         ),
         opts=on_cluster,
     )

@@ -181,11 +181,14 @@ def test_job_pods_reach_the_store_by_address_only():
     from infra.cluster_aws import subnet_cidrs
     from infra.object_store_network import endpoint_block, endpoint_subnets, store_egress
 
-    raw = yaml.safe_load((STACKS / "Pulumi.onprem-lab.yaml").read_text())["config"]
-    raw["alchemist:objectStore"] = {"endpoint": "http://10.20.0.9", "bucket": "data"}
-    egress = store_egress(parse({k: pulumi_value(v) for k, v in raw.items()}, set()))
+    from infra_helpers import DEPLOYER_CIDR, KUBECONFIG, existing_stack_config
+
+    raw = {**existing_stack_config(), "alchemist:kubeconfig": KUBECONFIG,
+           "alchemist:objectStore": {"endpoint": "http://10.20.0.9", "bucket": "data"}}
+    egress = store_egress(parse({k: pulumi_value(v) for k, v in raw.items()}, {"alchemist:kubeconfig"}))
     assert (egress.cidrs, egress.port) == (("10.20.0.9/32",), 80)
     aws = yaml.safe_load((STACKS / "Pulumi.aws-us-west-2.yaml").read_text())["config"]
+    aws["alchemist:aws"]["publicAccessCidrs"] = [DEPLOYER_CIDR]
     egress = store_egress(parse({k: pulumi_value(v) for k, v in aws.items()}, set()))
     assert (egress.cidrs, egress.port) == (("10.40.240.0/20",), 443)
     for prefix in range(16, 21):
