@@ -275,6 +275,9 @@ class ObjectStoreConfig(_Model):
     region: str = Field("us-east-1", min_length=1, description="the region the service signs requests for")
     access_key_id: str | None = Field(None, min_length=1,
                                       description="with the secret alchemist:objectStoreSecretKey")
+    # Job pods reach the store through a NetworkPolicy, which matches addresses, not names.
+    cidrs: list[ipaddress.IPv4Network] = Field(
+        default_factory=list, description="the addresses the endpoint's host resolves to, such as 10.20.0.9/32")
 
 
 class StackConfig(_Model):
@@ -590,6 +593,16 @@ def _check_aws(aws: AwsConfig) -> None:
                                    "minSize <= desiredSize <= maxSize")  # fmt: skip
 
 
+def endpoint_address(endpoint: str) -> str | None:
+    """An object-store endpoint's host as a /32 when it is an IP address; None for a host name."""
+    from urllib.parse import urlsplit
+
+    try:
+        return str(ipaddress.ip_network(urlsplit(endpoint).hostname or ""))
+    except ValueError:
+        return None
+
+
 def _check_object_store(cfg: StackConfig) -> None:
     key, store = f"{NAMESPACE}:objectStore", cfg.object_store
     if store is None:
@@ -598,7 +611,8 @@ def _check_object_store(cfg: StackConfig) -> None:
                                    "only with an objectStore section")  # fmt: skip
         return
     if cfg.provider == "aws":
-        for field_, value in (("endpoint", store.endpoint), ("accessKeyId", store.access_key_id)):
+        for field_, value in (("endpoint", store.endpoint), ("accessKeyId", store.access_key_id),
+                              ("cidrs", [str(c) for c in store.cidrs] or None)):
             if value is not None:
                 raise StackConfigError(f"{key}.{field_}", value, f"no {field_}: provider 'aws' "
                                        "creates its bucket and grants jobs access through IAM")  # fmt: skip
@@ -614,6 +628,10 @@ def _check_object_store(cfg: StackConfig) -> None:
         raise StackConfigError(f"{key}.accessKeyId", store.access_key_id,
                                "an access key id together with the secret "
                                "alchemist:objectStoreSecretKey, or neither")  # fmt: skip
+    if not store.cidrs and endpoint_address(store.endpoint) is None:
+        raise StackConfigError(f"{key}.cidrs", None, f"the addresses {store.endpoint} resolves to "
+                               "(CIDRs such as 10.20.0.9/32): job pods reach the store through a "
+                               "NetworkPolicy, which matches addresses, not host names", missing=True)  # fmt: skip
 
 
 def _check_gpu_pool(aws: AwsConfig) -> None:

@@ -152,12 +152,14 @@ def pod_monitor_spec(job_namespaces: list[str]) -> dict[str, Any]:
     }
 
 
-def tensorboard_statefulset(namespace: str, image: pulumi.Input[str], identity: tuple[int, int] = (1000, 1000)) -> dict[str, Any]:
+def tensorboard_statefulset(namespace: str, image: pulumi.Input[str], identity: tuple[int, int] = (1000, 1000),
+                            pull_secret: str | None = None) -> dict[str, Any]:
     """A team's TensorBoard over its own runs, read-only, listening on the pod's loopback only.
 
     Nothing else in the cluster can connect to it; a teammate reaches it with
     `kubectl port-forward -n <team> pod/tensorboard-0 6006` (the submitter role allows
-    port-forward to that one pod). One StatefulSet replica, so the pod's name is fixed.
+    port-forward to that one pod). One StatefulSet replica, so the pod's name is fixed. Its
+    image is the stack's training image: `pull_secret` is the registry login where one is needed.
     """
     probe = ["python3", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:6006/', timeout=5)"]
     return {
@@ -170,6 +172,7 @@ def tensorboard_statefulset(namespace: str, image: pulumi.Input[str], identity: 
                 "metadata": {"labels": TENSORBOARD_LABELS},
                 "spec": {
                     "automountServiceAccountToken": False,
+                    **({"imagePullSecrets": [{"name": pull_secret}]} if pull_secret else {}),
                     "securityContext": {"runAsNonRoot": True, "runAsUser": identity[0], "runAsGroup": identity[1],
                                         "seccompProfile": {"type": "RuntimeDefault"}},  # fmt: skip
                     "containers": [{
@@ -205,6 +208,7 @@ class MonitoringArgs:
     team_depends_on: dict[str, list[Any]] = field(default_factory=dict)  # per team: its namespace and PVC
     # per team: the (uid, gid) owning its subtree (mode 0770): TensorBoard reads it as that team
     team_identities: dict[str, tuple[int, int]] = field(default_factory=dict)
+    pull_secret: str | None = None  # the registry login in each team namespace, for TensorBoard's image
 
 
 class Monitoring(pulumi.ComponentResource):
@@ -279,7 +283,7 @@ class Monitoring(pulumi.ComponentResource):
         self.tensorboards = {}
         for ns in args.job_namespaces:
             tb = tensorboard_statefulset(ns, args.tensorboard_image,
-                                         args.team_identities.get(ns, (1000, 1000)))
+                                         args.team_identities.get(ns, (1000, 1000)), args.pull_secret)
             self.tensorboards[ns] = k8s.apps.v1.StatefulSet(
                 f"{name}-tensorboard-{ns}", metadata=tb["metadata"], spec=tb["spec"],
                 opts=pulumi.ResourceOptions(parent=self, depends_on=args.team_depends_on.get(ns, [])),

@@ -1,8 +1,9 @@
 """The platform every stack gives jobs: system namespaces, GPU Operator, queueing, team namespaces, admission policies.
 
-Same code on every stack: it takes a kubernetes.Provider and two facts about the nodes
-(whether the GPU Operator must install the driver and the container toolkit); nothing
-else about the provider reaches it.
+Same code on every stack: it takes a kubernetes.Provider, two facts about the nodes
+(whether the GPU Operator must install the driver and the container toolkit) and the
+object store's addresses (infra/object_store_network.py); nothing else about the provider
+reaches it.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from infra.admission import all_policies
 from infra.config import Team
 from infra.gpu_operator import GpuOperator, GpuOperatorArgs
 from infra.labels import GPU_OPERATOR_NAMESPACE, JOBSET_NAMESPACE, KUEUE_NAMESPACE, MONITORING_NAMESPACE
+from infra.object_store_network import StoreEgress
 from infra.queueing import Queueing, QueueingArgs
 from infra.team_namespace import TeamNamespace, TeamNamespaceArgs, psa_labels
 from infra.versions import CHARTS
@@ -37,6 +39,7 @@ class PlatformArgs:
     gpu_driver_by_operator: bool
     toolkit_by_operator: bool
     depends_on: list[Any] = field(default_factory=list)
+    object_store: StoreEgress | None = None  # where job pods reach the object store (none: no store)
 
 
 class Platform(pulumi.ComponentResource):
@@ -67,7 +70,8 @@ class Platform(pulumi.ComponentResource):
             team.name: TeamNamespace(
                 f"{name}-team-{team.name}",
                 TeamNamespaceArgs(team=team, pod_security=args.pod_security, cohort=list(args.teams),
-                                  queue_ready=self.queueing.ready, depends_on=args.depends_on),
+                                  queue_ready=self.queueing.ready, object_store=args.object_store,
+                                  depends_on=args.depends_on),
                 opts=pulumi.ResourceOptions(parent=self),
             )
             for team in args.teams

@@ -29,10 +29,11 @@ def run(stack: str, monitoring_dir: Path, repo_root: Path = REPO_ROOT) -> None:
     from infra.images import Images, ImagesArgs
     from infra.monitoring import Monitoring, MonitoringArgs, load_monitoring_files
     from infra.object_store import ObjectStore, ObjectStoreArgs
+    from infra.object_store_network import object_store_access
     from infra.output import build_output
     from infra.platform import Platform, PlatformArgs
     from infra.registry_access import RegistryAccess, RegistryAccessArgs
-    from infra.shared_fs import SharedFileSystem, SharedFileSystemArgs
+    from infra.shared_fs import PREPARE_NAMESPACE, SharedFileSystem, SharedFileSystemArgs
 
     cfg = load_config(stack)
     load_monitoring_files(monitoring_dir)  # a bad dashboard or rule file stops us here too
@@ -49,17 +50,16 @@ def run(stack: str, monitoring_dir: Path, repo_root: Path = REPO_ROOT) -> None:
     platform = Platform(
         "platform",
         PlatformArgs(
-            teams=list(cfg.teams),
-            pod_security=cfg.pod_security,
-            gpu_driver_by_operator=facts.gpu_driver_by_operator,
-            toolkit_by_operator=facts.toolkit_by_operator,
-            depends_on=facts.depends_on,
+            teams=list(cfg.teams), pod_security=cfg.pod_security, depends_on=facts.depends_on,
+            gpu_driver_by_operator=facts.gpu_driver_by_operator, toolkit_by_operator=facts.toolkit_by_operator,
+            object_store=object_store_access(cfg, facts.aws),  # S3's and STS's endpoints on AWS
         ),
         opts=on_cluster,
     )
     monitoring_ns = platform.system_namespaces[MONITORING_NAMESPACE]
     registry = RegistryAccess(
-        "registry", RegistryAccessArgs(registry=facts.registry, namespaces=dict(platform.team_namespaces)),
+        "registry", RegistryAccessArgs(registry=facts.registry, namespaces=dict(platform.team_namespaces),
+                                       existing_namespaces=[PREPARE_NAMESPACE]),
         opts=on_cluster,
     )
     shared = SharedFileSystem(
@@ -69,6 +69,7 @@ def run(stack: str, monitoring_dir: Path, repo_root: Path = REPO_ROOT) -> None:
             namespaces=dict(platform.team_namespaces),
             identities={t.name: cfg.identity(t.name) for t in cfg.teams},
             prepare_image=images.refs["train"],
+            pull_secret=registry.pull_secret, pull_secret_ready=list(registry.secrets.values()),
             aws=facts.aws,
             depends_on=facts.depends_on,
         ),
@@ -92,8 +93,9 @@ def run(stack: str, monitoring_dir: Path, repo_root: Path = REPO_ROOT) -> None:
             alerts=cfg.alertmanager,
             depends_on=[monitoring_ns],
             # each team's TensorBoard reads that team's own claim
-            team_depends_on={t.name: [platform.team_namespaces[t.name], shared.claims[t.name]] for t in cfg.teams},
-            team_identities={t.name: cfg.identity(t.name) for t in cfg.teams},
+            team_depends_on={t.name: [platform.team_namespaces[t.name], shared.claims[t.name],
+                                      *registry.secrets.values()] for t in cfg.teams},
+            team_identities={t.name: cfg.identity(t.name) for t in cfg.teams}, pull_secret=registry.pull_secret,
         ),
         opts=on_cluster,
     )

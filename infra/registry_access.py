@@ -1,10 +1,10 @@
-"""Pull credentials for a private registry: a dockerconfigjson Secret in every job namespace."""
+"""Pull credentials for a private registry: a dockerconfigjson Secret in every namespace whose pods pull the stack's images."""
 
 from __future__ import annotations
 
 import base64
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pulumi
@@ -24,7 +24,10 @@ def docker_config(host: str, user: str, password: str) -> str:
 @dataclass
 class RegistryAccessArgs:
     registry: Registry
-    namespaces: dict[str, Any]  # name -> Namespace resource
+    namespaces: dict[str, Any]  # name -> Namespace resource (the team namespaces: jobs, sessions, TensorBoard)
+    # Namespaces the cluster already has whose pods run the stack's images too (the shared file
+    # system's prepare Job in kube-system).
+    existing_namespaces: list[str] = field(default_factory=list)
 
 
 class RegistryAccess(pulumi.ComponentResource):
@@ -34,17 +37,20 @@ class RegistryAccess(pulumi.ComponentResource):
         super().__init__("alchemist:infra:RegistryAccess", name, None, opts)
         reg = args.registry
         self.pull_secret: str | None = None
+        self.secrets: dict[str, Any] = {}  # namespace -> its pull Secret (what a pod there waits for)
         if reg.user is not None and reg.password is not None and not reg.ecr_repositories:
             self.pull_secret = PULL_SECRET
             config = pulumi.Output.secret(
                 pulumi.Output.all(reg.host, reg.user, reg.password).apply(lambda a: docker_config(*a))
             )
-            for ns, ns_res in args.namespaces.items():
-                kubernetes.core.v1.Secret(
+            targets = {**{ns: [res] for ns, res in args.namespaces.items()},
+                       **{ns: [] for ns in args.existing_namespaces}}
+            for ns, after in targets.items():
+                self.secrets[ns] = kubernetes.core.v1.Secret(
                     f"{name}-{ns}",
                     metadata={"name": PULL_SECRET, "namespace": ns},
                     type="kubernetes.io/dockerconfigjson",
                     string_data={".dockerconfigjson": config},
-                    opts=pulumi.ResourceOptions(parent=self, depends_on=[ns_res]),
+                    opts=pulumi.ResourceOptions(parent=self, depends_on=after),
                 )
         self.register_outputs({"pull_secret": self.pull_secret})

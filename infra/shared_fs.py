@@ -49,6 +49,10 @@ class SharedFileSystemArgs:
     identities: dict[str, tuple[int, int]]  # team name -> (uid, gid) owning its subtree
     root_namespaces: dict[str, Any] = field(default_factory=dict)  # namespace -> resource: the root, read-only
     prepare_image: pulumi.Input[str] | None = None  # any image with sh, mkdir, chown, chmod
+    # The registry login for prepare_image in PREPARE_NAMESPACE (None: no login needed), and
+    # what the Job waits for (that Secret).
+    pull_secret: str | None = None
+    pull_secret_ready: list[Any] = field(default_factory=list)
     aws: AwsNetwork | None = None
     depends_on: list[Any] = field(default_factory=list)
 
@@ -152,6 +156,7 @@ class SharedFileSystem(pulumi.ComponentResource):
                 "backoffLimit": 3,
                 "template": {"spec": {
                     "restartPolicy": "OnFailure",
+                    **({"imagePullSecrets": [{"name": args.pull_secret}]} if args.pull_secret else {}),
                     "containers": [{
                         "name": "prepare",
                         "image": args.prepare_image,
@@ -164,7 +169,7 @@ class SharedFileSystem(pulumi.ComponentResource):
                     "volumes": [{"name": "fs", "persistentVolumeClaim": {"claimName": ROOT_PVC}}],
                 }},
             },  # fmt: skip
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.storage_class]),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.storage_class, *args.pull_secret_ready]),
         )
 
     def _csi_driver(self, name: str, net: AwsNetwork, service_account: str, chart: ChartPin, policy_arn: str,

@@ -38,6 +38,8 @@ ALLOWED: tuple[Allowed, ...] = (
     Allowed("kubernetes:core/v1:ResourceQuota", "*", "spec.hard*", "team quotas are sized to each stack's nodes"),
     Allowed("kubernetes:apps/v1:StatefulSet", "monitoring-tensorboard-*", "spec.template.spec.containers[*].image",
             "the same image, pushed to each stack's own registry"),
+    Allowed("kubernetes:networking.k8s.io/v1:NetworkPolicy", "platform-team-*-netpol-object-store", "*",
+            "only where the stack has an object store, opening its addresses and port (AWS: its VPC endpoints)"),
     Allowed(*OUTPUT_KEY, "stack", "each stack's name"),
     Allowed(*OUTPUT_KEY, "provider", "kind, onprem, existing or aws"),
     Allowed(*OUTPUT_KEY, "kubeconfig", "each cluster's credentials"),
@@ -135,8 +137,10 @@ def compare(a: dict[str, Any], b: dict[str, Any]) -> Report:
     report = Report()
     for key in sorted(set(la) | set(lb)):
         type_, name = key
-        if key not in la or key not in lb:
-            report.differences.append(Difference(type_, name, "", la.get(key) and True, lb.get(key) and True))
+        if key not in la or key not in lb:  # a resource one stack has: allowed only with path "*"
+            reason = _allowed(type_, name, "")
+            diff = Difference(type_, name, "", la.get(key) and True, lb.get(key) and True, reason)
+            (report.allowed if reason else report.differences).append(diff)
             continue
         fa, fb = la[key], lb[key]
         for path in sorted(set(fa) | set(fb)):

@@ -18,6 +18,7 @@ from infra.labels import (
     MONITORING_NAMESPACE,
     TEAM_LABEL,
 )
+from infra.object_store_network import STORE_POLICY, StoreEgress
 from infra.queueing import local_queue, most_admitted
 
 PSA = "pod-security.kubernetes.io"
@@ -64,6 +65,23 @@ def job_network_policy(namespace: str) -> dict[str, Any]:
                 }],
                 "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
             }],  # fmt: skip
+        },
+    }
+
+
+def object_store_network_policy(namespace: str, egress: StoreEgress) -> dict[str, Any]:
+    """Job pods: out to the object store's addresses on its port (infra/object_store_network.py),
+    where staging fetches `data.source`. Addresses only the store answers on: no other run's
+    or team's pod, and never the cloud's metadata address."""
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": STORE_POLICY, "namespace": namespace},
+        "spec": {
+            "podSelector": {"matchLabels": dict(MANAGED_BY)},
+            "policyTypes": ["Egress"],
+            "egress": [{"to": [{"ipBlock": {"cidr": cidr}} for cidr in egress.cidrs],
+                        "ports": [{"protocol": "TCP", "port": egress.port}]}],
         },
     }
 
@@ -137,6 +155,7 @@ class TeamNamespaceArgs:
     pod_security: str  # restricted | baseline (policy forbids privileged)
     cohort: list[Team]  # every team whose ClusterQueue shares the Kueue cohort: what this one may borrow
     queue_ready: list[Any] = field(default_factory=list)  # Kueue installed: the LocalQueue waits for it
+    object_store: StoreEgress | None = None  # the store's addresses, where the stack has one
     depends_on: list[Any] = field(default_factory=list)
 
 
@@ -186,6 +205,10 @@ class TeamNamespace(pulumi.ComponentResource):
         )  # fmt: skip
         jobs = job_network_policy(ns)
         k8s.networking.v1.NetworkPolicy(f"{name}-netpol-jobs", metadata=jobs["metadata"], spec=jobs["spec"], opts=opts_in)
+        if args.object_store is not None:
+            store = object_store_network_policy(ns, args.object_store)
+            k8s.networking.v1.NetworkPolicy(f"{name}-netpol-object-store", metadata=store["metadata"],
+                                            spec=store["spec"], opts=opts_in)  # fmt: skip
         lq = local_queue(team)
         self.local_queue = k8s.apiextensions.CustomResource(
             f"{name}-lq", api_version=lq["apiVersion"], kind=lq["kind"], metadata=lq["metadata"], spec=lq["spec"],

@@ -100,6 +100,7 @@ def session_pod(stack: StackOutput, name: str, gpus: int = 0, hours: float = 8.0
                                               "sizeLimit": mf.shm_size(memory)}},
             ],
             **mf.gpu_placement(gpus, stack),
+            **mf.pull_secrets(stack),
         },
     }
 

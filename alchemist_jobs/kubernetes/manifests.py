@@ -4,8 +4,9 @@
 
 * ConfigMap: the resolved spec and the code tarball; every pod's init container (`pod_setup`)
   writes them onto the shared file system, idempotently, before the workers start.
-* NetworkPolicy: only pods of the same run reach a run's pods (torchrun's store on pod 0
-  unpickles what it reads), plus Prometheus on the metrics ports.
+* NetworkPolicy: a run's pods reach each other both ways on every port (rendezvous,
+  NCCL/gloo, parameter servers), and nothing else reaches them (torchrun's store on pod 0
+  unpickles what it reads); the platform's policies add Prometheus, DNS and the object store.
 * JobSet (kubernetes-sigs/jobset v0.12.0): one replicatedJob `worker` (an Indexed Job, one
   pod per node, torchrun with c10d rendezvous at pod 0, `<name>-worker-0-0.<name>` by
   JobSet's own headless Service) and, for `async`, one replicatedJob `ps` whose pods run
@@ -313,6 +314,16 @@ def resources(cpu: float, memory: str, gpus: int, stack: StackOutput,
     return {"requests": requests, "limits": limits}
 
 
+def pull_secrets(stack: StackOutput) -> dict:
+    """`imagePullSecrets` naming the stack's registry login (`images.pull_secret`, a Secret the
+    platform puts in every team namespace), for every pod the job library makes; nothing
+    when the registry needs no login. Without it the kubelet pulls anonymously and the pod
+    sits in ImagePullBackOff while Kueue holds its quota."""
+    if not stack.images.pull_secret:
+        return {}
+    return {"imagePullSecrets": [{"name": stack.images.pull_secret}]}
+
+
 def gpu_placement(gpus: int, stack: StackOutput) -> dict:
     """Node selector and tolerations of the stack's GPU nodes, for pods that ask for GPUs
     (CPU-only pods stay off the GPU nodes)."""
@@ -464,6 +475,7 @@ def _pod_spec(spec: JobSpec, stack: StackOutput, name: str, run_id: str, train: 
             *data["volumes"],
         ],
         **gpu_placement(gpus, stack),
+        **pull_secrets(stack),
     }
 
 
@@ -537,10 +549,15 @@ def _ps_pod(spec: JobSpec, stack: StackOutput, name: str, run_id: str) -> dict:
 
 
 def network_policy(spec: JobSpec, stack: StackOutput, run_id: str, name: str) -> dict:
-    """Ingress to this run's pods from pods of the same run (rendezvous, collectives,
-    parameter servers). Policies add up: the platform's own policy admits Prometheus on the
-    metrics ports, and its admission policy accepts a submitter's NetworkPolicy only when
-    every peer is a pod of the same run (infra/admission.py), so nothing else is listed."""
+    """This run's pods reach each other, both ways, on every port, and nothing else.
+
+    Both directions: the team namespace's `default-deny` isolates every pod for Ingress and
+    Egress, so a connection needs the sender's egress and the receiver's ingress. Every port:
+    the rendezvous store and parameter servers listen on fixed ports, but NCCL's socket
+    transport and gloo connect to ports the kernel hands out (ephemeral), which no rule can
+    name in advance. The only peers are pods carrying this run's label, which the admission
+    policy lets no other object carry (infra/admission.py); the platform's own policies add
+    Prometheus on the metrics ports, DNS and the object store (docs/platform.md)."""
     run = {RUN_LABEL: run_id}
     return {
         "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
@@ -548,10 +565,9 @@ def network_policy(spec: JobSpec, stack: StackOutput, run_id: str, name: str) ->
                      "labels": _labels(spec, run_id)},
         "spec": {
             "podSelector": {"matchLabels": dict(run)},
-            "policyTypes": ["Ingress"],
-            "ingress": [
-                {"from": [{"podSelector": {"matchLabels": dict(run)}}]},
-            ],
+            "policyTypes": ["Ingress", "Egress"],
+            "ingress": [{"from": [{"podSelector": {"matchLabels": dict(run)}}]}],
+            "egress": [{"to": [{"podSelector": {"matchLabels": dict(run)}}]}],
         },
     }
 

@@ -193,3 +193,19 @@ def jobs(platforms) -> Callable[[str, str], Job | None]:
         return cache[stack, shape]
 
     return get
+
+
+def build_job_in(platform: Platform, shape: str, namespace: str) -> Job | None:
+    """build_job for another team of the same stack: its output with that team's namespace and
+    LocalQueue (the platform names a team's queue after its namespace, infra/output.py)."""
+    out = platform.output.model_copy(update={"namespace": namespace, "queue": namespace})
+    return build_job(Platform(platform.name, platform.render, out), shape)
+
+
+@pytest.fixture(scope="session")
+def worlds(platforms, jobs, tmp_path_factory):
+    """worlds(stack) -> the stack's cluster with a run of every shape, analyzed by np-guard
+    (tests/system/cluster_world.py)."""
+    from cluster_world import make_worlds
+
+    return make_worlds(platforms, jobs, tmp_path_factory)

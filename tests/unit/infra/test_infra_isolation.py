@@ -14,15 +14,20 @@ given, must contain the object's name.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 from infra_helpers import resources
 
-from alchemist_jobs.contract import MANAGED_BY_LABEL, RUN_LABEL
+from alchemist_jobs.contract import METRICS_BASE_PORT
+from alchemist_jobs.kubernetes.manifests import PS_BASE_PORT, RDZV_PORT
 
-JOB = dict([MANAGED_BY_LABEL])
-RDZV = 29500  # torchrun's c10d store on pod 0
-METRICS = 9400
+
+REPO = Path(__file__).resolve().parents[3]
+RDZV = RDZV_PORT  # torchrun's c10d store on pod 0
+PS = PS_BASE_PORT  # parameter-server shard 0
+EPHEMERAL = 41234  # a port NCCL's or gloo's listener gets from the kernel (ip_local_port_range)
+METRICS = METRICS_BASE_PORT
 
 
 @dataclass(frozen=True)
@@ -85,13 +90,31 @@ def connects(policies: list[dict], src: Pod, dst: Pod, port: int, protocol: str 
     return _allowed(policies, src, dst, port, protocol, "Egress") and _allowed(policies, dst, src, port, protocol, "Ingress")
 
 
-def per_run_policy(namespace: str, run: str) -> dict:
-    """The per-run policy the job library creates with each run (docs/platform.md): the run's
-    pods reach each other, nothing else is added."""
-    same_run = {"podSelector": {"matchLabels": {RUN_LABEL: run}}}
-    return {"metadata": {"name": f"run-{run}", "namespace": namespace},
-            "spec": {"podSelector": {"matchLabels": {RUN_LABEL: run}}, "policyTypes": ["Ingress", "Egress"],
-                     "ingress": [{"from": [same_run]}], "egress": [{"to": [same_run]}]}}  # fmt: skip
+@pytest.fixture(scope="module")
+def dev_output(renders):
+    """The dev stack's `alchemist` output, as the job library parses it."""
+    from alchemist_jobs.contract import StackOutput
+
+    return StackOutput.parse(renders["dev"]["outputs"]["alchemist"], "stack dev")
+
+
+@pytest.fixture(scope="module")
+def run(dev_output):
+    """run(run id) -> (its per-run NetworkPolicy, one of its pods): the job library's real
+    objects for the digits example on the dev stack, never a copy of their shape."""
+    from alchemist_jobs.kubernetes import manifests as mf
+    from alchemist_jobs.spec import load_spec
+
+    spec = load_spec(REPO / "examples" / "digits.yaml", ["nodes=2"])
+
+    def make(run_id: str) -> tuple[dict, Pod]:
+        objs = mf.build(spec, dev_output, run_id)
+        policy = next(o for o in objs if o["kind"] == "NetworkPolicy")
+        jobset = next(o for o in objs if o["kind"] == "JobSet")
+        template = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
+        return policy, Pod(jobset["metadata"]["namespace"], template["metadata"]["labels"])
+
+    return make
 
 
 @pytest.fixture(scope="module")
@@ -100,39 +123,50 @@ def policies(renders):
             if x["inputs"]["metadata"]["namespace"] == "research"]  # fmt: skip
 
 
-def job_pod(run: str) -> Pod:
-    return Pod("research", {**JOB, RUN_LABEL: run, "alchemist.io/scrape": "true"})
-
-
 PROMETHEUS = Pod("monitoring", {"app.kubernetes.io/name": "prometheus"})
-SESSION = Pod("research", {**JOB, "alchemist.io/session": "alchemist-session-alice"})
 DNS = Pod("kube-system", {"k8s-app": "kube-dns"})
 
 
-def test_another_runs_pod_cannot_reach_a_runs_store(policies):
+def session_pod(dev_output) -> Pod:
+    from alchemist_jobs.kubernetes.interactive import session_name, session_pod
+
+    pod = session_pod(dev_output, session_name("alice"))
+    return Pod(pod["metadata"]["namespace"], pod["metadata"]["labels"])
+
+
+def test_another_runs_pod_cannot_reach_a_runs_store(policies, run, dev_output):
     """The platform alone admits no job-to-job traffic: a run's store is not open to the namespace."""
-    assert not connects(policies, job_pod("b"), job_pod("a"), RDZV)
-    with_runs = [*policies, per_run_policy("research", "a"), per_run_policy("research", "b")]
-    assert not connects(with_runs, job_pod("b"), job_pod("a"), RDZV)
-    assert not connects(with_runs, SESSION, job_pod("a"), RDZV)
+    (policy_a, pod_a), (policy_b, pod_b) = run("run-a"), run("run-b")
+    assert not connects(policies, pod_b, pod_a, RDZV)
+    with_runs = [*policies, policy_a, policy_b]
+    assert not connects(with_runs, pod_b, pod_a, RDZV)
+    assert not connects(with_runs, pod_a, pod_b, EPHEMERAL)
+    assert not connects(with_runs, session_pod(dev_output), pod_a, RDZV)
 
 
-def test_a_runs_pods_reach_each_other_through_the_runs_policy(policies):
-    with_run = [*policies, per_run_policy("research", "a")]
-    assert connects(with_run, job_pod("a"), job_pod("a"), RDZV)
-    assert not connects(policies, job_pod("a"), job_pod("a"), RDZV)
+def test_a_runs_pods_reach_each_other_through_the_runs_policy(policies, run):
+    """Both ways and on every port: rendezvous, and the ephemeral ports NCCL and gloo use."""
+    policy, pod = run("run-a")
+    with_run = [*policies, policy]
+    for port in (RDZV, PS, EPHEMERAL):
+        assert connects(with_run, pod, pod, port), port
+    assert not connects(policies, pod, pod, RDZV)
 
 
-def test_prometheus_scrapes_metrics_ports_only(policies):
-    assert connects(policies, PROMETHEUS, job_pod("a"), METRICS)
-    assert connects(policies, PROMETHEUS, job_pod("a"), METRICS + 15)
-    assert not connects(policies, PROMETHEUS, job_pod("a"), RDZV)
-    assert not connects(policies, Pod("applied", JOB), job_pod("a"), METRICS)  # another team's pod
+def test_prometheus_scrapes_metrics_ports_only(policies, run):
+    policy, pod = run("run-a")
+    with_run = [*policies, policy]
+    assert connects(with_run, PROMETHEUS, pod, METRICS)
+    assert connects(with_run, PROMETHEUS, pod, METRICS + 15)
+    assert not connects(with_run, PROMETHEUS, pod, RDZV)
+    assert not connects(with_run, Pod("applied", pod.labels), pod, METRICS)  # another team's pod
 
 
-def test_job_pods_resolve_names(policies):
-    assert connects(policies, job_pod("a"), DNS, 53, "UDP")
-    assert not connects(policies, job_pod("a"), Pod("kube-system", {"k8s-app": "metrics-server"}), 53, "UDP")
+def test_job_pods_resolve_names(policies, run):
+    policy, pod = run("run-a")
+    with_run = [*policies, policy]
+    assert connects(with_run, pod, DNS, 53, "UDP")
+    assert not connects(with_run, pod, Pod("kube-system", {"k8s-app": "metrics-server"}), 53, "UDP")
 
 
 # --- RBAC ------------------------------------------------------------------------------------

@@ -140,7 +140,8 @@ def test_onprem_minio_endpoint_with_keys_in_a_secret():
     secret = "minio-secret-key-that-must-never-leak-2718"
     r = render(STACKS / "Pulumi.onprem-lab.yaml",
                sets={**deployer_sets("onprem-lab"), "alchemist:objectStore": {"endpoint": "https://minio.lab.internal:9000", "bucket": "alchemist-data",
-                                               "region": "lab-1", "accessKeyId": "alchemist"}},
+                                               "region": "lab-1", "accessKeyId": "alchemist",
+                                               "cidrs": ["10.20.0.9/32"]}},
                secrets={"alchemist:objectStoreSecretKey": secret})
     assert r["error"] is None, r["error"]
     out = StackOutput.parse(r["outputs"]["alchemist"], "onprem-lab").object_store
@@ -153,6 +154,12 @@ def test_onprem_minio_endpoint_with_keys_in_a_secret():
         assert k["inputs"]["stringData"] == "[secret]" and k["inputs"]["type"] == "Opaque"
     assert secret not in r["_stdout"] and secret not in r["_stderr"]
     assert not by_type(r, ":Bucket")  # an existing service: nothing created in a cloud
+    # Job pods reach it at the addresses the config names, on the endpoint's port, nothing more.
+    store = {x["inputs"]["metadata"]["namespace"]: x["inputs"]["spec"] for x in by_type(r, ":NetworkPolicy")
+             if x["inputs"]["metadata"]["name"] == "alchemist-object-store"}
+    assert sorted(store) == ["applied", "research"]
+    assert store["research"]["egress"] == [{"to": [{"ipBlock": {"cidr": "10.20.0.9/32"}}],
+                                            "ports": [{"protocol": "TCP", "port": 9000}]}]
 
 
 def _cfg(provider_file: str, store: dict | None, secret: str | None = None) -> None:
@@ -180,6 +187,12 @@ def _cfg(provider_file: str, store: dict | None, secret: str | None = None) -> N
     ("Pulumi.onprem-lab.yaml", {"endpoint": "https://minio:9000", "bucket": "data", "accessKeyId": "k"}, None,
      "alchemist:objectStore.accessKeyId"),
     ("Pulumi.dev.yaml", None, "s3cr3t-value", "alchemist:objectStoreSecretKey"),
+    # a NetworkPolicy matches addresses: a host name needs the addresses it resolves to
+    ("Pulumi.onprem-lab.yaml", {"endpoint": "https://minio:9000", "bucket": "data"}, None,
+     "alchemist:objectStore.cidrs"),
+    ("Pulumi.onprem-lab.yaml", {"endpoint": "https://minio:9000", "bucket": "data", "cidrs": ["minio"]}, None,
+     "alchemist:objectStore.cidrs"),
+    ("Pulumi.aws-us-west-2.yaml", {"cidrs": ["10.0.0.1/32"]}, None, "alchemist:objectStore.cidrs"),
 ])
 def test_bad_object_store_config_is_one_line_naming_the_key(stack_file, store, secret, message):
     with pytest.raises(StackConfigError) as err:
@@ -194,3 +207,55 @@ def test_bucket_prefix_is_valid_for_any_stack_name():
         prefix = bucket_prefix(stack)
         assert len(prefix) <= 37 and prefix.endswith("-data-")
         assert prefix == prefix.lower() and all(c.isalnum() or c == "-" for c in prefix)
+
+
+def test_job_pods_reach_the_store_by_address_only():
+    """What the platform's `alchemist-object-store` policy opens: an IP endpoint's own address
+    (no cidrs needed), and on AWS only the block of the VPC its S3 and STS endpoints sit in,
+    which none of the cluster's own subnets overlaps for any zone count or VPC size."""
+    import ipaddress
+
+    import yaml
+
+    from infra.cluster_aws import subnet_cidrs
+    from infra.object_store_network import endpoint_block, endpoint_subnets, store_egress
+
+    from infra_helpers import DEPLOYER_CIDR, KUBECONFIG, existing_stack_config
+
+    raw = {**existing_stack_config(), "alchemist:kubeconfig": KUBECONFIG,
+           "alchemist:objectStore": {"endpoint": "http://10.20.0.9", "bucket": "data"}}
+    egress = store_egress(parse({k: pulumi_value(v) for k, v in raw.items()}, {"alchemist:kubeconfig"}))
+    assert (egress.cidrs, egress.port) == (("10.20.0.9/32",), 80)
+    aws = yaml.safe_load((STACKS / "Pulumi.aws-us-west-2.yaml").read_text())["config"]
+    aws["alchemist:aws"]["publicAccessCidrs"] = [DEPLOYER_CIDR]
+    egress = store_egress(parse({k: pulumi_value(v) for k, v in aws.items()}, set()))
+    assert (egress.cidrs, egress.port) == (("10.40.240.0/20",), 443)
+    for prefix in range(16, 21):
+        vpc = ipaddress.ip_network(f"10.40.0.0/{prefix}")
+        for zones in range(2, 7):
+            private, public = subnet_cidrs(vpc, zones)
+            block = endpoint_block(vpc)
+            assert not any(block.overlaps(ipaddress.ip_network(c)) for c in [*private, *public])
+            subnets = [ipaddress.ip_network(c) for c in endpoint_subnets(vpc, zones)]
+            assert len(subnets) == zones and all(s.subnet_of(block) and s.prefixlen <= 28 for s in subnets)
+
+
+def test_aws_pods_reach_s3_and_sts_through_interface_endpoints_of_their_own(renders):
+    r = renders["aws-us-west-2"]
+    endpoints = {e["inputs"]["serviceName"]: e["inputs"] for e in by_type(r, ":VpcEndpoint")}
+    assert set(endpoints) == {"com.amazonaws.us-west-2.s3", "com.amazonaws.us-west-2.sts"}
+    for e in endpoints.values():
+        assert e["vpcEndpointType"] == "Interface" and e["privateDnsEnabled"] is True
+        assert len(e["subnetIds"]) == 3  # one subnet per zone
+    # No S3 gateway endpoint: private DNS must answer the VPC's own resolver (the pods') too.
+    assert endpoints["com.amazonaws.us-west-2.s3"]["dnsOptions"] == {"privateDnsOnlyForInboundResolverEndpoint": False}
+    (sg,) = [x["inputs"] for x in by_type(r, ":SecurityGroup") if x["name"].startswith("object-store-endpoints")]
+    assert sg["ingress"] == [{"protocol": "tcp", "fromPort": 443, "toPort": 443, "cidrBlocks": ["10.40.0.0/16"]}]
+    subnets = [x["inputs"]["cidrBlock"] for x in by_type(r, ":Subnet") if x["name"].startswith("object-store-endpoints")]
+    assert subnets == ["10.40.240.0/23", "10.40.242.0/23", "10.40.244.0/23"]
+    store = {x["inputs"]["metadata"]["namespace"]: x["inputs"]["spec"] for x in by_type(r, ":NetworkPolicy")
+             if x["inputs"]["metadata"]["name"] == "alchemist-object-store"}
+    assert sorted(store) == ["applied", "research"]
+    assert store["research"]["podSelector"] == {"matchLabels": {"app.kubernetes.io/managed-by": "alchemist"}}
+    assert store["research"]["egress"] == [{"to": [{"ipBlock": {"cidr": "10.40.240.0/20"}}],
+                                            "ports": [{"protocol": "TCP", "port": 443}]}]

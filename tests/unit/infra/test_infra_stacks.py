@@ -280,7 +280,10 @@ def test_aws_cluster_and_network(renders, name):
     assert vpc["cidrBlock"] == cfg["vpcCidr"]
     subnets = resources(r, "aws:ec2/subnet:Subnet")
     assert sorted({s["inputs"]["availabilityZone"] for s in subnets}) == cfg["availabilityZones"]
-    assert len(subnets) == 2 * len(cfg["availabilityZones"])
+    # a private and a public subnet per zone, and one for the object-store endpoints
+    # (test_infra_object_store: test_aws_pods_reach_s3_and_sts_through_interface_endpoints_of_their_own)
+    assert len(subnets) == 3 * len(cfg["availabilityZones"])
+    assert sum(s["name"].startswith("object-store-endpoints-") for s in subnets) == len(cfg["availabilityZones"])
     repos = resources(r, "aws:ecr/repository:Repository")
     assert sorted(x["inputs"]["name"] for x in repos) == [f"alchemist/{name}/interactive", f"alchemist/{name}/train"]
     assert r["outputs"]["alchemist"]["images"]["train"].startswith(f"123456789012.dkr.ecr.{cfg['region']}.amazonaws.com/")

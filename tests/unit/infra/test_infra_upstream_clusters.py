@@ -309,7 +309,14 @@ def test_registry_login_becomes_a_pull_secret_in_every_team_namespace(renders):
     out = r["outputs"]["alchemist"]
     assert out["images"]["pull_secret"] == "alchemist-registry"
     secrets = [s for s in resources(r, "kubernetes:core/v1:Secret") if s["name"].startswith("registry-")]
-    assert {s["inputs"]["metadata"]["namespace"] for s in secrets} == {"research", "applied"}
+    # The team namespaces (jobs, sessions, TensorBoard) and kube-system (the shared file
+    # system's prepare Job): every namespace where a pod runs the stack's own images.
+    assert {s["inputs"]["metadata"]["namespace"] for s in secrets} == {"research", "applied", "kube-system"}
+    workloads = [*resources(r, "kubernetes:batch/v1:Job"), *resources(r, "kubernetes:apps/v1:StatefulSet")]
+    assert {w["inputs"]["metadata"]["name"] for w in workloads} == {"alchemist-shared-prepare", "tensorboard"}
+    for w in workloads:
+        pod = w["inputs"]["spec"]["template"]["spec"]
+        assert pod["imagePullSecrets"] == [{"name": "alchemist-registry"}], w["name"]
     for s in secrets:
         obj = s["inputs"]
         assert obj["type"] == "kubernetes.io/dockerconfigjson" and obj["metadata"]["name"] == "alchemist-registry"

@@ -303,10 +303,14 @@ def test_interactive_priority_and_per_run_network_policy():
     policy = objs[1]
     run = {"alchemist.io/run": RUN}
     assert policy["spec"]["podSelector"] == {"matchLabels": run}
-    assert policy["spec"]["policyTypes"] == ["Ingress"]
-    # Only pods of the same run: the platform's own policy admits Prometheus, and its
+    # Both directions: the team namespace's default-deny isolates egress too, so a policy
+    # that opens only ingress drops the rendezvous, NCCL/gloo and PS traffic at the sender.
+    assert sorted(policy["spec"]["policyTypes"]) == ["Egress", "Ingress"]
+    # Only pods of the same run, on every port (NCCL and gloo connect to ephemeral ports);
+    # the platform's own policies add Prometheus, DNS and the object store, and its
     # admission policy refuses a per-run policy with any other peer (test_infra_admits_jobs).
     assert policy["spec"]["ingress"] == [{"from": [{"podSelector": {"matchLabels": run}}]}]
+    assert policy["spec"]["egress"] == [{"to": [{"podSelector": {"matchLabels": run}}]}]
 
 
 def test_secret_env_is_a_secret_key_reference_never_a_value(tmp_path):
@@ -689,3 +693,26 @@ def test_dev_shm_is_a_share_of_the_memory_limit_not_all_of_it():
         size = _bytes(shm["sizeLimit"])
         assert limit // 4 - 2**20 < size <= limit // 4, (train["resources"], shm)
         assert {"name": "dshm", "mountPath": "/dev/shm"} in train["volumeMounts"]
+
+
+def test_every_pod_lists_the_stacks_registry_login():
+    """images.pull_secret (the `existing` provider's private registry) reaches every pod the
+    job library makes: workers, parameter servers and the session. Without it the kubelet
+    pulls anonymously and the pods sit in ImagePullBackOff."""
+    base = stack("onprem-lab")
+    out = base.output.model_copy(update={"images": base.output.images.model_copy(
+        update={"pull_secret": "alchemist-registry"})})
+    objs = KubernetesScheduler(out).dryrun(
+        load_spec(EXAMPLES / "digits.yaml", VARIANTS["async-2x2-servers-2"]), EXAMPLES,
+        run_id=RUN).manifests
+    js = _jobset(objs)
+    pods = [rj["template"]["spec"]["template"]["spec"] for rj in js["spec"]["replicatedJobs"]]
+    pods.append(session_pod(out, "alchemist-session-alice")["spec"])
+    assert len(pods) == 3
+    for pod in pods:
+        assert pod["imagePullSecrets"] == [{"name": "alchemist-registry"}]
+    validate(js, base.schema_version)
+    # No login, no field: the kubelet's own credentials (or none) pull the image.
+    plain = _jobset(_render(base, EXAMPLES / "digits.yaml"))
+    assert "imagePullSecrets" not in plain["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    assert "imagePullSecrets" not in session_pod(base.output, "alchemist-session-alice")["spec"]
