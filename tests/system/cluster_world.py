@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 from urllib.parse import urlsplit
 
-from conftest import SESSION, SHAPES, Job, Platform, build_job_in
+from system_tier import SESSION, SHAPES, Job, Platform, build_job_in
 from np_analyzer import Connectivity, Pod, analyze, namespace
 
 from infra.labels import MONITORING_NAMESPACE, TEAM_LABEL

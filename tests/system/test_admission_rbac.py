@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ALL_SHAPES, REPO, SESSION, STACK_NAMES, Platform
+from system_tier import ALL_SHAPES, REPO, SESSION, STACK_NAMES, Platform
 
 from alchemist_jobs.contract import RUN_LABEL
 from infra.labels import JOBSET_NAMESPACE, KUEUE_NAMESPACE

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import pytest
 from cluster_world import DNS, JOB_SHAPES, World, store_addresses, store_port
-from conftest import ALL_SHAPES, REPO, SESSION, STACK_NAMES
+from system_tier import ALL_SHAPES, REPO, SESSION, STACK_NAMES
 from np_analyzer import analyze, namespace
 
 from alchemist_jobs.contract import RUN_LABEL

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import pytest
 from cluster_world import JOB_SHAPES, pods_of
-from conftest import STACK_NAMES
+from system_tier import STACK_NAMES
 
 from alchemist_jobs.contract import metrics_port_name
 

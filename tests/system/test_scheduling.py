@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import ALL_SHAPES, EXAMPLES, STACK_NAMES, Job, Platform
+from system_tier import ALL_SHAPES, EXAMPLES, STACK_NAMES, Job, Platform
 from infra_helpers import stack_config
 from kueue_model import (QUEUE_LABEL, ClusterQueue, PodSet, admit, admitted_pod_spec, excluded_prefixes,
                          manager_config, pod_requests, potential_available, quantity, workload_pod_sets)

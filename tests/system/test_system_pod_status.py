@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from conftest import ALL_SHAPES, SESSION, STACK_NAMES
+from system_tier import ALL_SHAPES, SESSION, STACK_NAMES
 from kubernetes.utils.quantity import parse_quantity
 
 from alchemist_jobs.kubernetes import manifests as mf

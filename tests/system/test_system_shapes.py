@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import ALL_SHAPES, STACK_NAMES
+from system_tier import ALL_SHAPES, STACK_NAMES
 
 
 @pytest.mark.parametrize("stack", STACK_NAMES)
