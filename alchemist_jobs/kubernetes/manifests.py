@@ -470,8 +470,9 @@ def _pod_spec(spec: JobSpec, stack: StackOutput, name: str, run_id: str, train: 
             {"name": "shared", "persistentVolumeClaim": {"claimName": stack.shared_fs.pvc}},
             {"name": "config", "configMap": {"name": name}},
             # Shared memory for DataLoader workers and NCCL; the default 64 MiB is too small.
-            {"name": "dshm", "emptyDir": {"medium": "Memory",
-                                          "sizeLimit": shm_size(spec.resources.memory)}},
+            # A share of this container's own limit (a parameter server's is its own size).
+            {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shm_size(
+                train["resources"]["limits"]["memory"])}},
             *data["volumes"],
         ],
         **gpu_placement(gpus, stack),
