@@ -171,5 +171,4 @@ def register_jax_cluster(gpus: int = 0) -> None:
             return int(os.environ.get("LOCAL_RANK", 0)) if gpus else None
 
     types = clusters.ClusterEnv._cluster_types
-    types.remove(AlchemistCluster)
-    types.insert(0, AlchemistCluster)
+    types[:] = [AlchemistCluster] + [t for t in types if t.name != AlchemistCluster.name]
