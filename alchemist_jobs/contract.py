@@ -99,6 +99,9 @@ class Efa(_Strict):
 
     resource: str = "vpc.amazonaws.com/efa"  # extended resource of the EFA device plugin
     per_node: int = Field(ge=1)  # EFA interfaces of the GPU instance type
+    # The devices do RDMA read (GPUDirect RDMA: p4d, p5...); g5/g6 EFA does not, and libfabric
+    # aborts a process that asks for device RDMA there (FI_EFA_USE_DEVICE_RDMA=1).
+    rdma_read: bool = False
 
 
 class Gpu(_Strict):

@@ -30,9 +30,10 @@ def read_text(path: Path, what: str, source: str | None = None) -> str:
     except OSError as e:
         raise UserError(f"{source or path}: cannot read the {what} ({e.strerror})") from None
     where = source or str(path)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):  # before open(): it refuses a directory itself
+        os.close(fd)
+        raise UserError(f"{where}: not a regular file; accepted: a {what} file")
     with open(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-            raise UserError(f"{where}: not a regular file; accepted: a {what} file")
         data = f.read(MAX_BYTES + 1)
     if len(data) > MAX_BYTES:
         raise UserError(f"{where}: larger than {MAX_BYTES >> 10} KiB; accepted: a {what} file")

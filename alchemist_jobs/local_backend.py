@@ -26,8 +26,8 @@ from alchemist_jobs.errors import UserError
 from alchemist_jobs.processes import (alive, environ_has, owned_pids, popen_group,
                                       record_procs, start_time, still_same, stop_groups,
                                       stop_pids)
-from alchemist_jobs.rundir import (RunDir, all_runs, match_runs, new_run_id, runs_root,
-                                   write_private)
+from alchemist_jobs.rundir import (RUN_REF, RunDir, all_runs, match_runs, new_run_id,
+                                   runs_root, write_private)
 from alchemist_jobs.run_files import Progress, Result, RunRecord
 from alchemist_jobs.scheduler import (CANCELLED, FAILED, FINAL_STATES, LOST, RUNNING, SUCCEEDED,
                                       Request, RunStatus, Scheduler)
@@ -418,7 +418,13 @@ class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
                         f"{runs_root(self.root)}){hint}")
 
     def status(self, run_id: str) -> RunStatus:
-        run = self._run(run_id)
+        return self._status(self._run(run_id))
+
+    def _status(self, run: RunDir) -> RunStatus:
+        return self._status_and_record(run)[0]
+
+    def _status_and_record(self, run: RunDir) -> tuple[RunStatus, str]:
+        """The run's status, and the state its launcher recorded in run.json."""
         raw = run.state()
         rec = RunRecord.lenient(raw)
         state = rec.state
@@ -436,7 +442,7 @@ class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
             ended=rec.ended, workers=rec.workers, restarts=restarts,
             step=prog.step if prog else None, total_steps=prog.total_steps if prog else None,
             message=rec.message, run_dir=str(run.path), progress=prog, result=res,
-            exit_codes=rec.exit_codes)
+            exit_codes=rec.exit_codes), rec.state
 
     def logs(self, run_id: str, rank: int = 0, follow: bool = False) -> Iterator[str]:
         run = self._run(run_id)
@@ -464,6 +470,9 @@ class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
 
     def cancel(self, run_id: str) -> RunStatus:
         run = self._run(run_id)
+        if run.state_file.exists() and not run.state_file.is_file():
+            raise UserError(f"run {run.run_id}: {run.state_file} is not a regular file; "
+                            "accepted: a run whose run.json the launcher wrote")
         st = run.state()
         if st.get("state") in FINAL_STATES:
             return self.status(run.run_id)
@@ -475,7 +484,38 @@ class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
         return self.status(run.run_id)
 
     def list(self) -> list[RunStatus]:
-        return [self.status(r.run_id) for r in all_runs(self.root)]
+        """Every run, oldest first. An ended run's status comes from the index of ended runs
+        while its directory is unchanged (alchemist_jobs/run_index.py); any other run's files
+        are read once."""
+        from alchemist_jobs import run_index
+
+        base = runs_root(self.root)
+        try:
+            entries = list(os.scandir(base))
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        indexed = run_index.load(base)
+        keep: dict[str, tuple[int, dict]] = {}
+        out = []
+        for entry in entries:
+            if not RUN_REF.fullmatch(entry.name) or not entry.is_dir(follow_symlinks=False):
+                continue
+            mtime = run_index.dir_mtime(entry)  # before the files are read
+            hit = indexed.get(entry.name)
+            if hit is not None and hit[0] == mtime:
+                keep[entry.name] = hit
+                out.append(run_index.status_from_json(hit[1]))
+                continue
+            run = RunDir(Path(entry.path))
+            if not run.spec.is_file():
+                continue
+            st, recorded = self._status_and_record(run)
+            if recorded in (SUCCEEDED, FAILED, CANCELLED):
+                keep[entry.name] = (mtime, st.as_json())
+            out.append(st)
+        if keep.keys() != indexed.keys() or any(keep[k][0] != indexed[k][0] for k in keep):
+            run_index.save(base, keep)
+        return sorted(out, key=lambda s: (s.created or 0.0, s.run_id))
 
     # -- process hygiene -------------------------------------------------------------------------
 

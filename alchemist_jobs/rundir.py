@@ -62,18 +62,26 @@ def write_private(path: Path, text: str) -> None:
         f.write(text)
 
 
-def write_json_atomic(path: Path, data: Any, fsync: bool = False) -> None:
+def write_json_atomic(path: Path, data: Any, fsync: bool = False, indent: int | None = 1) -> None:
     """Write JSON so a reader sees the old or the new file, never half of one."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
-        json.dump(data, f, indent=1, default=str)
-        if fsync:
-            f.flush()
-            os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
+            json.dump(data, f, indent=indent, default=str,
+                      separators=None if indent is not None else (",", ":"))
+            if fsync:
+                f.flush()
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # nothing half-written is left behind
+        raise
 
 
-def read_json(path: Path) -> dict | None:
+MAX_STATE_BYTES = 16 << 20
+
+
+def read_json(path: Path, limit: int = MAX_STATE_BYTES) -> dict | None:
     """A JSON object from `path`; None if it is missing, unreadable or not an object (a
     corrupt state file must not break `list` for every other run)."""
     try:
@@ -82,15 +90,15 @@ def read_json(path: Path) -> dict | None:
         return None
     try:
         with open(fd, "rb") as f:
-            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            st = os.fstat(f.fileno())
+            if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
                 return None
-            data = json.loads(f.read(MAX_STATE_BYTES))
+            # read(n) would allocate n bytes first: reading a 300-byte state file with the
+            # 16 MiB cap as `n` made every listing of many runs mostly memory allocation.
+            data = json.loads(f.read())
     except (OSError, ValueError, RecursionError):
         return None
     return data if isinstance(data, dict) else None
-
-
-MAX_STATE_BYTES = 16 << 20
 
 
 class RunDir:
@@ -162,11 +170,18 @@ def runs_root(root: Path) -> Path:
 
 def match_runs(root: Path, ref: str) -> list[RunDir]:
     """The runs `ref` names: the run with exactly that id, else every run whose id contains
-    it (`0412` is enough when one run's id has it). `ref` must pass check_run_ref."""
+    it (`0412` is enough when one run's id has it), oldest first. `ref` must pass
+    check_run_ref. An exact id costs one directory lookup however many runs there are; a
+    part of an id reads names only, then the state of the runs that match."""
     check_run_ref(ref)
-    runs = all_runs(root)
-    exact = [r for r in runs if r.run_id == ref]
-    return exact or [r for r in runs if ref in r.run_id]
+    base = runs_root(root)
+    if _is_run(base / ref):
+        return [RunDir(base / ref)]
+    try:
+        names = [n for n in os.listdir(base) if ref in n]
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    return _oldest_first([RunDir(base / n) for n in names if _is_run(base / n)])
 
 
 def _is_run(p: Path) -> bool:
@@ -177,11 +192,19 @@ def _is_run(p: Path) -> bool:
 
 def all_runs(root: Path) -> list[RunDir]:
     """Every run under the root, oldest first."""
+    return _oldest_first(run_dirs(root))
+
+
+def run_dirs(root: Path) -> list[RunDir]:
+    """Every run under the root, in no order (no run's files are read)."""
     base = runs_root(root)
     try:
-        runs = [RunDir(p) for p in base.iterdir() if _is_run(p)]
+        return [RunDir(p) for p in base.iterdir() if _is_run(p)]
     except (FileNotFoundError, NotADirectoryError):
         return []
+
+
+def _oldest_first(runs: list[RunDir]) -> list[RunDir]:
     return sorted(runs, key=lambda r: (_created(r), r.run_id))
 
 

@@ -41,6 +41,10 @@ class RunStatus:
     progress: Progress | None = None  # rank 0's latest report
     result: Result | None = None  # rank 0's summary, once the job has ended
     exit_codes: list[int | None] | None = None  # local: the agents' exit codes
+    # Cluster: the restarts that spent max_restarts (a preemption's restart spends none).
+    restarts_counted: int | None = None
+    # Cluster: pods long past their deletion deadline that hold the run (job_state.stuck_pod).
+    stuck_pods: list[dict[str, Any]] = field(default_factory=list)
     # Backend-specific facts a backend reads back itself (pods, sizes); the CLI never does.
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -55,6 +59,7 @@ class RunStatus:
             created=self.created, ended=self.ended, workers=self.workers,
             restarts=self.restarts, step=self.step, total_steps=self.total_steps,
             message=self.message, run_dir=self.run_dir, exit_codes=self.exit_codes,
+            restarts_counted=self.restarts_counted, stuck_pods=self.stuck_pods,
             progress=None if self.progress is None else self.progress.model_dump(
                 include=set(Progress.model_fields)),
             result=None if self.result is None else self.result.model_dump(

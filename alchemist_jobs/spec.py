@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal, Union, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from alchemist_jobs.errors import UserError, shown
 from alchemist_jobs.input_files import load_yaml, read_text
@@ -21,9 +22,25 @@ BUILTIN_TASKS = ("digits", "synthetic")
 _QUANTITY = r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$"
 
 
+BOOL_AS_NUMBER = "boolean_as_number"
+
+
 class _Node(BaseModel):
     # Unknown fields are errors: a misspelled key must never be silently ignored.
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_boolean_numbers(cls, data: Any) -> Any:
+        # pydantic's lax mode reads true as 1: `nodes: true` must not mean one node.
+        if isinstance(data, dict):
+            for key, v in data.items():
+                field = cls.model_fields.get(key) if isinstance(v, bool) else None
+                kinds = {field.annotation, *get_args(field.annotation)} if field else set()
+                if kinds & {int, float} and bool not in kinds:
+                    raise PydanticCustomError(BOOL_AS_NUMBER, "{field} is a boolean, not a number",
+                                              {"field": key, "value": v})
+        return data
 
 
 # --- what to train ---------------------------------------------------------------------
@@ -358,7 +375,10 @@ def _describe_error(err: dict) -> tuple[str, str]:
         "missing": "a value is required",
         "union_tag_invalid": "one of sync, async, bmuf, easgd",
         "union_tag_not_found": "a `name` of sync, async, bmuf or easgd",
+        BOOL_AS_NUMBER: "a number (true and false are not numbers)",
     }.get(kind)
+    if kind == BOOL_AS_NUMBER:
+        loc.append(str(ctx["field"]))
     if accepted is None:
         if kind == "literal_error":
             accepted = "one of " + ctx.get("expected", "").replace("'", "")
@@ -423,6 +443,8 @@ def parse_spec(raw: Any, source: str, spec_dir: Path | None = None) -> JobSpec:
         value = errors[0].get("input")
         if errors[0]["type"] in ("union_tag_invalid", "union_tag_not_found"):
             field, value = field + ".name", (errors[0].get("ctx") or {}).get("tag")
+        elif errors[0]["type"] == BOOL_AS_NUMBER:
+            value = errors[0]["ctx"]["value"]
         text = "{...}" if isinstance(value, dict) else "[...]" if isinstance(value, list) \
             else shown(value)
         if errors[0]["type"] == "missing":

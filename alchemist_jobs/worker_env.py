@@ -5,6 +5,7 @@ its run. `spec.env` is applied on top (the user's word wins)."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 
@@ -52,3 +53,22 @@ class WorkerEnv:
         }
         env.update({k: v for k, v in optional.items() if v is not None})
         return env
+
+
+# A cluster pod's group restart: the JobSet restart attempt its pod carries (the
+# `jobset.sigs.k8s.io/restart-attempt` annotation, passed in through the downward API).
+RESTART_ATTEMPT_ENV = "ALCHEMIST_RESTART_ATTEMPT"
+
+
+def restarts(environ: dict[str, str] | None = None) -> int:
+    """How often this worker's group has restarted: torchrun's own count (local runs, where
+    the agent restarts its workers) plus the cluster's group restarts (JobSet recreates every
+    pod and torchrun runs with --max-restarts=0, so its own count stays 0 there)."""
+    env = os.environ if environ is None else environ
+
+    def _int(name: str) -> int:
+        try:
+            return max(0, int(env.get(name) or 0))
+        except ValueError:
+            return 0
+    return _int("TORCHELASTIC_RESTART_COUNT") + _int(RESTART_ATTEMPT_ENV)

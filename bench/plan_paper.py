@@ -1,6 +1,6 @@
 """The paper's scaling claim through `alchemist plan`'s model, under stated assumptions.
 
-    /work/main/.venv/bin/python bench/plan_paper.py [--link 25gbit] [--step-ms 180]
+    .venv/bin/python bench/plan_paper.py [--link 25gbit] [--step-ms 180]
 
 Alchemist (Apple, 2018) cut training time 10x to 14x on 64 GPUs against one 4-GPU machine.
 Assumptions (each a flag): a ResNet-50-sized model (25.6 M parameters, exchanged in fp32:

@@ -1,6 +1,6 @@
 """Validate `alchemist plan` on measured runs: predict, then run, on 2-4 emulated hosts.
 
-    /work/main/.venv/bin/python bench/plan_validate.py [--hosts 2,3,4] [--rates 50,100,400]
+    .venv/bin/python bench/plan_validate.py [--hosts 2,3,4] [--rates 50,100,400]
         [--algorithms sync,bmuf] [--steps 40] [--max-load 1.5]
 
 The emulated hosts are network namespaces (tests/netns.py) whose links a token bucket limits to

@@ -13,6 +13,8 @@ import pulumi_eks as eks
 import pulumi_kubernetes as kubernetes
 
 from infra.cluster_facts import (
+    AUTOSCALER_RESOURCE_TAG,
+    EFA_RESOURCE,
     GPU_NODE_LABELS,
     GPU_TOLERATIONS,
     GPU_TAINT,
@@ -26,7 +28,7 @@ from infra.cluster_facts import (
 from infra.cluster_addons import CloudIdentityAddon, CloudIdentityAddonArgs
 from infra.cluster_versions import EFA_DEVICE_PLUGIN_CHART, autoscaler_chart, eks_support_warning
 from infra.config import AwsConfig, GpuPool, NodePool, StackConfig
-from infra.instance_types import ACCELERATOR_LABEL, gpu_model
+from infra.instance_types import ACCELERATOR_LABEL, gpu_model, group_efa_rdma_read
 from infra.policies import OPEN_ENDPOINTS_TAG
 from infra.versions import KUBERNETES_VERSIONS
 
@@ -125,6 +127,7 @@ class EksCluster(pulumi.ComponentResource):
             toolkit_by_operator=False,
             registry=Registry(prefix="", host="", ecr_repositories=True),
             efa_per_node=gpu.efa_interfaces,
+            efa_rdma_read=bool(gpu.efa_interfaces) and group_efa_rdma_read(list(gpu.instance_types)),
             aws=AwsNetwork(
                 aws_provider=self.aws_provider,
                 region=cfg.region,
@@ -236,6 +239,7 @@ class EksCluster(pulumi.ComponentResource):
             labels=gpu_labels,
             taints=[{"key": GPU_TAINT["key"], "value": GPU_TAINT["value"], "effect": "NO_SCHEDULE"}],
             scaling_config=_scaling(gpu),
+            tags=gpu_node_group_tags(gpu.efa_interfaces),
             ignore_scaling_changes=True,  # the cluster autoscaler owns the desired size
             launch_template=self._launch_template(f"{name}-gpu", gpu.disk_size_gib, on_aws,
                                                   require_imdsv2=gpu.require_imdsv2, pool="gpu",
@@ -423,6 +427,22 @@ class EksCluster(pulumi.ComponentResource):
             ),
             opts=pulumi.ResourceOptions(parent=self, providers=[self.provider]),
         )
+
+
+def gpu_node_group_tags(efa_interfaces: int) -> dict[str, str]:
+    """Tags of the GPU managed node group: the resources its nodes advertise beyond what the
+    autoscaler's template node knows (cpu, memory, nvidia.com/gpu, pods).
+
+    The group starts at zero, so the autoscaler decides from that template whether a pending
+    pod would fit a new node; a pod asking for `vpc.amazonaws.com/efa` fits only if the group
+    names it. The autoscaler reads a managed node group's tags with eks:DescribeNodegroup
+    (aws_manager.go buildNodeFromTemplate; AUTOSCALER_POLICY grants it), as it reads the
+    group's labels and taints, so the pods' node selector and toleration match the template
+    too. EKS does not copy these tags to the group's Auto Scaling group or its instances.
+    """
+    if not efa_interfaces:
+        return {}
+    return {f"{AUTOSCALER_RESOURCE_TAG}{EFA_RESOURCE}": str(efa_interfaces)}
 
 
 def _scaling(pool: NodePool | GpuPool) -> dict[str, int]:

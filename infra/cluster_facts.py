@@ -17,6 +17,12 @@ GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}
 GPU_TOLERATIONS = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
 GPU_RESOURCE = "nvidia.com/gpu"
 EFA_RESOURCE = "vpc.amazonaws.com/efa"  # extended resource of the EFA device plugin
+# The cluster autoscaler's AWS template node (what it believes a node of a group at zero will
+# have) advertises only cpu, memory, nvidia.com/gpu and pods, plus a resource per tag
+# `<this prefix><resource>: <quantity>` on the ASG or, for EKS managed node groups, on the node
+# group itself (kubernetes/autoscaler cluster-autoscaler/cloudprovider/aws/aws_manager.go,
+# buildNodeFromTemplate, tag cluster-autoscaler-1.35.0).
+AUTOSCALER_RESOURCE_TAG = "k8s.io/cluster-autoscaler/node-template/resources/"
 # Where every kind node mounts the host's shared directory; the hostPath PV points here.
 KIND_SHARED_PATH = "/var/alchemist/shared"
 
@@ -85,4 +91,5 @@ class ClusterFacts:
     registry: Registry
     aws: AwsNetwork | None = None
     efa_per_node: int = 0  # EFA interfaces of every GPU node; 0 when EFA is off
+    efa_rdma_read: bool = False  # every GPU node's EFA devices do RDMA read (infra/instance_types.py)
     depends_on: list[Any] = field(default_factory=list)  # what k8s resources must wait for

@@ -6,6 +6,11 @@ Data, not code, with its sources:
   https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa.html and the accelerated-computing
   specifications, https://docs.aws.amazon.com/ec2/latest/instancetypes/ac.html).
   Only types listed here get EFA; others have none or are not listed yet.
+- RDMA read: the instance families whose EFA devices do RDMA read (GPUDirect RDMA), the
+  "RDMA read" column of that same "Supported instance types" list. libfabric's efa provider
+  aborts when told to use device RDMA (FI_EFA_USE_DEVICE_RDMA=1) on a device without it,
+  as g4dn, g5, g6 and g6e are; a family not listed is taken to have none (NCCL then stages
+  through host memory: slower, never wrong).
 - Accelerator label: the cluster autoscaler's AWS provider treats a node as a GPU node by the
   label `k8s.amazonaws.com/accelerator=<gpu-type>` (kubernetes/autoscaler,
   cluster-autoscaler/cloudprovider/aws/aws_cloud_provider.go `GPULabel`, and the provider's
@@ -46,6 +51,10 @@ EFA_INTERFACES = {
 }  # fmt: skip
 
 
+# instance families whose EFA devices support RDMA read
+EFA_RDMA_READ_FAMILIES = frozenset({"p4d", "p4de", "p5", "p5e", "p5en"})
+
+
 def family(instance_type: str) -> str:
     return instance_type.split(".", 1)[0]
 
@@ -64,3 +73,9 @@ def efa_interfaces(instance_type: str) -> int:
 def group_efa(instance_types: list[str]) -> int:
     """EFA interfaces every node of a group has: the smallest over its types (0 if any lacks EFA)."""
     return min((efa_interfaces(t) for t in instance_types), default=0)
+
+
+def group_efa_rdma_read(instance_types: list[str]) -> bool:
+    """Whether every type of a group has EFA with RDMA read (False for an empty list)."""
+    return bool(instance_types) and all(
+        efa_interfaces(t) and family(t) in EFA_RDMA_READ_FAMILIES for t in instance_types)

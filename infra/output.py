@@ -32,7 +32,8 @@ def build_output(stack: str, cfg: StackConfig, facts: ClusterFacts, images: dict
             "node_selector": dict(GPU_NODE_LABELS),
             "tolerations": [dict(t) for t in GPU_TOLERATIONS],
             "per_node": facts.gpus_per_node,
-            **({"efa": {"resource": EFA_RESOURCE, "per_node": facts.efa_per_node}} if facts.efa_per_node else {}),
+            **({"efa": {"resource": EFA_RESOURCE, "per_node": facts.efa_per_node,
+                        "rdma_read": facts.efa_rdma_read}} if facts.efa_per_node else {}),
         },
         "monitoring": {**monitoring_urls, "pod_monitor_labels": dict(SCRAPE_LABELS)},
     }

@@ -9,7 +9,7 @@ import pulumi
 import pulumi_kubernetes as kubernetes
 import yaml
 
-from infra.cluster import GPU_NODE_LABELS, GPU_RESOURCE, GPU_TOLERATIONS
+from infra.cluster import EFA_RESOURCE, GPU_NODE_LABELS, GPU_RESOURCE, GPU_TOLERATIONS
 from infra.config import Team
 from infra.labels import JOBSET_NAMESPACE, KUEUE_COHORT, KUEUE_NAMESPACE, PRIORITY_CLASSES, TEAM_LABEL
 from infra.versions import CHARTS
@@ -18,6 +18,12 @@ KUEUE_API = "kueue.x-k8s.io/v1beta1"
 # How long an admitted job may take until every pod is ready (a GPU node scale-up plus a big
 # image pull) before Kueue evicts and requeues it; pod 0 may start 15 minutes late.
 PODS_READY_TIMEOUT = "20m"
+# Resources Kueue leaves out of a workload's requests: a request for a resource no
+# ClusterQueue covers is never admitted ("resource ... unavailable in ClusterQueue",
+# pkg/scheduler/flavorassigner/flavorassigner.go at v0.13.4). EFA interfaces
+# (vpc.amazonaws.com/efa) are a device of the GPU node a pod already holds, not a quota to
+# share: the node's capacity guards them (pkg/workload/workload.go dropExcludedResources).
+EXCLUDED_RESOURCE_PREFIXES = [EFA_RESOURCE.split("/", 1)[0] + "/"]
 
 
 def kueue_manager_config() -> dict[str, Any]:
@@ -38,6 +44,7 @@ def kueue_manager_config() -> dict[str, Any]:
         # Only team namespaces hold jobs Kueue manages; system pods are never gated.
         "managedJobsNamespaceSelector": {"matchExpressions": [{"key": TEAM_LABEL, "operator": "Exists"}]},
         "integrations": {"frameworks": ["batch/job", "jobset.x-k8s.io/jobset", "pod"]},
+        "resources": {"excludeResourcePrefixes": list(EXCLUDED_RESOURCE_PREFIXES)},
         # A job's pods start together or not at all: an admitted workload whose pods are not
         # all ready in time is evicted and requeued, so a half-started group never holds GPUs.
         # blockAdmission stays off: one job waiting for a GPU scale-up must not stall every

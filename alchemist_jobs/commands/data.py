@@ -162,7 +162,7 @@ def cmd_rm(args: argparse.Namespace) -> int:
     from alchemist_jobs.data.source import dataset_uri
 
     store = object_store(args.stack, args.outputs)
-    uri = dataset_uri(store.bucket, args.name)
+    uri = dataset_uri(store.bucket, args.name, what="NAME")
     with _s3_errors(str(uri)):
         client = s3.client(store)
         if not s3.list_prefix(client, uri):

@@ -64,7 +64,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        help="an environment variable for the workers (repeatable; a string)")
         p.add_argument("--dry-run", action="store_true",
                        help="print what would be started (processes or manifests) and exit")
-        p.add_argument("--json", action="store_true", help="with --dry-run: as JSON")
+        p.add_argument("--json", action="store_true",
+                       help="machine-readable: the dry run, the started run's id (--detach, "
+                            "a cluster stack) or the finished run's status as one JSON document")
         p.add_argument("--detach", action="store_true",
                        help="local stack: run in the background (survives SIGHUP and a "
                             "closed terminal) and return")
@@ -138,6 +140,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         if args.dry_run:
             _print_request(request, args.json)
             return 0
+        if args.json and args.follow:
+            raise UserError("--json with --follow: --follow streams a log; accepted: one of them")
         if detach:
             return _start_detached(args, request.run_id)
         t0 = time.time()
@@ -148,6 +152,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             warm.discard()
     if scheduler.runs_on_its_own:
         print(f"submitted {request.run_id} to stack {scheduler.stack}", file=sys.stderr)
+        if args.json:  # the id to poll with `status --json`: a cluster run lives on its own
+            print(json.dumps({"run_id": request.run_id, "stack": scheduler.stack}))
+            return 0
         if args.command == "submit" and not args.follow:
             return 0
         from alchemist_jobs.kubernetes.scheduler import KubernetesScheduler
@@ -202,7 +209,7 @@ def _start_detached(args: argparse.Namespace, run_id: str) -> int:
         raise JobFailed(err[-1].removeprefix("error: ") if err else
                         f"run {run_id}: the launcher exited with {launcher.returncode}")
     launcher.stderr.close()
-    print(run_id)
+    print(json.dumps({"run_id": run_id, "stack": "local"}) if args.json else run_id)
     print(f"run {run_id} started in the background on stack local; follow it with "
           f"`alchemist status {run_id}`, `alchemist logs {run_id} -f`, "
           f"`alchemist cancel {run_id}`", file=sys.stderr)
@@ -240,7 +247,7 @@ def _follow_local_run(args, scheduler, request, handle, spec, t0: float) -> int:
     signal.signal(signal.SIGHUP, signal.SIG_IGN if args.launcher else stop.note)
     display = None
     try:
-        display = _Display(handle, spec, quiet=args.quiet)
+        display = _Display(handle, spec, quiet=args.quiet or args.json)
 
         def tick() -> None:
             stop.check()
@@ -262,7 +269,10 @@ def _follow_local_run(args, scheduler, request, handle, spec, t0: float) -> int:
         print(f"run {request.run_id} cancelled; no process left running", file=sys.stderr)
         return 130
     display.close()
-    _summary(status, time.time() - t0, handle)
+    if args.json:  # the run's status, as `status RUN --json` gives it, and the wall time
+        print(json.dumps(dict(status.as_json(), wall_s=round(time.time() - t0, 3)), indent=1))
+    else:
+        _summary(status, time.time() - t0, handle)
     if status.state == SUCCEEDED:
         return 0
     if status.state == CANCELLED:
@@ -421,7 +431,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(json.dumps(s.as_json(), indent=1))
         return 0
     print(f"run        {s.run_id}\nstack      {s.stack}\nstate      {s.state}")
-    print(f"workers    {s.workers}\nrestarts   {s.restarts}")
+    counted = ("" if s.restarts_counted is None or s.restarts_counted == s.restarts
+               else f" ({s.restarts_counted} counted towards max_restarts)")
+    print(f"workers    {s.workers}\nrestarts   {s.restarts}{counted}")
     if s.step is not None:
         print(f"step       {s.step}/{s.total_steps}")
     if s.progress is not None and s.progress.loss is not None:
@@ -432,6 +444,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(f"created    {_when(s.created)}\nended      {_when(s.ended)}")
     if s.message:
         print(f"message    {s.message}")
+    for p in s.stuck_pods:
+        print(f"stuck      pod {p['pod']} on node {p['node'] or '?'}: "
+              f"{p['overdue_s'] // 60} min past its deletion deadline")
     if s.run_dir:
         print(f"directory  {s.run_dir}")
     return 0

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -20,6 +21,27 @@ from alchemist_jobs.errors import UserError
 
 PLANNED = ("sync", "bmuf", "easgd")
 EMULATED_MAX_WORKERS = 64  # --emulated runs this many profile processes at once, at most
+
+
+def _number(accepted: str, low: float, high: float, *, integer: bool = False,
+            low_open: bool = False):
+    """An argparse type: a finite number in [low, high] ((low, high] with low_open)."""
+    def parse(text: str) -> float | int:
+        try:
+            value = int(text) if integer else float(text)
+        except ValueError:
+            value = None
+        if value is None or not math.isfinite(value) or value > high or value < low or \
+                (low_open and value == low):
+            raise argparse.ArgumentTypeError(f"{text!r}; accepted: {accepted}")
+        return value
+    return parse
+
+
+_MS = _number("milliseconds > 0, at most a day", 0.0, 86_400_000.0, low_open=True)
+_MB = _number("megabytes > 0, at most 10^9 (a petabyte)", 0.0, 1e9, low_open=True)
+_US = _number("microseconds >= 0, at most 10^9", 0.0, 1e9)
+_COUNT = _number("a whole number >= 1", 1, 10**6, integer=True)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -41,17 +63,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="the link as measured between nodes of the target by "
                         "`python -m alchemist_jobs.planner.probe` (bandwidth and latency); "
                         "repeat for probes of several node counts (emulated nodes)")
-    p.add_argument("--latency-us", type=float, default=50.0,
+    p.add_argument("--latency-us", type=_US, default=50.0,
                    help="one message between nodes, microseconds (default 50)")
-    p.add_argument("--workers-per-node", type=int, default=None,
+    p.add_argument("--workers-per-node", type=_COUNT, default=None,
                    help="workers per node (default: the stack's GPUs per node when the spec "
                         "asks for GPUs, else the spec's procs_per_node)")
-    p.add_argument("--tau", type=int, default=None, help="bmuf/easgd steps per exchange "
+    p.add_argument("--tau", type=_COUNT, default=None, help="bmuf/easgd steps per exchange "
                    "(default: the spec's, else 8)")
-    p.add_argument("--step-ms", type=float, default=None, help="a measured step time instead "
+    p.add_argument("--step-ms", type=_MS, default=None, help="a measured step time instead "
                    "of profiling (needs --model-mb)")
-    p.add_argument("--model-mb", type=float, default=None, help="MB one exchange moves")
-    p.add_argument("--profile-steps", type=int, default=200, help="steps to time (default 200)")
+    p.add_argument("--model-mb", type=_MB, default=None, help="MB one exchange moves")
+    p.add_argument("--profile-steps", type=_COUNT, default=200, help="steps to time (default 200)")
     p.add_argument("--emulated", action="store_true",
                    help="the nodes are emulated on this machine and share its processors (the "
                         "local stack, network namespaces): profile each node count with that "

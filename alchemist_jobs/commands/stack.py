@@ -78,12 +78,18 @@ def stacks_dir(root: Path) -> Path:
 
 def stack_file(root: Path, name_or_path: str) -> Path:
     path = Path(name_or_path)
-    if path.suffix in (".yaml", ".yml") and path.is_file():
-        return path.resolve()
-    candidate = stacks_dir(root) / f"Pulumi.{name_or_path}.yaml"
-    if not candidate.is_file():
+    try:  # a name too long for a file name is no stack either (OSError: File name too long)
+        if path.suffix in (".yaml", ".yml") and path.is_file():
+            return path.resolve()
+        candidate = stacks_dir(root) / f"Pulumi.{name_or_path}.yaml"
+        found = candidate.is_file()
+    except OSError:
+        candidate, found = None, False
+    if not found:
         known = ", ".join(stack_names(root)) or "none"
-        raise UserError(f"stack {name_or_path!r}: no {candidate.relative_to(root)}; accepted: {known}")
+        where = f"no {candidate.relative_to(root)}" if candidate is not None and \
+            len(name_or_path) <= 60 else "no such stack file"
+        raise UserError(f"stack {shown(name_or_path)}: {where}; accepted: {known}")
     return candidate
 
 

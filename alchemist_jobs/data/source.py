@@ -42,9 +42,10 @@ def resolve_local_source(value: str, spec_dir: Path, where: str) -> str:
     return str(path)
 
 
-def dataset_uri(bucket: str, name: str) -> S3Uri:
-    """Where the dataset `name` pushed with `alchemist data push` lives."""
+def dataset_uri(bucket: str, name: str, what: str = "--name") -> S3Uri:
+    """Where the dataset `name` pushed with `alchemist data push` lives; `what` is how the
+    user gave the name, for the error."""
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", name):
-        raise UserError(f"--name {name!r}: not a dataset name; accepted: letters, digits, '.', "
+        raise UserError(f"{what} {name!r}: not a dataset name; accepted: letters, digits, '.', "
                         "'_', '-' (up to 128, starting with a letter or digit)")
     return S3Uri(bucket, f"{DATASETS_PREFIX}{name}/")

@@ -96,7 +96,8 @@ def session_pod(stack: StackOutput, name: str, gpus: int = 0, hours: float = 8.0
             }],
             "volumes": [
                 {"name": "shared", "persistentVolumeClaim": {"claimName": stack.shared_fs.pvc}},
-                {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": memory}},
+                {"name": "dshm", "emptyDir": {"medium": "Memory",
+                                              "sizeLimit": mf.shm_size(memory)}},
             ],
             **mf.gpu_placement(gpus, stack),
         },

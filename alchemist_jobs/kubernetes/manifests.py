@@ -13,7 +13,9 @@
   Kueue admits all pods at once. Losing any pod fails its Job (backoffLimit 0) and JobSet's
   failurePolicy recreates every Job: the group restarts from the newest checkpoint, at most
   `max_restarts` times. A pod stopped from outside (SIGTERM: Kueue preemption, eviction,
-  drain) exits PREEMPTED_EXIT_CODE and restarts the group without spending a restart.
+  drain) exits PREEMPTED_EXIT_CODE and restarts the group without spending a restart; a pod
+  that cannot run as configured (no GPU, no NCCL net plugin) exits CONFIG_ERROR_EXIT_CODE and
+  fails the run at once.
 
 Only the stack-specific fields (namespace, queue, image, volume claim, mount path, GPU
 resource, node selector, tolerations, scrape labels, stack name) differ between stacks.
@@ -23,6 +25,8 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import math
+from fractions import Fraction
 import shlex
 from pathlib import PurePosixPath
 from typing import Any
@@ -33,9 +37,10 @@ from alchemist_jobs.contract import (MANAGED_BY_LABEL, METRICS_BASE_PORT,
 from alchemist_jobs.data.pods import pod_patch
 from alchemist_jobs.errors import UserError
 from alchemist_jobs.kubernetes.code_assets import CodeSnapshot
+from alchemist_jobs.runtime.config_error import CONFIG_ERROR_EXIT_CODE, CONFIG_ERROR_FILE_ENV
 from alchemist_jobs.runtime.nccl_net import REQUIRE_ENV as REQUIRE_NET_PLUGIN_ENV
 from alchemist_jobs.spec import JobSpec
-from alchemist_jobs.worker_env import WorkerEnv, threads_per_worker
+from alchemist_jobs.worker_env import RESTART_ATTEMPT_ENV, WorkerEnv, threads_per_worker
 
 RDZV_PORT = 29500
 PS_BASE_PORT = server_role.CLUSTER_BASE_PORT  # parameter-server shard k listens on this + k
@@ -58,6 +63,12 @@ RESTART_ATTEMPT_LABEL = "jobset.sigs.k8s.io/restart-attempt"
 # What the pod script exits with when stopped from outside (SIGTERM from the kubelet: Kueue
 # preemption, eviction, drain): 128 + 15, as a shell killed by SIGTERM would report.
 PREEMPTED_EXIT_CODE = 143
+# The container's termination message (the kubelet creates it mode 0666 and reports it as
+# `state.terminated.message`): where a worker's configuration error goes (config_error.py).
+TERMINATION_LOG = "/dev/termination-log"
+# /dev/shm is tmpfs: its pages count against the pod's memory limit, so it gets a share of
+# that limit, not all of it (shm_size).
+SHM_FRACTION = 4
 # The Prometheus of the platform runs in this namespace (infra/labels.py).
 MONITORING_NAMESPACE = "monitoring"
 # torchrun prefixes every worker line with its global rank; `alchemist logs --rank` filters on it.
@@ -180,6 +191,11 @@ def pod_command(spec: JobSpec, name: str, run_id: str, run_dir: str) -> list[str
               "set +e", "wait $pid; rc=$?",
               # `wait` returns early when the trap runs: wait for torchrun itself.
               'if [ -n "$stopped" ]; then wait $pid; exit ' + str(PREEMPTED_EXIT_CODE) + "; fi",
+              # torchrun exits 1 whatever its worker's code: a worker that wrote a
+              # configuration error (config_error.py) gets its own code back, which fails
+              # the run instead of restarting it.
+              f'if [ "$rc" -ne 0 ] && [ -s "${{{CONFIG_ERROR_FILE_ENV}:-/nonexistent}}" ]; '
+              f"then exit {CONFIG_ERROR_EXIT_CODE}; fi",
               "exit $rc"]
     return ["/bin/sh", "-c", "\n".join(lines) + "\n", "alchemist", *worker_target(spec)]
 
@@ -194,7 +210,8 @@ def ps_command() -> list[str]:
 
 def _efa_env(spec: JobSpec, stack: StackOutput) -> dict[str, str]:
     """NCCL over EFA through the aws-ofi-nccl plugin (the AWS EFA user guide): libfabric's
-    efa provider, GPUDirect RDMA where the instance has it, fork safety for DataLoader
+    efa provider, GPUDirect RDMA exactly where the stack says the devices do RDMA read
+    (`gpu.efa.rdma_read`: libfabric aborts when told to use it on g5/g6), fork safety for DataLoader
     workers, and the plugin by the one library name every aws-ofi-nccl build installs
     (`libnccl-net-ofi.so`, its src/Makefile.am). The net's name is not set here: it
     changed between plugin versions ("AWS Libfabric", then "Libfabric" from v1.16.0), and a
@@ -203,7 +220,8 @@ def _efa_env(spec: JobSpec, stack: StackOutput) -> dict[str, str]:
     stops with one line when there is none (runtime/nccl_net.py)."""
     if not (spec.resources.gpu and stack.gpu.efa):
         return {}
-    return {"FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1", "FI_EFA_FORK_SAFE": "1",
+    rdma = "1" if stack.gpu.efa.rdma_read else "0"
+    return {"FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": rdma, "FI_EFA_FORK_SAFE": "1",
             "NCCL_NET_PLUGIN": "ofi", REQUIRE_NET_PLUGIN_ENV: "required"}
 
 
@@ -226,8 +244,31 @@ def _env(spec: JobSpec, stack: StackOutput, name: str, run_dir: str, root: str) 
     if "ALCHEMIST_NODE" not in values:  # the pod's name: where a worker runs
         env.append({"name": "ALCHEMIST_NODE",
                     "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}})
+    if RESTART_ATTEMPT_ENV not in values:  # which group restart this pod belongs to
+        env.append(restart_attempt_env())
+    values.setdefault(CONFIG_ERROR_FILE_ENV, TERMINATION_LOG)
     env += [{"name": k, "value": v} for k, v in values.items()]
     return env + secret_env(spec, stack)
+
+
+def restart_attempt_env() -> dict:
+    """The JobSet restart attempt, which JobSet v0.12.0 writes on every pod it creates as
+    both label and annotation `jobset.sigs.k8s.io/restart-attempt` (= status.restarts;
+    pkg/controllers/jobset_controller.go labelAndAnnotateObject), through the downward
+    API: torchrun runs with --max-restarts=0, so only this tells a worker it restarted."""
+    return {"name": RESTART_ATTEMPT_ENV, "valueFrom": {"fieldRef": {
+        "fieldPath": f"metadata.annotations['{RESTART_ATTEMPT_LABEL}']"}}}
+
+
+def shm_size(memory: str) -> str:
+    """/dev/shm's sizeLimit for a pod with this memory limit: a quarter of it (2 GiB of an
+    8Gi pod, where a runtime's default is 64 MiB). tmpfs pages count against the pod's
+    memory limit (Kubernetes' emptyDir docs, `medium: Memory`), so the processes keep three
+    quarters whatever /dev/shm holds; DataLoader workers' prefetched batches and NCCL's
+    shared-memory transport live there (docs/kubernetes.md)."""
+    from kubernetes.utils.quantity import parse_quantity
+
+    return f"{max(1, int(parse_quantity(memory)) // (SHM_FRACTION * 2**20))}Mi"
 
 
 def secret_env(spec: JobSpec, stack: StackOutput) -> list[dict]:
@@ -333,6 +374,14 @@ def build(spec: JobSpec, stack: StackOutput, run_id: str,
                 # per hostname, and no old worker still holding the rendezvous port.
                 "restartStrategy": "BlockingRecreate",
                 "rules": [{
+                    # A pod that cannot run as configured (no GPU, no NCCL net plugin: the
+                    # Job's podFailurePolicy turns exit CONFIG_ERROR_EXIT_CODE into reason
+                    # PodFailurePolicy): a restart gets the same pod, so fail the run now.
+                    "name": "ConfigurationError", "action": "FailJobSet",
+                    "onJobFailureReasons": ["PodFailurePolicy"],
+                    "onJobFailureMessagePatterns": [
+                        f"exit code {CONFIG_ERROR_EXIT_CODE} matching FailJob rule"],
+                }, {
                     # Stopped from outside (the worker Job's podFailurePolicy turns exit
                     # PREEMPTED_EXIT_CODE into reason PodFailurePolicy with this message):
                     # restart without spending one of max_restarts.
@@ -358,6 +407,9 @@ def _replicated_job(rjob: str, pods: int, pod_spec: dict, spec: JobSpec, stack: 
         "podFailurePolicy": {"rules": [
             {"action": "FailJob", "onExitCodes": {
                 "containerName": CONTAINER, "operator": "In", "values": [PREEMPTED_EXIT_CODE]}},
+            {"action": "FailJob", "onExitCodes": {
+                "containerName": CONTAINER, "operator": "In",
+                "values": [CONFIG_ERROR_EXIT_CODE]}},
         ]},
         # A replacement pod starts only once the old one is gone: one pod per hostname.
         "podReplacementPolicy": "Failed",
@@ -407,7 +459,7 @@ def _pod_spec(spec: JobSpec, stack: StackOutput, name: str, run_id: str, train: 
             {"name": "config", "configMap": {"name": name}},
             # Shared memory for DataLoader workers and NCCL; the default 64 MiB is too small.
             {"name": "dshm", "emptyDir": {"medium": "Memory",
-                                          "sizeLimit": spec.resources.memory}},
+                                          "sizeLimit": shm_size(spec.resources.memory)}},
             *data["volumes"],
         ],
         **gpu_placement(gpus, stack),
@@ -427,6 +479,7 @@ def _worker_pod(spec: JobSpec, stack: StackOutput, name: str, run_id: str,
         "name": CONTAINER, "image": image_for(spec, stack), "imagePullPolicy": "IfNotPresent",
         "command": pod_command(spec, name, run_id, run_dir),
         "env": _env(spec, stack, name, run_dir, root),
+        "terminationMessagePath": TERMINATION_LOG,
         "ports": ports,
         "resources": resources(spec.resources.cpu, spec.resources.memory,
                                spec.resources.gpu, stack, efa=True),
@@ -439,10 +492,35 @@ def _worker_pod(spec: JobSpec, stack: StackOutput, name: str, run_id: str,
     return _pod_spec(spec, stack, name, run_id, train, code, spec.resources.gpu)
 
 
+_SUFFIX = {"": 1, "m": Fraction(1, 1000), "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
+           "P": 10**15, "E": 10**18, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40,
+           "Pi": 2**50, "Ei": 2**60}
+
+
+def quantity_bytes(q: str) -> Fraction:
+    """A memory quantity of the spec's grammar (`2Gi`, `1.5G`, `512Mi`), exactly, in bytes."""
+    number = q.rstrip("kmMGTPEi")
+    return Fraction(number) * _SUFFIX[q[len(number):]]
+
+
+def server_size(spec: JobSpec) -> tuple[str, str]:
+    """(cpu, memory) requests of one parameter-server pod: one worker process's share of a
+    node (resources / procs_per_node). A server holds one shard of what every worker process
+    holds whole (parameters and optimizer state), so that share is enough, and a group of
+    servers never doubles the job's quota or outgrows the nodes its workers fit."""
+    procs = spec.procs_per_node
+    mib = math.ceil(quantity_bytes(spec.resources.memory) / procs / 2**20)
+    return _cpu(max(spec.resources.cpu / procs, 0.001)), f"{mib}Mi"
+
+
 def _ps_pod(spec: JobSpec, stack: StackOutput, name: str, run_id: str) -> dict:
-    """Parameter servers: CPU and memory only, off the GPU nodes."""
+    """Parameter servers: CPU and memory only (their own size, `server_size`), on the nodes
+    the workers run on: the GPU nodes for a GPU job (tolerating their taint, asking for no
+    GPU), where there is room beside the workers and a new node of the group fits them; any
+    untainted node otherwise."""
     root, run_dir = shared_paths(stack, run_id)
     servers = parameter_servers(spec)
+    cpu, memory = server_size(spec)
     train = {
         "name": CONTAINER, "image": image_for(spec, stack), "imagePullPolicy": "IfNotPresent",
         "command": ps_command(),
@@ -451,12 +529,13 @@ def _ps_pod(spec: JobSpec, stack: StackOutput, name: str, run_id: str) -> dict:
                   for k in range(servers)]
         + [{"name": metrics_port_name(0), "containerPort": METRICS_BASE_PORT,
             "protocol": "TCP"}],
-        "resources": resources(spec.resources.cpu, spec.resources.memory, 0, stack),
+        "resources": {"requests": {"cpu": cpu, "memory": memory}, "limits": {"memory": memory}},
         "securityContext": security_contexts()[1],
         "volumeMounts": [{"name": "shared", "mountPath": root},
                          {"name": "dshm", "mountPath": "/dev/shm"}],
     }
-    return _pod_spec(spec, stack, name, run_id, train, None, 0)
+    pod = _pod_spec(spec, stack, name, run_id, train, None, 0)
+    return {**pod, **gpu_placement(spec.resources.gpu, stack)}
 
 
 def network_policy(spec: JobSpec, stack: StackOutput, run_id: str, name: str) -> dict:

@@ -88,9 +88,14 @@ def result(world: int, points: list[dict], where: str) -> dict:
 
 def load(path: Path) -> dict:
     """A probe result file, checked; raises ValueError naming what is wrong."""
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as e:
+    from alchemist_jobs.errors import UserError
+    from alchemist_jobs.input_files import read_text
+
+    try:  # a regular file of bounded size: never /dev/zero or a FIFO read to the end
+        data = json.loads(read_text(Path(path), "link probe result", "it"))
+    except UserError as e:
+        raise ValueError(str(e).removeprefix("it: ")) from None
+    except ValueError as e:
         raise ValueError(f"cannot read it ({e})") from None
     if not isinstance(data, dict) or data.get("kind") != KIND:
         raise ValueError(f"not a link probe result (no \"kind\": \"{KIND}\")")

@@ -36,8 +36,9 @@ def _die_with_parent() -> None:
 def _redirect_output(log: Path, rank: int) -> None:
     log.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
-    os.write(fd, (f"=== rank {rank} attempt {int(restart) + 1} pid {os.getpid()} "
+    from alchemist_jobs.worker_env import restarts
+
+    os.write(fd, (f"=== rank {rank} attempt {restarts() + 1} pid {os.getpid()} "
                   f"at {time.strftime('%Y-%m-%d %H:%M:%S')} ===\n").encode())
     sys.stdout.flush()
     sys.stderr.flush()
@@ -49,13 +50,14 @@ def _redirect_output(log: Path, rank: int) -> None:
 def _record(run_dir: Path, rank: int, kind: str) -> None:
     """Builtin workers write a fuller record (with the metrics port) themselves."""
     from alchemist_jobs.rundir import write_json_atomic
+    from alchemist_jobs.worker_env import restarts
 
     workers = run_dir / "workers"
     workers.mkdir(parents=True, exist_ok=True)
     write_json_atomic(workers / f"rank-{rank}.json", dict(
         rank=rank, local_rank=int(os.environ.get("LOCAL_RANK", 0)), pid=os.getpid(),
         node=os.environ.get("ALCHEMIST_NODE", ""), role="worker", task=kind,
-        restart=int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)), started=time.time()))
+        restart=restarts(), started=time.time()))
 
 
 def main(argv: list[str]) -> int:
@@ -73,13 +75,12 @@ def main(argv: list[str]) -> int:
     from alchemist_jobs import store_bind
 
     store_bind.apply()  # rank 0's worker store listens only where the run allows (local: loopback)
-    from alchemist_jobs.runtime import nccl_net
+    from alchemist_jobs.runtime import config_error, nccl_net
 
     try:  # an EFA pod without NCCL's net plugin would train over TCP without a word
         plugin = nccl_net.require()
-    except nccl_net.NetPluginError as e:
-        print(f"alchemist: {e}", file=sys.stderr)
-        return 2
+    except nccl_net.NetPluginError as e:  # a restart gets the same image: fail the run
+        return config_error.fail(str(e))
     if plugin is not None and os.environ.get("LOCAL_RANK", "0") == "0":
         print(f"alchemist: NCCL net plugin '{plugin.name}' (ncclNetPlugin_v{plugin.version}, "
               f"{plugin.library})", flush=True)
@@ -90,9 +91,8 @@ def main(argv: list[str]) -> int:
 
         try:
             code = trainer.main()
-        except DeviceError as e:  # the spec asks for what this machine lacks: one line
-            print(f"alchemist: {e}", file=sys.stderr)
-            code = 2
+        except DeviceError as e:  # the spec asks for what this pod lacks: one line, no restart
+            code = config_error.fail(str(e))
         except BaseException:
             import traceback
 
@@ -192,7 +192,10 @@ def _exit_before_teardown(code: int) -> None:
             t.join()
     atexit._run_exitfuncs()
     for obj in gc.get_objects():  # files the program left open hold unwritten buffers
-        if isinstance(obj, io.IOBase):
+        # type(), not isinstance(): isinstance falls back to reading obj.__class__, which
+        # some objects answer with a warning (torch.distributed.reduce_op's FutureWarning
+        # ended every script worker's log).
+        if issubclass(type(obj), io.IOBase):
             try:
                 if not obj.closed:
                     obj.flush()
@@ -210,6 +213,7 @@ def _serve_script_metrics(run_dir: Path, rank: int, kind: str):
 
         from alchemist_jobs.rundir import read_json, write_json_atomic
         from alchemist_jobs.runtime.script_report import install
+        from alchemist_jobs.worker_env import restarts
 
         raw = yaml.safe_load((run_dir / "spec.yaml").read_text()) or {}
         algorithm = (raw.get("algorithm") or {}).get("name", "sync")
@@ -219,7 +223,7 @@ def _serve_script_metrics(run_dir: Path, rank: int, kind: str):
         reporter, port = install(
             run_dir, rank, int(os.environ.get("WORLD_SIZE", 1)),
             int(os.environ.get("LOCAL_RANK", 0)),
-            int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)), labels,
+            restarts(), labels,
             enabled=bool(raw.get("metrics", True)))
     except Exception as e:  # metrics are an aid: never stop the user's program for them
         print(f"alchemist: metrics for this {kind} worker are off ({type(e).__name__}: {e})",

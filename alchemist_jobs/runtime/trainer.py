@@ -47,6 +47,7 @@ from alchemist_jobs.runtime.watchdog import StallWatchdog
 from alchemist_jobs.spec import JobSpec
 
 PROGRESS_EVERY_S = 0.5
+LOG_EVERY_S = 5.0  # rank 0's human-readable progress line in its log (`alchemist logs RUN`)
 
 
 @dataclass(frozen=True)
@@ -59,15 +60,19 @@ class WorkerPlace:
     restarts: int = 0
 
     @classmethod
-    def from_env(cls) -> "WorkerPlace":
-        e = os.environ
+    def from_env(cls, environ: dict[str, str] | None = None) -> "WorkerPlace":
+        from alchemist_jobs.worker_env import restarts
+
+        e = os.environ if environ is None else environ
+        # restarts: torchrun's count locally, the JobSet's group restart on a cluster
         return cls(rank=int(e.get("RANK", 0)), world=int(e.get("WORLD_SIZE", 1)),
-                   local_rank=int(e.get("LOCAL_RANK", 0)),
-                   restarts=int(e.get("TORCHELASTIC_RESTART_COUNT", 0)))
+                   local_rank=int(e.get("LOCAL_RANK", 0)), restarts=restarts(e))
 
 
 class Trainer:
     """One worker of a built-in task: builds everything in __init__, then `train()`."""
+
+    _logged_at = float("-inf")  # when rank 0 last printed its progress line
 
     def __init__(self, spec: JobSpec, run: RunDir, shared_root: Path, place: WorkerPlace,
                  device: torch.device | None = None):
@@ -226,6 +231,12 @@ class Trainer:
             samples_per_s=rate * self.world, restarts=self.place.restarts, time=time.time(),
             final=final)
         write_json_atomic(self.run.progress_file, progress)
+        now = time.monotonic()
+        if final or now - self._logged_at >= LOG_EVERY_S:
+            self._logged_at = now
+            print(f"step {s.step}/{self.total_steps}  epoch {s.epoch}/"
+                  f"{progress['epochs']:.3g}  loss {self.loss_value:.4f}  lr {lr:.4g}  "
+                  f"{rate * self.world:,.0f} samples/s", flush=True)
         if os.environ.get("ALCHEMIST_LOG_TO_CONSOLE") == "1":
             # On clusters the CLI reads progress from rank 0's pod log through the API
             # server: it works where NetworkPolicies keep the API server off the pods.
@@ -248,6 +259,7 @@ class Trainer:
                                  wall_s=time.time() - self.t_start))
         self.writer.add_scalar("test/accuracy", acc, s.step)
         self.metrics["alchemist_test_accuracy_ratio"].set(acc)
+        print(f"epoch {s.epoch} done at step {s.step}: test accuracy {acc:.4f}", flush=True)
 
     def _read_loss(self, loss: torch.Tensor) -> None:
         self.loss_value = float(loss.item())
@@ -338,6 +350,8 @@ class Trainer:
             history=self.history, algorithm=spec.algorithm.name)
         if self.rank == 0:
             self.publish(final=True)
+            print(f"finished at step {s.step}: test accuracy {test_acc:.4f}, test loss "
+                  f"{test_loss:.4f}, {result['samples_per_s']:,.0f} samples/s", flush=True)
             self._hparams(test_acc)
             write_json_atomic(self.run.result_file, result)
         return result

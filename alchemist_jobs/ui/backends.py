@@ -138,16 +138,23 @@ class Backends:
             names = os.listdir(base)
         except FileNotFoundError:
             return []
+        # Many unknown runs (the first request, or runs added by others): one listing, which
+        # takes ended runs from the index of ended runs, beats one status read per run.
+        listed = {}
+        if sum(1 for name in names if name not in self._ended) > 32:
+            listed = {st.run_id: st for st in s.scheduler.list()}
         out = []
         for name in names:
             summary = self._ended.get(name)
             if summary is None:
-                if not os.path.exists(os.path.join(base, name, "spec.yaml")):
-                    continue
-                try:
-                    st = s.scheduler.status(name)
-                except UserError:  # removed between the listing and the read
-                    continue
+                st = listed.get(name)
+                if st is None:
+                    if not os.path.exists(os.path.join(base, name, "spec.yaml")):
+                        continue
+                    try:
+                        st = s.scheduler.status(name)
+                    except UserError:  # removed between the listing and the read
+                        continue
                 summary = self._summary(s, st)
                 if st.state in (SUCCEEDED, FAILED, CANCELLED):
                     self._ended[name] = summary

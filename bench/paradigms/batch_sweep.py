@@ -1,7 +1,7 @@
 """Experiment 2: a global-batch sweep from 32 to 4096, with linear scaling alone, with
 gradual warm-up, and with LARS (plus no scaling, for reference).
 
-    /work/main/.venv/bin/python bench/paradigms/batch_sweep.py [--launcher] [--epochs 10]
+    .venv/bin/python bench/paradigms/batch_sweep.py [--launcher] [--epochs 10]
 
 The task is `synthetic` (8 features, 32768 samples, a ~50k-parameter MLP); every point
 trains the same number of epochs, so a larger batch means proportionally fewer steps, the

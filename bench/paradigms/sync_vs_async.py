@@ -1,7 +1,7 @@
 """Experiment 1: synchronous vs asynchronous (parameter-server) SGD: convergence against
 epochs and wall time, and throughput, with and without one worker slowed three times.
 
-    /work/main/.venv/bin/python bench/paradigms/sync_vs_async.py [--epochs 8]
+    .venv/bin/python bench/paradigms/sync_vs_async.py [--epochs 8]
 
 Four real 2-worker jobs on the local stack (`synthetic`: 8 features, 16384 samples,
 ~100k-parameter MLP, batch 32 per worker): sync, async, and both again with rank 1 slowed

@@ -1,7 +1,7 @@
 """Experiment 3: time to a target accuracy for sync, async, bmuf and easgd on two hosts
 joined by a 100 Mbit/s link, with a model of about a million parameters.
 
-    /work/main/.venv/bin/python bench/paradigms/two_host_tta.py [--epochs 6] [--rate 100]
+    .venv/bin/python bench/paradigms/two_host_tta.py [--epochs 6] [--rate 100]
 
 Two network namespaces (tests/netns.py) with a token-bucket limit on each host's
 egress; one worker per host (nodes: 2), the parameter server (async) in host 0. The task is

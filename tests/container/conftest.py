@@ -22,7 +22,17 @@ BASE = os.environ.get("ALCHEMIST_TEST_BASE_IMAGE", "localhost/alchemist-base:boo
 os.environ.setdefault("CONTAINERS_CONF", str(REPO / "images" / "containers.conf"))
 
 
+# Building an image (the base by debootstrap, the training and interactive images, torch's
+# 5.5 GB CUDA build) happens in a test or in the set-up of the first test that needs it, and
+# takes minutes more on a loaded or slow machine than the suite's 300 s per test: whatever the
+# container tier builds gets a timeout the slowest CI machine meets.
+IMAGE_BUILD_TIMEOUT_S = 3600
+
+
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if "tests/container/" in str(item.fspath) and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(IMAGE_BUILD_TIMEOUT_S))
     reason = None
     if not shutil.which("podman"):
         reason = "needs podman (scripts/setup installs it where apt-get is available)"

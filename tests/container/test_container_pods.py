@@ -14,7 +14,7 @@ import yaml
 
 from alchemist_jobs.rundir import RunDir
 from tests.container.conftest import REPO
-from tests.container.pod_runner import PODMAN, Cluster
+from tests.container.pod_runner import PODMAN, Cluster, _quantity_bytes
 from tests.k8s_stacks import FIXTURES
 
 JOB_UID = 1000  # contract SharedFs.uid's default: the identity job pods run as
@@ -108,7 +108,7 @@ def test_rendered_pods_train_together_as_the_manifests_say(images, tmp_path):
         assert st["NoNewPrivs"].strip() == ("1" if csc["allowPrivilegeEscalation"] is False else "0")
         assert got["root_writable"].strip() == ("no" if csc.get("readOnlyRootFilesystem") else "yes")
         shm = next(v for v in pod_spec["volumes"] if v["name"] == "dshm")["emptyDir"]["sizeLimit"]
-        assert int(got["shm"]) == int(shm.removesuffix("Gi")) * 2**30
+        assert int(got["shm"]) == _quantity_bytes(shm)
 
     run = RunDir(shared / "runs" / run_id(objects))
     assert run.result()["test_accuracy"] >= 0.9, run.result()

@@ -81,7 +81,8 @@ def test_list_is_newest_first_with_limit_state_and_json(home, capsys):
     assert [r["run_id"][-4:] for r in runs] == ["cccc", "bbbb", "aaaa"]
     assert set(runs[0]) == {"run_id", "name", "stack", "state", "created", "ended", "workers",
                             "restarts", "step", "total_steps", "message", "run_dir",
-                            "exit_codes", "progress", "result"}
+                            "exit_codes", "restarts_counted", "stuck_pods", "progress",
+                            "result"}
     assert cli_mod.main(["list", "--state", "succeeded", "--limit", "1"]) == 0
     rows = capsys.readouterr().out.splitlines()[1:]
     assert len(rows) == 1 and rows[0].startswith("digits-20260101-000200-0000cccc")
@@ -103,3 +104,28 @@ def test_version_and_dry_run_json(home, capsys):
     assert req["stack"] == "local" and req["processes"][0]["role"] == "agent"
     assert req["processes"][0]["env"]["X"] == "5"
     assert not home.exists()
+
+
+def test_run_json_means_json_in_the_foreground_and_detached(home):
+    """`run --json`: no progress display, one JSON document (the finished run's status, as
+    `status --json` gives it, plus wall_s); `run --detach --json`: {"run_id", "stack"}."""
+    r = cli("run", str(EXAMPLES / "digits.yaml"), "--json", "--set", "hyper.epochs=1", home=home)
+    assert r.returncode == 0, r.stderr
+    done = json.loads(r.stdout)
+    assert done["state"] == "succeeded" and done["result"]["test_accuracy"] > 0.5
+    assert done["wall_s"] > 0
+    status = json.loads(cli("status", done["run_id"], "--json", home=home).stdout)
+    assert {k: v for k, v in done.items() if k != "wall_s"} == status
+
+    r = cli("run", str(EXAMPLES / "digits.yaml"), "--detach", "--json", "--set", "hyper.epochs=1",
+            home=home)
+    assert r.returncode == 0, r.stderr
+    started = json.loads(r.stdout)
+    assert set(started) == {"run_id", "stack"} and started["stack"] == "local"
+    assert wait_finished(home, started["run_id"])["state"] == "succeeded"
+
+
+def test_run_json_with_follow_is_refused(home):
+    r = cli("run", str(EXAMPLES / "digits.yaml"), "--json", "--follow", home=home)
+    assert r.returncode == 2 and "--json with --follow" in r.stderr
+    assert not (home / "runs").exists() or not any((home / "runs").iterdir())

@@ -65,6 +65,24 @@ def pods_network():
             shutil.rmtree(f"/etc/netns/{n}", ignore_errors=True)
 
 
+def resolve_env(container: dict, pod_name: str, annotations: dict, attempt: int,
+                termination_log: Path) -> dict:
+    """The container's env as the kubelet gives it: values, the downward API over the pod's
+    metadata as JobSet v0.12.0 makes it (the template's annotations plus the restart attempt,
+    jobset_controller.go labelAndAnnotateObject), and the file the kubelet mounts at
+    terminationMessagePath (the API's default: /dev/termination-log) in place of that path."""
+    meta = {"metadata.name": pod_name}
+    meta.update({f"metadata.annotations['{k}']": v for k, v in {
+        **annotations, mf.RESTART_ATTEMPT_LABEL: str(attempt)}.items()})
+    path = container.get("terminationMessagePath", "/dev/termination-log")
+    termination_log.unlink(missing_ok=True)
+    env = {}
+    for e in container["env"]:
+        value = e["value"] if "value" in e else meta[e["valueFrom"]["fieldRef"]["fieldPath"]]
+        env[e["name"]] = str(termination_log) if value == path else value
+    return env
+
+
 def test_the_rendered_pods_train_together(tmp_path, pods_network):
     names, ips = pods_network
     shared = tmp_path / "shared"
@@ -103,10 +121,10 @@ def test_the_rendered_pods_train_together(tmp_path, pods_network):
                 "PYTHONPATH": str(REPO)}  # the image has the package installed
 
     def pod_env(i: int) -> dict:
-        env = dict(base_env, JOB_COMPLETION_INDEX=str(i))
-        for e in pod["containers"][0]["env"]:
-            env[e["name"]] = e["value"] if "value" in e else f"{host[i]}-emul{i}"
-        return env
+        return dict(base_env, JOB_COMPLETION_INDEX=str(i), **resolve_env(
+            pod["containers"][0], f"{host[i]}-emul{i}",
+            job["spec"]["template"]["metadata"]["annotations"], 0,
+            tmp_path / f"pod-{i}-termination-log"))
 
     def in_pod(i: int, argv: list[str]) -> list[str]:
         return ["ip", "netns", "exec", names[i], "unshare", "--uts", "sh", "-c",
@@ -172,9 +190,10 @@ class EmulatedJobSet:
     deleted (the kubelet sends SIGTERM) before all Jobs are created anew; each new pod runs
     its init container and container again)."""
 
-    def __init__(self, tmp_path: Path, names: list[str], ips: list[str], overrides: list[str]):
+    def __init__(self, tmp_path: Path, names: list[str], ips: list[str], overrides: list[str],
+                 stack_name: str = "dev"):
         self.tmp, self.names = tmp_path, names
-        data = stack("dev").output.model_dump(mode="json")
+        data = stack(stack_name).output.model_dump(mode="json")
         data["kubeconfig"] = "unused"
         data["shared_fs"]["mount_path"] = str(tmp_path / "shared")
         out = StackOutput.parse(data, "emulated")
@@ -184,6 +203,8 @@ class EmulatedJobSet:
         cm, _, jobset = self.request.manifests
         self.name = jobset["metadata"]["name"]
         self.pod = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+        self.pod_annotations = jobset["spec"]["replicatedJobs"][0]["template"]["spec"][
+            "template"]["metadata"]["annotations"]
         self.hosts = [f"{self.name}-{mf.WORKER_RJOB}-0-{i}" for i in range(2)]
         self.config = tmp_path / "config"
         self.config.mkdir()
@@ -204,6 +225,9 @@ class EmulatedJobSet:
         return ["ip", "netns", "exec", self.names[i], "unshare", "--uts", "sh", "-c",
                 'hostname "$0" && exec "$@"', self.hosts[i], *argv]
 
+    def termination_log(self, i: int) -> Path:
+        return self.tmp / f"pod-{i}-termination-log"
+
     def log(self, i: int, attempt: int | None = None) -> str:
         a = self.attempt if attempt is None else attempt
         return (self.tmp / f"pod-{i}-attempt-{a}.log").read_text()
@@ -223,9 +247,9 @@ class EmulatedJobSet:
                     for a in self.pod["initContainers"][0]["command"]]
         subprocess.run(self._in_pod(i, init), env=self.base_env, check=True,
                        capture_output=True, timeout=120)
-        env = dict(self.base_env, JOB_COMPLETION_INDEX=str(i))
-        for e in self.pod["containers"][0]["env"]:
-            env[e["name"]] = e["value"] if "value" in e else f"{self.hosts[i]}-a{self.attempt}"
+        env = dict(self.base_env, JOB_COMPLETION_INDEX=str(i), **resolve_env(
+            self.pod["containers"][0], f"{self.hosts[i]}-a{self.attempt}",
+            self.pod_annotations, self.attempt, self.termination_log(i)))
         log = open(self.tmp / f"pod-{i}-attempt-{self.attempt}.log", "w")
         self.procs[i] = subprocess.Popen(self._in_pod(i, self.pod["containers"][0]["command"]),
                                          env=env, stdout=log, stderr=subprocess.STDOUT,
@@ -290,6 +314,11 @@ def test_losing_pod_0_restarts_the_group_from_the_newest_checkpoint(tmp_path, po
     result = _result(js)
     assert result["resumed_from_step"] and result["resumed_from_step"] >= first
     assert "resumed from checkpoint at step" in js.log(0)
+    # The workers know which group restart they are (JobSet's restart attempt, through the
+    # downward API), not torchrun's count, which stays 0.
+    resumed = next(ln for ln in js.log(0).splitlines() if "resumed from checkpoint" in ln)
+    assert resumed.endswith(", restart 1"), resumed
+    assert result["restarts"] == 1, result
     assert result["test_accuracy"] >= 0.9, result
 
 
@@ -345,3 +374,26 @@ def test_a_pod_0_that_starts_late_is_waited_for(tmp_path, pods_network):
     codes = js.wait()
     assert codes == [0, 0], [js.log(i) for i in range(2)]
     assert _result(js)["test_accuracy"] >= 0.9
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(),
+                    reason="this machine has a GPU: the pods would find one")
+def test_a_pod_without_its_gpu_exits_the_configuration_error_code(tmp_path, pods_network):
+    """A GPU job's pods on nodes that give them no usable GPU (here: this machine). Each
+    worker stops with one line; torchrun exits 1 as it does for any failed worker, and the
+    pod script turns that into CONFIG_ERROR_EXIT_CODE, which the Job's podFailurePolicy maps
+    to FailJob and JobSet to FailJobSet (see test_k8s_queue_status). The line is in the
+    container's termination message, where `status` reads it. The old pods exited 1: a
+    counted restart, max_restarts times over."""
+    from alchemist_jobs.runtime.config_error import CONFIG_ERROR_EXIT_CODE
+
+    js = EmulatedJobSet(tmp_path, *pods_network, ["resources.gpu=1"], stack_name="onprem-lab")
+    assert js.pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 1
+    js.start()
+    codes = js.wait(timeout=300)
+    assert codes == [CONFIG_ERROR_EXIT_CODE] * 2, [js.log(i) for i in range(2)]
+    for i in range(2):
+        message = js.termination_log(i).read_text()
+        assert message.startswith(f"rank {i}: resources.gpu=1: no usable GPU"), message
+        # torchrun's own report names the worker's code: the pod's code carries it now.
+        assert f"exitcode  : {CONFIG_ERROR_EXIT_CODE}" in js.log(i), js.log(i)

@@ -82,3 +82,17 @@ def test_stack_list_json(checkout, capsys):
     assert {s["name"] for s in stacks[1:]} == names
     assert all(set(s) == {"name", "provider", "kubernetes_version", "shared_fs", "summary"}
                for s in stacks)
+
+
+def test_a_mistyped_stack_is_no_such_stack_with_the_stacks_there_are(checkout, capsys, monkeypatch, tmp_path):
+    """Asked before the Pulumi CLI is looked for: the user may not need it for this answer."""
+    monkeypatch.chdir(checkout)
+    monkeypatch.setenv("PATH", str(tmp_path))  # no `pulumi` anywhere
+    monkeypatch.delenv("ALCHEMIST_PULUMI_DIR", raising=False)
+    assert cli.main(["list", "--stack", "aws-us-west-3"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "aws-us-west-3: no such stack" in err and "aws-us-west-2" in err and "local" in err
+    # a stack that exists still needs the CLI (or --outputs) to be read
+    assert cli.main(["list", "--stack", "aws-us-west-2"]) == 2
+    assert "Pulumi CLI" in capsys.readouterr().err

@@ -94,3 +94,13 @@ def test_doc_commands_run_as_written(doc, line, home, monkeypatch):
         except SystemExit as e:  # --version and --help exit through argparse
             code = e.code
     assert code == 0, f"{doc}: `{line}` exited {code}: {err.getvalue()[-500:]}"
+
+
+def test_commands_in_docs_and_benchmarks_use_paths_relative_to_the_repository():
+    """A reader's clone is elsewhere: `/home/me/alchemist/.venv/bin/python bench/x.py` in a doc or
+    a benchmark's usage line works only on the machine it was written on."""
+    absolute_venv = re.compile(r"(?<![\w.~-])/[\w.-]+(?:/[\w.-]+)*/\.venv/")
+    files = [*DOCS, *sorted((REPO / "bench").rglob("*.py"))]
+    found = [f"{p.relative_to(REPO)}:{n}" for p in files
+             for n, line in enumerate(p.read_text().splitlines(), 1) if absolute_venv.search(line)]
+    assert found == []

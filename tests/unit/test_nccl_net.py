@@ -67,13 +67,18 @@ def test_nccls_library_names_for_each_nccl_net_plugin_value():
 def test_an_efa_worker_without_the_plugin_stops_with_one_line_before_the_script(tmp_path):
     empty = tmp_path / "lib"
     empty.mkdir()
+    from alchemist_jobs.runtime.config_error import CONFIG_ERROR_EXIT_CODE, CONFIG_ERROR_FILE_ENV
+
+    message = tmp_path / "termination-log"  # the container's terminationMessagePath
     done = _worker(tmp_path, {"ALCHEMIST_NCCL_NET_PLUGIN": "required", "NCCL_NET_PLUGIN": "ofi",
-                              "LD_LIBRARY_PATH": str(empty)})
-    assert done.returncode == 2, done.stderr
+                              "LD_LIBRARY_PATH": str(empty), CONFIG_ERROR_FILE_ENV: str(message)})
+    # A configuration error: the code that fails a cluster run at once (no restarts).
+    assert done.returncode == CONFIG_ERROR_EXIT_CODE, done.stderr
     lines = [ln for ln in done.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1, done.stderr
     assert lines[0].startswith("alchemist: gpu.efa:")
     assert "libnccl-net-ofi.so: not found" in lines[0] and "NCCL_NET_PLUGIN=none" in lines[0]
+    assert message.read_text() == f"rank 0: {lines[0].removeprefix('alchemist: ')}\n"
     assert not (tmp_path / "ran.txt").exists()
 
 

@@ -168,3 +168,33 @@ def test_loader_workers_yield_the_same_batches_in_the_same_order(tmp_path: Path)
     want = list(plain.epoch(1, start_batch=5))
     assert [b for b, _, _ in got] == [b for b, _, _ in want] == list(range(5, plain.per_epoch))
     assert all(torch.equal(a[1], b[1]) and torch.equal(a[2], b[2]) for a, b in zip(got, want))
+
+
+def test_digits_test_loss_is_of_the_order_of_the_training_loss(tmp_path: Path):
+    """Pixels that are constant in the training split (a corner always 0) must not be scaled
+    by 1/epsilon: a test image with ink there became an input near 1e6 and a test loss in the
+    hundreds beside an accuracy of 0.95."""
+    from alchemist_jobs.runtime.tasks import load_task_data
+
+    spec = _spec(120)
+    data = load_task_data(spec, tmp_path)
+    assert float(data.x_test.abs().max()) < 100.0
+    result = Trainer(spec, _run(tmp_path, "digits-loss"), tmp_path, WorkerPlace(), device=CPU).train()
+    assert result["test_accuracy"] > 0.9
+    assert result["test_loss"] < 10 * max(result["final_loss"], 0.05), result
+
+
+def test_rank_0s_log_tells_progress_evaluations_and_the_result(tmp_path: Path, capsys, monkeypatch):
+    """`alchemist logs RUN` shows what a training log shows: step, loss and throughput every
+    few seconds, each epoch's evaluation and the final figures."""
+    import alchemist_jobs.runtime.trainer as trainer
+
+    monkeypatch.setattr(trainer, "LOG_EVERY_S", 0.0)  # every progress report, not every 5 s
+    spec = _spec(60)
+    Trainer(spec, _run(tmp_path, "logged"), tmp_path, WorkerPlace(), device=CPU).train()
+    lines = capsys.readouterr().out.splitlines()
+    steps = [ln for ln in lines if ln.startswith("step ")]
+    assert len(steps) >= 2 and steps[-1].startswith("step 60/60") and "loss" in steps[-1] \
+        and "samples/s" in steps[-1]
+    assert any(ln.startswith("epoch 1 done at step 45: test accuracy") for ln in lines)
+    assert any(ln.startswith("finished at step 60: test accuracy") for ln in lines)

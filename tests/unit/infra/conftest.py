@@ -15,6 +15,7 @@ from infra_helpers import (
     SSH_KEY,
     STACKS,
     deployer_sets,
+    existing_stack_config,
     render_many,
     stack_config,
 )
@@ -23,11 +24,7 @@ from infra_helpers import (
 @pytest.fixture(scope="session")
 def existing_stack_file(tmp_path_factory) -> Path:
     """The on-prem lab as an `existing` cluster: same lab, a kubeconfig instead of SSH."""
-    config = stack_config("onprem-lab")
-    config.pop("alchemist:onprem")
-    config["alchemist:provider"] = "existing"
-    config["alchemist:existing"] = {"gpusPerNode": 8, "gpuDriver": "host", "containerToolkit": "operator"}
-    config["alchemist:images"] = {"registry": "registry.lab.internal:5000/alchemist", "registryUser": "ci"}
+    config = existing_stack_config()
     path = tmp_path_factory.mktemp("stacks") / "Pulumi.onprem-existing.yaml"
     path.write_text(yaml.safe_dump({"config": config}))
     return path
@@ -58,6 +55,9 @@ def renders(existing_stack_file) -> dict[str, dict[str, Any]]:
              "principals": ["arn:aws:iam::123456789012:role/research-submitters"]},
             {"name": "applied", "quota": {"gpu": 4, "cpu": 32, "memory": "256Gi"}, "groups": ["oidc:applied-ml"],
              "principals": ["arn:aws:iam::123456789012:role/applied-ci", "arn:aws:iam::123456789012:user/ana"]}]}},
+        # an instance type whose EFA devices do RDMA read (issue 23.6)
+        "p4d": {"stack_file": aws, "sets": {**DEPLOYER_SETS, "alchemist:aws.gpuNodes.instanceTypes": ["p4d.24xlarge"],
+                                             "alchemist:aws.gpuNodes.gpusPerNode": 8}},
         "onprem-operator": {"stack_file": STACKS / "Pulumi.onprem-lab.yaml", "sets": {**deployer_sets("onprem-lab"),
                                                                                    "alchemist:onprem.gpuDriver": "operator"}},
         # secrets: an SSH key for k3s, a kubeconfig and a registry password for an existing cluster

@@ -84,6 +84,16 @@ DEPLOYER_SETS = {"alchemist:aws.publicAccessCidrs": [DEPLOYER_CIDR]}
 INSTALLER_SHA256 = "ab" * 32
 
 
+def existing_stack_config() -> dict[str, Any]:
+    """The on-prem lab as an `existing` cluster: same lab, a kubeconfig instead of SSH."""
+    config = stack_config("onprem-lab")
+    config.pop("alchemist:onprem")
+    config["alchemist:provider"] = "existing"
+    config["alchemist:existing"] = {"gpusPerNode": 8, "gpuDriver": "host", "containerToolkit": "operator"}
+    config["alchemist:images"] = {"registry": "registry.lab.internal:5000/alchemist", "registryUser": "ci"}
+    return config
+
+
 def deployer_sets(name: str) -> dict[str, Any]:
     """The keys a deployer adds to a shipped stack before `pulumi up`: the API CIDRs on AWS, the
     reviewed k3s installer's digest on-prem."""

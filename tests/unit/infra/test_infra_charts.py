@@ -143,6 +143,9 @@ def test_kueue_manager_config_uses_real_fields_and_enables_jobset_and_all_or_not
     assert _config_unknown_keys(api["types"], api["root"], config) == []
     assert "jobset.x-k8s.io/jobset" in config["integrations"]["frameworks"]
     assert config["waitForPodsReady"]["enable"] is True
+    # EFA devices are left out of quota: no ClusterQueue covers them (issue 23.2; the admission
+    # itself is judged in tests/system/test_scheduling.py)
+    assert config["resources"]["excludeResourcePrefixes"] == ["vpc.amazonaws.com/"]
     # the chart's own defaults stay (webhook port, health probes, leader election)
     defaults = yaml.safe_load(chart_data("kueue", "0.13.4")["values"]["managerConfig.controllerManagerConfigYaml"])
     for key in ("health", "metrics", "webhook", "leaderElection"):

@@ -485,7 +485,11 @@ def test_efa_table_lists_only_types_the_device_plugin_serves():
 def test_efa_nodes_get_interfaces_one_zone_and_the_device_plugin(renders, name):
     r = renders[name]
     out = r["outputs"]["alchemist"]["gpu"]
-    assert out["efa"] == {"resource": "vpc.amazonaws.com/efa", "per_node": 1}  # g5.12xlarge: one EFA
+    # g5.12xlarge: one EFA, without RDMA read
+    assert out["efa"] == {"resource": "vpc.amazonaws.com/efa", "per_node": 1, "rdma_read": False}
+    # the autoscaler's template node of the group (at zero) advertises it (issue 23.3)
+    gpu_group = one(r, "eks:index:ManagedNodeGroup", "cluster-gpu-nodes")["inputs"]
+    assert gpu_group["tags"] == {"k8s.io/cluster-autoscaler/node-template/resources/vpc.amazonaws.com/efa": "1"}
     template = one(r, "aws:ec2/launchTemplate:LaunchTemplate", "cluster-gpu-launch-template")["inputs"]
     (nic,) = template["networkInterfaces"]
     assert (nic["deviceIndex"], nic["networkCardIndex"], nic["interfaceType"]) == (0, 0, "efa")
@@ -498,6 +502,21 @@ def test_efa_nodes_get_interfaces_one_zone_and_the_device_plugin(renders, name):
     plugin = one(r, CHART, "cluster-efa-device-plugin")["inputs"]
     assert (plugin["chart"], plugin["version"]) == ("aws-efa-k8s-device-plugin", "v0.5.30")
     assert plugin["values"]["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+
+
+def test_efa_rdma_read_only_where_the_instance_type_has_it(renders):
+    """Issue 23.6: libfabric aborts when told to use device RDMA on g5/g6 EFA."""
+    from infra.instance_types import group_efa_rdma_read
+
+    assert group_efa_rdma_read(["p4d.24xlarge"]) and group_efa_rdma_read(["p5.48xlarge", "p5en.48xlarge"])
+    assert not group_efa_rdma_read(["g5.12xlarge"]) and not group_efa_rdma_read(["g6e.48xlarge"])
+    assert not group_efa_rdma_read(["p4d.24xlarge", "g5.12xlarge"]) and not group_efa_rdma_read([])
+    assert not group_efa_rdma_read(["p4d.xlarge"])  # not an EFA type
+    r = renders["p4d"]
+    assert r["outputs"]["alchemist"]["gpu"]["efa"] == {"resource": "vpc.amazonaws.com/efa", "per_node": 4,
+                                                       "rdma_read": True}
+    gpu_group = one(r, "eks:index:ManagedNodeGroup", "cluster-gpu-nodes")["inputs"]
+    assert gpu_group["tags"] == {"k8s.io/cluster-autoscaler/node-template/resources/vpc.amazonaws.com/efa": "4"}
 
 
 def test_efa_off_and_efa_on_a_type_without_it():

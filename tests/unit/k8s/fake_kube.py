@@ -135,16 +135,119 @@ class FakeKube:
                        "jobset.sigs.k8s.io/replicatedjob-name": rjob,
                        "jobset.sigs.k8s.io/job-index": "0",
                        "jobset.sigs.k8s.io/restart-attempt": str(attempt)})
+        # jobset v0.12.0 pkg/controllers/jobset_controller.go labelAndAnnotateObject: the
+        # restart attempt is an annotation of the pod template too.
+        annotations = {**job["spec"]["template"]["metadata"].get("annotations", {}),
+                       "batch.kubernetes.io/job-completion-index": str(index),
+                       "jobset.sigs.k8s.io/restart-attempt": str(attempt)}
         name = f"{job_name}-{rjob}-0-{index}-{suffix or 'abcde'}"
         pod = self._stamp({"apiVersion": "v1", "kind": "Pod", "metadata": {
             "name": name, "namespace": jobset["metadata"]["namespace"], "labels": labels,
-            "annotations": {"batch.kubernetes.io/job-completion-index": str(index)},
+            "annotations": annotations,
             **({"creationTimestamp": created} if created else {})},
             "spec": copy.deepcopy(job["spec"]["template"]["spec"]),
             "status": {"phase": phase, **(status or {})}})
         self.objects[("Pod", name)] = pod
         self.pod_logs[name] = log
         return pod
+
+    # -- the controllers' answer to a failed pod, as upstream gives it ---------------------
+
+    def fail_pod(self, pod_name: str, exit_code: int, message: str = "",
+                 reason: str = "Error") -> str:
+        """The pod's main container exits `exit_code` (with `message` as its termination
+        message, as the kubelet reports it); the Job controller, then JobSet's failure policy,
+        act on the JobSet's own rules. Returns the JobSet action taken."""
+        pod = self.objects[("Pod", pod_name)]
+        term = {"exitCode": exit_code, "reason": reason, **({"message": message} if message else {})}
+        pod["status"] = {"phase": "Failed", "containerStatuses": [
+            {"name": pod["spec"]["containers"][0]["name"], "state": {"terminated": term}}]}
+        labels = pod["metadata"]["labels"]
+        jobset_name = labels["jobset.sigs.k8s.io/jobset-name"]
+        rjob = labels["jobset.sigs.k8s.io/replicatedjob-name"]
+        failed = self.job_failure(jobset_name, rjob, pod)
+        if failed is None:
+            return "Ignore"
+        return self.jobset_failure_policy(jobset_name, f"{jobset_name}-{rjob}-0", rjob, *failed)
+
+    def job_failure(self, jobset_name: str, rjob: str, pod: dict) -> tuple[str, str] | None:
+        """(reason, message) of the Job's Failed condition after `pod` failed, or None (an
+        Ignore rule): kubernetes v1.33 pkg/controller/job/pod_failure_policy.go
+        matchPodFailurePolicy (rules in order; onExitCodes over terminated containers with a
+        non-zero code) and job_controller.go (FailJob: reason PodFailurePolicy; otherwise one
+        failed pod exceeds backoffLimit 0: reason BackoffLimitExceeded)."""
+        jobset = self.objects[("JobSet", jobset_name)]
+        spec = next(r for r in jobset["spec"]["replicatedJobs"]
+                    if r["name"] == rjob)["template"]["spec"]
+        statuses = (pod["status"].get("containerStatuses") or []) + \
+            (pod["status"].get("initContainerStatuses") or [])
+        def matches(req: dict, cs: dict) -> bool:
+            term = (cs.get("state") or {}).get("terminated")
+            if not term or term["exitCode"] == 0 or \
+                    req.get("containerName") not in (None, cs["name"]):
+                return False
+            return (term["exitCode"] in req["values"]) == (req["operator"] == "In")
+
+        for index, rule in enumerate((spec.get("podFailurePolicy") or {}).get("rules", [])):
+            cs = next((c for c in statuses if rule.get("onExitCodes")
+                       and matches(rule["onExitCodes"], c)), None)
+            if cs is None:
+                continue
+            if rule["action"] == "Ignore":
+                return None
+            if rule["action"] == "FailJob":
+                meta = pod["metadata"]
+                return ("PodFailurePolicy",
+                        f"Container {cs['name']} for pod {meta['namespace']}/{meta['name']} "
+                        f"failed with exit code {cs['state']['terminated']['exitCode']} "
+                        f"matching FailJob rule at index {index}")
+            break  # Count: counted against backoffLimit, as without a rule
+        if 1 > spec.get("backoffLimit", 6):
+            return "BackoffLimitExceeded", "Job has reached the specified backoff limit"
+        return None
+
+    def jobset_failure_policy(self, jobset_name: str, job: str, rjob: str, reason: str,
+                              message: str) -> str:
+        """jobset v0.12.0 pkg/controllers/failure_policy.go executeFailurePolicy: the first
+        rule whose reasons, message patterns (Go regexp.MatchString: unanchored) and target
+        replicatedJobs match the failed Job; none: RestartJobSet. RestartJobSet past
+        maxRestarts (restartsCountTowardsMax) fails the JobSet (ReachedMaxRestarts)."""
+        import re
+
+        js = self.objects[("JobSet", jobset_name)]
+        policy = js["spec"].get("failurePolicy")
+        status = js.setdefault("status", {})
+
+        def failed(cond_reason: str, base: str) -> str:
+            status.setdefault("conditions", []).append({
+                "type": "Failed", "status": "True", "reason": cond_reason,
+                "message": f"{base} (first failed job: {job})",
+                "lastTransitionTime": "2026-01-01T14:00:00Z"})
+            return cond_reason
+
+        if policy is None:
+            return failed("FailedJobs", "jobset failed due to one or more job failures")
+        action = "RestartJobSet"
+        for rule in policy.get("rules", []):
+            if rule.get("onJobFailureReasons") and reason not in rule["onJobFailureReasons"]:
+                continue
+            patterns = rule.get("onJobFailureMessagePatterns")
+            if patterns and not any(re.search(p, message) for p in patterns):
+                continue
+            if rule.get("targetReplicatedJobs") and rjob not in rule["targetReplicatedJobs"]:
+                continue
+            action = rule["action"]
+            break
+        if action == "FailJobSet":
+            return failed("FailJobSetFailurePolicyAction",
+                          "applying FailJobSet failure policy action")
+        if action == "RestartJobSet":
+            if status.get("restartsCountTowardsMax", 0) >= policy.get("maxRestarts", 0):
+                return failed("ReachedMaxRestarts",
+                              "jobset failed due to reaching max number of restarts")
+            status["restartsCountTowardsMax"] = status.get("restartsCountTowardsMax", 0) + 1
+        status["restarts"] = status.get("restarts", 0) + 1
+        return action
 
     # -- the API ------------------------------------------------------------------------------
 

@@ -237,16 +237,23 @@ def test_jobset_with_its_headless_service_and_rendezvous_at_pod_0():
                                      "publishNotReadyAddresses": True}
     fp = js["spec"]["failurePolicy"]
     assert fp["maxRestarts"] == 5
-    assert [r["action"] for r in fp["rules"]] == ["RestartJobSetAndIgnoreMaxRestarts"]
-    assert fp["rules"][0]["onJobFailureReasons"] == ["PodFailurePolicy"]
+    # A configuration error fails the run; a pod stopped from outside restarts it uncounted;
+    # anything else restarts it, counted (JobSet's default action).
+    assert [(r["name"], r["action"]) for r in fp["rules"]] == [
+        ("ConfigurationError", "FailJobSet"),
+        ("StoppedFromOutside", "RestartJobSetAndIgnoreMaxRestarts")]
+    assert all(r["onJobFailureReasons"] == ["PodFailurePolicy"] for r in fp["rules"])
     assert js["spec"]["successPolicy"] == {"operator": "All", "targetReplicatedJobs": ["worker"]}
     assert js["spec"]["ttlSecondsAfterFinished"] > 0
+    from alchemist_jobs.runtime.config_error import CONFIG_ERROR_EXIT_CODE
+
     spec = job["spec"]
     assert spec["completionMode"] == "Indexed"
     assert spec["completions"] == spec["parallelism"] == 3
     assert spec["backoffLimit"] == 0  # any lost pod fails the Job: JobSet restarts the group
     assert spec["podFailurePolicy"]["rules"] == [{"action": "FailJob", "onExitCodes": {
-        "containerName": "train", "operator": "In", "values": [mf.PREEMPTED_EXIT_CODE]}}]
+        "containerName": "train", "operator": "In", "values": [code]}}
+        for code in (mf.PREEMPTED_EXIT_CODE, CONFIG_ERROR_EXIT_CODE)]
     pod = spec["template"]["spec"]
     assert pod["restartPolicy"] == "Never"
     assert pod["priorityClassName"] == "alchemist-batch"
@@ -335,7 +342,15 @@ def test_efa_devices_and_nccl_environment_where_the_stack_has_efa():
     assert train["resources"]["requests"]["vpc.amazonaws.com/efa"] == 4
     assert train["resources"]["limits"]["vpc.amazonaws.com/efa"] == 4
     env = _env(train)
-    assert env["FI_PROVIDER"] == "efa" and env["FI_EFA_USE_DEVICE_RDMA"] == "1"
+    # The stack says whether the devices do RDMA read; without it (g5/g6) libfabric aborts
+    # a process told to use device RDMA (issue 23.6).
+    assert env["FI_PROVIDER"] == "efa" and env["FI_EFA_USE_DEVICE_RDMA"] == "0"
+    data["gpu"]["efa"]["rdma_read"] = True
+
+    class _P4d:
+        output = StackOutput.parse(data, "test")
+    p4d = _job(_render(_P4d, EXAMPLES / "digits.yaml", ["resources.gpu=1", "procs_per_node=1"]))
+    assert _env(p4d["spec"]["template"]["spec"]["containers"][0])["FI_EFA_USE_DEVICE_RDMA"] == "1"
     # The plugin by the library name every aws-ofi-nccl build installs (its src/Makefile.am),
     # checked by the worker (tests/unit/test_nccl_net.py). No NCCL_NET: a name the plugin
     # does not have ("AWS Libfabric" against v1.16.0 and later, whose NVIDIA net is
@@ -408,8 +423,27 @@ def test_parameter_servers_have_their_own_cpu_only_pods():
     assert gpus == 16
     ps_pod = servers["spec"]["template"]["spec"]
     assert set(ps_pod["containers"][0]["resources"]["requests"]) == {"cpu", "memory"}
-    assert "nodeSelector" not in ps_pod and "tolerations" not in ps_pod
+    # Issue 23.7: their own size (one worker process's share of a node, not a whole node's),
+    # beside the workers on the GPU nodes (the other nodes of the AWS stacks are small).
+    worker = workers["spec"]["template"]["spec"]
+    w = worker["containers"][0]["resources"]
+    assert (w["requests"]["cpu"], w["requests"]["memory"]) == ("1", "2Gi")  # digits.yaml
+    assert ps_pod["containers"][0]["resources"] == {"requests": {"cpu": "250m", "memory": "512Mi"},
+                                                    "limits": {"memory": "512Mi"}}
+    assert ps_pod["nodeSelector"] == worker["nodeSelector"] == s.output.gpu.node_selector
+    assert ps_pod["tolerations"] == worker["tolerations"] == s.output.gpu.tolerations
     assert {p["name"] for p in ps_pod["containers"][0]["ports"]} >= {"ps-0", "ps-1"}
+
+
+def test_cpu_parameter_servers_stay_off_the_gpu_nodes_and_split_the_node_share():
+    s = stack("aws-us-west-2")
+    objs = _render(s, EXAMPLES / "digits.yaml", ["algorithm.name=async", "algorithm.servers=2",
+                                                  "procs_per_node=3", "resources.cpu=2",
+                                                  "resources.memory=1.5G"])
+    ps_pod = _job(objs, "ps")["spec"]["template"]["spec"]
+    assert "nodeSelector" not in ps_pod and "tolerations" not in ps_pod
+    # 2 CPUs / 3 processes; 1.5e9 bytes / 3 = 476.8 MiB, rounded up
+    assert ps_pod["containers"][0]["resources"]["requests"] == {"cpu": "667m", "memory": "477Mi"}
 
 
 def _run_pod_script(command: list[str], index: int, tmp_path: Path) -> str:
@@ -534,7 +568,8 @@ def test_the_preemption_rule_matches_the_job_controllers_own_message():
     import re
 
     objs = _render(stack("dev"), EXAMPLES / "digits.yaml")
-    (rule,) = _jobset(objs)["spec"]["failurePolicy"]["rules"]
+    (rule,) = [r for r in _jobset(objs)["spec"]["failurePolicy"]["rules"]
+               if r["name"] == "StoppedFromOutside"]
     (pattern,) = rule["onJobFailureMessagePatterns"]
     msg = "Container {} for pod research/{}-worker-0-1-x7k2p failed with exit code {} " \
           "matching FailJob rule at index 0"
@@ -542,3 +577,115 @@ def test_the_preemption_rule_matches_the_job_controllers_own_message():
     assert not re.search(pattern, msg.format("train", RUN, 1))
     job_rule = _job(objs)["spec"]["podFailurePolicy"]["rules"][0]
     assert job_rule["action"] == "FailJob" and job_rule["onExitCodes"]["values"] == [143]
+
+
+# --- issue 23: configuration errors, the restart attempt, /dev/shm --------------------------
+
+
+def test_a_configuration_error_through_torchrun_exits_the_config_code(tmp_path):
+    """torchrun exits 1 whatever its worker's exit code (torch 2.13 torch/distributed/run.py
+    `main`, under @record, re-raises the agent's ChildFailedError). A worker that wrote its
+    configuration error to the container's termination message gets CONFIG_ERROR_EXIT_CODE
+    back as the container's exit code; any other failure keeps torchrun's."""
+    from alchemist_jobs.runtime.config_error import CONFIG_ERROR_EXIT_CODE, CONFIG_ERROR_FILE_ENV
+
+    train = _job(_render(stack("dev"), EXAMPLES / "digits.yaml"))["spec"]["template"][
+        "spec"]["containers"][0]
+    env_spec = _env(train)
+    # The file the kubelet mounts at terminationMessagePath is the one workers write.
+    assert env_spec[CONFIG_ERROR_FILE_ENV] == train["terminationMessagePath"] == mf.TERMINATION_LOG
+    log = tmp_path / "termination-log"  # the kubelet's file, here
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    torchrun = bin_dir / "torchrun"
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "JOB_COMPLETION_INDEX": "0",
+           CONFIG_ERROR_FILE_ENV: str(log)}
+    torchrun.write_text(f'#!/bin/sh\necho "rank 0: resources.gpu=1: no usable GPU" >> "${CONFIG_ERROR_FILE_ENV}"\nexit 1\n')
+    torchrun.chmod(0o755)
+    assert subprocess.run(train["command"], env=env).returncode == CONFIG_ERROR_EXIT_CODE
+    log.unlink()
+    torchrun.write_text("#!/bin/sh\nexit 1\n")  # a crash: JobSet restarts the group
+    assert subprocess.run(train["command"], env=env).returncode == 1
+    log.write_text("rank 0: written, but torchrun succeeded\n")
+    torchrun.write_text("#!/bin/sh\nexit 0\n")
+    assert subprocess.run(train["command"], env=env).returncode == 0
+
+
+def test_the_configuration_error_rules_fail_the_run_at_once():
+    """The worker Job's podFailurePolicy maps CONFIG_ERROR_EXIT_CODE of `train` to FailJob,
+    and JobSet's first rule maps that Job failure (reason PodFailurePolicy, the Job
+    controller's message) to FailJobSet: no restart is spent on it."""
+    import re
+
+    from alchemist_jobs.runtime.config_error import CONFIG_ERROR_EXIT_CODE
+
+    for s in stack_outputs():
+        objs = _render(s, EXAMPLES / "digits.yaml")
+        rules = _jobset(objs)["spec"]["failurePolicy"]["rules"]
+        assert rules[0]["name"] == "ConfigurationError" and rules[0]["action"] == "FailJobSet"
+        (pattern,) = rules[0]["onJobFailureMessagePatterns"]
+        msg = ("Container train for pod research/{}-worker-0-1-x7k2p failed with exit code {} "
+               "matching FailJob rule at index 1")
+        assert re.search(pattern, msg.format(RUN, CONFIG_ERROR_EXIT_CODE))
+        assert not re.search(pattern, msg.format(RUN, mf.PREEMPTED_EXIT_CODE))
+        job_rules = _job(objs)["spec"]["podFailurePolicy"]["rules"]
+        assert {"action": "FailJob", "onExitCodes": {
+            "containerName": "train", "operator": "In",
+            "values": [CONFIG_ERROR_EXIT_CODE]}} in job_rules
+
+
+def test_workers_learn_their_group_restart_from_jobsets_annotation(fake):
+    """JobSet v0.12.0 writes the restart attempt on every pod as label and annotation
+    `jobset.sigs.k8s.io/restart-attempt` (jobset_controller.go labelAndAnnotateObject); the
+    worker container reads it through the downward API, and the worker's restart count is
+    that number (torchrun's own count stays 0: --max-restarts=0)."""
+    from alchemist_jobs.runtime.trainer import WorkerPlace
+    from alchemist_jobs.worker_env import RESTART_ATTEMPT_ENV
+
+    sched = KubernetesScheduler(stack("dev").output)
+    spec = load_spec(EXAMPLES / "digits.yaml", ["nodes=2"])
+    sched.schedule(sched.dryrun(spec, EXAMPLES, run_id=RUN))
+    pod = fake.add_pod(RUN, 1, attempt=3)
+    env = {"TORCHELASTIC_RESTART_COUNT": "0", "RANK": "1"}
+    for e in pod["spec"]["containers"][0]["env"]:
+        if "value" in e:
+            env[e["name"]] = e["value"]
+            continue
+        path = e["valueFrom"]["fieldRef"]["fieldPath"]
+        if path == "metadata.name":
+            env[e["name"]] = pod["metadata"]["name"]
+        else:  # metadata.annotations['<key>'], as the kubelet resolves it
+            kind, _, key = path.partition("['")
+            assert kind == "metadata.annotations", path
+            env[e["name"]] = pod["metadata"]["annotations"][key.rstrip("']")]
+    assert env[RESTART_ATTEMPT_ENV] == "3"
+    assert WorkerPlace.from_env(env).restarts == 3
+
+
+def _bytes(q: str) -> int:
+    from kubernetes.utils.quantity import parse_quantity
+
+    return int(parse_quantity(q))
+
+
+def test_dev_shm_is_a_share_of_the_memory_limit_not_all_of_it():
+    """/dev/shm is tmpfs, and tmpfs pages count against the pod's memory limit: with a
+    sizeLimit equal to the limit, a full /dev/shm leaves the processes nothing. Every job
+    pod and session pod keeps at least three quarters of its limit for its processes."""
+    pods = []
+    for s in stack_outputs():
+        for overrides in (["resources.memory=8Gi"], ["resources.memory=400Gi"],
+                          ["resources.memory=1Gi"], VARIANTS["async-2x2-servers-2"]):
+            objs = _render(s, EXAMPLES / "digits.yaml", overrides)
+            pods += [_job(objs, r["name"])["spec"]["template"]["spec"]
+                     for r in _jobset(objs)["spec"]["replicatedJobs"]]
+        pods.append(session_pod(s.output, "alchemist-session-alice")["spec"])
+    assert len(pods) >= 4 * 5
+    for pod in pods:
+        (train,) = pod["containers"]
+        limit = _bytes(train["resources"]["limits"]["memory"])
+        shm = next(v for v in pod["volumes"] if v["name"] == "dshm")["emptyDir"]
+        assert shm["medium"] == "Memory"
+        size = _bytes(shm["sizeLimit"])
+        assert limit // 4 - 2**20 < size <= limit // 4, (train["resources"], shm)
+        assert {"name": "dshm", "mountPath": "/dev/shm"} in train["volumeMounts"]

@@ -1,0 +1,327 @@
+"""Queueing and scheduling of every job shape on every stack: Kueue v0.13.4 admits it, and every
+pod of it fits a node the platform has or its autoscaler would add.
+
+Both halves are the real ones: the platform's ClusterQueues, ResourceFlavors, Kueue
+configuration (the chart's values) and node groups come from the rendered program; the
+workload's pod sets from the backend's own JobSet or session pod. The upstream logic is ported
+in kueue_model.py (kubernetes-sigs/kueue v0.13.4) and node_groups.py (kubernetes/autoscaler
+cluster-autoscaler-1.35.0, kube-scheduler's filters), each citing file and tag.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+import yaml
+from conftest import ALL_SHAPES, EXAMPLES, STACK_NAMES, Job, Platform
+from infra_helpers import stack_config
+from kueue_model import (QUEUE_LABEL, ClusterQueue, PodSet, admit, admitted_pod_spec,
+                         excluded_prefixes, manager_config, pod_requests, quantity, workload_pod_sets)
+from node_groups import NodeGroup, eks_nodes, eks_template_node, k3s_nodes, kind_nodes, why_not
+
+from alchemist_jobs.spec import parse_spec
+
+
+def _async_gpu(cpu: float, memory: str):
+    """Asynchronous training on GPU workers (2 nodes, every GPU of a node) with 2 servers."""
+    def make(out) -> dict[str, Any] | None:
+        if not out.gpu.per_node:
+            return None
+        return {"name": "async-gpu", "task": {"builtin": "digits"}, "nodes": 2,
+                "procs_per_node": out.gpu.per_node, "hyper": {"epochs": 1},
+                "resources": {"cpu": cpu, "memory": memory, "gpu": out.gpu.per_node},
+                "algorithm": {"name": "async", "servers": 2}}
+    return make
+
+
+# Shapes only this module judges: parameter servers beside GPU workers, sized as users size
+# them (a few CPUs per GPU, and most of a g5.12xlarge's 48 vCPUs / 192 GiB).
+EXTRA_SHAPES = {"async-gpu": _async_gpu(8, "32Gi"), "async-gpu-big": _async_gpu(40, "160Gi")}
+SCHEDULED_SHAPES = [*ALL_SHAPES, *EXTRA_SHAPES]
+
+
+@pytest.fixture(scope="module")
+def job_of(platforms, jobs):
+    cache: dict[tuple[str, str], Job | None] = {}
+
+    def get(stack: str, shape: str) -> Job | None:
+        if shape not in EXTRA_SHAPES:
+            from alchemist_jobs.kubernetes.api_checks import ApiServerWouldRefuse
+
+            try:
+                return jobs(stack, shape)
+            except ApiServerWouldRefuse as e:
+                if shape == "longest-name":  # the backend refuses it today: issue 23.8, fixed apart
+                    pytest.xfail(f"issue 23.8: {e}")
+                raise
+        if (stack, shape) not in cache:
+            out = platforms[stack].output
+            raw = EXTRA_SHAPES[shape](out)
+            if raw is None:
+                cache[stack, shape] = None
+            else:
+                from alchemist_jobs.kubernetes.scheduler import KubernetesScheduler
+
+                spec = parse_spec(raw, f"shape {shape}", EXAMPLES)
+                req = KubernetesScheduler(out).dryrun(spec, EXAMPLES)
+                cache[stack, shape] = Job(shape, req.spec, req.run_id, list(req.manifests))
+        return cache[stack, shape]
+
+    return get
+
+
+# --- the platform's queueing, as rendered ------------------------------------------------------
+
+
+def kueue_values(platform: Platform) -> dict[str, Any]:
+    (chart,) = [r for r in platform.resources(":Chart") if "kueue" in str(r["inputs"].get("chart"))]
+    return chart["inputs"]["values"]
+
+
+def queueing(platform: Platform) -> tuple[dict[str, ClusterQueue], dict[str, dict], dict[str, str], list[str]]:
+    """(ClusterQueues, ResourceFlavor specs, LocalQueue (namespace/name) -> ClusterQueue, excluded prefixes)."""
+    cqs = {o["metadata"]["name"]: ClusterQueue.of(o) for o in platform.kube_objects("ClusterQueue")}
+    flavors = {o["metadata"]["name"]: o.get("spec") or {} for o in platform.kube_objects("ResourceFlavor")}
+    lqs = {f"{o['metadata']['namespace']}/{o['metadata']['name']}": o["spec"]["clusterQueue"]
+           for o in platform.kube_objects("LocalQueue")}
+    return cqs, flavors, lqs, excluded_prefixes(manager_config(kueue_values(platform)))
+
+
+def workloads(job: Job) -> list[dict[str, Any]]:
+    """The job's objects Kueue manages: those that name a queue."""
+    return [m for m in job.manifests if m["kind"] in ("JobSet", "Job", "Pod")
+            and QUEUE_LABEL in (m["metadata"].get("labels") or {})]
+
+
+def admit_job(platform: Platform, job: Job, excluded: list[str] | None = None):
+    cqs, flavors, lqs, prefixes = queueing(platform)
+    out = []
+    for wl in workloads(job):
+        ns, queue = wl["metadata"]["namespace"], wl["metadata"]["labels"][QUEUE_LABEL]
+        assert f"{ns}/{queue}" in lqs, f"{platform.name}: no LocalQueue {ns}/{queue}"
+        cq = cqs[lqs[f"{ns}/{queue}"]]
+        cohort = [q for q in cqs.values() if cq.cohort and q.cohort == cq.cohort] or [cq]
+        pod_sets = workload_pod_sets(wl)
+        out.append((pod_sets, admit(pod_sets, cq, cohort, flavors, prefixes if excluded is None else excluded)))
+    return out
+
+
+# --- the platform's nodes, as rendered --------------------------------------------------------
+
+
+def node_groups(platform: Platform) -> list[NodeGroup] | None:
+    """Every node group of the stack; None where the platform does not make the nodes (`existing`)."""
+    provider = platform.output.provider
+    if provider == "aws":
+        return [template for template, _ in eks_groups(platform)]
+    if provider == "onprem":
+        scripts = [r["inputs"]["create"] for r in platform.resources("command:remote:Command")
+                   if "--node-name" in str(r["inputs"].get("create"))]
+        return k3s_nodes(scripts, stack_config(platform.name)["alchemist:onprem"]["hosts"])
+    if provider == "kind":
+        (config,) = [r["inputs"]["stdin"] for r in platform.resources("command:local:Command")
+                     if "kind: Cluster" in str(r["inputs"].get("stdin"))]  # `kind create cluster --config -`
+        return kind_nodes(config)
+    return None
+
+
+def eks_groups(platform: Platform) -> list[tuple[NodeGroup, NodeGroup]]:
+    """(the autoscaler's template node, a running node) of each EKS managed node group."""
+    cfg = stack_config(platform.name)
+    aws = cfg["alchemist:aws"]
+    (cluster,) = platform.resources("eks:index:Cluster")
+    efa = platform.output.gpu.efa.per_node if platform.output.gpu.efa else 0
+    out = []
+    for r in platform.resources(":ManagedNodeGroup"):
+        mng = {**r["inputs"], "_name": r["name"]}
+        template = eks_template_node(mng, cluster["inputs"]["name"], aws["region"], aws["availabilityZones"][0],
+                                     str(cfg["alchemist:kubernetesVersion"]))
+        out.append((template, eks_nodes(mng, template, efa if template.allocatable.get("nvidia.com/gpu") else 0)))
+    return out
+
+
+# --- Kueue -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shape", SCHEDULED_SHAPES)
+@pytest.mark.parametrize("stack", STACK_NAMES)
+def test_kueue_admits_every_shape_the_stack_can_run(platforms, job_of, stack, shape):
+    """Issue 23.2 and 23.7: EFA requests, and parameter servers that copied the workers' size,
+    kept GPU jobs from ever being admitted."""
+    job = job_of(stack, shape)
+    if job is None:
+        pytest.skip(f"{stack} cannot have {shape}")
+    results = admit_job(platforms[stack], job)
+    assert results or shape == "session", f"{shape}: no workload names a queue"
+    for pod_sets, admission in results:
+        assert admission.admitted, f"{stack}/{shape}: {admission.reason}"
+        assert set(admission.flavors) == {ps.name for ps in pod_sets}
+
+
+def test_the_kueue_model_refuses_what_kueue_refuses(platforms, job_of):
+    """The port is not a rubber stamp: with no excluded prefix the EFA request is refused with
+    Kueue's own message; a workload over the cohort's whole quota is refused; a GPU pod set takes
+    the `gpu` flavor and a CPU one `default`."""
+    aws = platforms["aws-us-west-2"]
+    job = job_of("aws-us-west-2", "gpu")
+    ((_, refused),) = admit_job(aws, job, excluded=[])
+    assert not refused.admitted and refused.reason == "resource vpc.amazonaws.com/efa unavailable in ClusterQueue"
+    ((pod_sets, ok),) = admit_job(aws, job)
+    assert ok.flavors["worker"] == {"cpu": "default", "memory": "default", "nvidia.com/gpu": "gpu"}
+
+    cqs, flavors, _, prefixes = queueing(aws)
+    cohort = list(cqs.values())
+    total_gpus = sum(q.quotas["gpu", "nvidia.com/gpu"].nominal for q in cohort)
+    worker = pod_sets[0]
+    per_pod = worker.template["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"]
+    too_many = PodSet("worker", total_gpus // per_pod + 1, worker.template)
+    over = admit([too_many], cqs["research"], cohort, flavors, prefixes)
+    assert not over.admitted and "insufficient quota for nvidia.com/gpu in flavor gpu" in over.reason
+    fits = PodSet("worker", total_gpus // per_pod, worker.template)  # borrows the rest of the cohort
+    assert admit([fits], cqs["research"], cohort, flavors, prefixes).admitted
+    alone = admit([fits], cqs["research"], [cqs["research"]], flavors, prefixes)
+    assert not alone.admitted, "without the cohort's lending the whole cohort's GPUs cannot fit one queue"
+
+
+def test_kueue_leaves_only_the_efa_devices_out_of_quota(platforms):
+    for name, platform in platforms.items():
+        prefixes = excluded_prefixes(manager_config(kueue_values(platform)))
+        assert prefixes == ["vpc.amazonaws.com/"], (name, prefixes)
+        covered = {r for cq in queueing(platform)[0].values() for rg in cq.groups for r in rg["coveredResources"]}
+        assert not any(r.startswith(p) for r in covered for p in prefixes), name
+
+
+# --- scheduling --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shape", SCHEDULED_SHAPES)
+@pytest.mark.parametrize("stack", STACK_NAMES)
+def test_every_pod_fits_a_node_group(platforms, job_of, stack, shape):
+    """Issue 23.3 and 23.7: after admission (the flavor's node labels and tolerations added),
+    every pod fits some node group: its allocatable, taints and labels, and on AWS also the
+    autoscaler's template node, which is all the autoscaler looks at to add a node (the GPU
+    group starts at zero)."""
+    job = job_of(stack, shape)
+    if job is None:
+        pytest.skip(f"{stack} cannot have {shape}")
+    platform = platforms[stack]
+    if platform.output.provider == "aws":  # both views of each group must take the pod
+        groups = [[template, node] for template, node in eks_groups(platform)]
+    else:
+        found = node_groups(platform)
+        if found is None:
+            pytest.skip(f"{stack}: an existing cluster's nodes are not the platform's to know")
+        groups = [[g] for g in found]
+    assert groups
+    flavors = queueing(platforms[stack])[1]
+    pods = [(ps.name, admitted_pod_spec(ps, admission.flavors.get(ps.name, {}), flavors))
+            for pod_sets, admission in admit_job(platforms[stack], job) for ps in pod_sets]
+    if not workloads(job):  # not managed by Kueue: the pods as written
+        pods = [(n, copy.deepcopy(t["spec"])) for n, t in job.pod_templates()]
+    for name, spec in pods:
+        reasons = {views[0].name: [why_not(spec, v) for v in views] for views in groups}
+        assert any(r == [None] * len(r) for r in reasons.values()), \
+            f"{stack}/{shape}: pod {name} fits no node group (template, node): {reasons}"
+
+
+def test_the_gpu_node_group_template_advertises_what_gpu_pods_ask_for(platforms, job_of):
+    """The autoscaler's template node of the AWS GPU group (min size 0): the EFA devices come
+    only from the node group's resource tag; without it the GPU pod fits no group."""
+    for stack in ("aws-us-west-2", "aws-eu-west-1"):
+        platform = platforms[stack]
+        groups = node_groups(platform)
+        (gpu,) = [g for g in groups if g.labels.get("alchemist.io/pool") == "gpu"]
+        assert gpu.min_size == 0
+        efa = platform.output.gpu.efa
+        assert efa is not None and gpu.allocatable["vpc.amazonaws.com/efa"] == efa.per_node
+        assert gpu.allocatable["nvidia.com/gpu"] == platform.output.gpu.per_node
+        assert {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"} in gpu.taints
+        ((pod_sets, admission),) = admit_job(platform, job_of(stack, "gpu"))
+        spec = admitted_pod_spec(pod_sets[0], admission.flavors["worker"], queueing(platform)[1])
+        assert why_not(spec, gpu) is None
+        untagged = NodeGroup(gpu.name, 0, gpu.labels, gpu.taints,
+                             {k: v for k, v in gpu.allocatable.items() if k != "vpc.amazonaws.com/efa"})
+        assert why_not(spec, untagged) == "Insufficient vpc.amazonaws.com/efa (1 > 0)"
+        no_toleration = {**spec, "tolerations": []}
+        assert why_not(no_toleration, gpu).startswith("untolerated taint nvidia.com/gpu")
+
+
+def test_parameter_servers_are_sized_and_placed_on_their_own(platforms, job_of):
+    """Issue 23.7 on the AWS shape: servers take one worker process's share, not a whole node's,
+    and sit on the workers' GPU nodes (system nodes are too small), asking for no GPU."""
+    job = job_of("aws-us-west-2", "async-gpu-big")
+    (jobset,) = job.objects("JobSet")
+    rjobs = {rj["name"]: rj["template"]["spec"]["template"]["spec"] for rj in jobset["spec"]["replicatedJobs"]}
+    worker, ps = rjobs["worker"]["containers"][0], rjobs["ps"]["containers"][0]
+    assert worker["resources"]["requests"]["cpu"] == "40"
+    assert ps["resources"]["requests"] == {"cpu": "10", "memory": "40960Mi"}
+    assert rjobs["ps"]["nodeSelector"] == rjobs["worker"]["nodeSelector"]
+    assert "nvidia.com/gpu" not in ps["resources"]["requests"]
+    groups = {t.labels.get("alchemist.io/pool"): (t, n) for t, n in eks_groups(platforms["aws-us-west-2"])}
+    assert all(why_not(rjobs["ps"], v) is not None for v in groups["system"])  # 2 vCPUs, 8 GiB
+    assert all(why_not(rjobs["ps"], v) is None for v in groups["gpu"])
+
+
+def test_yaml_of_the_kueue_config_is_what_the_chart_gets(platforms):
+    """The Configuration judged above is the chart's own values (not the module's function)."""
+    from infra.queueing import kueue_manager_config
+
+    for platform in platforms.values():
+        assert manager_config(kueue_values(platform)) == yaml.safe_load(yaml.safe_dump(kueue_manager_config()))
+
+
+# --- the namespace's ResourceQuota --------------------------------------------------------------
+
+
+def quota_overruns(platform: Platform, job: Job) -> list[str]:
+    """What the API server's ResourceQuota admission (kubernetes pkg/quota/v1/evaluator/core/pods.go
+    at v1.35.0: `requests.<resource>` sums PodRequests of the namespace's pods) refuses of the
+    job's pods, all of them running at once in an otherwise empty namespace."""
+    quotas = [q for q in platform.kube_objects("ResourceQuota")
+              if q["metadata"]["namespace"] == platform.output.namespace]
+    totals: dict[str, Any] = {}
+    for pod_sets, _ in admit_job(platform, job, excluded=[]):
+        for ps in pod_sets:
+            for res, v in pod_requests(ps.template["spec"]).items():
+                totals[res] = totals.get(res, 0) + v * ps.count
+    out = []
+    for q in quotas:
+        for key, hard in q["spec"]["hard"].items():
+            if key.startswith("requests.") and totals.get(key[len("requests."):], 0) > quantity(hard):
+                out.append(f"{key}: {totals[key[len('requests.'):]]} > {hard}")
+    return out
+
+
+# Today's failures: the `gpu` and `async-gpu` shapes on onprem-lab (16 GPUs against research's 12,
+# admitted by borrowing applied's 4) and `async-gpu-big` everywhere (100 CPUs against 96).
+@pytest.mark.xfail(strict=True, reason="the team namespace's ResourceQuota is the team's nominal quota, "
+                   "so pods of a workload Kueue admits by borrowing from the cohort are refused at "
+                   "creation (infra/team_namespace.py quota_spec; reported, not fixed here)")
+def test_the_namespace_quota_lets_in_every_pod_kueue_admits(platforms, job_of):
+    overruns = {}
+    for stack in STACK_NAMES:
+        for shape in SCHEDULED_SHAPES:
+            if shape == "longest-name":  # refused by the backend today (issue 23.8); same pods as two-nodes
+                continue
+            job = job_of(stack, shape)
+            if job is None or not all(a.admitted for _, a in admit_job(platforms[stack], job)):
+                continue
+            if bad := quota_overruns(platforms[stack], job):
+                overruns[f"{stack}/{shape}"] = bad
+    assert not overruns, overruns
+
+
+def test_a_running_eks_node_has_less_than_the_template_promises(platforms):
+    """nodeadm's figures for the shipped instance types: m6i.large runs 29 pods (3 ENIs x 9
+    addresses + 2) with 2000m - 70m CPU and 8192 - (11 x 29 + 255) - 100 MiB; g5.12xlarge 737
+    pods (15 x 49 + 2), 48000m - 190m, 196608 - 8362 - 100 MiB, its 4 GPUs and 1 EFA device."""
+    from kueue_model import quantity
+
+    groups = {t.labels["alchemist.io/pool"]: n for t, n in eks_groups(platforms["aws-us-west-2"])}
+    assert groups["system"].allocatable == {"pods": 29, "cpu": quantity("1930m"), "memory": quantity("7518Mi")}
+    assert groups["gpu"].allocatable == {"pods": 737, "cpu": quantity("47810m"), "memory": quantity("188146Mi"),
+                                         "nvidia.com/gpu": 4, "vpc.amazonaws.com/efa": 1}
+    whole = {"containers": [{"resources": {"requests": {"cpu": "2", "memory": "1Gi"}}}]}
+    assert why_not(whole, groups["system"]) == "Insufficient cpu (2 > 1.930)"
