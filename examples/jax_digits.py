@@ -1,6 +1,6 @@
 """A multi-process JAX script on the digits data (MLP 64-64-10), data-parallel over processes.
 
-    alchemist run examples/jax_digits.yaml       # 2 workers; Alchemist sets JAX_COORDINATOR_ADDRESS...
+    alchemist run examples/jax_digits.yaml       # 2 workers, JAX_* set by Alchemist
     python examples/jax_digits.py                # the same model in one process
 
 `jax.distributed.initialize()` with no arguments finds the job's coordinator, process count
@@ -54,6 +54,9 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=32, help="per worker")
     ap.add_argument("--lr", type=float, default=0.05)
     ap.add_argument("--checkpoint-every", type=int, default=100)
+    run_dir = os.environ.get("ALCHEMIST_RUN_DIR")  # under Alchemist: the run's checkpoints/
+    ap.add_argument("--checkpoint-dir", default=run_dir and os.path.join(run_dir, "checkpoints"),
+                    help="where to keep checkpoints (none outside a run unless given)")
     args = ap.parse_args()
     t0 = time.perf_counter()
 
@@ -75,8 +78,8 @@ def main() -> None:
     w = init_params(jax.random.key(0))
     v = [jnp.zeros_like(p) for p in w]
     start = 0
-    ckpt_dir = Path(os.environ.get("ALCHEMIST_RUN_DIR", ".")) / "checkpoints"
-    newest = sorted(ckpt_dir.glob("jax-step-*.npz"))
+    ckpt_dir = Path(args.checkpoint_dir) if args.checkpoint_dir else None
+    newest = sorted(ckpt_dir.glob("jax-step-*.npz")) if ckpt_dir else []
     if newest:  # a restarted group: every process loads process 0's newest checkpoint
         saved = np.load(newest[-1])
         w = [jnp.asarray(saved[f"w{i}"]) for i in range(4)]
@@ -92,7 +95,7 @@ def main() -> None:
         x = jax.make_array_from_process_local_data(batch, mine_x[idx])
         y = jax.make_array_from_process_local_data(batch, mine_y[idx])
         w, v, loss = train_step(w, v, x, y)
-        if rank == 0 and s % args.checkpoint_every == 0:
+        if rank == 0 and ckpt_dir and s % args.checkpoint_every == 0:
             ckpt_dir.mkdir(parents=True, exist_ok=True)
             tmp = ckpt_dir / f".jax-step-{s:09d}.tmp.npz"
             np.savez(tmp, step=s, **{f"w{i}": np.asarray(a) for i, a in enumerate(w)},

@@ -6,7 +6,8 @@
 Nothing here knows about Alchemist but `report()` (a no-op outside a run): the strategy reads
 TF_CONFIG, each worker trains on its own half of every step's data, and the gradients are
 summed across workers before the update. The chief writes a checkpoint every
-`--checkpoint-every` steps into the run's directory; a restarted group resumes from it.
+`--checkpoint-every` steps into the run's directory (`--checkpoint-dir`); a restarted group
+resumes from it.
 """
 
 import argparse
@@ -38,6 +39,9 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=32, help="per worker")
     ap.add_argument("--lr", type=float, default=0.05)
     ap.add_argument("--checkpoint-every", type=int, default=100)
+    run_dir = os.environ.get("ALCHEMIST_RUN_DIR")  # under Alchemist: the run's checkpoints/
+    ap.add_argument("--checkpoint-dir", default=run_dir and os.path.join(run_dir, "checkpoints"),
+                    help="where to keep checkpoints (none outside a run unless given)")
     args = ap.parse_args()
     t0 = time.perf_counter()
 
@@ -73,8 +77,8 @@ def main() -> None:
             return ctx.all_reduce(tf.distribute.ReduceOp.MEAN, loss)
         return strategy.run(replica, args=(x, y))
 
-    ckpt_dir = Path(os.environ.get("ALCHEMIST_RUN_DIR", ".")) / "checkpoints"
-    newest = sorted(ckpt_dir.glob("tf-step-*.npz"))
+    ckpt_dir = Path(args.checkpoint_dir) if args.checkpoint_dir else None
+    newest = sorted(ckpt_dir.glob("tf-step-*.npz")) if ckpt_dir else []
     if newest:  # a restarted group: every worker loads the chief's newest checkpoint
         saved = np.load(newest[-1])
         for i, var in enumerate(weights + velocity):
@@ -88,7 +92,7 @@ def main() -> None:
         idx = rng.integers(0, len(mine_x), args.batch_size)
         loss = float(train_step(tf.constant(mine_x[idx]), tf.constant(mine_y[idx])).numpy())
         s = int(step.numpy())
-        if rank == 0 and s % args.checkpoint_every == 0:
+        if rank == 0 and ckpt_dir and s % args.checkpoint_every == 0:
             ckpt_dir.mkdir(parents=True, exist_ok=True)
             tmp = ckpt_dir / f".tf-step-{s:09d}.tmp.npz"
             np.savez(tmp, step=s, **{f"v{i}": v.numpy() for i, v in enumerate(weights + velocity)})

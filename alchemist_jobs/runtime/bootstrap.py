@@ -112,9 +112,8 @@ def main(argv: list[str]) -> int:
 
         try:
             framework_env.require(framework)
-        except framework_env.FrameworkMissing as e:
-            print(f"alchemist: {e}", file=sys.stderr, flush=True)
-            return 2
+        except framework_env.FrameworkMissing as e:  # the image lacks it: no restart helps
+            return config_error.fail(str(e))
         framework_env.prepare(framework, _spec_gpus(run_dir))
 
     # A user program: exactly what `python PATH ARGS` / `python -m NAME ARGS` would do,
