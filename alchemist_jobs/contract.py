@@ -125,6 +125,8 @@ class ObjectStore(_Strict):
     endpoint: str | None = Field(None, pattern=r"^https?://")
     bucket: str = Field(min_length=3, max_length=63)
     region: str = "us-east-1"
+    # The team's own part of the bucket: on AWS its role reads and writes only keys under it.
+    prefix: str = Field("", pattern=r"^([a-z0-9][-a-z0-9]*/)?$")
 
 
 class Monitoring(_Strict):

@@ -1,7 +1,7 @@
 """The `local` stack: a job runs as torchrun agents and their worker processes on this machine.
 
-One torchrun agent per node (`nodes` > 1 simulates several nodes with c10d rendezvous on
-127.0.0.1), each starting `procs_per_node` workers through the bootstrap. torchrun gives the
+One torchrun agent per node (`nodes` > 1 simulates several nodes; their c10d rendezvous is a
+file store in the run's private directory, which no other account can open), each starting `procs_per_node` workers through the bootstrap. torchrun gives the
 semantics: rendezvous, `RANK`/`WORLD_SIZE`..., restarts up to `max_restarts`. The run
 directory under the local shared-file-system root holds everything about the run.
 """
@@ -13,6 +13,7 @@ import shlex
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -52,7 +53,7 @@ def read_secrets(spec: JobSpec, spec_dir: Path) -> dict[str, str]:
         if ref.file:
             path = (spec_dir / Path(ref.file).expanduser())
             try:
-                text = path.read_text()
+                text = _read_secret_file(path, where)
             except (OSError, UnicodeDecodeError) as e:
                 raise UserError(f"{where}: cannot read file {path} "
                                 f"({getattr(e, 'strerror', None) or type(e).__name__}); "
@@ -71,6 +72,21 @@ def read_secrets(spec: JobSpec, spec_dir: Path) -> dict[str, str]:
     return values
 
 
+def _read_secret_file(path: Path, where: str) -> str:
+    """A secret_env file's text, refused if every account on the machine may read or change it
+    (as ssh refuses an UNPROTECTED PRIVATE KEY FILE); a file its group may read gets a warning."""
+    with open(path, "rb") as f:
+        mode = os.fstat(f.fileno()).st_mode  # of the file read, not of a path checked before
+        if mode & 0o007:
+            raise UserError(f"{where}: file {path} is open to every account on this machine (mode "
+                            f"{stat.S_IMODE(mode):04o}), so its secret is not one; accepted: a file "
+                            f"only you can read (chmod 600 {path}), then replace the secret")
+        if mode & 0o070:
+            print(f"warning: {where}: file {path} is open to its group (mode "
+                  f"{stat.S_IMODE(mode):04o}); chmod 600 {path} keeps it yours", file=sys.stderr)
+        return f.read().decode()
+
+
 MAX_CODE_BYTES = 256 << 20
 
 
@@ -80,13 +96,17 @@ def code_of(spec: JobSpec, spec_dir: Path, home: Path) -> tuple[Path | None, lis
     inside (earlier runs and data are not code); (None, []) for a built-in task."""
     if spec.task.builtin:
         return None, []
-    from alchemist_jobs.kubernetes.code_assets import list_files  # pure: no kubernetes client
+    from alchemist_jobs.kubernetes.code_assets import shipped_files  # pure: no kubernetes client
 
     root = spec_dir.resolve()
     # A secret_env file never travels with the code, wherever it lies.
     secret_files = {(root / Path(r.file).expanduser()).resolve()
                     for r in spec.secret_env.values() if r.file}
-    files = [f for f in list_files(root, skip=[home]) if (root / f).resolve() not in secret_files]
+    files = shipped_files(root, [home], spec.ship_secrets, leave_out=secret_files)
+    if spec.task.script and spec.task.script not in files:  # the run executes its copy only
+        raise UserError(f"task.script: {spec.task.script!r} is not in the run's copy of {root} "
+                        "(ignored by .gitignore or .alchemistignore, or held back as a secret); "
+                        "accepted: a script of that directory that is copied")
     size = sum((root / f).stat().st_size for f in files)
     if size > MAX_CODE_BYTES:
         raise UserError(f"task: code directory {root} holds {size >> 20} MiB; accepted: at most "
@@ -97,6 +117,7 @@ def code_of(spec: JobSpec, spec_dir: Path, home: Path) -> tuple[Path | None, lis
 
 def copy_code(root: Path, files: list[str], dest: Path) -> None:
     """The run's own copy of its code: later edits of the source tree do not reach it."""
+    dest.mkdir(mode=0o700, parents=True, exist_ok=True)  # the workers' directory, files or not
     for rel in files:
         target = dest / rel
         target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -252,8 +273,8 @@ class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
     # -- dryrun / schedule --------------------------------------------------------------------
 
     def dryrun(self, spec: JobSpec, spec_dir: Path, run_id: str | None = None) -> LocalRequest:
-        """The agents' command lines; creates nothing. Ports (a multi-node run's rendezvous,
-        parameter servers) are free loopback ports picked now, so what is shown is what runs."""
+        """The agents' command lines; creates nothing. Parameter servers' ports are free
+        loopback ports picked now (their launcher holds them from the start)."""
         run_id = run_id or new_run_id(spec.name)
         run = RunDir(runs_root(self.root) / run_id)
         target = worker_target(spec, spec_dir)
@@ -261,12 +282,15 @@ class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
         cwd = str(run.path / "code") if code_source is not None else str(Path(spec_dir).resolve())
         pythonpath = os.pathsep.join(
             [_PKG_PARENT] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))
-        # Nothing of a local run listens beyond this machine: the agent's and rank 0's c10d
-        # stores (store_bind.py) and gloo's pairs bind loopback only.
+        # The c10d stores of a local run (the agents' rendezvous, rank 0's worker store) are
+        # files in its private stores/ directory, never loopback ports: another account on
+        # this machine could write to a port, and torch unpickles the rendezvous state
+        # (store_bind.py). gloo's pairs bind loopback only.
+        stores = str(run.stores)
         check_framework(spec)
         worker = WorkerEnv(run_dir=str(run.path), shared_root=str(self.root), stack="local",
                            threads=threads_per_worker(spec.resources.cpu, spec.procs_per_node),
-                           store_addr="127.0.0.1", gloo_ifname="lo", pythonpath=pythonpath,
+                           store_dir=stores, gloo_ifname="lo", pythonpath=pythonpath,
                            framework=spec.task.framework)
         base_env = {**worker.as_dict(), **spec.env}
         # The parameter-server role, for algorithms that have one.
@@ -274,26 +298,19 @@ class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
         if servers:
             worker = replace(worker, ps_addrs=server_role.addrs([(s.host, s.port) for s in servers]))
             base_env = {**worker.as_dict(), **spec.env}
-        # nodes > 1: node 0's agent binds a port the kernel picks and publishes it here; the
-        # other agents wait for it (store_bind.RDZV_PORT_OUT/IN). Nothing is chosen early.
-        port_file = str(run.path / "rendezvous-port")
         devices = _node_devices(spec)
         procs = []
+        rdzv_conf = "store_type=file" + (",join_timeout=120" if spec.nodes > 1 else "")
         for node in range(spec.nodes):
             argv = [sys.executable, "-m", AGENT_MODULE,
                     f"--nnodes={spec.nodes}", f"--nproc-per-node={spec.procs_per_node}",
                     f"--max-restarts={spec.max_restarts}", "--rdzv-backend=c10d",
-                    f"--rdzv-id={run_id}"]
-            if spec.nodes == 1:
-                argv.append("--rdzv-endpoint=localhost:0")  # as --standalone: a free port, race-free
-            else:
-                argv += ["--rdzv-endpoint=127.0.0.1:0", "--local-addr=127.0.0.1",
-                         f"--rdzv-conf=is_host={int(node == 0)},join_timeout=120"]
+                    f"--rdzv-id={run_id}",
+                    f"--rdzv-endpoint={os.path.join(stores, store_bind.RENDEZVOUS_FILE)}",
+                    f"--rdzv-conf={rdzv_conf}", "--local-addr=127.0.0.1"]
             argv += ["-m", "alchemist_jobs.runtime.bootstrap", *target]
             env = dict(base_env, ALCHEMIST_NODE=f"{socket.gethostname()}-node{node}"
                        if spec.nodes > 1 else socket.gethostname())
-            if spec.nodes > 1:
-                env[store_bind.RDZV_PORT_OUT if node == 0 else store_bind.RDZV_PORT_IN] = port_file
             if devices[node] is not None:  # this node's own GPUs: LOCAL_RANK indexes into them
                 env["CUDA_VISIBLE_DEVICES"] = devices[node]
             procs.append(LocalProcess(node=node, argv=argv, env=env,
@@ -312,6 +329,9 @@ class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
             raise UserError(f"run {request.run_id}: its directory {run.path} exists already; "
                             "accepted: a new run id (leave it out to get one)") from None
         write_private(run.spec, spec.to_yaml())
+        run.stores.mkdir(mode=0o700)
+        rendezvous = run.stores / store_bind.RENDEZVOUS_FILE  # torch's FileStore would make it 0644
+        os.close(os.open(rendezvous, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
         if request.code_source is not None:
             copy_code(request.code_source, request.code_files, run.path / "code")
         run.update_state(run_id=request.run_id, name=spec.name, stack="local", state=RUNNING,

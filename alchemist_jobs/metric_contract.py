@@ -94,7 +94,11 @@ METRICS: tuple[Metric, ...] = (
     Metric("alchemist_compute_seconds_total", "counter",
            "Step time not spent waiting on communication or data.", "seconds"),
     Metric("alchemist_communication_seconds_total", "counter",
-           "Time during which gradient or model exchange was in flight.", "seconds", role="both"),
+           "Time the steps waited for gradient or model exchange (exposed communication).",
+           "seconds", role="both"),
+    Metric("alchemist_communication_overlapped_seconds_total", "counter",
+           "Time exchange was in flight while the step computed (sync: buckets all-reduced "
+           "during backward); not part of step time.", "seconds"),
     Metric("alchemist_data_seconds_total", "counter", "Time spent waiting for the next batch.",
            "seconds"),
     # --- communication ---------------------------------------------------------------------

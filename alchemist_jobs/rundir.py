@@ -39,10 +39,20 @@ def default_root() -> Path:
 RUN_REF = re.compile(r"[a-z0-9][a-z0-9-]{0,199}")
 
 
+# On cluster stacks a run id names the run's JobSet (prefixed `r-` when it starts with a
+# digit) and is every pod's `alchemist.io/run` label: JobSet v0.12.0's webhook refuses a
+# JobSet whose longest pod name `<jobset>-worker-0-1023-abcde` exceeds 63 characters
+# (pkg/webhooks/jobset_webhook.go), so a run id has at most 63 - 6 - 10 - 4 - 2 characters.
+MAX_RUN_ID = 41
+_STAMP = len("-20260101-120000-0123abcd")
+
+
 def new_run_id(name: str) -> str:
-    """<name>-<date>-<time>-<32 random bits>: unique in practice; the run directory is
-    still created exclusively, so two runs can never share one."""
-    return f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(4)}"
+    """<name>-<date>-<time>-<32 random bits>, the name cut to fit MAX_RUN_ID (the run keeps
+    its whole name in its spec and labels): unique in practice; the run directory and the
+    JobSet are still created exclusively, so two runs can never share one."""
+    stem = name[:MAX_RUN_ID - _STAMP].rstrip("-")
+    return f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(4)}"
 
 
 def check_run_ref(ref: str) -> str:
@@ -118,6 +128,7 @@ class RunDir:
     workers = property(lambda self: self.path / "workers")
     checkpoints = property(lambda self: self.path / "checkpoints")
     tensorboard = property(lambda self: self.path / "tensorboard")
+    stores = property(lambda self: self.path / "stores")  # a local run's c10d stores (store_bind)
 
     def rank_log(self, rank: int) -> Path:
         return self.logs / f"rank-{rank}.log"

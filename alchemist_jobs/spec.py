@@ -8,6 +8,7 @@ line names the file, the field path, the bad value and what is accepted.
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union, get_args
 
@@ -255,12 +256,19 @@ class Resources(_Node):
 
 
 class PrecisionSpec(_Node):
-    """Numeric precision of built-in tasks (GPUs; bf16 autocast also works on CPU)."""
+    """Numeric precision of built-in tasks. Unset, each field takes the device's safe default
+    (runtime/precision.py): on a GPU TF32 matmuls, and bf16 autocast where the GPU computes
+    bfloat16 natively; on CPU neither. `{tf32: false, autocast: none}` is plain float32."""
 
-    autocast: Literal["none", "bf16"] = Field(
-        "none", description="bf16: forward in bfloat16 autocast; weights stay float32"
+    autocast: Literal["none", "bf16"] | None = Field(
+        None, description="bf16: forward in bfloat16 autocast (weights stay float32); none: "
+        "float32; unset: bf16 on GPUs that support it, none on CPU"
     )
-    tf32: bool = Field(False, description="let float32 matmuls use TF32 tensor cores")
+    tf32: bool | None = Field(
+        None, description="let float32 matmuls use TF32 tensor cores; unset: on GPUs only")
+
+
+MAX_NODES = 1024  # the Kubernetes backend sizes pod names for this many (manifests.MAX_NAME)
 
 
 class JobSpec(_Node):
@@ -268,7 +276,7 @@ class JobSpec(_Node):
 
     name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?$")
     task: TaskSpec
-    nodes: int = Field(1, ge=1, le=1024)
+    nodes: int = Field(1, ge=1, le=MAX_NODES)
     procs_per_node: int = Field(1, ge=1, le=256)
     resources: Resources = Field(default_factory=Resources)
     algorithm: Algorithm = Field(default_factory=SyncAlgo)
@@ -280,6 +288,11 @@ class JobSpec(_Node):
     secret_env: dict[str, SecretRef] = Field(
         default_factory=dict, description="environment variables whose values are secrets"
     )
+    ship_secrets: list[str] = Field(
+        default_factory=list,
+        description="files shipped with the code although their name or content looks like a "
+        "secret (gitignore patterns, relative to the spec's directory); readable wherever the "
+        "code is: prefer secret_env")
     priority: Literal["batch", "interactive"] = Field(
         "batch", description="queue priority on cluster stacks (PriorityClass alchemist-<priority>)"
     )
@@ -405,6 +418,15 @@ def _check_task(spec: JobSpec, spec_dir: Path, source: str) -> None:
                 f"{source}: task.script: {spec.task.script!r} not found "
                 f"(looked for {script}); accepted: a path to a Python file, relative to the spec"
             )
+        # The run executes its own copy of the spec's directory, so the script is named by its
+        # place in that copy; one outside it would run from wherever it lies, as it is then.
+        top = Path(spec_dir).resolve()
+        if top not in script.parents:
+            raise UserError(
+                f"{source}: task.script: {spec.task.script!r} lies outside the spec's directory "
+                f"{top}; accepted: a script inside it (the run executes its own copy of that "
+                "directory)")
+        spec.task.script = script.relative_to(top).as_posix()
     if spec.data.source is not None:  # an S3 URI checked, a local directory made absolute
         from alchemist_jobs.data.source import parse_s3_uri, resolve_local_source
 
@@ -453,7 +475,25 @@ def parse_spec(raw: Any, source: str, spec_dir: Path | None = None) -> JobSpec:
         raise UserError(f"{shown_source(source)}: {field[:80]}: {text} is invalid; accepted: "
                         f"{accepted[:120]}{more}") from None
     _check_task(spec, spec_dir or Path.cwd(), source)
+    _warn_secret_looking_env(spec, source)
     return spec
+
+
+def _warn_secret_looking_env(spec: JobSpec, source: str) -> None:
+    """`env:` values are not secrets by contract: they travel in clear (the dry run, the run's
+    spec.yaml, every checkpoint). One warning line for each that detect-secrets takes for one;
+    the value itself is never printed."""
+    if not any(spec.env.values()):
+        return
+    from alchemist_jobs.secret_scan import value_looks_secret
+
+    for key, value in spec.env.items():
+        kinds = value_looks_secret(key, value)
+        if kinds:
+            print(f"warning: {shown_source(source)}: env.{key}: the value looks like a secret "
+                  f"({kinds}), and env values travel in clear (dry run, the run's spec.yaml, "
+                  f"checkpoints); accepted: secret_env.{key} with file, from_env or a "
+                  "Kubernetes Secret", file=sys.stderr)
 
 
 def load_spec(path: str | Path, overrides: list[str] = ()) -> JobSpec:

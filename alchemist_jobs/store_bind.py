@@ -1,12 +1,25 @@
-"""Make every c10d TCPStore server this process starts listen on one address, not all.
+"""Keep a run's c10d stores away from everyone but the run: in its private directory on the
+local stack, on one address where they must listen.
 
-torch's TCPStore server binds every interface (`*:PORT`) whatever host name it is given,
-and torch's dynamic rendezvous unpickles what its store holds: anyone who can reach the
-agent's rendezvous store, or rank 0's worker store, can run code in the job. A local run
-sets ALCHEMIST_STORE_ADDR=127.0.0.1 for its agents and workers, and both call `apply()`
-before torch starts a store: each store server then listens on a socket this module binds
-to that address, handed to TCPStore through its `master_listen_fd` argument. Unset (a
-cluster pod), nothing changes. Standard library only until `apply()` finds the variable.
+torch's dynamic rendezvous unpickles what its store holds, and rank 0's worker store tells
+every rank where to connect: whoever can write to either runs code in the job or steers it.
+A TCPStore answers anyone who reaches its port, and torch's TCPStore has no authentication,
+so on a machine several people share, loopback is not private. Two modes, chosen by the
+environment before torch starts a store (`apply()`, called by the agent and by every
+worker's bootstrap); unset (a cluster pod), nothing changes:
+
+- ALCHEMIST_STORE_DIR=<run dir>/stores (the local stack): every TCPStore this process opens,
+  server or client, is a torch FileStore in that directory instead, which is private to the
+  run's owner (0700) like the run directory around it. The agents' rendezvous uses torch's
+  own `store_type=file` (alchemist_jobs/local_backend.py). The "port" torchrun hands the
+  workers (MASTER_PORT) then names the workers' store file; rank 0's agent starts each
+  rendezvous round by removing the last round's store files and reserving a fresh one, so a
+  restarted group never reads the last attempt's keys (as a new TCPStore server starts
+  empty), whatever port a script's own store uses.
+- ALCHEMIST_STORE_ADDR=<address>: every TCPStore server listens on a socket bound to that
+  address (torch's own binds every interface), handed to TCPStore as `master_listen_fd`.
+
+Standard library only until `apply()` finds one of the variables.
 """
 
 from __future__ import annotations
@@ -16,49 +29,114 @@ import socket
 import sys
 
 ENV = "ALCHEMIST_STORE_ADDR"
-# Local `nodes > 1`: node 0's agent hosts the rendezvous store on a port the kernel picks at
-# its bind, and writes that port to the file RDZV_PORT_OUT names; the other agents read it
-# from RDZV_PORT_IN before torchrun starts (alchemist_jobs/agent.py). A port chosen free by
-# the launcher and bound seconds later by the agent could be another socket's by then.
-RDZV_PORT_OUT = "ALCHEMIST_RDZV_PORT_OUT"
-RDZV_PORT_IN = "ALCHEMIST_RDZV_PORT_IN"
+DIR_ENV = "ALCHEMIST_STORE_DIR"
+RENDEZVOUS_FILE = "rendezvous"
+
+
+def store_file(directory: str, port: int) -> str:
+    """The file standing for the TCPStore at `port` of this run."""
+    return os.path.join(directory, f"store-{port}")
+
+
+def reserve_port(directory: str) -> int:
+    """A free port whose store file did not exist yet, created empty here (0600): the
+    store of one rendezvous round, never an earlier round's."""
+    from torch.distributed.elastic.utils.distributed import get_free_port
+
+    while True:
+        port = get_free_port()
+        try:
+            os.close(os.open(store_file(directory, port), os.O_WRONLY | os.O_CREAT | os.O_EXCL,
+                             0o600))
+            return port
+        except FileExistsError:
+            continue
+
+
+def new_round(directory: str) -> int:
+    """Rank 0's agent, once every agent has stopped the last round's workers (torchrun stops
+    them before it rejoins, and no worker of this round starts before this returns): the
+    last round's stores go, and this round's is reserved."""
+    for name in os.listdir(directory):
+        if name.startswith("store-"):
+            try:
+                os.unlink(os.path.join(directory, name))
+            except FileNotFoundError:
+                pass
+    return reserve_port(directory)
 
 
 def apply() -> bool:
-    """Bind every later TCPStore server to $ALCHEMIST_STORE_ADDR; False when it is unset."""
-    addr = os.environ.get(ENV)
-    if not addr:
+    """Put every later TCPStore of this process where the run allows; False when neither
+    variable is set."""
+    directory, addr = os.environ.get(DIR_ENV), os.environ.get(ENV)
+    if not directory and not addr:
         return False
     import torch.distributed as dist
 
     original = dist.TCPStore
-    if getattr(original, "_alchemist_bound", None) == addr:
+    mode = ("dir", directory) if directory else ("addr", addr)
+    if getattr(original, "_alchemist_mode", None) == mode:
         return True
     base = getattr(original, "_alchemist_original", original)
+    replacement = _file_store_class(dist, base, directory) if directory else \
+        _bound_store_class(base, addr)
+    # Modules that did `from torch.distributed import TCPStore` hold the class itself.
+    for name, module in list(sys.modules.items()):
+        if name == "torch.distributed" or name.startswith("torch.distributed."):
+            if getattr(module, "TCPStore", None) in (original, base):
+                setattr(module, "TCPStore", replacement)
+    if directory:
+        # torchrun's rank-0 agent picks MASTER_PORT with rendezvous.api's get_free_port
+        # (RendezvousStoreInfo.build, torch 2.13), once per round: here it starts the round.
+        from torch.distributed.elastic.rendezvous import api
 
+        api.get_free_port = lambda: new_round(directory)
+    return True
+
+
+def _file_store_class(dist, base, directory: str):
+    class RunFileStore(dist.FileStore):  # type: ignore[misc, valid-type]
+        """Stands for `TCPStore(host, port, ...)`: the FileStore of that port in the run's
+        private directory. Same arguments; only the timeout matters to a file."""
+
+        _alchemist_mode = ("dir", directory)
+        _alchemist_original = base
+
+        def __init__(self, host_name, port, world_size=None, is_master=False, *args, **kw):
+            port = int(port)
+            if is_master and port == 0:  # a server on "any free port"
+                port = reserve_port(directory)
+            path = store_file(directory, port)
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))  # torch's FileStore: 0644
+            super().__init__(path, -1)  # -1: never deleted while a late reader may need it
+            timeout = kw.get("timeout", args[0] if args else None)
+            if timeout is not None:
+                self.set_timeout(timeout)
+            self._host, self._port = host_name, port
+
+        host = property(lambda self: self._host)
+        port = property(lambda self: self._port)
+        libuvBackend = property(lambda self: False)
+
+    return RunFileStore
+
+
+def _bound_store_class(base, addr: str):
     class BoundTCPStore(base):  # type: ignore[misc, valid-type]
-        _alchemist_bound = addr
+        _alchemist_mode = ("addr", addr)
         _alchemist_original = base
 
         def __init__(self, host_name, port, world_size=None, is_master=False, *args, **kw):
             if is_master and kw.get("master_listen_fd") is None and len(args) < 4:
                 sock = listen_socket(addr, int(port))
-                chosen = int(port) == 0
                 port = sock.getsockname()[1]
                 kw["master_listen_fd"] = sock.detach()  # the store owns the descriptor now
-                out = os.environ.pop(RDZV_PORT_OUT, None) if chosen else None
-                if out:  # the first store this agent hosts is its rendezvous store
-                    write_port(out, port)
             elif not is_master:
                 wait_listening(host_name, int(port), _timeout_s(args, kw))
             super().__init__(host_name, port, world_size, is_master, *args, **kw)
 
-    # Modules that did `from torch.distributed import TCPStore` hold the class itself.
-    for name, module in list(sys.modules.items()):
-        if name == "torch.distributed" or name.startswith("torch.distributed."):
-            if getattr(module, "TCPStore", None) in (original, base):
-                setattr(module, "TCPStore", BoundTCPStore)
-    return True
+    return BoundTCPStore
 
 
 def listen_socket(addr: str, port: int) -> socket.socket:
@@ -73,29 +151,6 @@ def listen_socket(addr: str, port: int) -> socket.socket:
         sock.close()
         raise
     return sock
-
-
-def write_port(path: str, port: int) -> None:
-    """Publish a port whole or not at all: readers never see a partial number."""
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w") as fh:
-        fh.write(f"{port}\n")
-    os.replace(tmp, path)
-
-
-def read_port(path: str, timeout_s: float, every_s: float = 0.02) -> int | None:
-    """The port written to path, once it is there; None after timeout_s."""
-    import time
-
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            with open(path) as fh:
-                return int(fh.read())
-        except (FileNotFoundError, ValueError):
-            if time.monotonic() >= deadline:
-                return None
-            time.sleep(every_s)
 
 
 def _timeout_s(args: tuple, kw: dict) -> float:

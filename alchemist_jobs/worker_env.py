@@ -24,6 +24,7 @@ class WorkerEnv:
     metrics_port: int | None = None  # ALCHEMIST_METRICS_PORT: base port (+ local rank)
     log_to_console: bool = False  # ALCHEMIST_LOG_TO_CONSOLE: pod logs instead of rank-N.log
     store_addr: str | None = None  # ALCHEMIST_STORE_ADDR: where c10d stores listen (store_bind)
+    store_dir: str | None = None  # ALCHEMIST_STORE_DIR: c10d stores as files here (store_bind)
     gloo_ifname: str | None = None  # GLOO_SOCKET_IFNAME: the interface gloo's pairs use
     log_prefix_template: str | None = None  # TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE
     pythonpath: str | None = None  # PYTHONPATH: where the job package is (local stack)
@@ -46,6 +47,7 @@ class WorkerEnv:
             "ALCHEMIST_METRICS_PORT": None if self.metrics_port is None else str(self.metrics_port),
             "ALCHEMIST_LOG_TO_CONSOLE": "1" if self.log_to_console else None,
             "ALCHEMIST_STORE_ADDR": self.store_addr,
+            "ALCHEMIST_STORE_DIR": self.store_dir,
             "GLOO_SOCKET_IFNAME": self.gloo_ifname,
             "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": self.log_prefix_template,
             "PYTHONPATH": self.pythonpath,

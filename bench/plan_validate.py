@@ -159,7 +159,10 @@ def steady_window(run) -> dict:
     result = json.loads(run.result_file.read_text())
     comm = result["communication"]
     return dict(step_s=seconds, first=start.step, last=last, run=run.run_id,
-                comm_s_per_round=comm["seconds"] / max(1, comm["rounds"]),
+                # in flight per round (waited + hidden behind backward), as the model's
+                # communication_s counts it
+                comm_s_per_round=(comm["seconds"] + comm.get("overlapped_seconds", 0.0))
+                / max(1, comm["rounds"]),
                 compute_s_per_step=result["time_split_s"]["compute"] / max(1, result["steps"]))
 
 

@@ -47,11 +47,11 @@ def cli_seconds(home: Path, *args: str, repeats: int) -> float:
     return statistics.median(times)
 
 
-def api_seconds(url: str, repeats: int) -> tuple[float, float]:
+def api_seconds(url: str, repeats: int, auth: dict[str, str]) -> tuple[float, float]:
     """(the first GET /api/v1/runs, the median of `repeats` more)."""
     import httpx
 
-    with httpx.Client(base_url=url, timeout=600) as c:
+    with httpx.Client(base_url=url, timeout=600, headers=auth) as c:
         t0 = time.perf_counter()
         c.get("api/v1/runs", params={"limit": 10000}).raise_for_status()
         first = time.perf_counter() - t0
@@ -69,11 +69,11 @@ def measure(home: Path, run_id: str, repeats: int, page: bool, n: int) -> dict:
         list_limit3_s=cli_seconds(home, "list", "--limit", "3", repeats=repeats),
         status_s=cli_seconds(home, "status", run_id, "--json", repeats=repeats),
     )
-    proc, url = start_ui(home)
+    proc, url, signed_in, auth = start_ui(home)
     try:
-        out["api_first_s"], out["api_s"] = api_seconds(url, repeats)
+        out["api_first_s"], out["api_s"] = api_seconds(url, repeats, auth)
         if page:
-            out["page_render_s"] = statistics.median(page_render(url, repeats, min(n, 1000)))
+            out["page_render_s"] = statistics.median(page_render(signed_in, repeats, min(n, 1000)))
     finally:
         proc.terminate()
         proc.wait()

@@ -59,24 +59,27 @@ def fill(home: Path, seed: Path, n: int) -> None:
     shutil.rmtree(seed)
 
 
-def start_ui(home: Path) -> tuple[subprocess.Popen, str]:
+def start_ui(home: Path) -> tuple[subprocess.Popen, str, str, dict[str, str]]:
+    """(the server, its base URL, its one-time URL with the token, the API's auth header)."""
     env = dict(os.environ, PYTHONPATH=str(REPO))
     proc = subprocess.Popen([sys.executable, "-m", "alchemist_jobs", "ui", "--home", str(home),
                              "--port", "0"], cwd=REPO, env=env, stderr=subprocess.PIPE,
                             stdout=subprocess.DEVNULL, text=True)
     for line in proc.stderr:
         if line.startswith("dashboard: http"):
-            return proc, re.search(r"(http://\S+?/)", line).group(1)
+            token = re.search(r"#token=([A-Za-z0-9_-]+)", line).group(1)
+            return proc, re.search(r"(http://\S+?/)", line).group(1), \
+                re.search(r"(http://\S+)", line).group(1), {"Authorization": f"Bearer {token}"}
     sys.exit("alchemist ui did not start")
 
 
-def api_latency(url: str, requests: int) -> tuple[float, list[float]]:
+def api_latency(url: str, requests: int, auth: dict[str, str]) -> tuple[float, list[float]]:
     """(the first request, which reads every run's files, and then `requests` more, which
     find the ended runs' summaries kept)."""
     import httpx
 
     out = []
-    with httpx.Client(base_url=url, timeout=60) as c:
+    with httpx.Client(base_url=url, timeout=60, headers=auth) as c:
         t0 = time.perf_counter()
         assert c.get("api/v1/runs").json()["total"] >= 1000
         first = time.perf_counter() - t0
@@ -138,12 +141,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="alchemist-ui-bench-") as tmp:
         home = Path(tmp)
         fill(home, real_run(home), args.runs)
-        proc, url = start_ui(home)
+        proc, url, login_url, auth = start_ui(home)
         try:
-            first, times = api_latency(url, args.requests)
+            first, times = api_latency(url, args.requests, auth)
             api = statistics.median(times)
             base = statistics.median(baseline(home, args.requests))
-            page = statistics.median(page_render(url, args.loads, min(args.runs, 1000)))
+            page = statistics.median(page_render(login_url, args.loads, min(args.runs, 1000)))
         finally:
             proc.terminate()
             proc.wait()

@@ -7,7 +7,10 @@ plugin/policy/validating): a binding selects namespaces; `matchConditions` pick 
 policy judges (all must be true); every validation expression must be true or the request is
 refused with the validation's message. Pods created by the cluster's own controllers (the Job
 and JobSet controllers making a JobSet's pods) are not judged: their templates were judged when
-the submitter created the JobSet.
+the submitter created the JobSet. Nor is whoever may rewrite the policy itself (the stack's
+deployer, whatever its name: `kubernetes-admin`, an IAM ARN, `system:admin`): the API server's
+own authorizer says who that is, so `pulumi up` and `pulumi destroy` manage the platform's
+objects while a team member, who holds no such right, is judged.
 """
 
 from __future__ import annotations
@@ -87,6 +90,20 @@ def policy_name(kind: str) -> str:
     return f"alchemist-submitted-{kind.lower()}s"
 
 
+def match_conditions(policy: str) -> list[dict[str, str]]:
+    """Judged: a user or the namespace's own ServiceAccount that may not change this policy.
+
+    Whoever may update the policy could delete it, so exempting them weakens nothing; it is
+    how the deployer (cluster-admin on every provider) keeps managing the platform's objects.
+    `authorizer` in matchConditions: kubernetes v1.35.0 staging/src/k8s.io/apiserver/pkg/
+    admission/plugin/policy/validating/plugin.go (compilePolicy, HasAuthorizer) and
+    pkg/cel/library/authz.go."""
+    may_change = (f"authorizer.group('admissionregistration.k8s.io').resource('validatingadmissionpolicies')"
+                  f".name('{policy}').check('update').allowed()")
+    return [{"name": "submitted-by-a-user", "expression": NOT_A_CONTROLLER},
+            {"name": "not-the-platforms-deployer", "expression": f"!{may_change}"}]
+
+
 def validating_policy(kind: str) -> dict[str, Any]:
     """The cluster-scoped policy judging one kind of object a submitter creates or changes."""
     group, versions, resource, specs = POD_SPECS[kind]
@@ -100,7 +117,7 @@ def validating_policy(kind: str) -> dict[str, Any]:
             "matchConstraints": {"resourceRules": [{
                 "apiGroups": [group], "apiVersions": versions, "resources": [resource],
                 "operations": ["CREATE", "UPDATE"]}]},  # fmt: skip
-            "matchConditions": [{"name": "submitted-by-a-user", "expression": NOT_A_CONTROLLER}],
+            "matchConditions": match_conditions(policy_name(kind)),
             "variables": [{"name": "podSpecs", "expression": specs},
                           {"name": "podLabels", "expression": POD_LABELS[kind]}],
             "validations": [{"expression": e, "message": m, "reason": "Forbidden"}
@@ -147,7 +164,7 @@ def network_policy_policy() -> dict[str, Any]:
             "matchConstraints": {"resourceRules": [{
                 "apiGroups": ["networking.k8s.io"], "apiVersions": ["v1"], "resources": ["networkpolicies"],
                 "operations": ["CREATE", "UPDATE", "DELETE"]}]},  # fmt: skip
-            "matchConditions": [{"name": "submitted-by-a-user", "expression": NOT_A_CONTROLLER}],
+            "matchConditions": match_conditions(NETWORK_POLICY_NAME),
             "variables": [
                 {"name": "np", "expression": "request.operation == 'DELETE' ? oldObject : object"},
                 {"name": "run", "expression": f"has(variables.np.spec.podSelector.matchLabels) && "

@@ -147,6 +147,9 @@ def team_credentials_script(team: str, groups: list[str], tls_dir: str = K3S_TLS
     """Make a key and a client certificate for a team's submitters; print both, base64, one per line.
 
     The key never leaves the pipe except on stdout (a secret output); the CA key is read as root.
+    Only openssl runs under sudo, and it writes the certificate to stdout: the SSH user's own
+    shell writes the file, so the user can read it back (a file root writes under `umask 077`
+    would be root's alone).
     """
     subject = "".join(f"/O={g}" for g in groups) + f"/CN=alchemist-submitter-{team}"
     return (
@@ -154,7 +157,7 @@ def team_credentials_script(team: str, groups: list[str], tls_dir: str = K3S_TLS
         'openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes '
         f'-keyout "$d/key.pem" -subj "{subject}" -out "$d/req.csr" 2>/dev/null; '
         f'{sudo}openssl x509 -req -in "$d/req.csr" -CA {tls_dir}/client-ca.crt -CAkey {tls_dir}/client-ca.key '
-        f'-set_serial "0x$(openssl rand -hex 16)" -days {TEAM_CERT_DAYS} -out "$d/cert.pem" 2>/dev/null; '
+        f'-set_serial "0x$(openssl rand -hex 16)" -days {TEAM_CERT_DAYS} 2>/dev/null > "$d/cert.pem"; '
         'base64 -w0 "$d/cert.pem"; echo; base64 -w0 "$d/key.pem"; echo'
     )
 
@@ -314,7 +317,7 @@ class ExistingCluster(pulumi.ComponentResource):
         )
         self.facts = ClusterFacts(
             provider=self.provider,
-            kubeconfig=self.kubeconfig,
+            kubeconfig=None,  # the deployer's, for `pulumi up` only: jobs get infra/team_credential.py's
             eks=None,
             gpus_per_node=existing.gpus_per_node,
             gpu_driver_by_operator=existing.gpu_driver == "operator",

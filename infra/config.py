@@ -487,6 +487,16 @@ def _check_consistency(cfg: StackConfig) -> None:
         raise StackConfigError(f"{ns}:kubeconfig", None,
                                "the cluster's kubeconfig, set with `pulumi config set --secret "
                                "alchemist:kubeconfig < kubeconfig.yaml`", missing=True)  # fmt: skip
+    if provider == "existing" and cfg.kubeconfig is not None:
+        import yaml
+
+        from infra.team_credential import cluster_entry
+
+        try:  # jobs get this cluster with a team token (infra/team_credential.py)
+            cluster_entry(cfg.kubeconfig.get_secret_value())
+        except (ValueError, AttributeError, TypeError, KeyError, yaml.YAMLError):
+            raise StackConfigError(f"{ns}:kubeconfig", "<secret>",
+                                   "a kubeconfig whose current-context names a cluster with a server") from None
     if provider != "existing" and cfg.kubeconfig is not None:
         raise StackConfigError(f"{ns}:kubeconfig", "<secret>",
                                "no kubeconfig: only provider 'existing' reads one")  # fmt: skip

@@ -4,7 +4,7 @@ AWS: the bucket (SSE-S3 encryption by default, every public-access block on, ACL
 a policy denying any request not made over TLS, unfinished multipart uploads aborted after a
 week) and, per team namespace, an IRSA annotation on the ServiceAccount `alchemist-job` (which the
 team namespace creates) for a role
-that may list, read and write the bucket and nothing else. Other providers: the endpoint and
+that may list, read and write only the keys under the team's prefix (`<team>/`). Other providers: the endpoint and
 bucket named in `alchemist:objectStore`, the same ServiceAccount, and where access keys are
 given a Secret `alchemist-job-object-store` with them in each team namespace. Without
 `objectStore` a non-AWS stack has no object store and exports none.
@@ -39,6 +39,7 @@ class ObjectStoreArgs:
     aws: AwsNetwork | None = None
     depends_on: list[Any] = field(default_factory=list)
     service_accounts: dict[str, Any] = field(default_factory=dict)  # team -> its job ServiceAccount
+    default_team: str = ""  # whose prefix the stack output names (the contract's namespace)
 
 
 def bucket_prefix(stack: str) -> str:
@@ -62,15 +63,23 @@ def tls_only_policy(bucket_arn: str) -> str:
     })  # fmt: skip
 
 
-def job_access_policy(bucket_arn: str) -> str:
-    """What staging and `alchemist data push` need on the bucket: list, read, write, delete."""
+def team_prefix(team: str) -> str:
+    """The team's own part of the bucket: every key it reads or writes starts with this."""
+    return f"{team}/"
+
+
+def job_access_policy(bucket_arn: str, prefix: str) -> str:
+    """What staging and `alchemist data push` need, under the team's prefix only: list the
+    keys under it (ListBucket's `s3:prefix` condition key, AWS S3 User Guide "Bucket policy
+    examples using condition keys"), read, write and delete objects whose key starts with it."""
     return json.dumps({
         "Version": "2012-10-17",
         "Statement": [
-            {"Sid": "ListBucket", "Effect": "Allow", "Action": ["s3:ListBucket"], "Resource": [bucket_arn]},
-            {"Sid": "Objects", "Effect": "Allow",
+            {"Sid": "ListOwnPrefix", "Effect": "Allow", "Action": ["s3:ListBucket"], "Resource": [bucket_arn],
+             "Condition": {"StringLike": {"s3:prefix": [f"{prefix}*"]}}},
+            {"Sid": "OwnObjects", "Effect": "Allow",
              "Action": ["s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"],
-             "Resource": [f"{bucket_arn}/*"]},
+             "Resource": [f"{bucket_arn}/{prefix}*"]},
         ],
     })  # fmt: skip
 
@@ -132,11 +141,12 @@ class ObjectStore(pulumi.ComponentResource):
                 opts=on_aws,
             )  # fmt: skip
             aws.iam.RolePolicy(f"{name}-{team}-access", role=role.id,
-                               policy=bucket.arn.apply(job_access_policy), opts=on_aws)
+                               policy=bucket.arn.apply(lambda arn, t=team: job_access_policy(arn, team_prefix(t))),
+                               opts=on_aws)
             self.role_arns[team] = role.arn
             self._annotate_service_account(name, team, args, {ROLE_ANNOTATION: role.arn})
         self.bucket = bucket
-        self.output = {"bucket": bucket.bucket, "region": net.region}
+        self.output = {"bucket": bucket.bucket, "region": net.region, "prefix": team_prefix(args.default_team)}
 
     def _existing(self, name: str, args: ObjectStoreArgs, cfg: ObjectStoreConfig) -> None:
         for team, namespace in args.namespaces.items():
@@ -151,7 +161,10 @@ class ObjectStore(pulumi.ComponentResource):
                     },
                     opts=pulumi.ResourceOptions(parent=self, depends_on=[namespace, *args.depends_on]),
                 )  # fmt: skip
-        self.output = {"endpoint": cfg.endpoint.rstrip("/"), "bucket": cfg.bucket, "region": cfg.region}
+        # Access keys of an S3-compatible service are the stack's, shared by its teams: the
+        # prefix keeps their data apart by convention only (docs/security.md).
+        self.output = {"endpoint": cfg.endpoint.rstrip("/"), "bucket": cfg.bucket, "region": cfg.region,
+                       "prefix": team_prefix(args.default_team)}
 
     def _annotate_service_account(self, name: str, team: str, args: ObjectStoreArgs,
                                   annotations: dict[str, Any]) -> None:

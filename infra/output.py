@@ -13,7 +13,8 @@ from infra.labels import MOUNT_PATH, SCRAPE_LABELS, SHARED_PVC
 
 def build_output(stack: str, cfg: StackConfig, facts: ClusterFacts, images: dict[str, pulumi.Input[str]],
                  monitoring_urls: dict[str, str], pull_secret: str | None = None,
-                 object_store: dict[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
+                 object_store: dict[str, Any] | None = None,
+                 kubeconfig: pulumi.Output[str] | None = None) -> dict[str, Any]:  # fmt: skip
     """Everything a job needs to run on this stack; the kubeconfig only as a secret."""
     team = cfg.default_team
     uid, gid = cfg.identity(team.name)
@@ -37,8 +38,8 @@ def build_output(stack: str, cfg: StackConfig, facts: ClusterFacts, images: dict
         },
         "monitoring": {**monitoring_urls, "pod_monitor_labels": dict(SCRAPE_LABELS)},
     }
-    if facts.kubeconfig is not None:
-        out["kubeconfig"] = pulumi.Output.secret(facts.kubeconfig)
+    if kubeconfig is not None:  # the jobs' own credential (program.py), never an admin's
+        out["kubeconfig"] = pulumi.Output.secret(kubeconfig)
     if facts.eks is not None:
         out["eks"] = facts.eks.output()
     if object_store is not None:

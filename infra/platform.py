@@ -66,8 +66,8 @@ class Platform(pulumi.ComponentResource):
         self.teams = {
             team.name: TeamNamespace(
                 f"{name}-team-{team.name}",
-                TeamNamespaceArgs(team=team, pod_security=args.pod_security, queue_ready=self.queueing.ready,
-                                  depends_on=args.depends_on),
+                TeamNamespaceArgs(team=team, pod_security=args.pod_security, cohort=list(args.teams),
+                                  queue_ready=self.queueing.ready, depends_on=args.depends_on),
                 opts=pulumi.ResourceOptions(parent=self),
             )
             for team in args.teams

@@ -79,7 +79,7 @@ def run(stack: str, monitoring_dir: Path, repo_root: Path = REPO_ROOT) -> None:
         "object-store",
         ObjectStoreArgs(stack=stack, config=cfg.object_store, secret_key=cfg.object_store_secret_key,
                         namespaces=platform.team_namespaces, aws=facts.aws, depends_on=facts.depends_on,
-                        service_accounts=platform.job_service_accounts),
+                        service_accounts=platform.job_service_accounts, default_team=cfg.default_team.name),
         opts=on_cluster,
     )
     password = cfg.grafana_admin_password
@@ -98,6 +98,15 @@ def run(stack: str, monitoring_dir: Path, repo_root: Path = REPO_ROOT) -> None:
         ),
         opts=on_cluster,
     )
+    kubeconfig = facts.kubeconfig
+    if cfg.provider == "existing":  # jobs get a team ServiceAccount's token, never the deployer's kubeconfig
+        from infra.team_credential import TeamCredential, TeamCredentialArgs
+
+        assert cfg.kubeconfig is not None  # checked by config.parse
+        team = cfg.default_team.name
+        kubeconfig = TeamCredential("team-credential", TeamCredentialArgs(
+            team=team, deployer_kubeconfig=pulumi.Output.secret(cfg.kubeconfig.get_secret_value()),
+            depends_on=[platform.teams[team]]), opts=on_cluster).kubeconfig  # fmt: skip
     pulumi.export("alchemist", build_output(stack, cfg, facts, images.refs, monitoring.urls,
                                               pull_secret=registry.pull_secret,
-                                              object_store=objects.output))
+                                              object_store=objects.output, kubeconfig=kubeconfig))

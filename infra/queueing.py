@@ -98,6 +98,20 @@ def cluster_queue(team: Team) -> dict[str, Any]:
     }
 
 
+def most_admitted(team: Team, cohort: list[Team]) -> dict[str, str]:
+    """The most Kueue admits to `team`'s ClusterQueue at once, per resource: its nominal quota
+    plus every other queue's of the cohort. The ClusterQueues set no borrowingLimit or
+    lendingLimit, and then "a ClusterQueue can borrow up to the sum of nominal quotas from all
+    the ClusterQueues in the cohort" (Kueue v0.13.4 site/content/en/docs/concepts/
+    cluster_queue.md, "BorrowingLimit"; pkg/cache/resource_node.go potentialAvailable)."""
+    teams = {t.name: t for t in [team, *cohort]}.values()
+    mebibytes = {"Mi": 1, "Gi": 1024, "Ti": 1024**2}
+    memory = sum(int(t.quota.memory[:-2]) * mebibytes[t.quota.memory[-2:]] for t in teams)
+    unit = next(u for u in ("Ti", "Gi", "Mi") if memory % mebibytes[u] == 0)
+    return {"cpu": str(sum(t.quota.cpu for t in teams)), "memory": f"{memory // mebibytes[unit]}{unit}",
+            GPU_RESOURCE: str(sum(t.quota.gpu for t in teams))}
+
+
 def resource_flavors() -> dict[str, dict[str, Any]]:
     return {
         "default": {},

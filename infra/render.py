@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import hashlib
 import json
 import sys
@@ -256,6 +257,10 @@ class Recorder:
             out.update(latestVersion=1, defaultVersion=1)
         elif t == "aws:ec2/placementGroup:PlacementGroup":
             out.setdefault("name", name)
+        elif t == "kubernetes:core/v1:Secret" and inputs.get("type") == "kubernetes.io/service-account-token":
+            # the token controller fills in the ServiceAccount's token and the cluster's CA
+            out["data"] = {"token": base64.b64encode(b"mock-service-account-token").decode(),
+                           "ca.crt": base64.b64encode(b"mock-cluster-ca").decode(), "namespace": ""}
         elif t == "aws:iam/role:Role":
             out.update(arn=f"arn:aws:iam::{ACCOUNT}:role/{name}", name=name)
         elif t == "eks:index:Cluster":

@@ -18,7 +18,7 @@ from infra.labels import (
     MONITORING_NAMESPACE,
     TEAM_LABEL,
 )
-from infra.queueing import local_queue
+from infra.queueing import local_queue, most_admitted
 
 PSA = "pod-security.kubernetes.io"
 RBAC = "rbac.authorization.k8s.io"
@@ -76,16 +76,19 @@ def submitter_role(namespace: str) -> dict[str, Any]:
     """
     read = ["get", "list", "watch"]
     manage = [*read, "create", "delete", "patch"]
+    # docs/kubernetes.md lists each grant and who uses it; tests/system checks both ways.
     return {
         "apiVersion": f"{RBAC}/v1",
         "kind": "Role",
         "metadata": {"name": SUBMITTER_ROLE, "namespace": namespace},
         "rules": [
             # A run is a JobSet; its child Jobs are the JobSet controller's, read for status.
-            {"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"], "verbs": manage},
+            # (no patch: a member who could unsuspend a JobSet would start it around Kueue)
+            {"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"], "verbs": [*read, "create", "delete"]},
             {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": read},
-            # A run's Service and ConfigMap are patched to make the JobSet their owner.
-            {"apiGroups": [""], "resources": ["services", "configmaps"], "verbs": manage},
+            # A run's ConfigMap is patched to make the JobSet its owner; JobSet makes the Service.
+            {"apiGroups": [""], "resources": ["configmaps"], "verbs": manage},
+            {"apiGroups": [""], "resources": ["services"], "verbs": read},
             # Interactive sessions are bare pods (the admission policy bounds what they may be).
             {"apiGroups": [""], "resources": ["pods"], "verbs": [*read, "create", "delete"]},
             {"apiGroups": [""], "resources": ["pods/log"], "verbs": read},
@@ -114,12 +117,16 @@ def debug_role(namespace: str) -> dict[str, Any]:
     }
 
 
-def quota_spec(team: Team) -> dict[str, Any]:
-    q = team.quota
+def quota_spec(team: Team, cohort: list[Team]) -> dict[str, Any]:
+    """The namespace's ResourceQuota: what Kueue can at most admit to the team, borrowing
+    included, so every pod of an admitted workload is let in (a pod is created only once its
+    workload is admitted, and the API server's quota admission refuses the pod that would pass
+    `hard`). Pods that bypass Kueue (no queue label) are still bounded by it."""
+    most = most_admitted(team, cohort)
     return {"hard": {
-        "requests.cpu": str(q.cpu),
-        "requests.memory": q.memory,
-        f"requests.{GPU_RESOURCE}": str(q.gpu),
+        "requests.cpu": most["cpu"],
+        "requests.memory": most["memory"],
+        f"requests.{GPU_RESOURCE}": most[GPU_RESOURCE],
         "persistentvolumeclaims": "20",
     }}  # fmt: skip
 
@@ -128,6 +135,7 @@ def quota_spec(team: Team) -> dict[str, Any]:
 class TeamNamespaceArgs:
     team: Team
     pod_security: str  # restricted | baseline (policy forbids privileged)
+    cohort: list[Team]  # every team whose ClusterQueue shares the Kueue cohort: what this one may borrow
     queue_ready: list[Any] = field(default_factory=list)  # Kueue installed: the LocalQueue waits for it
     depends_on: list[Any] = field(default_factory=list)
 
@@ -161,7 +169,8 @@ class TeamNamespace(pulumi.ComponentResource):
             opts=opts_in,
         )
         k8s.core.v1.ResourceQuota(
-            f"{name}-quota", metadata={"name": "alchemist-team", "namespace": ns}, spec=quota_spec(team), opts=opts_in
+            f"{name}-quota", metadata={"name": "alchemist-team", "namespace": ns},
+            spec=quota_spec(team, args.cohort), opts=opts_in,
         )
         # Containers that set nothing still count against the quota at a sane size.
         k8s.core.v1.LimitRange(

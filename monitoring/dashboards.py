@@ -32,6 +32,7 @@ M = {n.removeprefix("alchemist_"): metric(n) for n in (
     "alchemist_last_step_timestamp_seconds", "alchemist_global_batch_size",
     "alchemist_step_seconds", "alchemist_compute_seconds_total",
     "alchemist_communication_seconds_total", "alchemist_data_seconds_total",
+    "alchemist_communication_overlapped_seconds_total",
     "alchemist_communication_sent_bytes_total", "alchemist_communication_received_bytes_total",
     "alchemist_sync_rounds_total", "alchemist_staleness_steps", "alchemist_server_updates_total",
     "alchemist_restarts", "alchemist_checkpoint_seconds", "alchemist_checkpoint_size_bytes",
@@ -131,10 +132,19 @@ def training_overview() -> dm.Dashboard:
               (per_step(M["data_seconds_total"], M["steps_total"], run, f), "{{run}} data")],
              unit="s", stacked=True,
              description="Seconds per optimizer step, summed over workers' shares: compute, "
-                         "gradient/model exchange in flight, waiting for the next batch.")
+                         "waiting for gradient/model exchange (exposed communication), waiting "
+                         "for the next batch.")
     b.series("Step time quantiles",
              [(quantile(0.5, M["step_seconds"], run, f), "{{run}} p50"),
               (quantile(0.95, M["step_seconds"], run, f), "{{run}} p95")], unit="s")
+    b.series("Communication per step: waited for, hidden behind compute",
+             [(per_step(M["communication_seconds_total"], M["steps_total"], run, f),
+               "{{run}} waited"),
+              (per_step(M["communication_overlapped_seconds_total"], M["steps_total"], run, f),
+               "{{run}} overlapped")],
+             unit="s", description="Exchange the step waited for (the step-time split's "
+             "communication), and exchange in flight while the step computed (sync: DDP's "
+             "buckets during backward), which costs no step time.")
     b.series("Communication traffic",
              [(by(run, "sum", rate(M["communication_sent_bytes_total"], f=f)), "{{run}} sent"),
               (by(run, "sum", rate(M["communication_received_bytes_total"], f=f)), "{{run}} received")],

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from alchemist_jobs.local_backend import LocalRequest, LocalScheduler
+from alchemist_jobs.kubernetes.manifests import RDZV_PORT
 from alchemist_jobs.server_role import CLUSTER_BASE_PORT
 
 PREFIX = "alc-"
@@ -200,15 +201,20 @@ class NetnsScheduler(LocalScheduler):
             s.prefix, s.host, s.port = h0.exec_prefix, h0.addr, CLUSTER_BASE_PORT + s.shard
             s.env.update(ALCHEMIST_PS_BIND=h0.addr, ALCHEMIST_NODE=h0.netns)
         addrs = ",".join(f"{s.host}:{s.port}" for s in req.servers)
-        for p, host in zip(req.processes, self.hosts.hosts):
+        for node, (p, host) in enumerate(zip(req.processes, self.hosts.hosts)):
+            # As on a cluster: c10d over TCP, node 0's agent hosting the store on a fixed port
+            # (free: the namespace is fresh), not the local stack's private store files.
             argv = []
             for a in p.argv:
-                if a.startswith("--rdzv-endpoint="):  # the port: node 0's pick (store_bind)
-                    a = f"--rdzv-endpoint={h0.addr}:{a.rsplit(':', 1)[1]}"
+                if a.startswith("--rdzv-endpoint="):
+                    a = f"--rdzv-endpoint={h0.addr}:{RDZV_PORT}"
+                elif a.startswith("--rdzv-conf="):
+                    a = f"--rdzv-conf=is_host={int(node == 0)},join_timeout=120"
                 elif a.startswith("--local-addr="):
                     a = f"--local-addr={host.addr}"
                 argv.append(a)
             p.argv = [*host.exec_prefix, *argv]
+            p.env.pop("ALCHEMIST_STORE_DIR", None)
             p.env.update(GLOO_SOCKET_IFNAME=host.ifname, ALCHEMIST_NODE=host.netns,
                          ALCHEMIST_STORE_ADDR=host.addr)  # reachable from the other hosts
             if addrs:

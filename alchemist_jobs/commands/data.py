@@ -100,7 +100,7 @@ def cmd_push(args: argparse.Namespace) -> int:
         raise UserError(f"DIR {str(root)!r}: not a directory; accepted: a directory of files to push")
     name = args.name or root.resolve().name
     store = object_store(args.stack, args.outputs)
-    uri = dataset_uri(store.bucket, name)
+    uri = dataset_uri(store.bucket, name, store.prefix)
     client = s3.client(store)
     with _s3_errors(str(uri)), _progress(args.quiet) as bar:
         done = push.push(client, root, uri, on_bytes=bar.advance, on_plan=bar.start)
@@ -146,14 +146,14 @@ def cmd_ls(args: argparse.Namespace) -> int:
 
     store = object_store(args.stack, args.outputs)
     with _s3_errors(f"s3://{store.bucket}"):
-        found = push.list_datasets(s3.client(store), store.bucket)
+        found = push.list_datasets(s3.client(store), store.bucket, store.prefix)
     if not found:
         print(f"no datasets in s3://{store.bucket}/ (push one with `alchemist data push DIR`)")
         return 0
     print(f"{'NAME':24} {'FILES':>7} {'BYTES':>14}  {'STATE':10} SOURCE")
     for d in found:
         state = "complete" if d.complete else "incomplete"
-        print(f"{d.name:24} {d.files:>7} {d.bytes:>14}  {state:10} {dataset_uri(store.bucket, d.name)}")
+        print(f"{d.name:24} {d.files:>7} {d.bytes:>14}  {state:10} {dataset_uri(store.bucket, d.name, store.prefix)}")
     return 0
 
 
@@ -162,11 +162,11 @@ def cmd_rm(args: argparse.Namespace) -> int:
     from alchemist_jobs.data.source import dataset_uri
 
     store = object_store(args.stack, args.outputs)
-    uri = dataset_uri(store.bucket, args.name, what="NAME")
+    uri = dataset_uri(store.bucket, args.name, store.prefix, what="NAME")
     with _s3_errors(str(uri)):
         client = s3.client(store)
         if not s3.list_prefix(client, uri):
-            names = [d.name for d in push.list_datasets(client, store.bucket)]
+            names = [d.name for d in push.list_datasets(client, store.bucket, store.prefix)]
             raise UserError(f"NAME {args.name!r}: no such dataset in s3://{store.bucket}/; "
                             f"accepted: {', '.join(names) or 'none (nothing pushed yet)'}")
         n = push.remove(client, uri)

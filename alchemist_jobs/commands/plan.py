@@ -175,10 +175,11 @@ def render_table(plan: dict) -> str:
             lines.append(f"  with {n} node(s) computing at once: "
                          f"{(p['forward_s'] + p['backward_s'] + p['optimizer_s']) * 1e3:.2f} ms/step")
     lines.append(f"{'algorithm':<10}{'nodes':>6}{'workers':>8}{'step ms':>10}{'comm ms':>10}"
-                 f"{'samples/s':>12}{'speed-up':>10}{'efficiency':>11}")
+                 f"{'waited ms':>10}{'samples/s':>12}{'speed-up':>10}{'efficiency':>11}")
     for p in plan["points"]:
         lines.append(f"{p['algorithm']:<10}{p['nodes']:>6}{p['workers']:>8}"
                      f"{p['step_s'] * 1e3:>10.2f}{p['communication_s'] * 1e3:>10.2f}"
+                     f"{p.get('exposed_s', 0.0) * 1e3:>10.2f}"
                      f"{p['samples_per_s']:>12,.0f}{p['speedup']:>9.2f}x{p['efficiency']:>10.0%}")
     lines.append("best: " + ", ".join(f"{n} node(s) {a}" for n, a in plan["best"].items()))
     lines += ["assumptions:"] + [f"  - {a}" for a in plan["assumptions"]]

@@ -6,10 +6,17 @@
     <root>/locks/<key>.fill           held exclusively by the one process filling <key>
     <root>/locks/<key>.use            held shared by every process using <key>; eviction
                                       takes it exclusively, so an entry in use is never evicted
+    <root>/index/<name>.json          a remembered key (`memo`): a local directory's content
+                                      key by its files' stat identity, so it is hashed once
 
-The key is computed by the caller from what identifies the content (a push manifest's ETag, or
-an object listing's keys, sizes and ETags), so every job on the node that stages the same data
-shares one entry.
+The key is computed by the caller from what identifies the content (a push manifest's ETag, an
+object listing's keys, sizes and ETags, a local directory's SHA-256s) and the user's uid, so
+every job of a user on the node that stages the same data shares one entry.
+
+A cache several accounts share (a sticky, world-writable root, as /tmp) is safe to share: a fill
+is private to its owner (mode 0700), and an entry is served only if it and everything in it
+belong to this user (or root); one that another account planted under this user's key is one
+DataError line, never data.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ import os
 import re
 import secrets
 import shutil
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -67,14 +75,25 @@ class NodeCache:
     def __init__(self, root: Path, limit_bytes: int | None = None):
         self.root = Path(root)
         self.limit = limit_bytes
-        for sub in ("entries", "tmp", "locks"):
-            (self.root / sub).mkdir(parents=True, exist_ok=True)
+        self.root.mkdir(parents=True, exist_ok=True)
+        # A root shared by several accounts (sticky and world-writable, as /tmp) gets shared
+        # subdirectories of the same kind; each entry within stays private to its filler.
+        shared = self.root.stat().st_mode & 0o1002 == 0o1002
+        for sub in ("entries", "tmp", "locks", "index"):
+            try:
+                (self.root / sub).mkdir()
+                if shared:
+                    (self.root / sub).chmod(0o1777)
+            except FileExistsError:
+                pass
 
     def _entry(self, key: str) -> Path:
         return self.root / "entries" / key
 
     def _lock(self, key: str, kind: str, mode: int) -> int:
-        fd = os.open(self.root / "locks" / f"{key}.{kind}", os.O_RDWR | os.O_CREAT, 0o666)
+        # Read-only: flock needs no write access, so a lock file another account created
+        # (mode 0644 under its umask) locks all the same.
+        fd = os.open(self.root / "locks" / f"{key}.{kind}", os.O_RDONLY | os.O_CREAT, 0o666)
         try:
             fcntl.flock(fd, mode)
         except BaseException:
@@ -96,6 +115,11 @@ class NodeCache:
             if entry.is_dir():
                 fd = self._lock(key, "use", fcntl.LOCK_SH)
                 if entry.is_dir():  # not evicted between the check and the lock
+                    try:
+                        self._check_owner(key, entry)
+                    except BaseException:
+                        os.close(fd)
+                        raise
                     os.utime(entry / "entry.json")
                     return Entry(key, entry / "data", filled, fd)
                 os.close(fd)
@@ -108,6 +132,47 @@ class NodeCache:
             finally:
                 os.close(fd)
 
+    def memo(self, name: str, compute: Callable[[], str]) -> str:
+        """A value remembered under `name` (a hex key), computed by one process while the
+        others with that name wait. A remembered value is used only if this user owns its
+        file and no one else can write it; one another account wrote is computed again."""
+        if not _KEY.fullmatch(name):
+            raise ValueError(f"memo name {name!r} is not a hex digest")
+        path = self.root / "index" / f"{name}.json"
+        fd = self._lock(name, "index", fcntl.LOCK_EX)
+        try:
+            try:
+                st = os.lstat(path)
+                if st.st_uid == os.getuid() and stat.S_ISREG(st.st_mode) and not st.st_mode & 0o022:
+                    return str(json.loads(path.read_text())["value"])
+            except (OSError, ValueError, KeyError, TypeError):
+                pass
+            value = compute()
+            tmp = path.with_name(f"{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+            try:
+                with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
+                    f.write(json.dumps({"value": value}))
+                os.replace(tmp, path)
+            except OSError:  # another account's file in a sticky directory: not remembered
+                tmp.unlink(missing_ok=True)
+            return value
+        finally:
+            os.close(fd)
+
+    def _check_owner(self, key: str, entry: Path) -> None:
+        """Serve an entry only if this user (or root) owns it and no other account can change
+        it: what another account wrote under this user's key is not this user's data. A fill
+        is created private (0700), so nothing below a checked entry is another's to change."""
+        me = os.getuid()
+        for path in (entry, entry / "data", entry / "entry.json"):
+            st = os.lstat(path)
+            foreign = st.st_uid not in (me, 0) or stat.S_ISLNK(st.st_mode)
+            if foreign or path == entry and st.st_mode & 0o022:
+                raise DataError(
+                    f"dataset cache {self.root}: entry {key[:16]} ({path.name}) belongs to uid "
+                    f"{st.st_uid} with mode {stat.S_IMODE(st.st_mode):04o}, not to you (uid {me}) "
+                    f"alone: not served; accepted: remove {entry}, or data.cache: none")
+
     def _fill(self, key: str, fill: Callable[[Path], None], size_hint: int) -> None:
         # Holding the fill lock: a tmp dir of this key is an abandoned fill (a killed process).
         for stale in (self.root / "tmp").glob(f"{key}.*"):
@@ -115,7 +180,8 @@ class NodeCache:
         if size_hint:
             self.reserve(size_hint)
         tmp = self.root / "tmp" / f"{key}.{os.getpid()}.{secrets.token_hex(4)}"
-        (tmp / "data").mkdir(parents=True)
+        tmp.mkdir(mode=0o700)  # private: another account neither reads nor changes a fill
+        (tmp / "data").mkdir(mode=0o700)
         try:
             fill(tmp / "data")
             size = tree_size(tmp / "data")
@@ -162,7 +228,10 @@ class NodeCache:
                     continue  # a job is reading it
                 try:
                     trash = self.root / "tmp" / f"evict-{key}.{secrets.token_hex(4)}"
-                    os.rename(self._entry(key), trash)  # gone for readers in one step
+                    try:
+                        os.rename(self._entry(key), trash)  # gone for readers in one step
+                    except PermissionError:
+                        continue  # another account's entry in a shared (sticky) cache
                     shutil.rmtree(trash, ignore_errors=True)
                     total -= size
                     evicted.append(key)

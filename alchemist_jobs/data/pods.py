@@ -22,7 +22,6 @@ object-store URI it was pushed to (content-addressed under `runs-data/`).
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -76,11 +75,13 @@ def plan_local_source(spec: "JobSpec", stack: "StackOutput") -> tuple["JobSpec",
                         "has no object store to upload it to; accepted: s3://BUCKET/PREFIX, data.path "
                         "on the shared file system, or a stack with `objectStore` (docs/datasets.md)")
     from alchemist_jobs.data.source import S3Uri
-    from alchemist_jobs.data.stage import local_listing
+    from alchemist_jobs.data.stage import listing_identity, local_listing
 
     root = Path(source)
-    digest = hashlib.sha256(json.dumps(local_listing(root)).encode()).hexdigest()[:32]
-    uri = S3Uri(stack.object_store.bucket, f"{RUN_UPLOADS}{digest}/")
+    identity = listing_identity(root, local_listing(root))  # by content, not names and times
+    digest = hashlib.sha256(identity.encode()).hexdigest()[:32]
+    # under the team's prefix: on AWS its role reaches no other key (contract ObjectStore.prefix)
+    uri = S3Uri(stack.object_store.bucket, f"{stack.object_store.prefix}{RUN_UPLOADS}{digest}/")
     resolved = spec.model_copy(deep=True)
     resolved.data.source = str(uri)
     return resolved, (root, uri)

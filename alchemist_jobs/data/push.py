@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import json
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 from alchemist_jobs.data import s3 as s3mod
+from alchemist_jobs.data.local_dir import LocalFile, list_files, open_listed, sha256_listed
 from alchemist_jobs.data.source import DATASETS_PREFIX, S3Uri
 from alchemist_jobs.errors import UserError
+
+UPLOAD_BATCH = 64  # files open at once while uploading
 
 
 @dataclass
@@ -24,27 +27,30 @@ class PushPlan:
     files: dict[str, tuple[int, str]]  # rel -> (size, sha256) of the local directory
     send: list[str]  # rel paths to upload
     stale: list[str]  # objects under the prefix the directory does not have
+    sources: dict[str, LocalFile] = field(default_factory=dict)  # rel -> the file read
 
     @property
     def send_bytes(self) -> int:
         return sum(self.files[r][0] for r in self.send)
 
 
-def local_files(root: Path) -> dict[str, tuple[int, str]]:
-    paths = sorted(p for p in root.rglob("*") if p.is_file())
-    if not paths:
-        raise UserError(f"DIR {str(root)!r}: no files to push; accepted: a directory holding files")
-    rels = [p.relative_to(root).as_posix() for p in paths]
-    if s3mod.MANIFEST in rels:
-        raise UserError(f"DIR {str(root)!r}: holds {s3mod.MANIFEST}, a name reserved for the push "
+def local_files(root: Path) -> tuple[dict[str, tuple[int, str]], dict[str, LocalFile]]:
+    """(rel -> (size, sha256), rel -> the file) of the directory; a link out of it is refused."""
+    where = f"DIR {str(root)!r}"
+    listed = list_files(root, where)
+    if not listed:
+        raise UserError(f"{where}: no files to push; accepted: a directory holding files")
+    if any(f.rel == s3mod.MANIFEST for f in listed):
+        raise UserError(f"{where}: holds {s3mod.MANIFEST}, a name reserved for the push "
                         "manifest; accepted: a directory without it")
     with ThreadPoolExecutor(max_workers=4) as pool:
-        digests = list(pool.map(s3mod.sha256_file, paths))
-    return {rel: (p.stat().st_size, d) for rel, p, d in zip(rels, paths, digests)}
+        digests = list(pool.map(lambda f: sha256_listed(f, where), listed))
+    return ({f.rel: (f.size, d) for f, d in zip(listed, digests)},
+            {f.rel: f for f in listed})
 
 
 def plan(client: Any, root: Path, uri: S3Uri) -> PushPlan:
-    files = local_files(root)
+    files, sources = local_files(root)
     remote = {o.rel: o for o in s3mod.list_prefix(client, uri)}
     same_size = [r for r, (size, _) in files.items() if r in remote and remote[r].size == size]
 
@@ -56,7 +62,7 @@ def plan(client: Any, root: Path, uri: S3Uri) -> PushPlan:
         present = {r for r, d in zip(same_size, pool.map(recorded, same_size)) if d == files[r][1]}
     send = [r for r in files if r not in present]
     stale = [r for r in remote if r not in files and r != s3mod.MANIFEST]
-    return PushPlan(files, send, stale)
+    return PushPlan(files, send, stale, sources)
 
 
 def push(client: Any, root: Path, uri: S3Uri, on_bytes: Callable[[int], None] | None = None,
@@ -74,12 +80,24 @@ def push(client: Any, root: Path, uri: S3Uri, on_bytes: Callable[[int], None] | 
         on_plan(p)
     if p.send or p.stale:  # the dataset is about to change: it is incomplete until the end
         client.delete_object(Bucket=uri.bucket, Key=uri.prefix + s3mod.MANIFEST)
+    # Each file is sent from a descriptor opened and checked as the file that was hashed (a
+    # path is never reopened by name), a batch at a time to bound the descriptors held.
+    where = f"DIR {str(root)!r}"
     with s3mod.transfer_manager(client) as tm:
-        futures = [tm.upload(str(root / rel), uri.bucket, uri.prefix + rel,
-                             extra_args={"Metadata": {"sha256": p.files[rel][1]}},
-                             subscribers=[_Progress()]) for rel in p.send]
-        for f in futures:
-            f.result()
+        for i in range(0, len(p.send), UPLOAD_BATCH):
+            batch = p.send[i:i + UPLOAD_BATCH]
+            opened: list[Any] = []
+            try:
+                for rel in batch:
+                    opened.append(open_listed(p.sources[rel], where))
+                futures = [tm.upload(fh, uri.bucket, uri.prefix + rel,
+                                     extra_args={"Metadata": {"sha256": p.files[rel][1]}},
+                                     subscribers=[_Progress()]) for rel, fh in zip(batch, opened)]
+                for f in futures:
+                    f.result()
+            finally:
+                for fh in opened:
+                    fh.close()
     _delete(client, uri, p.stale)
     manifest = {"version": 1, "files": {r: {"size": s, "sha256": d} for r, (s, d) in p.files.items()}}
     client.put_object(Bucket=uri.bucket, Key=uri.prefix + s3mod.MANIFEST,
@@ -101,9 +119,9 @@ class DatasetInfo:
     complete: bool  # the manifest is there: the last push finished
 
 
-def list_datasets(client: Any, bucket: str) -> list[DatasetInfo]:
+def list_datasets(client: Any, bucket: str, prefix: str = "") -> list[DatasetInfo]:
     found: dict[str, DatasetInfo] = {}
-    for o in s3mod.list_prefix(client, S3Uri(bucket, DATASETS_PREFIX)):
+    for o in s3mod.list_prefix(client, S3Uri(bucket, prefix + DATASETS_PREFIX)):
         name, _, rel = o.rel.partition("/")
         info = found.setdefault(name, DatasetInfo(name, 0, 0, False))
         if rel == s3mod.MANIFEST:

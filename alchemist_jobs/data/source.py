@@ -39,13 +39,16 @@ def resolve_local_source(value: str, spec_dir: Path, where: str) -> str:
     if not path.is_dir():
         raise UserError(f"{where}: data.source: {value!r} is not a directory (looked for {path}); "
                         "accepted: s3://BUCKET/PREFIX or a local directory, relative to the spec")
+    from alchemist_jobs.data.local_dir import list_files
+
+    list_files(path, f"{where}: data.source {path}")  # a link out of it is refused now, not in a worker
     return str(path)
 
 
-def dataset_uri(bucket: str, name: str, what: str = "--name") -> S3Uri:
-    """Where the dataset `name` pushed with `alchemist data push` lives; `what` is how the
-    user gave the name, for the error."""
+def dataset_uri(bucket: str, name: str, prefix: str = "", what: str = "--name") -> S3Uri:
+    """Where the dataset `name` pushed with `alchemist data push` lives (under the team's
+    `prefix`); `what` is how the user gave the name, for the error."""
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", name):
         raise UserError(f"{what} {name!r}: not a dataset name; accepted: letters, digits, '.', "
                         "'_', '-' (up to 128, starting with a letter or digit)")
-    return S3Uri(bucket, f"{DATASETS_PREFIX}{name}/")
+    return S3Uri(bucket, f"{prefix}{DATASETS_PREFIX}{name}/")  # prefix: the team's (contract)

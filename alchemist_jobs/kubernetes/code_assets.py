@@ -15,6 +15,7 @@ import hashlib
 import io
 import os
 import stat
+import sys
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,9 +26,14 @@ from alchemist_jobs.errors import UserError
 IGNORE_FILES = (".gitignore", ".alchemistignore")  # read in every directory, in this order
 # Never shipped, whatever the ignore files say: VCS internals and bytecode of this machine,
 # and files that look like credentials (the snapshot is readable by every pod of the run and
-# sits on the shared file system).
+# sits on the shared file system). Files are also scanned for secrets by content
+# (secret_scan.py); the names below are those whose content a scanner cannot judge (password
+# hashes, raw tokens of no known format, key stores) or that hold secrets by convention.
+# `ship_secrets` in the job spec releases a file from both, knowingly.
 ALWAYS_IGNORED = (".git/", "__pycache__/", "*.py[cod]")
-SECRET_LOOKING = (".env", ".env.*", "*.env", ".netrc", "_netrc", ".pgpass", ".pypirc",
+SECRET_LOOKING = (".env", ".env.*", "*.env", "*.env.*", ".netrc", "_netrc", ".pgpass", ".pypirc",
+                  ".htpasswd", ".htdigest", "token", "token.txt", "*.token", "*.tfstate",
+                  "*.tfstate.*", "*.kdbx",
                   ".npmrc", ".git-credentials", "*.pem", "*.key", "*.p12", "*.pfx",
                   "*.keystore", "*.jks", "id_rsa*", "id_dsa*", "id_ecdsa*", "id_ed25519*",
                   ".aws/", ".ssh/", ".gnupg/", ".kube/", ".docker/", ".azure/", ".config/gcloud/",
@@ -91,30 +97,43 @@ def _info_exclude(top: Path, root: Path) -> list[tuple[str, object]]:
     return [("" if rel == "." else rel + "/", pathspec.GitIgnoreSpec.from_lines(lines))]
 
 
-def list_files(root: Path, skip: Iterable[Path] = ()) -> list[str]:
+def list_files(root: Path, skip: Iterable[Path] = (), ship_secrets: Iterable[str] = (),
+               withheld: dict[str, str] | None = None) -> list[str]:
     """Files under root that are shipped, as sorted POSIX paths relative to root.
 
     Ignore files apply as git applies them: a pattern is relative to the directory of the file
     that holds it, a deeper file overrides a shallower one, the last matching line wins, and
     nothing is re-included below an ignored directory. Symbolic links are not shipped. The
     directories in `skip` (the local stack's home, with its runs and data) are never entered.
+    A secret-looking name is left out unless `ship_secrets` (gitignore patterns) matches it;
+    each one left out is recorded in `withheld` (path -> why), if given.
     """
     import pathspec
 
     root = Path(root).resolve()
     skipped = {Path(d).expanduser().resolve() for d in skip}
-    always = pathspec.GitIgnoreSpec.from_lines(ALWAYS_IGNORED + SECRET_LOOKING)
+    vcs = pathspec.GitIgnoreSpec.from_lines(ALWAYS_IGNORED)
+    secret_names = pathspec.GitIgnoreSpec.from_lines(SECRET_LOOKING)
+    released = pathspec.GitIgnoreSpec.from_lines(list(ship_secrets))
     specs: dict[str, object] = {}  # directory (relative, "" for root) -> its spec or None
     enclosing = _enclosing_specs(root)
 
+    def at_any_depth(spec: object, rel: str, is_dir: bool) -> bool:
+        parts, tail = rel.split("/"), "/" if is_dir else ""
+        return any(spec.match_file("/".join(parts[i:]) + tail) for i in range(len(parts)))
+
+    def secret_looking(rel: str, is_dir: bool) -> bool:
+        if not at_any_depth(secret_names, rel, is_dir):
+            return False
+        if released.match_file(rel + ("/" if is_dir else "")):
+            return False
+        if withheld is not None:
+            withheld[rel + ("/" if is_dir else "")] = "its name is that of a credentials file"
+        return True
+
     def ignored(rel: str, is_dir: bool) -> bool:
-        probe = rel + "/" if is_dir else rel
-        if always.match_file(probe):
+        if at_any_depth(vcs, rel, is_dir):
             return True
-        for part_count in range(1, rel.count("/") + 2):  # a secret-looking name at any depth
-            if always.match_file("/".join(rel.split("/")[part_count - 1:]) +
-                                 ("/" if is_dir else "")):
-                return True
         parts = rel.split("/")
         # Deepest directory first: its ignore file overrides the ones above it.
         for depth in range(len(parts) - 1, -1, -1):
@@ -142,16 +161,44 @@ def list_files(root: Path, skip: Iterable[Path] = ()) -> list[str]:
         keep = []
         for d in sorted(dirnames):
             rel = f"{rel_dir}/{d}" if rel_dir else d
-            if not (here / d).is_symlink() and not ignored(rel, True) and (here / d) not in skipped:
+            if not (here / d).is_symlink() and not ignored(rel, True) and \
+                    (here / d) not in skipped and not secret_looking(rel, True):
                 keep.append(d)
         dirnames[:] = keep  # prune: git never looks inside an ignored directory
         for f in sorted(filenames):
             rel = f"{rel_dir}/{f}" if rel_dir else f
             p = here / f
-            if p.is_symlink() or not p.is_file() or ignored(rel, False):
+            if p.is_symlink() or not p.is_file() or ignored(rel, False) or \
+                    secret_looking(rel, False):
                 continue
             out.append(rel)
     return sorted(out)
+
+
+def shipped_files(root: Path, skip: Iterable[Path] = (), ship_secrets: Iterable[str] = (),
+                  source: str = "task", leave_out: Iterable[Path] = ()) -> list[str]:
+    """list_files less what detect-secrets flags by content (secret_scan.py) and the files
+    `leave_out` names (secret_env files: never shipped, wherever they lie); each file held back
+    for its name or content is one warning line on stderr, naming it and the override."""
+    import pathspec
+
+    from alchemist_jobs import secret_scan
+
+    root = Path(root).resolve()
+    ship_secrets = list(ship_secrets)
+    withheld: dict[str, str] = {}
+    gone = {Path(p).resolve() for p in leave_out}
+    files = [f for f in list_files(root, skip, ship_secrets, withheld) if (root / f).resolve() not in gone]
+    withheld = {f: why for f, why in withheld.items() if (root / f).resolve() not in gone}
+    released = pathspec.GitIgnoreSpec.from_lines(ship_secrets)
+    flagged = secret_scan.flagged_files(Path(root), [f for f in files if not released.match_file(f)])
+    for rel, kinds in flagged.items():
+        withheld[rel] = f"detect-secrets finds {kinds} in it"
+    for rel, why in sorted(withheld.items()):
+        print(f"warning: {source}: {rel} is not shipped with the code: {why}; accepted: move "
+              f"the secret to secret_env, or list {rel!r} in ship_secrets to ship it knowingly",
+              file=sys.stderr)
+    return [f for f in files if f not in flagged]
 
 
 def _executable(mode: int) -> bool:
@@ -195,12 +242,12 @@ def _tarball(root: Path, files: list[str]) -> bytes:
     return out.getvalue()
 
 
-def pack(root: Path, source: str = "task") -> CodeSnapshot:
+def pack(root: Path, source: str = "task", ship_secrets: Iterable[str] = ()) -> CodeSnapshot:
     """Pack a directory for shipping; one UserError line if it is too large for a ConfigMap."""
     from alchemist_jobs.rundir import default_root
 
     root = Path(root).resolve()
-    files = list_files(root, skip=[default_root()])
+    files = shipped_files(root, [default_root()], ship_secrets, source)
     tarball = _tarball(root, files)
     if len(tarball) > MAX_TARBALL_BYTES:
         biggest = sorted(files, key=lambda f: (root / f).stat().st_size, reverse=True)[:3]

@@ -24,7 +24,6 @@ resource, node selector, tolerations, scrape labels, stack name) differ between 
 from __future__ import annotations
 
 import base64
-import hashlib
 import math
 from fractions import Fraction
 import shlex
@@ -39,7 +38,8 @@ from alchemist_jobs.errors import UserError
 from alchemist_jobs.kubernetes.code_assets import CodeSnapshot
 from alchemist_jobs.runtime.config_error import CONFIG_ERROR_EXIT_CODE, CONFIG_ERROR_FILE_ENV
 from alchemist_jobs.runtime.nccl_net import REQUIRE_ENV as REQUIRE_NET_PLUGIN_ENV
-from alchemist_jobs.spec import JobSpec
+from alchemist_jobs.rundir import MAX_RUN_ID
+from alchemist_jobs.spec import MAX_NODES, JobSpec
 from alchemist_jobs.worker_env import RESTART_ATTEMPT_ENV, WorkerEnv, threads_per_worker
 
 RDZV_PORT = 29500
@@ -82,17 +82,22 @@ SERVERS_ANNOTATION = "alchemist.io/parameter-servers"
 MAX_RESTARTS_ANNOTATION = "alchemist.io/max-restarts"
 CODE_ANNOTATION = "alchemist.io/code"
 INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
-# A pod's hostname is `<name>-worker-0-<index>`, at most 63 characters: room for "-1087".
-MAX_NAME = 63 - len(f"-{WORKER_RJOB}-0-") - 4
+# JobSet v0.12.0 (pkg/webhooks/jobset_webhook.go, ValidateCreate) refuses a JobSet whose
+# longest pod name `<name>-<replicatedJob>-<job index>-<pod index>-abcde` exceeds 63
+# characters; the workers' pod index goes up to MAX_NODES - 1.
+MAX_NAME = 63 - len("-abcde") - len(f"-{WORKER_RJOB}-0-") - len(str(MAX_NODES - 1))
 
 
 def object_name(run_id: str) -> str:
-    """The JobSet's (and its Service's and ConfigMap's) name: a DNS-1035 label derived from the
-    run id, short enough that every pod hostname `<name>-<index>` is a valid label too."""
+    """The JobSet's (and its Service's and ConfigMap's) name: the run id itself, so the
+    admission policy can tell that the run label is the object's own (`r-` in front of an id
+    that starts with a digit: a DNS-1035 label starts with a letter). new_run_id keeps ids
+    short enough; a longer one is refused here, never shortened into another run's label."""
     name = run_id if run_id[:1].isalpha() else f"r-{run_id}"
-    if len(name) > MAX_NAME:
-        digest = hashlib.sha256(run_id.encode()).hexdigest()[:6]
-        name = f"{name[:MAX_NAME - 7].rstrip('-')}-{digest}"
+    if len(run_id) > MAX_RUN_ID or len(name) > MAX_NAME:
+        raise UserError(f"run id {run_id[:80]!r}: {len(run_id)} characters; accepted: at most "
+                        f"{MAX_RUN_ID} (a run id names the run's JobSet, whose pod names "
+                        "JobSet limits to 63 characters)")
     return name
 
 

@@ -187,7 +187,7 @@ class KubernetesScheduler(Scheduler[KubeRequest, KubeHandle]):
         mf.check_fits(spec, self.out)  # cheap refusals before packing anything
         code = None
         if spec.task.script or spec.task.module:
-            code = pack(Path(spec_dir), source="task")
+            code = pack(Path(spec_dir), source="task", ship_secrets=spec.ship_secrets)
             if spec.task.script:
                 _check_shipped(spec.task.script, code)
         from alchemist_jobs.kubernetes.api_checks import validate_for_api_server

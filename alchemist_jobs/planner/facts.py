@@ -51,7 +51,8 @@ def parse_nodes(text: str) -> list[int]:
 
 
 def measured_bandwidth(runs_root: Path, job_name: str) -> tuple[float, str] | None:
-    """Bytes/s that past multi-worker runs of this job achieved while communicating."""
+    """Bytes/s that past multi-worker runs of this job achieved while communicating (over
+    all the time communication was in flight, exposed or overlapped)."""
     best: tuple[float, str] | None = None
     if not runs_root.is_dir():
         return None
@@ -59,7 +60,9 @@ def measured_bandwidth(runs_root: Path, job_name: str) -> tuple[float, str] | No
         try:
             result: dict[str, Any] = json.loads(result_file.read_text())
             comm = result["communication"]
-            sent, seconds = float(comm["sent_bytes"]), float(comm["seconds"])
+            # in flight = waited for + hidden behind backward (the link was busy for both)
+            sent = float(comm["sent_bytes"])
+            seconds = float(comm["seconds"]) + float(comm.get("overlapped_seconds", 0.0))
             world = int(result["world_size"])
         except (OSError, ValueError, KeyError, TypeError):
             continue  # an unreadable or older record is not evidence

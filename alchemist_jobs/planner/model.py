@@ -87,6 +87,9 @@ class Point:
     samples_per_s: float
     speedup: float  # throughput against the same algorithm's 1-node throughput
     efficiency: float  # speedup / nodes
+    # per step: what the step waits for, step_s - compute_s; the figure a run reports as
+    # alchemist_communication_seconds_total (the rest of communication_s hides behind compute)
+    exposed_s: float = 0.0
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -199,7 +202,8 @@ def predict(profile: Profile | dict[int, Profile], algos: list[Algorithm], node_
             rate = workers * p.batch_per_worker / step
             points.append(Point(algorithm=algo.name, nodes=n, workers=workers, compute_s=compute,
                                 communication_s=comm, step_s=step, samples_per_s=rate,
-                                speedup=rate / base, efficiency=rate / base / n))
+                                speedup=rate / base, efficiency=rate / base / n,
+                                exposed_s=max(0.0, step - compute)))
     return points
 
 

@@ -91,6 +91,7 @@ class Batches:
 
 
 @torch.no_grad()
+@torch.no_grad()  # no autograd graph of the whole test set (time, and memory on a GPU)
 def evaluate(model: torch.nn.Module, data: TaskData, device: torch.device) -> tuple[float, float]:
     """(test loss, test accuracy) over the whole test set."""
     was_training = model.training

@@ -74,7 +74,7 @@ def main(argv: list[str]) -> int:
     _record(run_dir, rank, kind)
     from alchemist_jobs import store_bind
 
-    store_bind.apply()  # rank 0's worker store listens only where the run allows (local: loopback)
+    store_bind.apply()  # rank 0's worker store stays where the run allows (local: a private file)
     from alchemist_jobs.runtime import config_error, nccl_net
 
     try:  # an EFA pod without NCCL's net plugin would train over TCP without a word

@@ -6,9 +6,9 @@ The bootstrap calls `prepare()` before the user's program, under torchrun like e
   JAX_COORDINATOR_ADDRESS and JAX_NUM_PROCESSES: alchemist_jobs/frameworks.py); this worker's
   index is its pod's JOB_COMPLETION_INDEX x LOCAL_WORLD_SIZE + LOCAL_RANK, the order of that
   list, so worker 0 is on pod 0.
-* Locally every worker binds a free port on the run's loopback address, and the workers swap
-  their addresses through a store at torchrun's MASTER_ADDR:MASTER_PORT (hosted by rank 0,
-  as torch's own worker store is; bound by store_bind): index = RANK.
+* Locally every worker binds a free port on loopback, and the workers swap their addresses
+  through the store torchrun names for the workers (MASTER_ADDR:MASTER_PORT; on the local
+  stack store_bind makes it a file in the run's private stores/ directory): index = RANK.
 
 `jax.distributed.initialize()` with no arguments reads only JAX_COORDINATOR_ADDRESS (and
 JAX_LOCAL_DEVICE_IDS) from the environment in jax 0.10.2 (jax/_src/distributed.py,
@@ -125,7 +125,9 @@ def prepare(framework: str, gpus: int = 0) -> None:
     addresses = None
     static = "TF_CONFIG" in env if framework == "tensorflow" else "JAX_COORDINATOR_ADDRESS" in env
     if not static:  # a local run: each worker's own free port, swapped through the store
-        host = env.get("ALCHEMIST_STORE_ADDR") or socket.getfqdn()
+        # The run's own address: loopback on the local stack (its stores are files there).
+        host = env.get("ALCHEMIST_STORE_ADDR") or (
+            "127.0.0.1" if env.get("ALCHEMIST_STORE_DIR") else socket.getfqdn())
         own = f"{host}:{free_port(host)}"
         addresses = swap_addresses(own, int(env["RANK"]), int(env["WORLD_SIZE"]),
                                    env["MASTER_ADDR"], int(env["MASTER_PORT"]))

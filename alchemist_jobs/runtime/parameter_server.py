@@ -193,6 +193,8 @@ class Shard:
 
 
 _OPS = {"hello", "pull", "push", "elastic", "done"}
+# Handshakes in progress at once (at least): past it, the oldest is cut for the newcomer.
+MIN_PENDING_HANDSHAKES = 32
 
 
 def check_request(shard: "Shard", h: dict[str, Any], payload: bytearray) -> str | None:
@@ -224,15 +226,22 @@ class _Handler(socketserver.BaseRequestHandler):
         shard: Shard = server.shard
         sock: socket.socket = self.request
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        # A stranger's connection takes no worker's slot: until it proves the run's secret
+        # it is one of a bounded set of handshakes, each over within HANDSHAKE_TIMEOUT_S, the
+        # oldest dropped when a new one needs room (ps_wire.server_handshake).
+        server.pending(sock)
+        try:
+            ps_wire.server_handshake(sock, server.secret)
+        except (ConnectionError, OSError, ps_wire.ProtocolError) as e:
+            server.refuse(self.client_address, f"no valid handshake ({e})")
+            return
+        finally:
+            server.done_pending(sock)
         if not server.admit():
-            server.refuse(self.client_address, f"more than {server.max_connections} connections")
+            server.refuse(self.client_address, f"more than {server.max_connections} "
+                                               "authenticated connections")
             return
         try:
-            try:
-                ps_wire.server_handshake(sock, server.secret)
-            except (ConnectionError, OSError, ps_wire.ProtocolError) as e:
-                server.refuse(self.client_address, f"no valid handshake ({e})")
-                return
             self._serve(server, shard, sock)
         finally:
             server.leave()
@@ -288,10 +297,28 @@ class _Server(socketserver.ThreadingTCPServer):
     def setup_limits(self, shard: "Shard", secret: bytes) -> None:
         self.shard, self.secret = shard, secret
         # Every worker's connection, plus room for restarted workers whose old connection
-        # the server has not noticed closing yet.
+        # the server has not noticed closing yet. Only authenticated connections count.
         self.max_connections = 2 * shard.world + 4
+        self.max_pending = max(MIN_PENDING_HANDSHAKES, self.max_connections)
         self._active = 0
+        self._pending: dict[int, socket.socket] = {}  # in arrival order
         self._lock = threading.Lock()
+
+    def pending(self, sock: socket.socket) -> None:
+        """A new connection starts its handshake; past max_pending, the oldest handshake is
+        cut (a worker's takes a round trip, so it is a stranger's that waits longest)."""
+        with self._lock:
+            while len(self._pending) >= self.max_pending:
+                oldest = self._pending.pop(next(iter(self._pending)))
+                try:
+                    oldest.shutdown(socket.SHUT_RDWR)  # its handler's read fails at once
+                except OSError:
+                    pass
+            self._pending[id(sock)] = sock
+
+    def done_pending(self, sock: socket.socket) -> None:
+        with self._lock:
+            self._pending.pop(id(sock), None)
 
     def admit(self) -> bool:
         with self._lock:

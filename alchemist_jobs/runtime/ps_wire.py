@@ -10,7 +10,9 @@ sending it: the server sends a random challenge, the client answers with
 HMAC-SHA256(secret, "client" + challenge) and its own challenge, and the server answers
 that with HMAC-SHA256(secret, "server" + challenge) (so a worker never trusts a stranger's
 parameters either). Until then a frame may carry at most HANDSHAKE_MAX header bytes and no
-payload; afterwards the server bounds every payload by its shard's size before reading it.
+payload, and the whole exchange must end within HANDSHAKE_TIMEOUT_S (a peer that trickles a
+byte at a time gets no more); afterwards the server bounds every payload by its shard's size
+before reading it.
 A hand-written protocol rather than gRPC: bench/ps_transport.py measures it faster on
 model-sized payloads (docs/parameter-server.md).
 """
@@ -97,33 +99,48 @@ def send(sock: socket.socket, header: dict[str, Any], payload: memoryview | byte
     return HEAD.size + len(h) + len(payload)
 
 
-def _recv_exact(sock: socket.socket, n: int) -> bytearray:
+def _recv_exact(sock: socket.socket, n: int, deadline: float | None = None) -> bytearray:
     buf = bytearray(n)
-    view, got = memoryview(buf), 0
+    _recv_into(sock, memoryview(buf), deadline)
+    return buf
+
+
+def _recv_into(sock: socket.socket, view: memoryview, deadline: float | None = None) -> None:
+    got, n = 0, len(view)
     while got < n:
+        if deadline is not None:  # the time left, not a fresh timeout per read
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("the peer did not finish in time")
+            sock.settimeout(left)
         r = sock.recv_into(view[got:], n - got)
         if r == 0:
             raise ConnectionError("peer closed the connection")
         got += r
-    return buf
 
 
-def recv(sock: socket.socket, max_payload: int | None = None,
-         max_header: int = MAX_HEADER) -> tuple[dict[str, Any], bytearray, int]:
+def recv(sock: socket.socket, max_payload: int | None = None, max_header: int = MAX_HEADER,
+         into: memoryview | None = None, deadline: float | None = None,
+         ) -> tuple[dict[str, Any], bytearray | memoryview, int]:
     """Receive one frame: (header, payload, bytes taken off the wire). Sizes beyond the
-    bounds are refused before anything is allocated for them."""
-    hlen, plen = HEAD.unpack(_recv_exact(sock, HEAD.size))
+    bounds are refused before anything is allocated for them; `deadline` (time.monotonic())
+    bounds the whole frame. A payload of exactly len(into) bytes lands in `into` (a
+    worker's pinned answer buffer), which is returned."""
+    hlen, plen = HEAD.unpack(_recv_exact(sock, HEAD.size, deadline))
     if hlen > max_header:
         raise ProtocolError(f"header of {hlen} bytes: not a parameter-server frame")
     if max_payload is not None and plen > max_payload:
         raise ProtocolError(f"payload of {plen} bytes exceeds the {max_payload} allowed")
     try:
-        header = json.loads(_recv_exact(sock, hlen))
+        header = json.loads(_recv_exact(sock, hlen, deadline))
     except ValueError:
         raise ProtocolError("header is not JSON: not a parameter-server frame") from None
     if not isinstance(header, dict):
         raise ProtocolError("header is not a JSON object")
-    payload = _recv_exact(sock, plen) if plen else bytearray()
+    if into is not None and plen and plen == len(into):
+        _recv_into(sock, into, deadline)
+        return header, into, HEAD.size + hlen + plen
+    payload = _recv_exact(sock, plen, deadline) if plen else bytearray()
     return header, payload, HEAD.size + hlen + plen
 
 
@@ -179,11 +196,13 @@ class AuthError(ConnectionError):
 
 
 def server_handshake(sock: socket.socket, secret: bytes) -> None:
-    """Challenge a new connection; AuthError unless it proves the secret."""
+    """Challenge a new connection; AuthError unless it proves the secret, TimeoutError
+    unless it does so within HANDSHAKE_TIMEOUT_S in all."""
+    deadline = time.monotonic() + HANDSHAKE_TIMEOUT_S
     sock.settimeout(HANDSHAKE_TIMEOUT_S)  # a silent peer must not hold a server thread
     nonce = secrets.token_hex(16)
     send(sock, {"op": "challenge", "nonce": nonce})
-    h, _, _ = recv(sock, max_payload=0, max_header=HANDSHAKE_MAX)
+    h, _, _ = recv(sock, max_payload=0, max_header=HANDSHAKE_MAX, deadline=deadline)
     mac, theirs = h.get("mac"), h.get("nonce")
     if (h.get("op") != "auth" or not isinstance(mac, str) or not isinstance(theirs, str)
             or not hmac.compare_digest(mac, _mac(secret, "client", nonce))):

@@ -283,18 +283,19 @@ class Trainer:
                     loss = self.train_step(micro_batches)
                     self.faults.stretch(time.perf_counter() - t0)  # injected: a slower machine
                     self.t_last_step = time.perf_counter()
+                    # Every rank reads its loss (a host sync) only every PROGRESS_EVERY_S, at
+                    # checkpoints and at the end: for its metrics and the NaN check. On a GPU
+                    # the communication events are read then too, never once per step.
+                    due = self.t_last_step - last_progress > PROGRESS_EVERY_S
+                    checkpoint = spec.checkpoint.every_steps and s.step % spec.checkpoint.every_steps == 0
+                    read = bool(due or checkpoint or s.step == self.total_steps)
                     self.step_metrics.record(
-                        step_s=self.t_last_step - t0, comm_s=self.ctx.comm.close_window(),
-                        data_s=self._data_s, samples=self._samples,
-                        lr=self.ctx.lr, comm=self.ctx.comm,
+                        step_s=self.t_last_step - t0, data_s=self._data_s, samples=self._samples,
+                        lr=self.ctx.lr, comm=self.ctx.comm, read=read,
                         epoch=s.epoch + s.batch_in_epoch / self.batches.per_epoch)
                     self.watchdog.beat(s.step)
                     self.faults.after_step(s.step)
-                    # Every rank reads its loss (a host sync) only every PROGRESS_EVERY_S, at
-                    # checkpoints and at the end: for its metrics and the NaN check.
-                    due = time.perf_counter() - last_progress > PROGRESS_EVERY_S
-                    checkpoint = spec.checkpoint.every_steps and s.step % spec.checkpoint.every_steps == 0
-                    if due or checkpoint or s.step == self.total_steps:
+                    if read:
                         self._read_loss(loss)
                     if checkpoint:
                         self.save_checkpoint()
@@ -320,7 +321,7 @@ class Trainer:
             self.watchdog.stop()  # the parameter server answers `done` once every worker is
         self.strategy.finish()
         # The final exchange (bmuf's last block, the parameter server's final model) counts.
-        self.step_metrics.record_final_exchange(self.ctx.comm.close_window(), self.ctx.comm)
+        self.step_metrics.record_final_exchange(self.ctx.comm)
         test_loss, test_acc = evaluate(self.model, self.data, self.device)
         self.metrics["alchemist_test_accuracy_ratio"].set(test_acc)
         elapsed = time.perf_counter() - self.t_loop
@@ -344,9 +345,11 @@ class Trainer:
             steps_per_s=(s.step - (s.resumed_from or 0)) / elapsed if elapsed else 0.0,
             restarts=self.place.restarts, resumed_from_step=s.resumed_from,
             time_split_s=dict(compute=split.compute, communication=split.communication,
-                              data=split.data),
+                              data=split.data, communication_overlapped=split.overlapped),
+            # seconds: what the steps waited for; overlapped_seconds: in flight behind compute
             communication=dict(sent_bytes=comm.sent_bytes, received_bytes=comm.received_bytes,
-                               rounds=comm.rounds, seconds=comm.seconds),
+                               rounds=comm.rounds, seconds=comm.seconds,
+                               overlapped_seconds=comm.overlapped_seconds),
             history=self.history, algorithm=spec.algorithm.name)
         if self.rank == 0:
             self.publish(final=True)

@@ -25,7 +25,7 @@ SORT_KEYS = ("created", "ended", "name", "run_id", "stack", "state", "owner", "p
 _ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": m.Problem, "description": text} for code, text in (
         (400, "bad input: one line naming the field, the value and what is accepted"),
-        (401, "missing or wrong token (binds other than loopback)"),
+        (401, "missing or wrong token"),
         (404, "no such stack or run"),
         (502, "the stack's cluster did not answer"))}
 
@@ -33,7 +33,8 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 def create_app(backends: Backends, token: str | None, host: str, port: int,
                on_started: Callable[[], None] | None = None) -> FastAPI:
     """The app for `backends`; `token` is required on every API call unless it is None
-    (only for a loopback bind). `on_started` is called once the server is ready."""
+    (only for a pod's loopback, --in-cluster). `on_started` is called once the server is
+    ready."""
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
@@ -48,7 +49,8 @@ def create_app(backends: Backends, token: str | None, host: str, port: int,
                   openapi_url=f"{API}/openapi.json", docs_url=None, redoc_url=None,
                   description="Runs on every stack the dashboard serves: list, inspect, "
                               "follow, cancel, submit. The page at / is built on it.")
-    hosts = None if token is not None else security.allowed_hosts(host)
+    # A loopback bind answers its own names only (DNS rebinding), token or not.
+    hosts = security.allowed_hosts(host) if security.is_loopback(host) else None
     app.add_middleware(Guard, token=token, hosts=hosts, max_body=m.MAX_SPEC_BYTES + 4096)
     _routes(app, backends)
     _handlers(app)

@@ -23,8 +23,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="local stack's shared-file-system root (default: $ALCHEMIST_HOME or "
                         "~/.alchemist)")
     p.add_argument("--host", default="127.0.0.1",
-                   help="address to bind (default 127.0.0.1; any other needs the token "
-                        "printed at start)")
+                   help="address to bind (default 127.0.0.1); every API call needs the token "
+                        "printed at start, on loopback too: any account of this machine "
+                        "reaches loopback")
     p.add_argument("--port", type=int, default=DEFAULT_PORT,
                    help=f"port (default {DEFAULT_PORT}; 0 picks a free one)")
     p.add_argument("--spec-dir", type=Path, default=None,
@@ -120,7 +121,11 @@ def cmd_ui(args: argparse.Namespace) -> int:
                         in_cluster=args.in_cluster, local_links=_local_links(args))
     sock = _bind(args.host, args.port)
     port = sock.getsockname()[1]
-    token = None if security.is_loopback(args.host) else security.new_token()
+    # Loopback is not private on a machine several people share: every other account can
+    # reach it. Only a pod's loopback (--in-cluster) is reached by port-forward alone, which
+    # the cluster's RBAC already grants to the team and no one else (ui/manifests.py).
+    in_pod = args.in_cluster and security.is_loopback(args.host)
+    token = None if in_pod else security.new_token()
     return _serve(backends, sock, args.host, port, token)
 
 
@@ -139,10 +144,11 @@ def _serve(backends, sock: socket.socket, host: str, port: int, token: str | Non
             print(f"dashboard: http://{shown}:{port}/  (stacks: {stacks})", file=sys.stderr,
                   flush=True)
             return
-        # Shown once, here, in one write; the fragment (#token=) never reaches a server log
-        # or a Referer.
+        # Shown once, here, to the terminal of who started it, in one write; the fragment
+        # (#token=) never reaches a server log or a Referer. Opening the URL gives the token
+        # to the page (kept for that browser tab), as Jupyter's one-time URL does.
         print(f"dashboard: http://{shown}:{port}/#token={token}  (stacks: {stacks})\n"
-              f"dashboard: bound beyond loopback: every API call needs "
+              f"dashboard: open the URL above; every API call needs "
               f"`Authorization: Bearer {token}`; this token is not shown again",
               file=sys.stderr, flush=True)
 

@@ -1,5 +1,5 @@
-"""The API's gate, in front of every request: Host names (loopback binds), the token (other
-binds), same-origin state changes, a cap on request bodies, and security headers."""
+"""The API's gate, in front of every request: Host names (loopback binds), the token, same-
+origin state changes, a cap on request bodies, and security headers."""
 
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ HEADERS = [
 
 
 class Guard:
-    """ASGI middleware. `hosts` is the set of Host headers answered (None: any, when a token
-    guards the API); `token` None means no token (loopback only)."""
+    """ASGI middleware. `hosts` is the set of Host headers answered (None: any, beyond
+    loopback); `token` None means no token (only a pod's loopback, --in-cluster)."""
 
     def __init__(self, app: Callable, token: str | None, hosts: set[str] | None,
                  max_body: int):

@@ -1,5 +1,6 @@
-"""Who may call the API: loopback by default; any other bind only with the token generated at
-start (compared in constant time); state changes only from the dashboard's own origin."""
+"""Who may call the API: only a holder of the token generated at start (compared in constant
+time), on loopback too, since every account of the machine reaches loopback; loopback binds
+answer their own Host names only; state changes only from the dashboard's own origin."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ def new_token() -> str:
 
 def token_ok(expected: str | None, authorization: str | None) -> bool:
     """`Authorization: Bearer <token>`, compared in constant time; any value when no token
-    is required (a loopback bind)."""
+    is required (only a pod's loopback, --in-cluster)."""
     if expected is None:
         return True
     if not authorization or not authorization.startswith("Bearer "):

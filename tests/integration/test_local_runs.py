@@ -196,7 +196,8 @@ def test_cancel_from_another_terminal(home):
 
 
 def test_two_simulated_nodes(home):
-    """nodes=2 starts two torchrun agents that meet through c10d rendezvous on 127.0.0.1."""
+    """nodes=2 starts two torchrun agents that meet through c10d rendezvous in a file store
+    of the run's private directory (no port: another account could reach one)."""
     r = cli("run", str(EXAMPLES / "digits.yaml"), "--set", "nodes=2", "--set", "procs_per_node=1",
             "--set", "hyper.epochs=3", home=home)
     assert r.returncode == 0, r.stdout + r.stderr

@@ -8,6 +8,7 @@ import hashlib
 import stat
 from pathlib import Path
 
+from tests.another_user import as_other, shared_dir  # noqa: F401
 from tests.conftest import cli
 
 FROM_FILE, FROM_ENV = "s3cr3t-from-file-7f3a", "s3cr3t-from-env-91bc"
@@ -25,6 +26,7 @@ sys.exit(0 if ok else 3)
 
 def test_secret_env_reaches_workers_and_no_file_holds_it(home: Path, tmp_path: Path):
     (tmp_path / "token").write_text(FROM_FILE + "\n")
+    (tmp_path / "token").chmod(0o600)  # as ssh asks of a key: a secret only its owner reads
     (tmp_path / "check.py").write_text(SCRIPT)
     (tmp_path / "job.yaml").write_text(
         "name: secrets\ntask: {script: check.py}\nprocs_per_node: 2\nmax_restarts: 0\n"
@@ -73,6 +75,7 @@ def test_a_script_runs_from_its_own_copy_of_the_code(home: Path, tmp_path: Path)
     """The run's code/ holds the spec directory as it was at launch (minus secret files):
     editing the source tree afterwards changes nothing in the run."""
     (tmp_path / "token").write_text(FROM_FILE)
+    (tmp_path / "token").chmod(0o600)
     (tmp_path / "helper.py").write_text("VALUE = 'at launch'\n")
     (tmp_path / "main.py").write_text(
         "import os, helper\nprint('helper says', helper.VALUE, 'in', os.getcwd(), flush=True)\n")
@@ -88,3 +91,30 @@ def test_a_script_runs_from_its_own_copy_of_the_code(home: Path, tmp_path: Path)
     assert f"helper says at launch in {code}" in log, log
     (tmp_path / "helper.py").write_text("VALUE = 'edited'\n")
     assert "at launch" in (code / "helper.py").read_text()
+
+
+def test_a_secret_file_every_account_can_read_is_refused(home: Path, shared_dir: Path):
+    """Finding 8: a world-readable secret_env file, read by another account (the attack), is
+    refused as ssh refuses an unprotected private key: one line naming the file and its mode,
+    exit 2, nothing started; owner-only (0600) runs, group-readable (0640) warns."""
+    token = shared_dir / "token"
+    token.write_text(FROM_FILE)
+    token.chmod(0o644)
+    stolen = as_other(["cat", str(token)])
+    assert stolen.returncode == 0 and stolen.stdout == FROM_FILE  # the exposure is real
+    (shared_dir / "job.yaml").write_text(
+        "name: secrets\ntask: {builtin: digits}\nsecret_env:\n  API_TOKEN: {file: token}\n")
+    r = cli("run", str(shared_dir / "job.yaml"), "--dry-run", home=home)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert "secret_env.API_TOKEN" in r.stderr and str(token) in r.stderr and "0644" in r.stderr
+    assert FROM_FILE not in r.stdout + r.stderr
+    r = cli("run", str(shared_dir / "job.yaml"), "--set", "hyper.steps=1", home=home)
+    assert r.returncode == 2, r.stderr
+    assert not (home / "runs").exists() or not any((home / "runs").iterdir())
+    token.chmod(0o640)
+    r = cli("run", str(shared_dir / "job.yaml"), "--dry-run", home=home)
+    assert r.returncode == 0 and "warning: secret_env.API_TOKEN" in r.stderr and "0640" in r.stderr
+    assert as_other(["cat", str(token)]).returncode != 0
+    token.chmod(0o600)
+    r = cli("run", str(shared_dir / "job.yaml"), "--dry-run", home=home)
+    assert r.returncode == 0 and "warning" not in r.stderr, r.stderr

@@ -142,7 +142,8 @@ def _gpu(out: StackOutput) -> dict[str, Any] | None:
 def _s3(out: StackOutput) -> dict[str, Any] | None:
     if out.object_store is None:
         return None
-    return _digits("s3-data", nodes=2, data={"source": f"s3://{out.object_store.bucket}/datasets/digits"})
+    store = out.object_store  # under the team's prefix: its role may read nothing else
+    return _digits("s3-data", nodes=2, data={"source": f"s3://{store.bucket}/{store.prefix}datasets/digits"})
 
 
 # Shape name -> the spec it submits on a stack (None: the stack cannot have this shape).

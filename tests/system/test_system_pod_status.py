@@ -12,7 +12,6 @@ from conftest import ALL_SHAPES, SESSION, STACK_NAMES
 from kubernetes.utils.quantity import parse_quantity
 
 from alchemist_jobs.kubernetes import manifests as mf
-from alchemist_jobs.kubernetes.api_checks import ApiServerWouldRefuse
 from alchemist_jobs.runtime.config_error import CONFIG_ERROR_EXIT_CODE, CONFIG_ERROR_FILE_ENV
 from alchemist_jobs.worker_env import RESTART_ATTEMPT_ENV
 
@@ -21,19 +20,11 @@ from alchemist_jobs.worker_env import RESTART_ATTEMPT_ENV
 JOB_FAILJOB_MESSAGE = "Container {c} for pod {ns}/{pod} failed with exit code {code} matching FailJob rule at index {i}"
 
 
-def _shapes(shapes: list[str]) -> list:
-    """The longest accepted name cannot be built until issue 23.8 is fixed (the backend's own
-    check refuses its run label): only that refusal is expected, anything else fails."""
-    return [pytest.param(s, marks=pytest.mark.xfail(raises=ApiServerWouldRefuse, strict=False,
-                                                    reason="issue 23.8: the run label"))
-            if s == "longest-name" else s for s in shapes]
-
-
 def _bytes(q: str) -> int:
     return int(parse_quantity(q))
 
 
-@pytest.mark.parametrize("shape", _shapes(ALL_SHAPES))
+@pytest.mark.parametrize("shape", ALL_SHAPES)
 @pytest.mark.parametrize("stack", STACK_NAMES)
 def test_dev_shm_leaves_the_processes_three_quarters_of_the_memory_limit(jobs, stack, shape):
     job = jobs(stack, shape)
@@ -49,7 +40,7 @@ def test_dev_shm_leaves_the_processes_three_quarters_of_the_memory_limit(jobs, s
         assert 0 < _bytes(shm[0]["sizeLimit"]) <= limit // 4, (stack, shape, name, shm)
 
 
-@pytest.mark.parametrize("shape", _shapes([s for s in ALL_SHAPES if s != SESSION]))
+@pytest.mark.parametrize("shape", [s for s in ALL_SHAPES if s != SESSION])
 @pytest.mark.parametrize("stack", STACK_NAMES)
 def test_worker_pods_know_their_restart_and_fail_at_once_on_a_configuration_error(
         jobs, stack, shape):

@@ -22,6 +22,9 @@ FIXTURES = REPO / "tests" / "fixtures" / "stack_outputs"
 KUBECONFIG_SECRET = "kubeconfig-secret-do-not-show-5f2c9a"
 TOKEN_SECRET = "bearer-token-do-not-show-77ab01"
 ARTIFACTS = REPO / "tests" / "ui" / "artifacts"
+# The dashboard's token in tests that build the app in process (`alchemist ui` makes its own).
+TEST_TOKEN = "test-token-of-the-dashboard-3c1e"
+AUTH = {"Authorization": f"Bearer {TEST_TOKEN}"}
 
 
 def cli(*args: str, home: Path, timeout: float = 600, **kw) -> subprocess.CompletedProcess:
@@ -68,7 +71,8 @@ def fake(monkeypatch: pytest.MonkeyPatch):
 
 
 def make_app(home: Path, outputs: Path | None = None, host: str = "127.0.0.1",
-             port: int = 8265, token: str | None = None, stacks: tuple[str, ...] = ("local",)):
+             port: int = 8265, token: str | None = TEST_TOKEN,
+             stacks: tuple[str, ...] = ("local",)):
     from alchemist_jobs.ui.app import create_app
     from alchemist_jobs.ui.backends import Backends
 
@@ -93,7 +97,12 @@ class UiServer:
                 break
         else:
             raise AssertionError("alchemist ui exited: " + "".join(self.banner))
+        # The one-time URL: the page takes the token from its fragment.
+        self.login_url = re.search(r"(http://\S+)", self.banner[-1]).group(1)
         self.url = re.search(r"(http://\S+?/)", self.banner[-1]).group(1)
+        found = re.search(r"#token=([A-Za-z0-9_-]+)", self.login_url)
+        self.token = found.group(1) if found else None
+        self.auth = {"Authorization": f"Bearer {self.token}"} if self.token else {}
         # Keep reading its stderr, so a chatty server never blocks on a full pipe.
         self._drain = threading.Thread(target=lambda: self.banner.extend(self.proc.stderr),
                                        daemon=True)

@@ -1,6 +1,6 @@
 """The dashboard's JSON API, endpoint by endpoint, over a real finished local run and cluster
 stacks behind the client-boundary fake API server: shapes, filters, bad and traversal ids,
-oversized bodies, the token beyond loopback, cross-site changes, and no secret anywhere."""
+oversized bodies, the token (on loopback too), cross-site changes, and no secret anywhere."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from fastapi.testclient import TestClient
 from alchemist_jobs.contract import PROGRESS_LINE_PREFIX
 
 from alchemist_jobs.ui import security
-from tests.ui.conftest import (EXAMPLES, KUBECONFIG_SECRET, REPO, TOKEN_SECRET, cli, make_app)
+from tests.ui.conftest import (AUTH, EXAMPLES, KUBECONFIG_SECRET, REPO, TEST_TOKEN, TOKEN_SECRET,
+                               cli, make_app)
 
 LOCAL = "http://127.0.0.1:8265"
 CHANGE = {security.CSRF_HEADER: security.CSRF_VALUE}
@@ -23,7 +24,7 @@ DIGITS = (EXAMPLES / "digits.yaml").read_text()
 @pytest.fixture
 def client(finished_home):
     app, _ = make_app(finished_home[0])
-    with TestClient(app, base_url=LOCAL) as c:
+    with TestClient(app, base_url=LOCAL, headers=AUTH) as c:
         yield c
 
 
@@ -133,7 +134,7 @@ def test_a_traversal_never_reaches_a_run_outside_the_runs_folder(tmp_path):
     (tmp_path / "runs").mkdir()
     (tmp_path / "spec.yaml").write_text(DIGITS)
     app, _ = make_app(tmp_path)
-    with TestClient(app, base_url=LOCAL) as c:
+    with TestClient(app, base_url=LOCAL, headers=AUTH) as c:
         for ref in ("..", "..%2f", "%2e%2e"):
             assert c.get(f"/api/v1/stacks/local/runs/{ref}").status_code in (400, 404)
 
@@ -175,7 +176,7 @@ def test_check_shows_the_plan_and_starts_nothing(client, finished_home):
 def test_submit_runs_a_local_job_to_the_end(tmp_path):
     app, backends = make_app(tmp_path)
     spec = DIGITS.replace("epochs: 10", "epochs: 1")
-    with TestClient(app, base_url=LOCAL) as c:
+    with TestClient(app, base_url=LOCAL, headers=AUTH) as c:
         r = c.post("/api/v1/runs", json={"spec": spec}, headers=CHANGE)
         assert r.status_code == 201, r.text
         run_id = r.json()["run_id"]
@@ -193,7 +194,7 @@ def test_submit_runs_a_local_job_to_the_end(tmp_path):
 @pytest.fixture
 def cluster_client(fake, finished_home, outputs_dir):
     app, _ = make_app(finished_home[0], outputs_dir, stacks=("local", "dev", "aws-us-west-2"))
-    with TestClient(app, base_url=LOCAL) as c:
+    with TestClient(app, base_url=LOCAL, headers=AUTH) as c:
         yield c
 
 
@@ -243,7 +244,7 @@ def test_gpus_beyond_the_stack_are_refused_before_anything_is_created(cluster_cl
 def test_an_unreachable_cluster_is_one_line_and_hides_no_other_stack(finished_home, outputs_dir):
     # No fake here: the dev stack's kubeconfig names a kind API server that is not running.
     app, _ = make_app(finished_home[0], outputs_dir, stacks=("local", "dev"))
-    with TestClient(app, base_url=LOCAL) as c:
+    with TestClient(app, base_url=LOCAL, headers=AUTH) as c:
         data = c.get("/api/v1/runs").json()
         assert {r["stack"] for r in data["runs"]} == {"local"}
         assert [p["stack"] for p in data["problems"]] == ["dev"]
@@ -316,12 +317,28 @@ def test_beyond_loopback_every_api_call_needs_the_token(exposed, finished_home):
     assert page.status_code == 200 and token not in page.text
 
 
-def test_a_real_server_beyond_loopback_shows_its_token_once_and_requires_it(tmp_path):
+def test_on_loopback_too_every_api_call_needs_the_token(finished_home):
+    """Any account of the machine reaches loopback (issue 25, finding 2)."""
+    _, run_id = finished_home
+    app, _ = make_app(finished_home[0])
+    with TestClient(app, base_url=LOCAL) as c:
+        for method, path in [("get", "/api/v1/runs"), ("get", "/api/v1/stacks"),
+                             ("get", f"/api/v1/stacks/local/runs/{run_id}/logs"),
+                             ("post", "/api/v1/runs"), ("post", "/api/v1/check")]:
+            r = getattr(c, method)(path, headers=CHANGE)
+            assert r.status_code == 401 and "token" in one_line(r), (method, path)
+        assert c.get("/api/v1/runs", headers=AUTH).json()["total"] == 1
+        page = c.get("/")  # the page holds no data: it takes the token from the one-time URL
+        assert page.status_code == 200 and TEST_TOKEN not in page.text
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "0.0.0.0"])
+def test_a_real_server_shows_its_token_once_and_requires_it(tmp_path, host):
     import httpx
 
     from tests.ui.conftest import UiServer
 
-    server = UiServer(tmp_path, "--host", "0.0.0.0")
+    server = UiServer(tmp_path, "--host", host)
     try:
         url_line = next(line for line in server.banner if "#token=" in line)
         token = url_line.split("#token=")[1].split()[0]
@@ -438,8 +455,8 @@ def test_stopping_the_dashboard_cancels_the_local_runs_it_started(tmp_path):
     server = UiServer(tmp_path)
     try:
         spec = DIGITS.replace("epochs: 10", "epochs: 400")
-        r = httpx.post(f"{server.url}api/v1/runs", json={"spec": spec}, headers=CHANGE,
-                       timeout=120)
+        r = httpx.post(f"{server.url}api/v1/runs", json={"spec": spec},
+                       headers={**CHANGE, **server.auth}, timeout=120)
         assert r.status_code == 201, r.text
         run_dir = tmp_path / "runs" / r.json()["run_id"]
         deadline = time.time() + 600  # a deadline for failure, not a measurement

@@ -77,7 +77,7 @@ def test_a_live_run_appears_charts_grow_and_cancel_stops_every_process(driver, t
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     server = UiServer(home)
     try:
-        driver.get(server.url)
+        driver.get(server.login_url)  # the one-time URL `alchemist ui` printed
         run_id = wait(driver, lambda d: (rows := d.find_elements(
             By.CSS_SELECTOR, "#runs-table tr[data-state=running]")) and
             rows[0].get_attribute("data-run"), "the running job never appeared on the runs page")
@@ -134,6 +134,7 @@ def test_a_bad_pasted_spec_shows_the_clis_one_line_error(driver, tmp_path):
 
     server = UiServer(home)
     try:
+        driver.get(server.login_url)  # the page keeps the token for this tab
         driver.get(server.url + "#/submit")
         box = wait(driver, lambda d: d.find_element(By.ID, "spec-text"), "no spec box")
         # Typed through the page as a paste would land (send_keys would auto-indent nothing,

@@ -45,16 +45,34 @@ class NcclLikeGroup:
     rank's values (an all-reduce SUM multiplies by `world`, MAX leaves them)."""
 
     def __init__(self, monkeypatch: Any, device: str, world: int = 2):
-        self.device, self.world, self.calls = torch.device(device), world, []
+        self.device, self.world, self.calls, self.dtypes = torch.device(device), world, [], []
         monkeypatch.setattr(dist, "is_initialized", lambda: True)
         monkeypatch.setattr(dist, "get_world_size", lambda group=None: world)
         monkeypatch.setattr(dist, "all_reduce", self.all_reduce)
 
     def all_reduce(self, tensor: torch.Tensor, op: Any = dist.ReduceOp.SUM, group: Any = None,
-                   async_op: bool = False) -> None:
+                   async_op: bool = False) -> "_DoneWork | None":
         if tensor.device != self.device:
             raise Refused(f"Tensors must be CUDA and dense (got a {tensor.device} tensor; "
                           f"this group's device is {self.device})")
         self.calls.append(tensor.device)
+        self.dtypes.append(tensor.dtype)
         if op == dist.ReduceOp.SUM and tensor.device.type != "meta":
             tensor.mul_(self.world)
+        return _DoneWork(tensor) if async_op else None
+
+
+class _DoneWork:
+    """What an async collective returns (c10d Work): here already complete. Its future holds
+    [tensor], as ProcessGroupNCCL's WorkNCCL::getFuture does for an all-reduce."""
+
+    def __init__(self, tensor: torch.Tensor):
+        self.tensor = tensor
+
+    def wait(self) -> bool:
+        return True
+
+    def get_future(self) -> torch.futures.Future:
+        fut: torch.futures.Future = torch.futures.Future()
+        fut.set_result([self.tensor])
+        return fut

@@ -123,14 +123,30 @@ def test_forged_rank_and_non_finite_updates_are_refused_and_nothing_applied(serv
     assert h["version"] == 0 and after == before  # nothing was applied
 
 
-def test_connections_are_bounded(server):
+def test_authenticated_connections_are_bounded(server):
     limit = 2 * server["spec"].world_size + 4
-    held = [_connect(server["port"]) for _ in range(limit)]
-    for c in held:
-        assert ps_wire.recv(c)[0]["op"] == "challenge"  # admitted: challenged
+    held = [_authed(server) for _ in range(limit)]
     extra = _connect(server["port"])
-    assert _closed(extra)  # refused without a challenge
+    with pytest.raises(ConnectionError):  # challenged, answered, then refused: no slot left
+        ps_wire.client_handshake(extra, ps_wire.run_secret(server["run"].path))
+        ps_wire.send(extra, {"op": "pull", "rank": 0})
+        ps_wire.recv(extra)
     for c in held:
+        c.close()
+
+
+def test_unauthenticated_connections_take_no_workers_slot(server):
+    """Strangers' handshakes are bounded apart: the oldest is cut for a newcomer, and a
+    worker still gets in past any number of idle ones (issue 25, finding 3)."""
+    limit = parameter_server.MIN_PENDING_HANDSHAKES
+    idle = [_connect(server["port"]) for _ in range(limit + 3)]
+    for c in idle:
+        assert ps_wire.recv(c)[0]["op"] == "challenge"  # every one is challenged
+    assert sum(_closed(c) for c in idle[:3]) == 3  # the three oldest were cut for the newest
+    worker = _authed(server)
+    ps_wire.send(worker, {"op": "pull", "rank": 0})
+    assert "version" in ps_wire.recv(worker)[0]
+    for c in idle + [worker]:
         c.close()
 
 

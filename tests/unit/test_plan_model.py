@@ -135,6 +135,28 @@ def test_past_runs_supply_the_measured_bandwidth(tmp_path):
     assert any("measured by past run job-1" in a for a in c.assumptions)
 
 
+def test_the_measured_bandwidth_counts_the_time_hidden_behind_backward_too(tmp_path):
+    """A run's `seconds` is what its steps waited for; the link was busy for the overlapped
+    seconds as well, so the bandwidth divides by both (it read 8e6 B/s here before)."""
+    (tmp_path / "runs" / "job-1").mkdir(parents=True)
+    (tmp_path / "runs" / "job-1" / "result.json").write_text(json.dumps(dict(
+        world_size=2, algorithm="sync",
+        communication=dict(sent_bytes=8e6, seconds=1.0, overlapped_seconds=3.0))))
+    c = facts.cluster_facts(workers_per_node=1, link=None, latency_us=0, stack=None,
+                            runs_root=tmp_path / "runs", job_name="job")
+    assert c.link_bytes_per_s == pytest.approx(2e6)
+
+
+def test_a_point_says_what_the_step_waits_for_as_a_run_reports_it():
+    profile = model.Profile(forward_s=0.01, backward_s=0.02, exchange_bytes=50 * model.MIB,
+                            batch_per_worker=32)
+    cluster = model.Cluster(workers_per_node=1, link_bytes_per_s=1e9, latency_s=0.0)
+    for p in model.predict(profile, [model.Algorithm("sync"), model.Algorithm("bmuf", tau=4)],
+                           [1, 2], cluster):
+        assert p.exposed_s == pytest.approx(p.step_s - p.compute_s)
+        assert 0 <= p.exposed_s <= p.communication_s + 1e-12
+
+
 @pytest.mark.parametrize("argv, field", [
     (["--nodes", "0"], "--nodes"),
     (["--nodes", "1,2", "--link", "fast"], "--link"),

@@ -124,23 +124,159 @@ def test_bmuf_without_nesterov_local_steps_never_move_the_global_model(monkeypat
 
 
 class _FakeEvent:
-    """torch.cuda.Event's timing surface: elapsed_time in milliseconds from a fake clock."""
+    """torch.cuda.Event's timing surface: elapsed_time in milliseconds from a fake clock;
+    counts host waits (synchronize) so a test can see when the host blocks on the device."""
+
+    waits = 0
 
     def __init__(self, t_ms: float):
         self.t, self.synced = t_ms, False
 
     def synchronize(self) -> None:
+        _FakeEvent.waits += 1
         self.synced = True
+
+    def query(self) -> bool:
+        return self.synced
 
     def elapsed_time(self, end: "_FakeEvent") -> float:
         assert end.synced, "elapsed_time before the end event completed"
         return end.t - self.t
 
 
-def test_gpu_communication_time_is_the_event_span_of_the_step():
+# Three DDP buckets issued at 0, 2 and 3 ms, finishing at 5, 4 and 9 ms: in flight 9 ms, but
+# backward was done when the last bucket started (3 ms): the step waited 6 ms, 3 ms were hidden.
+BUCKETS = ((0, 5), (2, 4), (3, 9))
+
+
+def test_sync_communication_is_the_wait_after_the_last_bucket_on_the_host_clock():
     comm = CommStats()
-    # Three buckets issued at 0, 2 and 3 ms finishing at 5, 4 and 9 ms: 9 ms in flight.
-    for start, end in ((0, 5), (2, 4), (3, 9)):
-        comm.event_window(_FakeEvent(start), _FakeEvent(end))
-    assert comm.close_window() == pytest.approx(0.009)
-    assert comm.close_window() == 0.0 and comm.seconds == pytest.approx(0.009)
+    for start, end in BUCKETS:
+        comm.window(start / 1e3, end / 1e3, overlaps=True)
+    comm.close_window(tag="step")
+    (tag, exposed, overlapped), = comm.settle()  # 9 ms in flight before the fix
+    assert tag == "step"
+    assert exposed == pytest.approx(0.006) and overlapped == pytest.approx(0.003)
+    assert comm.seconds == pytest.approx(0.006) and comm.overlapped_seconds == pytest.approx(0.003)
+    assert comm.settle() == []
+
+
+def test_gpu_communication_is_read_from_events_only_when_the_loop_syncs():
+    _FakeEvent.waits = 0
+    comm = CommStats()
+    for start, end in BUCKETS:
+        comm.event_window(_FakeEvent(start), _FakeEvent(end), overlaps=True)
+    comm.close_window(tag=1)
+    comm.event_window(_FakeEvent(20), _FakeEvent(24))  # a blocking exchange (bmuf, easgd)
+    comm.close_window(tag=2)
+    assert _FakeEvent.waits == 0  # close_window synchronised every step's events before the fix
+    assert comm.settle(block=False) == [] and _FakeEvent.waits == 0
+    got = comm.settle(block=True)
+    assert [t for t, _, _ in got] == [1, 2]
+    assert got[0][1:] == pytest.approx((0.006, 0.003))
+    assert got[1][1:] == pytest.approx((0.004, 0.0))  # a blocking exchange is all waited for
+
+
+def test_host_windows_are_read_at_once_and_gpu_windows_stay_in_order():
+    comm = CommStats()
+    comm.window(0.0, 0.002)
+    comm.close_window(tag="cpu")
+    assert [t for t, _, _ in comm.settle()] == ["cpu"]
+    comm.event_window(_FakeEvent(0), _FakeEvent(1))
+    comm.close_window(tag="gpu")
+    comm.window(0.0, 0.001)
+    comm.close_window(tag="after")
+    assert comm.settle() == []  # the host window behind an unread GPU window waits its turn
+    assert [t for t, _, _ in comm.settle(block=True)] == ["gpu", "after"]
+
+
+def test_step_metrics_book_only_the_wait_as_communication():
+    from alchemist_jobs.runtime.step_metrics import StepMetrics
+
+    comm, sm = CommStats(), StepMetrics(WorkerMetrics({"job": "t"}, enabled=True))
+    for start, end in BUCKETS:
+        comm.window(start / 1e3, end / 1e3, overlaps=True)
+    sm.record(step_s=0.020, data_s=0.002, samples=8, lr=0.1, epoch=0.0, comm=comm)
+    assert sm.split.communication == pytest.approx(0.006)
+    assert sm.split.overlapped == pytest.approx(0.003)
+    assert sm.split.compute == pytest.approx(0.020 - 0.002 - 0.006)
+    totals = sm.metrics.totals()
+    assert totals["alchemist_communication_seconds_total"] == pytest.approx(0.006)
+    assert totals["alchemist_communication_overlapped_seconds_total"] == pytest.approx(0.003)
+
+
+class _Bucket:
+    """dist.GradBucket's surface the hooks use: one flat buffer of a bucket's gradients."""
+
+    def __init__(self, buffer: torch.Tensor):
+        self._buffer = buffer
+
+    def buffer(self) -> torch.Tensor:
+        return self._buffer
+
+    def set_buffer(self, tensor: torch.Tensor) -> None:
+        self._buffer = tensor
+
+    def gradients(self) -> list[torch.Tensor]:
+        return [self._buffer]
+
+
+@pytest.mark.parametrize("compression,wire", [("none", torch.float32), ("fp16", torch.float16),
+                                              ("bf16", torch.bfloat16)])
+def test_sync_buckets_reach_the_group_on_the_device_and_come_back_there(monkeypatch, compression,
+                                                                         wire):
+    from alchemist_jobs.runtime.strategies.sync import SyncStrategy, _make_hook
+
+    group = NcclLikeGroup(monkeypatch, "meta")
+    ctx = _ctx({"name": "sync", "compression": compression}, META, 2)
+    strategy = SyncStrategy(ctx)
+    hook = _make_hook(ctx.spec.algorithm, strategy)
+    with SameDevice():
+        out = hook(strategy, _Bucket(torch.ones(1000, device=META))).wait()
+    assert out.device == META and out.dtype == torch.float32 and out.numel() == 1000
+    assert group.calls == [META] and group.dtypes == [wire]
+    assert ctx.comm.sent_bytes == 1000 * torch.empty(0, dtype=wire).element_size()  # 2(n-1)/n = 1
+    ctx.comm.close_window()
+    (_, exposed, overlapped), = ctx.comm.settle()
+    assert exposed >= 0.0 and overlapped == 0.0  # one bucket: all of it after the last start
+
+
+def test_parameter_server_answers_land_in_the_staging_buffers(monkeypatch, tmp_path):
+    """The socket writes each answer straight into the shard's staging buffer (pinned on a
+    GPU), which is then what gets copied to the device: no pageable bytearray on the way."""
+    import socket
+
+    from alchemist_jobs.runtime.strategies.async_ps import PSClient
+
+    model = _model(META)
+    shards = [list(model.parameters())]
+    staging = HostStaging(shards, META, pin=False)  # pinning needs CUDA; the meta GPU has none
+    n = sum(p.numel() for p in model.parameters())
+    monkeypatch.setenv("ALCHEMIST_PS_ADDRS", "127.0.0.1:1")
+    monkeypatch.setenv("ALCHEMIST_PS_SECRET", "test")
+    ctx = _ctx({"name": "async"}, META, 2)
+    ctx.extra["run"] = SimpleNamespace(path=tmp_path)
+    client = PSClient(ctx, [["w"]])
+    ours, server = socket.socketpair()
+    client.socks = [ours]  # an open connection to a server shard
+    answer = torch.arange(n, dtype=torch.float32)
+    ps_wire.send(server, {"version": 7}, ps_wire.as_bytes(answer))
+    ((h, vec),) = client.exchange([{"op": "pull"}], [None], staging)  # no staging before
+    assert h["version"] == 7 and torch.equal(vec, answer)
+    assert vec.data_ptr() == staging.answers[0].data_ptr()
+    ours.close()
+    server.close()
+
+
+def test_exchanges_outside_a_step_stay_out_of_the_step_time_split():
+    from alchemist_jobs.runtime.step_metrics import StepMetrics
+    from alchemist_jobs.runtime.strategies.comm_stats import OFF_STEP
+
+    comm, sm = CommStats(), StepMetrics(WorkerMetrics({"job": "t"}, enabled=True))
+    comm.window(0.0, 0.5)  # a parameter-server pull for an evaluation, between steps
+    comm.close_window(OFF_STEP)
+    comm.window(1.0, 1.004)
+    sm.record(step_s=0.010, data_s=0.0, samples=8, lr=0.1, epoch=0.0, comm=comm)
+    assert sm.split.communication == pytest.approx(0.004)
+    assert sm.split.compute + sm.split.communication == pytest.approx(0.010)
+    assert comm.seconds == pytest.approx(0.504)  # result.json's total still counts it

@@ -198,3 +198,18 @@ def test_rank_0s_log_tells_progress_evaluations_and_the_result(tmp_path: Path, c
         and "samples/s" in steps[-1]
     assert any(ln.startswith("epoch 1 done at step 45: test accuracy") for ln in lines)
     assert any(ln.startswith("finished at step 60: test accuracy") for ln in lines)
+
+
+def test_evaluation_builds_no_autograd_graph():
+    """Each epoch's evaluation of the whole test set ran with autograd on: a graph of every
+    activation (time, and on a GPU memory) that nothing ever used."""
+    from alchemist_jobs.runtime.batches import evaluate
+    from alchemist_jobs.runtime.tasks import TaskData
+
+    seen = []
+    model = torch.nn.Linear(4, 3)
+    model.register_forward_hook(lambda m, i, out: seen.append(out.requires_grad))
+    data = TaskData(x_train=torch.zeros(1, 4), y_train=torch.zeros(1, dtype=torch.long),
+                    x_test=torch.randn(8, 4), y_test=torch.zeros(8, dtype=torch.long), classes=3)
+    evaluate(model, data, torch.device("cpu"))
+    assert seen == [False]

@@ -12,7 +12,8 @@ Traffic is counted as the bytes actually sent and received (frames and headers i
 On a GPU, what goes on the wire is staged through one pinned host buffer per shard: the
 shard is flattened on the device, copied asynchronously into its buffer, and the step waits
 once for all shards' copies (one host sync per exchange, not one blocking copy per tensor).
-Answers are copied to the device once per shard before they touch the parameters.
+Answers land in a second pinned buffer per shard, straight from the socket, and are copied to
+the device once per shard (asynchronously) before they touch the parameters.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import torch
 
 from alchemist_jobs.runtime import ps_wire
 from alchemist_jobs.runtime.strategies.base import Strategy, WorkerContext
+from alchemist_jobs.runtime.strategies.comm_stats import OFF_STEP
 
 CONNECT_TIMEOUT_S = float(os.environ.get("ALCHEMIST_PS_CONNECT_TIMEOUT", 300))
 
@@ -76,10 +78,11 @@ class PSClient:
         for k in range(len(self.addrs)):
             self._open(k)
 
-    def exchange(self, headers: list[dict[str, Any]],
-                 payloads: list[torch.Tensor | None]) -> list[tuple[dict[str, Any], torch.Tensor]]:
+    def exchange(self, headers: list[dict[str, Any]], payloads: list[torch.Tensor | None],
+                 staging: "HostStaging | None" = None) -> list[tuple[dict[str, Any], torch.Tensor]]:
         """Send one request to every shard, then collect every answer (shards work in
-        parallel); retried on a fresh connection where one breaks."""
+        parallel); retried on a fresh connection where one breaks. With `staging`, answers
+        land in its (pinned) answer buffers."""
         comm = self.ctx.comm
         replies: list[Any] = [None] * len(self.addrs)
         todo = list(range(len(self.addrs)))
@@ -98,14 +101,16 @@ class PSClient:
                     if k in failed:
                         continue
                     try:
-                        h, buf, got = ps_wire.recv(self.socks[k])
+                        h, buf, got = ps_wire.recv(
+                            self.socks[k], into=staging.landing(k) if staging else None)
                     except (ConnectionError, OSError):
                         failed.append(k)
                         continue
                     comm.payload(0, got)
                     if "error" in h:
                         raise RuntimeError(f"parameter server {k}: {h['error']}")
-                    replies[k] = (h, ps_wire.from_bytes(buf))
+                    replies[k] = (h, staging.answer(k, buf) if staging
+                                  else ps_wire.from_bytes(buf))
                 for k in failed:
                     self._drop(k)
                 if failed and time.monotonic() > deadline:
@@ -125,13 +130,22 @@ class PSClient:
 
 
 class HostStaging:
-    """One pinned float32 host buffer per shard, for a model on a GPU (CPU: no staging)."""
+    """Pinned float32 host buffers per shard for a model on a GPU: one for what goes on the
+    wire, one for the answer, which the socket writes into directly, so its copy to the
+    device is a true asynchronous DMA (a pageable source makes the copy wait for the host).
+    On CPU nothing is staged. `pin` defaults to the device being a GPU (tests stage for the
+    meta device in plain host memory: pinning needs CUDA)."""
 
-    def __init__(self, shards: list[list[torch.Tensor]], device: torch.device):
+    def __init__(self, shards: list[list[torch.Tensor]], device: torch.device,
+                 pin: bool | None = None):
         self.device = device
+        self.staged = device.type != "cpu"
         self.cuda = device.type == "cuda"
-        self.bufs = [torch.empty(sum(p.numel() for p in shard), dtype=torch.float32,
-                                 pin_memory=True) for shard in shards] if self.cuda else []
+        pin = self.cuda if pin is None else pin
+        sizes = [sum(p.numel() for p in shard) for shard in shards] if self.staged else []
+        self.bufs = [torch.empty(n, dtype=torch.float32, pin_memory=pin) for n in sizes]
+        self.answers = [torch.empty(n, dtype=torch.float32, pin_memory=pin) for n in sizes]
+        self._copied: list[Any] = [None] * len(sizes)  # CUDA event: answer k left its buffer
 
     def to_host(self, vectors: list[torch.Tensor]) -> list[torch.Tensor]:
         """Each shard's flat vector in host memory, ready for the wire."""
@@ -142,8 +156,28 @@ class HostStaging:
         torch.cuda.current_stream(self.device).synchronize()  # the one wait of this exchange
         return self.bufs
 
-    def to_device(self, vec: torch.Tensor) -> torch.Tensor:
-        return vec.to(self.device, non_blocking=self.cuda)
+    def landing(self, k: int) -> memoryview | None:
+        """Shard k's answer buffer as bytes for the socket, once the device has copied the
+        previous answer out of it (long done by the next exchange: no real wait)."""
+        if not self.staged or self.answers[k].numel() == 0:
+            return None
+        if self._copied[k] is not None:
+            self._copied[k].synchronize()
+            self._copied[k] = None
+        return memoryview(self.answers[k].numpy()).cast("B")
+
+    def answer(self, k: int, buf: bytearray | memoryview) -> torch.Tensor:
+        """The answer as a tensor: the staging buffer itself where it landed there."""
+        if self.staged and isinstance(buf, memoryview) and len(buf) == self.answers[k].numel() * 4:
+            return self.answers[k]
+        return ps_wire.from_bytes(buf)
+
+    def to_device(self, vec: torch.Tensor, k: int | None = None) -> torch.Tensor:
+        out = vec.to(self.device, non_blocking=self.cuda)
+        if self.cuda and k is not None and vec is self.answers[k]:
+            self._copied[k] = torch.cuda.Event()
+            self._copied[k].record()  # the buffer may be refilled once this copy is done
+        return out
 
 
 class _PSStrategy(Strategy):
@@ -172,7 +206,7 @@ class _PSStrategy(Strategy):
               sign: float = 1.0) -> None:
         """Copy (or, with add, add sign times) each shard's answer into the model."""
         for k, (h, vec) in enumerate(replies):
-            vec = self.staging.to_device(vec)  # the answer arrives in host memory
+            vec = self.staging.to_device(vec, k)  # the answer arrives in host memory
             off = 0
             for p in self.shards[k]:
                 part = vec[off:off + p.numel()].view_as(p)
@@ -186,12 +220,14 @@ class _PSStrategy(Strategy):
             self.ctx.metrics["alchemist_staleness_steps"].observe(max(s))
 
     def _pull(self) -> None:
-        self._load(self.client.exchange(self._rank_header(op="pull"), [None] * len(self.shards)))
+        self._load(self.client.exchange(self._rank_header(op="pull"), [None] * len(self.shards),
+                                        self.staging))
 
     def _done(self) -> None:
         """Tell the servers this worker finished; their answer (once every worker has
         finished) is the final model."""
-        self._load(self.client.exchange(self._rank_header(op="done"), [None] * len(self.shards)))
+        self._load(self.client.exchange(self._rank_header(op="done"), [None] * len(self.shards),
+                                        self.staging))
 
     def close(self) -> None:
         client = getattr(self, "client", None)
@@ -205,7 +241,7 @@ class AsyncStrategy(_PSStrategy):
     def setup(self, model: torch.nn.Module) -> torch.nn.Module:
         super().setup(model)
         self._pull()  # the servers hold the model; a restarted worker continues from theirs
-        self.ctx.comm.close_window()  # not to be merged with the first step's exchange
+        self.ctx.comm.close_window(OFF_STEP)  # not to be merged with the first step's exchange
         return model
 
     def after_backward(self, step: int) -> None:
@@ -213,7 +249,7 @@ class AsyncStrategy(_PSStrategy):
             [p.grad if p.grad is not None else torch.zeros_like(p) for p in shard])
             for shard in self.shards])
         replies = self.client.exchange(
-            self._rank_header(op="push", clock=step + 1, lr=self.ctx.lr), grads)
+            self._rank_header(op="push", clock=step + 1, lr=self.ctx.lr), grads, self.staging)
         self.ctx.comm.rounds += 1
         self._load(replies)
         self._staleness(replies)
@@ -242,7 +278,7 @@ class AsyncEasgdStrategy(_PSStrategy):
             return
         xs = self.staging.to_host([ps_wire.flat(shard) for shard in self.shards])
         replies = self.client.exchange(
-            self._rank_header(op="elastic", clock=step, alpha=self.alpha), xs)
+            self._rank_header(op="elastic", clock=step, alpha=self.alpha), xs, self.staging)
         self.ctx.comm.rounds += 1
         self._load(replies, add=True, sign=-1.0)  # x_i ← x_i − α(x_i − x̃)
         self._staleness(replies)
@@ -267,7 +303,7 @@ class AsyncEasgdStrategy(_PSStrategy):
         versions = list(self.client.versions)
         self._pull()
         self.client.versions = versions
-        self.ctx.comm.close_window()  # off-step traffic: not merged into the next step's time
+        self.ctx.comm.close_window(OFF_STEP)  # off-step traffic: not in a step's time
         try:
             yield self.model
         finally:

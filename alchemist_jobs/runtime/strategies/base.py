@@ -14,107 +14,24 @@ The training loop (runtime/trainer.py) is the same for every algorithm:
 `ctx.lr` holds the current step's learning rate. With one worker every strategy is plain
 local SGD: there is nothing to exchange.
 
-Strategies count their own communication in `ctx.comm` (bytes, seconds, rounds), which the
-loop turns into the contract's metrics. On a GPU, collectives return (and NCCL completes
-their futures) when they are enqueued, so host clocks read near zero: their time is taken
-with CUDA events on the streams that run them and read once per step in close_window().
+Strategies count their own communication in `ctx.comm` (bytes, spans in flight, rounds;
+strategies/comm_stats.py), which the loop turns into the contract's metrics: the seconds each
+step waited for communication, and apart from them the seconds it ran hidden behind compute.
 """
 
 from __future__ import annotations
 
 import contextlib
-import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterator
+
+from alchemist_jobs.runtime.strategies.comm_stats import CommStats  # noqa: F401 (re-export)
 
 if TYPE_CHECKING:
     import torch
 
     from alchemist_jobs.runtime.metrics import WorkerMetrics
     from alchemist_jobs.spec import JobSpec
-
-
-@dataclass
-class CommStats:
-    """Running totals of this process's communication; the loop reads deltas per step.
-
-    Collectives count what a ring all-reduce moves: 2*(n-1)/n times the tensor size in
-    each direction, the same accounting for every collective strategy so their traffic
-    compares. Parameter-server traffic counts the bytes actually sent and received.
-    """
-
-    sent_bytes: float = 0.0
-    received_bytes: float = 0.0
-    seconds: float = 0.0
-    rounds: int = 0
-    _window_start: float | None = None
-    _window_end: float | None = None
-    # (start, end) CUDA events of collectives on a GPU, in issue order; read in close_window
-    _events: list = field(default_factory=list)
-
-    def allreduce(self, nbytes: int, world: int) -> None:
-        moved = 2.0 * (world - 1) / world * nbytes if world > 1 else 0.0
-        self.sent_bytes += moved
-        self.received_bytes += moved
-
-    def payload(self, sent: int, received: int) -> None:
-        """Bytes of a point-to-point exchange (parameter-server traffic), as sent."""
-        self.sent_bytes += sent
-        self.received_bytes += received
-
-    def window(self, start: float, end: float) -> None:
-        """Record one exchange in flight from start to end (overlapping ones merge)."""
-        self._window_start = start if self._window_start is None else min(self._window_start, start)
-        self._window_end = end if self._window_end is None else max(self._window_end, end)
-
-    def event_window(self, start: Any, end: Any) -> None:
-        """Record one exchange on the GPU between two recorded CUDA events."""
-        self._events.append((start, end))
-
-    def close_window(self) -> float:
-        """Seconds of the merged window since the last call; added to `seconds`."""
-        spent = 0.0
-        if self._window_start is not None:
-            spent = max(0.0, self._window_end - self._window_start)
-            self._window_start = self._window_end = None
-        if self._events:
-            spent += events_span(self._events)
-            self._events = []
-        self.seconds += spent
-        return spent
-
-    @contextlib.contextmanager
-    def timed(self, device: "torch.device | None" = None) -> Iterator[None]:
-        """Time the block: host clock, or CUDA events where `device` is a GPU (the block
-        enqueues work that its stream finishes later)."""
-        if device is not None and device.type == "cuda":
-            import torch
-
-            start = torch.cuda.Event(enable_timing=True)
-            start.record()
-            try:
-                yield
-            finally:
-                end = torch.cuda.Event(enable_timing=True)
-                end.record()
-                self.event_window(start, end)
-            return
-        t0 = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.window(t0, time.perf_counter())
-
-
-def events_span(events: list[tuple[Any, Any]]) -> float:
-    """Seconds from the first start to the latest end of (start, end) CUDA events in issue
-    order (overlapping exchanges merge, as on the host clock). Waits for the ends."""
-    first = events[0][0]
-    latest = 0.0
-    for _start, end in events:
-        end.synchronize()
-        latest = max(latest, first.elapsed_time(end))  # milliseconds
-    return latest / 1000.0
 
 
 @dataclass

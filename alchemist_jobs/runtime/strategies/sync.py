@@ -38,15 +38,17 @@ class SyncStrategy(Strategy):
         return self.ddp
 
     # -- called from the comm hook ------------------------------------------------------------
-    def record(self, t0: "float | Any", nbytes: int) -> None:
+    def record(self, t0: "float | Any", nbytes: int, overlaps: bool = True) -> None:
         """One bucket done: `t0` is its host start time, or its start CUDA event on a GPU
-        (NCCL completes the future at enqueue: only events see when the bytes moved)."""
+        (NCCL completes the future at enqueue: only events see when the bytes moved).
+        Buckets overlap the backward still to run; the step waits only after the last
+        bucket's start (strategies/comm_stats.py)."""
         if isinstance(t0, float):
-            self.ctx.comm.window(t0, time.perf_counter())
+            self.ctx.comm.window(t0, time.perf_counter(), overlaps)
         else:
             end = torch.cuda.Event(enable_timing=True)
             end.record()  # on the callback's stream, which waits for the all-reduce
-            self.ctx.comm.event_window(t0, end)
+            self.ctx.comm.event_window(t0, end, overlaps)
         self.ctx.comm.allreduce(nbytes, self.ctx.world_size)
 
     @contextlib.contextmanager
@@ -154,7 +156,7 @@ def _powersgd_hook(algo: Any):
         fut = ps.powerSGD_hook(st, bucket)
         if dist.get_backend() == "gloo":
             value = fut.wait()
-            strategy.record(t0, nbytes)
+            strategy.record(t0, nbytes, overlaps=False)  # backward waited for it
             ready: torch.futures.Future[torch.Tensor] = torch.futures.Future()
             ready.set_result(value)
             return ready

@@ -9,7 +9,7 @@ const POLL_MS = 1500;
 let timers = [];          // the current view's pollers, cleared when the view changes
 let runsSort = { key: "created", order: "desc" };
 
-// --- the token (binds beyond loopback): from the URL fragment once, then this tab only ---
+// --- the token: from the URL fragment `alchemist ui` printed, once; then this tab only ---
 (function takeToken() {
   const m = location.hash.match(/token=([A-Za-z0-9_-]+)/);
   if (m) {

@@ -1,60 +1,37 @@
 """The admission policies refuse what a submitter must not create, and admit the job library's objects.
 
-The policies' real CEL expressions are evaluated with cel-python, following the admission
-semantics of kubernetes v1.30 (staging/src/k8s.io/apiserver/pkg/admission/plugin/policy/
-validating/validator.go and plugin/cel/filter.go): a request is judged only when every
-`matchCondition` is true; `variables` are evaluated in order and reachable as
-`variables.<name>`; the request is denied with the message of the first validation that is
-false. `object` is the object being created, `request` the admission request (userInfo,
-namespace). The objects below are shaped like the job library's and checked against the
+The policies' real CEL expressions are evaluated with cel-python by tests/k8s_admission.py,
+which follows the admission semantics of kubernetes v1.35.0 and cites them. The objects below are shaped like the job library's and checked against the
 upstream schemas (Kubernetes via kubernetes-validate, JobSet via its vendored CRD).
 """
 
 from __future__ import annotations
 
 import copy
-from functools import cache
 
-import celpy
 import kubernetes_validate
 import pytest
 
 from infra.admission import POD_SPECS, network_policy_binding, network_policy_policy, policy_binding, validating_policy
 from infra.labels import JOB_SECRET_PREFIX, RUN_LABEL, TEAM_LABEL
 from tests.crd_schemas import validate_custom
+from tests.k8s_admission import compiles, judge
+from tests.k8s_authz import MASTERS, Actor, Rbac
 
-_ENV = celpy.Environment()
-
-
-@cache
-def _program(expression: str):
-    return _ENV.program(_ENV.compile(expression))
-
-
-def _eval(expression: str, activation: dict) -> object:
-    program = _program(expression)
-    result = program.evaluate({k: celpy.json_to_cel(v) if k != "variables" else v for k, v in activation.items()})
-    if isinstance(result, celpy.CELEvalError):
-        raise AssertionError(f"{expression}: {result}")
-    return result
+# The deployer of each kind of stack, as the API server knows it (see tests/system for all).
+KIND_ADMIN = Actor("deployer", "kubernetes-admin", (MASTERS,))
+EKS_DEPLOYER = Actor("deployer", "arn:aws:sts::123456789012:assumed-role/deployer/botocore-session-1",
+                     grants=({"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]},))  # fmt: skip
 
 
-def admit(obj: dict, user: str = "alice", namespace: str = "research", operation: str = "CREATE",
+def admit(obj: dict, user: str | Actor = "alice", namespace: str = "research", operation: str = "CREATE",
           old: dict | None = None) -> list[str] | None:  # fmt: skip
     """None when no policy judges the request, else the denial messages (empty: admitted)."""
     kind = (obj or old)["kind"]
-    policy = (network_policy_policy() if kind == "NetworkPolicy" else validating_policy(kind))["spec"]
-    request = {"userInfo": {"username": user, "groups": ["alchemist:research"]}, "namespace": namespace,
-               "operation": operation}  # fmt: skip
-    base = {"object": obj, "oldObject": old, "request": request}
-    if not all(_eval(c["expression"], base) for c in policy["matchConditions"]):
-        return None
-    variables: dict = {}
-    for var in policy["variables"]:
-        variables[var["name"]] = _eval(var["expression"], {**base, "variables": celpy.celtypes.MapType(
-            {celpy.celtypes.StringType(k): v for k, v in variables.items()})})  # fmt: skip
-    act = {**base, "variables": celpy.celtypes.MapType({celpy.celtypes.StringType(k): v for k, v in variables.items()})}
-    return [v["message"] for v in policy["validations"] if not _eval(v["expression"], act)]
+    policy = network_policy_policy() if kind == "NetworkPolicy" else validating_policy(kind)
+    actor = user if isinstance(user, Actor) else Actor("member", user, ("alchemist:research",))
+    return judge(policy, None, actor=actor, operation=operation, namespace=namespace, obj=obj, old=old,
+                 rbac=Rbac([]))
 
 
 def pod_spec(**extra) -> dict:
@@ -183,7 +160,7 @@ def test_every_expression_compiles():
         spec = validating_policy(kind)["spec"]
         for expr in [c["expression"] for c in spec["matchConditions"]] + [v["expression"] for v in spec["variables"]] + [
                 v["expression"] for v in spec["validations"]]:  # fmt: skip
-            _ENV.compile(expr)
+            compiles(expr)
 
 
 def test_the_platform_renders_the_policies_bound_to_team_namespaces(renders):
@@ -243,6 +220,25 @@ def test_the_platforms_network_policies_cannot_be_deleted_or_replaced():
         f"a submitter's NetworkPolicy selects one run (podSelector.matchLabels {RUN_LABEL})"]
     wide = netpol("allow-all", {"app.kubernetes.io/managed-by": "alchemist"}, ingress=[{}])
     assert "a submitter's NetworkPolicy selects one run (podSelector.matchLabels alchemist.io/run)" in admit(wide)
+
+
+@pytest.mark.parametrize("deployer", [KIND_ADMIN, EKS_DEPLOYER, Actor("deployer", "system:admin", (MASTERS,))],
+                         ids=["kind", "eks", "k3s"])
+def test_the_deployer_manages_the_platforms_network_policies(deployer):
+    """`pulumi up` adding a team, changing the policies, `pulumi destroy`: the deployer may."""
+    deny = netpol("default-deny", {})
+    opened = netpol("default-deny", {}, ingress=[{}])
+    rbac = Rbac([])
+    for op, obj, old in (("CREATE", deny, None), ("UPDATE", opened, deny), ("DELETE", None, deny)):
+        assert not judge(network_policy_policy(), None, actor=deployer, operation=op, namespace="research",
+                         obj=obj, old=old, rbac=rbac), (deployer.username, op)  # fmt: skip
+
+
+def test_a_member_who_may_not_change_the_policy_is_still_judged():
+    """Only who may rewrite the admission policy itself is exempt: RBAC decides, not a name."""
+    deny = netpol("default-deny", {})
+    member = Actor("member", "kubernetes-admin-wannabe", ("alchemist:research",))
+    assert admit(None, user=member, operation="DELETE", old=deny)
 
 
 def test_the_network_policy_policy_is_valid_kubernetes():

@@ -156,8 +156,9 @@ def roles(renders):
 
 def test_the_submitter_role_grants_what_the_jobs_half_calls(roles):
     sub = roles["alchemist-job-submitter"]
-    for verb in ("create", "get", "list", "watch", "delete", "patch"):
+    for verb in ("create", "get", "list", "watch", "delete"):
         assert rule_allows(sub, "jobset.x-k8s.io", "jobsets", verb)
+    assert not rule_allows(sub, "jobset.x-k8s.io", "jobsets", "patch")  # unsuspending is Kueue's
     for verb in ("get", "list", "watch"):
         assert rule_allows(sub, "kueue.x-k8s.io", "workloads", verb)
         assert rule_allows(sub, "", "pods/log", verb)

@@ -9,6 +9,7 @@ public ACLs and policies, `BucketOwnerEnforced` disables ACLs.
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from infra_helpers import STACKS, deployer_sets, render, resources
@@ -76,11 +77,49 @@ def test_aws_job_service_account_of_each_team_gets_bucket_access_through_irsa(re
     access = {x["name"]: json.loads(x["inputs"]["policy"]) for x in by_type(r, "iam/rolePolicy:RolePolicy")
               if x["name"].startswith("object-store-")}
     assert sorted(access) == sorted(f"object-store-{t}-access" for t in teams)
-    for doc in access.values():
-        allowed = {a: s["Resource"] for s in doc["Statement"] for a in s["Action"]}
-        assert all(s["Effect"] == "Allow" for s in doc["Statement"])
-        assert allowed == {"s3:ListBucket": [arn], "s3:GetObject": [f"{arn}/*"], "s3:PutObject": [f"{arn}/*"],
-                           "s3:DeleteObject": [f"{arn}/*"], "s3:AbortMultipartUpload": [f"{arn}/*"]}
+    assert r["outputs"]["alchemist"]["object_store"]["prefix"] == "research/"  # the default team's
+    for team in teams:
+        doc = access[f"object-store-{team}-access"]
+        other = next(t for t in teams if t != team)
+        for action in ("s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"):
+            assert iam_allows([doc], action, f"{arn}/{team}/datasets/digits/a.npz")
+            assert not iam_allows([doc], action, f"{arn}/{other}/datasets/digits/a.npz"), (team, action)
+            assert not iam_allows([doc], action, f"{arn}/datasets/digits/a.npz"), (team, action)
+        assert iam_allows([doc], "s3:ListBucket", arn, {"s3:prefix": f"{team}/datasets/"})
+        for prefix in (f"{other}/", "", "datasets/"):
+            assert not iam_allows([doc], "s3:ListBucket", arn, {"s3:prefix": prefix}), (team, prefix)
+        assert not iam_allows([doc], "s3:ListBucket", arn)  # no prefix: the whole bucket
+        assert not iam_allows([doc], "s3:PutBucketPolicy", arn)
+
+
+def _like(pattern: str, value: str) -> bool:
+    """IAM's wildcard match: `*` any run of characters, `?` one (IAM User Guide, "IAM JSON
+    policy elements: Resource" and the StringLike condition operator)."""
+    return re.fullmatch("".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern),
+                        value, re.DOTALL) is not None
+
+
+def _statement_matches(st: dict, action: str, resource: str, context: dict) -> bool:
+    actions = st["Action"] if isinstance(st["Action"], list) else [st["Action"]]
+    resources = st["Resource"] if isinstance(st["Resource"], list) else [st["Resource"]]
+    if not any(_like(a.lower(), action.lower()) for a in actions) or not any(_like(r, resource) for r in resources):
+        return False
+    for op, keys in (st.get("Condition") or {}).items():
+        assert op in ("StringLike", "StringEquals"), f"evaluator lacks {op}"
+        for key, values in keys.items():  # keys ANDed, values ORed; an absent key never matches
+            values = values if isinstance(values, list) else [values]
+            if key not in context or not any(_like(v, context[key]) if op == "StringLike" else v == context[key]
+                                             for v in values):
+                return False
+    return True
+
+
+def iam_allows(policies: list[dict], action: str, resource: str, context: dict | None = None) -> bool:
+    """Identity-based policies as AWS evaluates them (IAM User Guide, "Policy evaluation logic"):
+    denied by default, allowed by a matching Allow statement, unless a matching Deny."""
+    statements = [st for doc in policies for st in doc["Statement"]
+                  if _statement_matches(st, action, resource, context or {})]
+    return any(st["Effect"] == "Allow" for st in statements) and not any(st["Effect"] == "Deny" for st in statements)
 
 
 @pytest.mark.parametrize("name", ["dev", "onprem-lab"])

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
-from infra_helpers import DEPLOYER_CIDR, SHIPPED, one, resources, stack_config
+from infra_helpers import DEPLOYER_CIDR, KUBECONFIG, SHIPPED, one, resources, stack_config
 
 from alchemist_jobs.contract import MANAGED_BY_LABEL, StackOutput
 from infra.cluster_versions import autoscaler_chart
@@ -105,6 +106,26 @@ def test_kueue_queues_hold_team_quotas(renders, name):
     flavors = {x["inputs"]["metadata"]["name"]: x["inputs"]["spec"] for x in resources(r, "kubernetes:kueue.x-k8s.io/v1beta1:ResourceFlavor")}
     gpu = r["outputs"]["alchemist"]["gpu"]
     assert flavors["gpu"] == {"nodeLabels": gpu["node_selector"], "tolerations": gpu["tolerations"]}
+
+
+# Each team's namespace quota, by hand from the stack config: the sum of every team's quota,
+# which is what Kueue can at most admit to one of them (no borrowing limits). Issue 23: it was
+# the team's own quota, which refused the pods of a workload Kueue admitted by borrowing.
+COHORT_TOTALS = {"aws-eu-west-1": ("128", "1Ti", "16"), "aws-us-west-2": ("128", "1Ti", "16"),
+                 "dev": ("12", "48Gi", "0"), "onprem-lab": ("128", "1Ti", "16")}
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_team_namespace_quota_is_what_kueue_can_admit_the_team(renders, name):
+    cpu, memory, gpu = COHORT_TOTALS[name]
+    teams = [t["name"] for t in stack_config(name)["alchemist:teams"]]
+    quotas = {x["inputs"]["metadata"]["namespace"]: x["inputs"]
+              for x in resources(renders[name], "kubernetes:core/v1:ResourceQuota")}  # fmt: skip
+    assert set(quotas) == set(teams)
+    for team in teams:
+        assert quotas[team]["metadata"]["name"] == "alchemist-team"
+        assert quotas[team]["spec"] == {"hard": {"requests.cpu": cpu, "requests.memory": memory,
+                                                 "requests.nvidia.com/gpu": gpu, "persistentvolumeclaims": "20"}}
 
 
 @pytest.mark.parametrize("name", SHIPPED)
@@ -353,6 +374,48 @@ def test_dev_kind_cluster(renders):
     assert paths.pop("alchemist-shared.root") == {"path": "/var/alchemist/shared", "type": "DirectoryOrCreate"}
     assert all(p["path"].startswith("/var/alchemist/shared/teams/") for p in paths.values())  # no root mount
     assert r["outputs"]["alchemist"]["images"]["train"].startswith("localhost:5001/alchemist/train@sha256:")
+
+
+def test_existing_exports_a_team_service_account_token_never_the_deployers_kubeconfig(renders):
+    """Issue 23.12: the `existing` provider's output credential is the team's submitter
+    ServiceAccount (bound to the submitter Role only), with the deployer's cluster entry."""
+    import base64
+
+    import yaml
+
+    from infra.team_credential import SUBMITTER_ACCOUNT, TOKEN_SECRET, token_kubeconfig
+    from infra.team_namespace import SUBMITTER_ROLE
+
+    r = renders["secret:existing"]
+    objs = [x["inputs"] for x in r["resources"] if x["type"].startswith("kubernetes:") and "kind" in x["inputs"]]
+    (sa,) = [o for o in objs if o["kind"] == "ServiceAccount" and o["metadata"]["name"] == SUBMITTER_ACCOUNT]
+    assert sa["metadata"]["namespace"] == "research" and sa["automountServiceAccountToken"] is False
+    (binding,) = [o for o in objs if o["kind"] == "RoleBinding" and o["metadata"]["name"] == SUBMITTER_ACCOUNT]
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": SUBMITTER_ROLE}
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": SUBMITTER_ACCOUNT, "namespace": "research"}]
+    (token,) = [o for o in objs if o["kind"] == "Secret" and o["metadata"]["name"] == TOKEN_SECRET]
+    assert token["type"] == "kubernetes.io/service-account-token"
+    assert token["metadata"]["annotations"] == {"kubernetes.io/service-account.name": SUBMITTER_ACCOUNT}
+    assert "kubeconfig-token-that-must-never-leak-4711" not in r["_stdout"] + r["_stderr"]
+    # what the output holds: the deployer's cluster, the ServiceAccount's token, nothing else
+    made = yaml.safe_load(token_kubeconfig(KUBECONFIG, {"token": base64.b64encode(b"sa-token").decode()}, "research"))
+    assert made["users"] == [{"name": "alchemist-submitter-research", "user": {"token": "sa-token"}}]
+    assert made["clusters"][0]["cluster"] == {"server": "https://k8s.lab.internal:6443",
+                                              "certificate-authority-data": "bGFiLWNh"}
+    assert made["contexts"][0]["context"]["namespace"] == "research"
+    assert "kubeconfig-token-that-must-never-leak-4711" not in json.dumps(made)
+
+
+def test_existing_kubeconfig_without_a_cluster_is_one_line():
+    from infra.config import StackConfigError, parse
+
+    raw = {"alchemist:provider": "existing", "alchemist:kubernetesVersion": "1.35", "alchemist:existing": "{}",
+           "alchemist:images": '{"registry": "r.lab/x"}',
+           "alchemist:sharedFs": '{"kind": "nfs", "server": "s", "share": "/x"}',
+           "alchemist:teams": '[{"name": "research", "quota": {"gpu": 1, "cpu": 1, "memory": "1Gi"}}]',
+           "alchemist:kubeconfig": "apiVersion: v1\nkind: Config\nusers: []\n"}
+    with pytest.raises(StackConfigError, match="alchemist:kubeconfig.*current-context names a cluster"):
+        parse(raw, {"alchemist:kubeconfig"})
 
 
 def test_existing_cluster(renders):

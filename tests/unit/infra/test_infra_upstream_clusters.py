@@ -16,6 +16,7 @@ import os
 import re
 import stat
 import subprocess
+from pathlib import Path
 
 import pytest
 import yaml
@@ -418,17 +419,59 @@ def _client_ca(tmp_path):
     return tls
 
 
+def _ssh_user_with_sudo():
+    """The deployer's SSH user as on a k3s server: another uid (alc-other) whose `sudo` really
+    runs commands as root (a setuid-root copy of setpriv behind a `sudo` on its PATH), while
+    the CA's files stay root-only as k3s leaves them."""
+    import pwd
+    import shutil
+    import tempfile
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root to play another user and a real sudo")
+    try:
+        pwd.getpwnam("alc-other")
+    except KeyError:
+        subprocess.run(["useradd", "--system", "--no-create-home", "alc-other"], check=True)
+    base = Path(tempfile.mkdtemp(prefix="alc-sudo-"))
+    base.chmod(0o755)
+    elevate = base / "elevate"
+    shutil.copy("/usr/bin/setpriv", elevate)
+    os.chown(elevate, 0, 0)
+    elevate.chmod(0o4755)  # setuid root: what sudo is
+    shim = base / "bin"
+    shim.mkdir(mode=0o755)
+    (shim / "sudo").write_text(f'#!/bin/sh\nexec {elevate} --reuid 0 --regid 0 --clear-groups "$@"\n')
+    (shim / "sudo").chmod(0o755)
+    as_user = ["setpriv", "--reuid", "alc-other", "--regid", "alc-other", "--clear-groups",
+               "env", f"PATH={shim}:/usr/bin:/bin", "HOME=/tmp"]
+    return base, as_user
+
+
 def test_team_certificate_is_signed_by_the_client_ca_with_the_team_groups(tmp_path):
+    """The script as `pulumi up` runs it: the SSH user (not root) with `sudo` for the CA key."""
+    import shutil
+
     from infra.cluster_onprem import team_credentials_script
 
-    tls = _client_ca(tmp_path)
-    script = team_credentials_script("research", ["alchemist:research"], tls_dir=str(tls), sudo="")
-    out = subprocess.run(["sh", "-c", script], check=True, capture_output=True, text=True).stdout
+    base, as_user = _ssh_user_with_sudo()
+    try:
+        tls = _client_ca(base)
+        tls.chmod(0o700)  # k3s: root-only
+        check = subprocess.run([*as_user, "cat", str(tls / "client-ca.key")], capture_output=True)
+        assert check.returncode != 0  # the user cannot read the CA key itself
+        script = team_credentials_script("research", ["alchemist:research"], tls_dir=str(tls))
+        proc = subprocess.run([*as_user, "sh", "-c", script], capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+        out = proc.stdout
+        shutil.copy(tls / "client-ca.crt", tmp_path / "client-ca.crt")
+    finally:
+        shutil.rmtree(base)
     cert_b64, key_b64 = out.split()
     cert = tmp_path / "cert.pem"
     cert.write_bytes(base64.b64decode(cert_b64))
     assert b"PRIVATE KEY" in base64.b64decode(key_b64)
-    verify = subprocess.run(["openssl", "verify", "-CAfile", str(tls / "client-ca.crt"), str(cert)],
+    verify = subprocess.run(["openssl", "verify", "-CAfile", str(tmp_path / "client-ca.crt"), str(cert)],
                             capture_output=True, text=True)  # fmt: skip
     assert verify.returncode == 0, verify.stdout + verify.stderr
     subject = subprocess.run(["openssl", "x509", "-noout", "-subject", "-nameopt", "RFC2253", "-in", str(cert)],

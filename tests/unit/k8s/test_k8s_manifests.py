@@ -516,13 +516,19 @@ def test_script_tasks_run_from_their_code_snapshot():
     assert "workingDir" not in builtin["spec"]["template"]["spec"]["containers"][0]
 
 
-def test_object_names_fit_pod_hostnames():
+def test_object_names_are_the_run_id_and_fit_jobsets_pod_names():
+    from alchemist_jobs.rundir import MAX_RUN_ID, new_run_id
+
     assert mf.object_name(RUN) == RUN
-    long_id = "a" * 40 + "-20260101-120000-ab12"
-    name = mf.object_name(long_id)
-    assert len(name) <= mf.MAX_NAME and len(f"{name}-worker-0-1087") <= 63
-    assert name != mf.object_name("a" * 40 + "-20260101-120000-ab13")
-    assert mf.object_name("3d-unet-20260101-120000-ab12")[0].isalpha()
+    assert mf.object_name("3d-unet-20260101-120000-ab12") == "r-3d-unet-20260101-120000-ab12"
+    for name in ("a" * 40, "9" * 40, "a-" * 19 + "a"):  # the longest names the spec accepts
+        run_id = new_run_id(name)
+        assert len(run_id) <= MAX_RUN_ID and run_id.startswith(name[:16].rstrip("-") + "-2")
+        # JobSet v0.12.0 webhook: `<jobset>-worker-0-<max pod index>-abcde` <= 63
+        assert len(f"{mf.object_name(run_id)}-worker-0-1023-abcde") <= 63
+    # a longer id is refused in one line, never cut into a name that is not its run label
+    with pytest.raises(UserError, match=r"run id 'a{42}': 42 characters; accepted: at most 41"):
+        mf.object_name("a" * 42)
 
 
 def test_rank_to_pod_follows_torchruns_host_name_order():

@@ -376,7 +376,8 @@ def test_unknown_stack_is_one_line_and_creates_nothing(fake, run_cli, monkeypatc
     monkeypatch.setenv("PATH", str(tmp_path))  # no pulumi CLI here: --outputs names the stack
     code, out, err = run_cli("submit", "examples/digits.yaml", "--stack", "aws-us-west-3")
     assert code == 2 and err.count("\n") == 1
-    assert "--stack aws-us-west-3: reading a stack's outputs needs the Pulumi CLI" in err
+    # a typo is said as one, with the stacks there are (not "install the Pulumi CLI")
+    assert "--stack aws-us-west-3: no such stack; accepted: local, aws-eu-west-1" in err
     code, out, err = run_cli("submit", "examples/digits.yaml", "--stack", "aws-us-west-3",
                              "--outputs", outputs("aws-us-west-2"))
     assert code == 2 and err.count("\n") == 1
