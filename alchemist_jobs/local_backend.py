@@ -168,6 +168,18 @@ def worker_target(spec: JobSpec, spec_dir: Path) -> list[str]:
     return ["module", t.module, *t.args]
 
 
+def check_framework(spec: JobSpec) -> None:
+    """Local workers run this very Python: a framework it lacks is one line before any start."""
+    import importlib.util
+
+    from alchemist_jobs.frameworks import MODULES, install_hint
+
+    fw = spec.task.framework
+    if fw != "torch" and importlib.util.find_spec(MODULES[fw]) is None:
+        raise UserError(f"task.framework: {fw} is not installed in {sys.executable}; "
+                        f"accepted: torch, or install the '{fw}' extra: {install_hint(fw)}")
+
+
 @dataclass
 class LocalProcess:
     """One torchrun agent (one simulated node)."""
@@ -275,9 +287,11 @@ class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
         # this machine could write to a port, and torch unpickles the rendezvous state
         # (store_bind.py). gloo's pairs bind loopback only.
         stores = str(run.stores)
+        check_framework(spec)
         worker = WorkerEnv(run_dir=str(run.path), shared_root=str(self.root), stack="local",
                            threads=threads_per_worker(spec.resources.cpu, spec.procs_per_node),
-                           store_dir=stores, gloo_ifname="lo", pythonpath=pythonpath)
+                           store_dir=stores, gloo_ifname="lo", pythonpath=pythonpath,
+                           framework=spec.task.framework)
         base_env = {**worker.as_dict(), **spec.env}
         # The parameter-server role, for algorithms that have one.
         servers = local_servers.server_processes(spec, run, base_env, cwd)

@@ -73,6 +73,9 @@ class TaskSpec(_Node):
     script: str | None = Field(None, description="path of a torchrun-compatible script")
     module: str | None = Field(None, description="a module run as `python -m MODULE`")
     args: list[str] = Field(default_factory=list, description="arguments for script/module")
+    framework: Literal["torch", "tensorflow", "jax"] = Field(
+        "torch", description="what a script/module trains with: torch (torchrun's variables), "
+        "tensorflow (TF_CONFIG) or jax (JAX_COORDINATOR_ADDRESS...); docs/frameworks.md")
     digits: DigitsTask = Field(default_factory=DigitsTask)
     synthetic: SyntheticTask = Field(default_factory=SyntheticTask)
 
@@ -95,6 +98,9 @@ class TaskSpec(_Node):
             )
         if self.module is not None and not re.fullmatch(r"[A-Za-z_][\w.]*", self.module):
             raise ValueError(f"module {self.module!r} is not a dotted Python module name")
+        if self.builtin and self.framework != "torch":
+            raise ValueError(f"framework {self.framework} is for script and module tasks; "
+                             f"built-in tasks train with torch")
         return self
 
     @property
@@ -307,6 +313,10 @@ class JobSpec(_Node):
 
     @model_validator(mode="after")
     def _consistent(self) -> "JobSpec":
+        if self.task.framework != "torch" and self.algorithm.name != "sync":
+            raise ValueError(f"algorithm.name={self.algorithm.name} needs torch; a "
+                             f"{self.task.framework} script brings its own training loop "
+                             "(accepted: sync, the default)")
         if self.algorithm.name == "async" and self.algorithm.servers > self.world_size:
             raise ValueError(
                 f"algorithm.servers={self.algorithm.servers} exceeds the {self.world_size} workers"

@@ -28,6 +28,7 @@ class WorkerEnv:
     gloo_ifname: str | None = None  # GLOO_SOCKET_IFNAME: the interface gloo's pairs use
     log_prefix_template: str | None = None  # TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE
     pythonpath: str | None = None  # PYTHONPATH: where the job package is (local stack)
+    framework: str = "torch"  # ALCHEMIST_FRAMEWORK: task.framework (frameworks.py); torch: unset
 
     def as_dict(self) -> dict[str, str]:
         env = {
@@ -50,6 +51,7 @@ class WorkerEnv:
             "GLOO_SOCKET_IFNAME": self.gloo_ifname,
             "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": self.log_prefix_template,
             "PYTHONPATH": self.pythonpath,
+            "ALCHEMIST_FRAMEWORK": None if self.framework == "torch" else self.framework,
         }
         env.update({k: v for k, v in optional.items() if v is not None})
         return env

@@ -225,6 +225,10 @@ class ImagesConfig(_Model):
     registry_insecure: bool = Field(
         False, description="true when the registry speaks plain HTTP (k3s nodes are told so in registries.yaml)"
     )
+    frameworks: list[Literal["tensorflow", "jax"]] = Field(
+        default_factory=list,
+        description="training frameworks besides torch in the training image: tensorflow, jax (docs/frameworks.md)",
+    )
 
 
 # Receiver integrations of Alertmanager 0.28 (the one kube-prometheus-stack 75.15.1 runs;

@@ -45,6 +45,7 @@ class ImagesArgs:
     aws_provider: Any | None = None  # set when the registry is ECR
     gpu_nodes: bool = False  # the cluster has GPU nodes: torch's CUDA build (TORCH_BUILD=cuda)
     efa: bool = False  # its GPU nodes have EFA: libfabric and aws-ofi-nccl in the image (EFA=1)
+    frameworks: tuple[str, ...] = ()  # images.frameworks: TensorFlow, JAX (FRAMEWORKS=...)
 
     def train_build_args(self) -> dict[str, str]:
         """The training image's build arguments (images/Dockerfile.train); the tags of both
@@ -52,6 +53,8 @@ class ImagesArgs:
         out = {"TORCH_BUILD": "cuda"} if self.gpu_nodes else {}
         if self.gpu_nodes and self.efa:
             out["EFA"] = "1"
+        if self.frameworks:  # one spelling per set, as images/build writes it
+            out["FRAMEWORKS"] = ",".join(sorted(set(self.frameworks)))
         return out
 
 

@@ -44,7 +44,8 @@ def run(stack: str, monitoring_dir: Path, repo_root: Path = REPO_ROOT) -> None:
         "images",
         ImagesArgs(stack=stack, registry=facts.registry, repo_root=repo_root, version=__version__,
                    aws_provider=facts.aws.aws_provider if facts.aws else None,
-                   gpu_nodes=facts.gpus_per_node > 0, efa=facts.efa_per_node > 0),
+                   gpu_nodes=facts.gpus_per_node > 0, efa=facts.efa_per_node > 0,
+                   frameworks=tuple(cfg.images.frameworks)),
         opts=pulumi.ResourceOptions(depends_on=facts.registry.ready),
     )  # fmt: skip
     platform = Platform(

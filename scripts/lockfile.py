@@ -41,6 +41,10 @@ HEADER = """\
 #   runtime      Alchemist's own dependencies: the training image and every worker
 #   interactive  what the `interactive` extra adds (JupyterLab): the interactive image
 #   dev          the other extras (cluster, infra, monitoring, ui, dev): CI and development
+#   tensorflow   what the `tensorflow` extra adds to runtime (tensorflow-cpu), closed on its own
+#   jax          what the `jax` extra adds to runtime (jax, jaxlib), closed on its own: the two
+#                may share pins with each other and with interactive or dev (the same pin,
+#                the same hashes); lock-sections prints each pin once
 #   cuda         what PyPI's CUDA build of torch adds on Linux x86_64 (scripts/lockcuda.py):
 #                the training image built with `images/build --torch cuda`
 # torch's hashes are PyPI's files for the version plus the PyTorch CPU wheel of the machine
@@ -73,8 +77,15 @@ def closure(roots: list[Requirement], installed: dict[str, metadata.Distribution
     return {k.split("[")[0] for k in seen}
 
 
+# Optional training frameworks (task.framework): each a section of its own, added to runtime
+# by the training image's FRAMEWORKS build argument and by scripts/setup for the tests.
+FRAMEWORK_EXTRAS = ("tensorflow", "jax")
+
+
 def sections(installed: dict[str, metadata.Distribution]) -> dict[str, list[str]]:
-    """runtime / interactive / dev: disjoint, each the difference of two closures."""
+    """runtime / interactive / tensorflow / jax / dev, each the difference of two closures:
+    runtime, interactive and dev are disjoint; a framework's section is everything its extra
+    adds to runtime, so `runtime FRAMEWORK` installs alone."""
     project = installed[PROJECT]
     reqs = [Requirement(r) for r in project.requires or []]
     base = [r for r in reqs if r.marker is None]
@@ -82,11 +93,13 @@ def sections(installed: dict[str, metadata.Distribution]) -> dict[str, list[str]
     with_extra = lambda names: [Requirement(f"{PROJECT}[{','.join(names)}]")]  # noqa: E731
     runtime = closure(base, installed)
     interactive = closure(with_extra(["interactive"]), installed) - runtime
-    everything = closure(with_extra(extras), installed)
+    frameworks = [(fw, closure(with_extra([fw]), installed) - runtime)
+                  for fw in FRAMEWORK_EXTRAS if fw in extras]
+    everything = closure(with_extra([e for e in extras if e not in FRAMEWORK_EXTRAS]), installed)
     dev = everything - runtime - interactive
     drop = {canonicalize_name(n) for n in NOT_LOCKED}
     return {name: sorted(s - drop) for name, s in
-            (("runtime", runtime), ("interactive", interactive), ("dev", dev))}
+            (("runtime", runtime), ("interactive", interactive), *frameworks, ("dev", dev))}
 
 
 def index_hashes(name: str, version: str, context: ssl.SSLContext) -> set[str]:
@@ -142,7 +155,9 @@ def main() -> int:
         return " \\\n".join(lines)
 
     with ThreadPoolExecutor(8) as pool:
-        pins = {g: list(pool.map(pin, names)) for g, names in groups.items()}
+        unique = sorted({n for names in groups.values() for n in names})
+        pinned = dict(zip(unique, pool.map(pin, unique)))  # a shared pin: one look-up
+        pins = {g: [pinned[n] for n in names] for g, names in groups.items()}
     out = [HEADER.rstrip("\n")]
     for group, lines in pins.items():
         out.append(f"# --- section: {group} ---")

@@ -31,7 +31,7 @@ import shlex
 from pathlib import PurePosixPath
 from typing import Any
 
-from alchemist_jobs import server_role
+from alchemist_jobs import frameworks, server_role
 from alchemist_jobs.contract import (MANAGED_BY_LABEL, METRICS_BASE_PORT,
                                      RUN_LABEL, StackOutput, metrics_port_name)
 from alchemist_jobs.data.pods import pod_patch
@@ -241,6 +241,10 @@ def _env(spec: JobSpec, stack: StackOutput, name: str, run_dir: str, root: str) 
                       ps_addrs=ps_addrs, metrics_port=METRICS_BASE_PORT, log_to_console=True,
                       log_prefix_template=LOG_PREFIX_TEMPLATE).as_dict()
     fixed.update(_efa_env(spec, stack))
+    # TensorFlow's TF_CONFIG cluster or JAX's coordinator, from the pods' stable host names.
+    fixed.update(frameworks.cluster_env(
+        spec.task.framework, [pod_host(name, WORKER_RJOB, i) for i in range(spec.nodes)],
+        spec.procs_per_node))
     values = {**fixed, **spec.env}
     env: list[dict] = []
     if "ALCHEMIST_NODE" not in values:  # the pod's name: where a worker runs
@@ -486,6 +490,9 @@ def _worker_pod(spec: JobSpec, stack: StackOutput, name: str, run_id: str,
     ports = [{"name": metrics_port_name(r), "containerPort": METRICS_BASE_PORT + r,
               "protocol": "TCP"} for r in range(spec.procs_per_node)]
     ports.append({"name": "rdzv", "containerPort": RDZV_PORT, "protocol": "TCP"})
+    # What the framework's workers listen on (TensorFlow's gRPC servers, JAX's coordinator).
+    ports += [{"name": n, "containerPort": p, "protocol": "TCP"}
+              for n, p in frameworks.ports(spec.task.framework, spec.procs_per_node)]
     train = {
         "name": CONTAINER, "image": image_for(spec, stack), "imagePullPolicy": "IfNotPresent",
         "command": pod_command(spec, name, run_id, run_dir),

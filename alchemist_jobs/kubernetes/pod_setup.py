@@ -51,7 +51,7 @@ def unpack_code(tarball: Path, code_dir: Path) -> bool:
     tmp = code_dir.with_name(f".{code_dir.name}.{secrets.token_hex(4)}.tmp")
     try:
         with tarfile.open(tarball, "r:gz") as tar:
-            tar.extractall(tmp, filter="data")  # no absolute paths, links out or devices
+            _extract(tar, tmp)
         got = tree_hash(tmp)
         if got != code_dir.name:
             raise SystemExit(f"pod_setup: code snapshot hash {got} does not match its name "
@@ -73,6 +73,22 @@ def unpack_code(tarball: Path, code_dir: Path) -> bool:
         if tmp.exists():
             _make_writable(tmp)  # read-only directories cannot be emptied
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _extract(tar: tarfile.TarFile, dest: Path) -> None:
+    """Unpack a code snapshot: no absolute paths, links out or devices. tarfile's `data`
+    filter says so where the Python has it (3.11.4 and later); Debian bookworm's 3.11.2, a
+    base some images are built on, lacks it, so there only plain files and directories
+    inside `dest` are accepted, which is all a snapshot holds (code_assets.py)."""
+    if hasattr(tarfile, "data_filter"):
+        tar.extractall(dest, filter="data")
+        return
+    for m in tar.getmembers():
+        parts = Path(m.name).parts
+        if not (m.isfile() or m.isdir()) or m.name.startswith("/") or ".." in parts:
+            raise SystemExit(f"pod_setup: code snapshot member {m.name!r} is not a plain file "
+                             "or directory inside the snapshot; the ConfigMap is corrupt")
+    tar.extractall(dest)
 
 
 def _verify(code_dir: Path) -> None:

@@ -104,6 +104,18 @@ def main(argv: list[str]) -> int:
         sys.stderr.flush()
         os._exit(code)
 
+    # A TensorFlow or JAX program: its framework importable (or one line naming the extra),
+    # and its place in the job told as TF_CONFIG or JAX_* (runtime/framework_env.py).
+    framework = os.environ.get("ALCHEMIST_FRAMEWORK", "torch")
+    if framework != "torch":
+        from alchemist_jobs.runtime import framework_env
+
+        try:
+            framework_env.require(framework)
+        except framework_env.FrameworkMissing as e:  # the image lacks it: no restart helps
+            return config_error.fail(str(e))
+        framework_env.prepare(framework, _spec_gpus(run_dir))
+
     # A user program: exactly what `python PATH ARGS` / `python -m NAME ARGS` would do,
     # with this worker's metrics served and `alchemist_jobs.report.report()` wired up.
     reporter = _serve_script_metrics(run_dir, rank, kind)
@@ -112,9 +124,19 @@ def main(argv: list[str]) -> int:
     finally:
         if reporter is not None:
             reporter.close()
-    if "torch.distributed" in sys.modules:
+    # TensorFlow's gRPC server and JAX's gloo pairs hold threads of their own, like torch's
+    # process groups: the same prompt exit (JAX's atexit shutdown barrier still runs).
+    if "torch.distributed" in sys.modules or framework != "torch":
         _exit_before_teardown(code)
     return code
+
+
+def _spec_gpus(run_dir: Path) -> int:
+    """resources.gpu of the run's spec: a TensorFlow or JAX worker takes one of the node's."""
+    import yaml
+
+    raw = yaml.safe_load((run_dir / "spec.yaml").read_text()) or {}
+    return int((raw.get("resources") or {}).get("gpu") or 0)
 
 
 def _run_program(kind: str, target: str, args: list[str]) -> int:

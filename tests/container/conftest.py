@@ -84,3 +84,16 @@ def images(base_image, clean_checkout) -> dict[str, str]:
     refs = dict(line.split("=", 1) for line in proc.stdout.split())
     assert set(refs) == {"train", "interactive"}, proc.stdout
     return refs
+
+
+@pytest.fixture(scope="session")
+def jax_train_image(base_image, clean_checkout) -> str:
+    """The training image with JAX (`images/build --frameworks jax`), for a JAX job's pods."""
+    env = dict(os.environ, BUILDER="podman")
+    proc = subprocess.run([str(clean_checkout / "images" / "build"), "--base", base_image,
+                           "--frameworks", "jax", "--train-only"],
+                          cwd=clean_checkout, env=env, capture_output=True, text=True, timeout=3000)
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    refs = dict(line.split("=", 1) for line in proc.stdout.split())
+    assert set(refs) == {"train"}, proc.stdout
+    return refs["train"]

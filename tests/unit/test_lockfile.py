@@ -43,11 +43,47 @@ def test_every_pin_is_exact_and_hashed():
                 or re.match(r"^    --hash=sha256:[0-9a-f]{64}( \\)?$", line)), line
 
 
+FRAMEWORKS = ("tensorflow", "jax")
+
+
+def _raw_sections() -> dict[str, str]:
+    """section name -> its text, as the lock file holds it (before lock-sections' dedupe)."""
+    parts = LOCK.read_text().split("# --- section: ")[1:]
+    return {p.split(" ---", 1)[0]: p.split("---\n", 1)[1] for p in parts}
+
+
 def test_sections_are_disjoint_and_cover_the_lock():
     sections = {s: _section(s) for s in ("runtime", "interactive", "dev", "cuda")}
     names = [n for s in sections.values() for n in s]
     assert len(names) == len(set(names))
-    assert set(names) == set(_pins(LOCK.read_text()))
+    frameworks = {n for fw in FRAMEWORKS for n in _section(fw)}
+    assert set(names) | frameworks == set(_pins(LOCK.read_text()))
+
+
+def test_framework_sections_add_to_runtime_and_share_only_identical_pins():
+    """A framework's section is what its extra adds to runtime (the image installs `runtime
+    tensorflow` alone); a pin it shares with another section is the very same pin, and
+    lock-sections prints it once (pip refuses a requirement given twice)."""
+    raw = {name: _pins(text) for name, text in _raw_sections().items()}
+    for fw in FRAMEWORKS:
+        assert not set(raw[fw]) & set(raw["runtime"]), fw
+    assert "tensorflow-cpu" in raw["tensorflow"] and {"jax", "jaxlib"} <= set(raw["jax"])
+    assert not {"tensorflow-cpu", "jax", "jaxlib", "keras"} & (set(raw["dev"]) | set(raw["runtime"]))
+    for name in {n for pins in raw.values() for n in pins}:
+        versions = {re.search(rf"^{re.escape(name)}==(\S+)", _norm_text(t), re.M).group(1)
+                    for s, t in _raw_sections().items() if name in raw[s]}
+        assert len(versions) == 1, (name, versions)
+    shared = set(raw["tensorflow"]) & set(raw["jax"])
+    assert shared, "tensorflow and jax share ml-dtypes and opt-einsum at these pins"
+    text = subprocess.run([str(REPO / "scripts" / "lock-sections"), "runtime", "interactive",
+                           "dev", *FRAMEWORKS], check=True, capture_output=True, text=True).stdout
+    heads = [_norm(ln.split("==")[0]) for ln in text.splitlines() if "==" in ln]
+    assert len(heads) == len(set(heads)) and shared <= set(heads)
+
+
+def _norm_text(text: str) -> str:
+    """Pin lines with normalised names, so a name found by _pins is found in the text."""
+    return re.sub(r"^([A-Za-z0-9_.-]+)==", lambda m: _norm(m.group(1)) + "==", text, flags=re.M)
 
 
 def test_training_image_section_holds_no_test_or_infra_packages():
@@ -72,7 +108,7 @@ def test_unknown_section_is_one_line_and_exit_2():
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.strip().splitlines() == [
         f"lock-sections: no section 'gpu' in {REPO / 'scripts' / '..' / 'requirements.lock'}; "
-        "accepted: runtime, interactive, dev, cuda"]
+        "accepted: runtime, interactive, tensorflow, jax, dev, cuda"]
 
 
 def _cuda_requires() -> dict[str, tuple[str, list[str]]]:

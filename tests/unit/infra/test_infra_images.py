@@ -131,3 +131,23 @@ def test_stacks_with_gpu_nodes_build_torchs_cuda_build_and_with_efa_the_efa_soft
         assert train["environment"].get("BUILD_ARGS") == build_args, stack
         args = dict(a.split("=") for a in (build_args or "").split())
         assert train["environment"]["TAG"] == image_tag(REPO, "train", args), stack
+
+
+def test_a_stacks_frameworks_are_a_build_argument_of_its_training_image():
+    """`alchemist:images: {frameworks: [...]}` puts TensorFlow or JAX into the stack's training
+    image (FRAMEWORKS, one spelling per set as images/build writes it), and so into its tag."""
+    import pytest
+    from test_infra_config import engine_config
+
+    from infra.config import StackConfigError, parse
+    from infra.images import ImagesArgs
+
+    cfg = parse(engine_config("dev", {"alchemist:images": {"frameworks": ["tensorflow", "jax", "jax"]}}))
+    args = ImagesArgs(stack="dev", registry=None, repo_root=REPO, version="0",
+                      frameworks=tuple(cfg.images.frameworks))
+    assert args.train_build_args() == {"FRAMEWORKS": "jax,tensorflow"}
+    assert image_tag(REPO, "train", args.train_build_args()) != image_tag(REPO, "train", {})
+    assert parse(engine_config("dev", {})).images.frameworks == []
+    with pytest.raises(StackConfigError) as e:
+        parse(engine_config("dev", {"alchemist:images": {"frameworks": ["pytorch"]}}))
+    assert str(e.value).startswith("alchemist:images.frameworks[0] = 'pytorch' is not accepted")

@@ -205,3 +205,33 @@ def test_the_local_home_inside_the_code_directory_is_not_shipped(tmp_path, monke
     (home / "runs" / "r" / "code" / "train.py").write_text("print('hi')\n")
     monkeypatch.setenv("ALCHEMIST_HOME", str(home))
     assert pack(tmp_path).files == ("train.py",)
+
+
+def test_a_python_without_tarfiles_data_filter_unpacks_a_snapshot_and_refuses_links(
+        tmp_path, monkeypatch):
+    """Debian bookworm's Python 3.11.2 (the container tier's base image) has no `filter`
+    argument to extractall: the real snapshot still unpacks there, and a member that is not a
+    plain file or directory inside it is refused, as the data filter would refuse it."""
+    import io
+    import tarfile
+
+    from alchemist_jobs.kubernetes import pod_setup
+
+    monkeypatch.delattr(tarfile, "data_filter")
+    sched = KubernetesScheduler(stack("dev").output)
+    snapshot = sched.dryrun(load_spec(EXAMPLES / "script.yaml"), EXAMPLES).code
+    with tarfile.open(fileobj=io.BytesIO(snapshot.tarball), mode="r:gz") as tar:
+        pod_setup._extract(tar, tmp_path / "ok")
+    assert tree_hash(tmp_path / "ok") == snapshot.digest
+    for bad in (tarfile.TarInfo("../escape.py"), tarfile.TarInfo("/abs.py"),
+                tarfile.TarInfo("link.py")):
+        if bad.name == "link.py":
+            bad.type, bad.linkname = tarfile.SYMTYPE, "/etc/passwd"
+        raw = io.BytesIO()
+        with tarfile.open(fileobj=raw, mode="w:gz") as tar:
+            tar.addfile(bad, io.BytesIO(b""))
+        raw.seek(0)
+        with tarfile.open(fileobj=raw, mode="r:gz") as tar, pytest.raises(SystemExit) as e:
+            pod_setup._extract(tar, tmp_path / "bad")
+        assert "not a plain file or directory" in str(e.value)
+    assert not (tmp_path / "escape.py").exists() and not (tmp_path / "bad").exists()

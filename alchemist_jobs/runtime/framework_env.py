@@ -1,0 +1,176 @@
+"""A TensorFlow or JAX worker's place in its job, told the way that framework reads it.
+
+The bootstrap calls `prepare()` before the user's program, under torchrun like every worker:
+
+* On a cluster the manifests already hold the cluster part (TF_CONFIG's worker list, or
+  JAX_COORDINATOR_ADDRESS and JAX_NUM_PROCESSES: alchemist_jobs/frameworks.py); this worker's
+  index is its pod's JOB_COMPLETION_INDEX x LOCAL_WORLD_SIZE + LOCAL_RANK, the order of that
+  list, so worker 0 is on pod 0.
+* Locally every worker binds a free port on loopback, and the workers swap their addresses
+  through the store torchrun names for the workers (MASTER_ADDR:MASTER_PORT; on the local
+  stack store_bind makes it a file in the run's private stores/ directory): index = RANK.
+
+`jax.distributed.initialize()` with no arguments reads only JAX_COORDINATOR_ADDRESS (and
+JAX_LOCAL_DEVICE_IDS) from the environment in jax 0.10.2 (jax/_src/distributed.py,
+State.initialize); the process count and id come from the first ClusterEnv subclass whose
+`is_env_present()` holds (jax/_src/clusters/cluster.py, auto_detect_unset_distributed_params;
+subclasses register themselves on definition). `register_jax_cluster()` puts one that reads
+JAX_NUM_PROCESSES and JAX_PROCESS_ID first in that list, ahead of jax's Kubernetes detection
+(which would need the `kubernetes` package and API access in every pod).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import socket
+from datetime import timedelta
+from typing import Mapping
+
+from alchemist_jobs.frameworks import EXTRAS, MODULES, install_hint
+
+SWAP_TIMEOUT_S = 600.0  # every worker of the group reaches the swap within torchrun's start-up
+_PREFIX = "alchemist/framework"
+
+
+class FrameworkMissing(Exception):
+    """The worker's Python cannot import the task's framework (one line, names the extra)."""
+
+
+def require(framework: str) -> None:
+    """Import the framework as the program will; a failure is one line naming the extra."""
+    try:
+        importlib.import_module(MODULES[framework])
+    except ImportError as e:
+        raise FrameworkMissing(
+            f"task.framework is {framework}, but this worker's Python cannot import "
+            f"{MODULES[framework]} ({e.__class__.__name__}: {str(e).splitlines()[0][:120]}); "
+            f"install the '{EXTRAS[framework]}' extra: {install_hint(framework)}") from None
+
+
+def free_port(host: str) -> int:
+    """A port the kernel gives now on `host`; the framework binds it moments later."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def swap_addresses(own: str, rank: int, world: int, master_addr: str, master_port: int,
+                   timeout_s: float = SWAP_TIMEOUT_S) -> list[str]:
+    """Every worker's address, in rank order, through a c10d store that rank 0 hosts. Rank 0
+    keeps it up until every worker has read all the addresses."""
+    import torch.distributed as dist
+
+    store = dist.TCPStore(master_addr, master_port, world, rank == 0,
+                          timeout=timedelta(seconds=timeout_s), wait_for_workers=False)
+    store.set(f"{_PREFIX}/addr/{rank}", own)
+    keys = [f"{_PREFIX}/addr/{r}" for r in range(world)]
+    store.wait(keys)
+    addresses = [store.get(k).decode() for k in keys]
+    store.set(f"{_PREFIX}/read/{rank}", "1")
+    if rank == 0:
+        store.wait([f"{_PREFIX}/read/{r}" for r in range(world)])
+    del store
+    return addresses
+
+
+def _index(env: Mapping[str, str]) -> int:
+    """This worker's place in a cluster run's static list: pod index, then local rank (a
+    TF_CONFIG without `task` given in a local run's spec.env: the rank)."""
+    if "JOB_COMPLETION_INDEX" not in env:
+        return int(env["RANK"])
+    return (int(env["JOB_COMPLETION_INDEX"]) * int(env.get("LOCAL_WORLD_SIZE", 1))
+            + int(env.get("LOCAL_RANK", 0)))
+
+
+def framework_vars(framework: str, env: Mapping[str, str],
+                   addresses: list[str] | None = None) -> dict[str, str]:
+    """The variables to add for this worker. `addresses`: every worker's host:port in rank
+    order (a local run's swap); None on a cluster, where the manifests hold the cluster part."""
+    out: dict[str, str] = {}
+    if framework == "tensorflow":
+        config = json.loads(env.get("TF_CONFIG") or "{}")
+        if "task" in config:  # the user's own TF_CONFIG (spec.env): theirs wins
+            return out
+        if addresses is not None:
+            config, index = {"cluster": {"worker": addresses}}, int(env["RANK"])
+        else:
+            index = _index(env)
+        config["task"] = {"type": "worker", "index": index}
+        out["TF_CONFIG"] = json.dumps(config, separators=(",", ":"))
+        threads = env.get("OMP_NUM_THREADS")
+        if threads:  # TensorFlow sizes its pools by the machine, not by OMP_NUM_THREADS
+            out.setdefault("TF_NUM_INTRAOP_THREADS", threads)
+            out.setdefault("TF_NUM_INTEROP_THREADS", threads)
+    elif framework == "jax":
+        if addresses is not None:
+            out["JAX_COORDINATOR_ADDRESS"] = addresses[0]
+            # jax's coordinator binds [::]:port unless told: a local run stays on loopback.
+            out["JAX_COORDINATOR_BIND_ADDRESS"] = addresses[0]
+            out["JAX_NUM_PROCESSES"] = env["WORLD_SIZE"]
+            out["JAX_PROCESS_ID"] = env["RANK"]
+        else:
+            out["JAX_PROCESS_ID"] = str(_index(env))
+        # Cross-process collectives on CPU: gloo over the coordinator's key-value store
+        # (jax's default at 0.10.2; said here so a later default cannot leave them out).
+        out["JAX_CPU_COLLECTIVES_IMPLEMENTATION"] = "gloo"
+    return {k: v for k, v in out.items() if k not in env or k == "TF_CONFIG"}
+
+
+def prepare(framework: str, gpus: int = 0) -> None:
+    """Set this worker's framework variables in os.environ (TF_CONFIG or JAX_*)."""
+    env = os.environ
+    addresses = None
+    static = "TF_CONFIG" in env if framework == "tensorflow" else "JAX_COORDINATOR_ADDRESS" in env
+    if not static:  # a local run: each worker's own free port, swapped through the store
+        # The run's own address: loopback on the local stack (its stores are files there).
+        host = env.get("ALCHEMIST_STORE_ADDR") or (
+            "127.0.0.1" if env.get("ALCHEMIST_STORE_DIR") else socket.getfqdn())
+        own = f"{host}:{free_port(host)}"
+        addresses = swap_addresses(own, int(env["RANK"]), int(env["WORLD_SIZE"]),
+                                   env["MASTER_ADDR"], int(env["MASTER_PORT"]))
+    env.update(framework_vars(framework, env, addresses))
+    if gpus and framework == "tensorflow" and "LOCAL_RANK" in env:
+        # One GPU per worker, as with torch: the node's local-rank'th (jax does this itself
+        # through the cluster's local process id).
+        visible = env.get("CUDA_VISIBLE_DEVICES")
+        devices = visible.split(",") if visible else [str(i) for i in range(gpus)]
+        env["CUDA_VISIBLE_DEVICES"] = devices[int(env["LOCAL_RANK"]) % len(devices)]
+    if framework == "jax":
+        register_jax_cluster(gpus)
+
+
+def register_jax_cluster(gpus: int = 0) -> None:
+    """Make `jax.distributed.initialize()` find this job's process count and id (see the
+    module's docstring): a ClusterEnv for JAX_* variables, first in jax's list."""
+    from jax._src import clusters
+
+    class AlchemistCluster(clusters.ClusterEnv):
+        name = "alchemist"
+
+        @classmethod
+        def is_env_present(cls) -> bool:
+            return all(k in os.environ for k in (
+                "JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID"))
+
+        @classmethod
+        def get_coordinator_address(cls, timeout_secs, override_coordinator_port=None) -> str:
+            return os.environ["JAX_COORDINATOR_ADDRESS"]
+
+        @classmethod
+        def get_process_count(cls) -> int:
+            return int(os.environ["JAX_NUM_PROCESSES"])
+
+        @classmethod
+        def get_process_id(cls) -> int:
+            return int(os.environ["JAX_PROCESS_ID"])
+
+        @classmethod
+        def get_local_process_id(cls) -> int | None:
+            # With GPUs, each process its local rank's device; on CPU, jax's one CPU device.
+            return int(os.environ.get("LOCAL_RANK", 0)) if gpus else None
+
+    types = clusters.ClusterEnv._cluster_types
+    types[:] = [AlchemistCluster] + [t for t in types if t.name != AlchemistCluster.name]
