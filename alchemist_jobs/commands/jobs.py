@@ -413,7 +413,9 @@ def cmd_list(args: argparse.Namespace) -> int:
         runs = [r for r in runs if r.state == args.state]
     runs = runs[:args.limit] if args.limit else runs
     if args.json:
-        print(json.dumps([r.as_json() for r in runs], indent=1))
+        # Compact: with indent, json uses its pure-Python encoder, most of the time of a listing
+        # of thousands of runs (2.7 of 3.9 s for 10,000).
+        print(json.dumps([r.as_json() for r in runs]))
         return 0
     if not runs:
         print(f"no runs on stack {args.stack}" + (f" in state {args.state}" if args.state else ""))
