@@ -78,7 +78,7 @@ RESOURCES = {  # kind -> (API group, resource) as matchConstraints name them
 }
 
 
-def _selects(selector: dict | None, labels: dict) -> bool:
+def selects(selector: dict | None, labels: dict) -> bool:
     """A LabelSelector (apimachinery pkg/apis/meta/v1 LabelSelectorAsSelector); none selects all."""
     if not selector:
         return True
@@ -111,7 +111,7 @@ def judge(policy: dict, binding: dict | None, *, actor: Actor, operation: str, n
     if binding is not None:
         selector = (binding["spec"].get("matchResources") or {}).get("namespaceSelector")
         labels = {"kubernetes.io/metadata.name": namespace, **(namespace_labels or {})}
-        if not _selects(selector, labels):
+        if not selects(selector, labels):
             return None
     if not _constrained(policy, group, resource, operation):
         return None

@@ -17,6 +17,7 @@ from cluster_world import JOB_SHAPES, pods_of
 from system_tier import STACK_NAMES
 
 from alchemist_jobs.contract import metrics_port_name
+from tests.k8s_admission import selects  # a LabelSelector, as apimachinery reads it
 
 
 def pod_monitor(platform) -> dict:
@@ -29,19 +30,6 @@ def prometheus_chart(platform) -> dict:
     charts = [r["inputs"] for r in platform.resources(":Chart") if r["inputs"].get("chart") == "kube-prometheus-stack"]
     assert len(charts) == 1, [r["name"] for r in platform.resources(":Chart")]
     return charts[0]
-
-
-def selects(selector: dict, labels: dict) -> bool:
-    """A metav1.LabelSelector (apimachinery pkg/apis/meta/v1/helpers.go LabelSelectorAsSelector)."""
-    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
-        return False
-    for e in selector.get("matchExpressions") or []:
-        present, value = e["key"] in labels, labels.get(e["key"])
-        ok = {"In": present and value in e.get("values", []), "NotIn": not present or value not in e.get("values", []),
-              "Exists": present, "DoesNotExist": not present}[e["operator"]]  # fmt: skip
-        if not ok:
-            return False
-    return True
 
 
 @pytest.mark.parametrize("stack", STACK_NAMES)

@@ -21,6 +21,7 @@ from infra_helpers import resources
 
 from alchemist_jobs.contract import METRICS_BASE_PORT
 from alchemist_jobs.kubernetes.manifests import PS_BASE_PORT, RDZV_PORT
+from tests.k8s_admission import selects  # a LabelSelector, as apimachinery reads it
 
 
 REPO = Path(__file__).resolve().parents[3]
@@ -36,27 +37,12 @@ class Pod:
     labels: dict = field(default_factory=dict)
 
 
-def _selects(selector: dict | None, labels: dict) -> bool:
-    if selector is None:
-        return True
-    for k, v in (selector.get("matchLabels") or {}).items():
-        if labels.get(k) != v:
-            return False
-    for e in selector.get("matchExpressions") or []:
-        present, value = e["key"] in labels, labels.get(e["key"])
-        ok = {"In": present and value in e.get("values", []), "NotIn": not present or value not in e.get("values", []),
-              "Exists": present, "DoesNotExist": not present}[e["operator"]]  # fmt: skip
-        if not ok:
-            return False
-    return True
-
-
 def _peer_matches(peer: dict, policy_ns: str, pod: Pod) -> bool:
     ns_labels = {"kubernetes.io/metadata.name": pod.namespace}
     if "namespaceSelector" in peer:
-        return _selects(peer["namespaceSelector"], ns_labels) and _selects(peer.get("podSelector"), pod.labels)
+        return selects(peer["namespaceSelector"], ns_labels) and selects(peer.get("podSelector"), pod.labels)
     if "podSelector" in peer:
-        return pod.namespace == policy_ns and _selects(peer["podSelector"], pod.labels)
+        return pod.namespace == policy_ns and selects(peer["podSelector"], pod.labels)
     return False  # ipBlock: not pod traffic here
 
 
@@ -74,7 +60,7 @@ def _port_matches(ports: list | None, port: int, protocol: str) -> bool:
 def _allowed(policies: list[dict], pod: Pod, peer: Pod, port: int, protocol: str, direction: str) -> bool:
     kind, peers_key = ("ingress", "from") if direction == "Ingress" else ("egress", "to")
     selecting = [p for p in policies if p["metadata"]["namespace"] == pod.namespace
-                 and _selects(p["spec"]["podSelector"], pod.labels) and direction in p["spec"]["policyTypes"]]
+                 and selects(p["spec"]["podSelector"], pod.labels) and direction in p["spec"]["policyTypes"]]
     if not selecting:
         return True  # not isolated in this direction
     for p in selecting:
