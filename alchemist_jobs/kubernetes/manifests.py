@@ -272,9 +272,8 @@ def shm_size(memory: str) -> str:
     memory limit (Kubernetes' emptyDir docs, `medium: Memory`), so the processes keep three
     quarters whatever /dev/shm holds; DataLoader workers' prefetched batches and NCCL's
     shared-memory transport live there (docs/kubernetes.md)."""
-    from kubernetes.utils.quantity import parse_quantity
-
-    return f"{max(1, int(parse_quantity(memory)) // (SHM_FRACTION * 2**20))}Mi"
+    # quantity_bytes, not the kubernetes package's parser: a dry run imports no cluster library.
+    return f"{max(1, int(quantity_bytes(memory)) // (SHM_FRACTION * 2**20))}Mi"
 
 
 def secret_env(spec: JobSpec, stack: StackOutput) -> list[dict]:
