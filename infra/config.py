@@ -493,8 +493,6 @@ def _check_consistency(cfg: StackConfig) -> None:
     if provider == "existing" and cfg.kubeconfig is not None:
         import yaml
 
-        from infra.team_credential import cluster_entry
-
         try:  # jobs get this cluster with a team token (infra/team_credential.py)
             cluster_entry(cfg.kubeconfig.get_secret_value())
         except (ValueError, AttributeError, TypeError, KeyError, yaml.YAMLError):
@@ -654,3 +652,16 @@ def _check_gpu_pool(aws: AwsConfig) -> None:
             if not efa_interfaces(t):
                 raise StackConfigError(f"{key}.instanceTypes[{i}]", t,
                                        "an EFA instance type with efa: true (see infra/instance_types.py)")
+
+
+def cluster_entry(deployer_kubeconfig: str) -> dict[str, Any]:
+    """The cluster (server, CA) of the kubeconfig's current context; ValueError if it has none."""
+    import yaml
+
+    doc = yaml.safe_load(deployer_kubeconfig) or {}
+    current = doc.get("current-context")
+    ctx = next((c["context"] for c in doc.get("contexts") or [] if c.get("name") == current), None)
+    cluster = next((c["cluster"] for c in doc.get("clusters") or [] if ctx and c.get("name") == ctx.get("cluster")), None)
+    if not cluster or not cluster.get("server"):
+        raise ValueError("no current-context whose cluster has a server")
+    return dict(cluster)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pulumi
 
@@ -100,15 +101,20 @@ def run(stack: str, monitoring_dir: Path, repo_root: Path = REPO_ROOT) -> None:
         ),
         opts=on_cluster,
     )
-    kubeconfig = facts.kubeconfig
-    if cfg.provider == "existing":  # jobs get a team ServiceAccount's token, never the deployer's kubeconfig
-        from infra.team_credential import TeamCredential, TeamCredentialArgs
-
-        assert cfg.kubeconfig is not None  # checked by config.parse
-        team = cfg.default_team.name
-        kubeconfig = TeamCredential("team-credential", TeamCredentialArgs(
-            team=team, deployer_kubeconfig=pulumi.Output.secret(cfg.kubeconfig.get_secret_value()),
-            depends_on=[platform.teams[team]]), opts=on_cluster).kubeconfig  # fmt: skip
     pulumi.export("alchemist", build_output(stack, cfg, facts, images.refs, monitoring.urls,
-                                              pull_secret=registry.pull_secret,
-                                              object_store=objects.output, kubeconfig=kubeconfig))
+                                              pull_secret=registry.pull_secret, object_store=objects.output,
+                                              kubeconfig=_jobs_kubeconfig(cfg, facts, platform, on_cluster)))
+
+
+def _jobs_kubeconfig(cfg: Any, facts: Any, platform: Any, on_cluster: pulumi.ResourceOptions) -> Any:
+    """What jobs reach the cluster with: on `existing`, a team ServiceAccount's token, never the
+    deployer's kubeconfig; elsewhere the cluster's own (facts.kubeconfig)."""
+    if cfg.provider != "existing":
+        return facts.kubeconfig
+    from infra.team_credential import TeamCredential, TeamCredentialArgs
+
+    assert cfg.kubeconfig is not None  # checked by config.parse
+    team = cfg.default_team.name
+    return TeamCredential("team-credential", TeamCredentialArgs(
+        team=team, deployer_kubeconfig=pulumi.Output.secret(cfg.kubeconfig.get_secret_value()),
+        depends_on=[platform.teams[team]]), opts=on_cluster).kubeconfig  # fmt: skip

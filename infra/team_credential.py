@@ -20,22 +20,12 @@ import pulumi
 import pulumi_kubernetes as kubernetes
 import yaml
 
+from infra.config import cluster_entry
 from infra.labels import MANAGED_BY
 from infra.team_namespace import RBAC, SUBMITTER_ROLE
 
 SUBMITTER_ACCOUNT = "alchemist-submitter"
 TOKEN_SECRET = "alchemist-submitter-token"  # not alchemist-job-*: no pod may mount it
-
-
-def cluster_entry(deployer_kubeconfig: str) -> dict[str, Any]:
-    """The cluster (server, CA) of the kubeconfig's current context; ValueError if it has none."""
-    doc = yaml.safe_load(deployer_kubeconfig) or {}
-    current = doc.get("current-context")
-    ctx = next((c["context"] for c in doc.get("contexts") or [] if c.get("name") == current), None)
-    cluster = next((c["cluster"] for c in doc.get("clusters") or [] if ctx and c.get("name") == ctx.get("cluster")), None)
-    if not cluster or not cluster.get("server"):
-        raise ValueError("no current-context whose cluster has a server")
-    return dict(cluster)
 
 
 def token_kubeconfig(deployer_kubeconfig: str, secret_data: dict[str, str], team: str) -> str:
