@@ -216,11 +216,25 @@ class CheckpointSpec(_Node):
     every_steps: int = Field(100, ge=1, description="write a checkpoint every N optimizer steps")
     keep: int = Field(3, ge=1, description="newest checkpoints kept")
     resume: bool = Field(True, description="a (re)started worker resumes from the newest one")
-    stall_timeout_s: float | None = Field(
-        600.0, gt=0, description="a worker that sees no optimizer step for this long (a "
-        "stopped or hung peer) exits, so the group restarts from the newest checkpoint; "
-        "null: never"
+    stall_timeout_s: float | Literal["auto"] | None = Field(
+        "auto", description="a worker that sees no optimizer step for this long (a stopped "
+        "or hung peer) exits, so the group restarts from the newest checkpoint; auto: from "
+        "the run's own step time (100 x its recent median, at least 60 s; the first step of "
+        "an attempt gets 300 s); seconds: a fixed limit; null: never"
     )
+
+    @field_validator("stall_timeout_s", mode="before")
+    @classmethod
+    def _stall_limit(cls, v: Any) -> Any:
+        if v is None or v == "auto":
+            return v
+        try:
+            ok = not isinstance(v, bool) and float(v) > 0
+        except (TypeError, ValueError):
+            ok = False
+        if not ok:
+            raise ValueError("a number of seconds > 0, 'auto' or null")
+        return float(v)
 
 
 _Quantity = Annotated[str, Field(pattern=_QUANTITY)]

@@ -122,9 +122,9 @@ class ScriptReporter:
 
     def _tensorboard(self) -> Any:
         if self._writer is None:
-            from torch.utils.tensorboard import SummaryWriter
+            from alchemist_jobs.runtime.event_writer import summary_writer
 
-            self._writer = SummaryWriter(log_dir=str(self.run.tensorboard))
+            self._writer = summary_writer(str(self.run.tensorboard))
         return self._writer
 
     def close(self) -> None:

@@ -147,9 +147,9 @@ class Trainer:
         return metrics
 
     def _tensorboard(self) -> Any:
-        from torch.utils.tensorboard import SummaryWriter
+        from alchemist_jobs.runtime.event_writer import summary_writer
 
-        return SummaryWriter(log_dir=str(self.run.tensorboard))
+        return summary_writer(str(self.run.tensorboard))
 
     def _restore_model(self, loaded: tuple[int, dict[str, Any]] | None) -> dict[str, Any]:
         """Model weights and position from the newest checkpoint; returns this rank's entry."""
