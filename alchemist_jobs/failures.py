@@ -90,3 +90,34 @@ def failure_lines(logs: Path, n: int = 12) -> list[str]:
         path = logs / "agent-0.log"
         body = last_attempt(path)
     return [f"[{path.name}] {line}" for line in body[-n:]]
+
+
+def _telling(lines: list[str]) -> str:
+    """The last line of a rank's attempt that says something: not a traceback frame,
+    torchrun's banner or a blank."""
+    for line in reversed(lines):
+        text = line.strip()
+        if text and not text.startswith(("File ", "^", "~", "===", "---", "WARNING:", "I0000")) \
+                and not line.startswith(" "):
+            return text[:300]
+    return ""
+
+
+def failure_record(logs: Path) -> dict:
+    """What `status`, its `--json` and the API keep of a failed run (RunRecord.failure): the
+    failing rank, its exit code or signal, one summary line and the lines of
+    `failure_lines`."""
+    lines = failure_lines(logs)
+    cause = root_cause(logs)
+    if cause is None:
+        return dict(rank=None, exit_code=None, signal=None,
+                    summary=_telling([ln.split("] ", 1)[-1] for ln in lines]), lines=lines)
+    said = _telling(last_attempt(logs / f"rank-{cause.rank}.log"))
+    sig = None
+    if cause.exitcode < 0:
+        try:
+            sig = signal.Signals(-cause.exitcode).name
+        except ValueError:
+            sig = f"signal {-cause.exitcode}"
+    return dict(rank=cause.rank, exit_code=cause.exitcode, signal=sig,
+                summary=cause.describe() + (f": {said}" if said else ""), lines=lines)

@@ -145,6 +145,12 @@ def disk_full(path: Path) -> str:
             "free some space and run the job again")
 
 
+def _restarts(run: RunDir) -> int:
+    """How often the group restarted: each worker records its attempt's restart count."""
+    counts = [r.get("restart") for r in run.worker_records()]
+    return max([c for c in counts if isinstance(c, int) and not isinstance(c, bool)] + [0])
+
+
 def agents_message(procs: list[subprocess.Popen], codes: list[int | None]) -> str:
     """What a signal that ended a torchrun agent says (a killed agent takes its workers
     with it; torchrun's own report never says that the agent itself died)."""
@@ -402,9 +408,15 @@ class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
             message = agents_message(handle.procs, codes)
         if run.state().get("state") != CANCELLED:
             ok = all(c == 0 for c in codes) and not message
+            outcome: dict = dict(restarts=_restarts(run))
+            if not ok:  # told from the logs now, while they are certainly complete
+                from alchemist_jobs.failures import failure_record
+
+                outcome["failure"] = failure_record(run.logs)
+                message = message or outcome["failure"]["summary"]
             try:
                 run.update_state(state=SUCCEEDED if ok else FAILED, ended=time.time(),
-                                 exit_codes=codes, message=message)
+                                 exit_codes=codes, message=message, **outcome)
             except OSError as e:  # a full disk: the outcome still reaches the user
                 message = message or f"could not record the outcome: {e.strerror}"
         if handle.servers is not None:  # they exit by themselves once every worker is done
@@ -456,13 +468,14 @@ class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
             state = LOST  # the launcher died without recording an outcome
         prog = Progress.lenient(run.progress()) if run.progress_file.exists() else None
         res = Result.lenient(run.result()) if run.result_file.exists() else None
-        restarts = res.restarts if res else prog.restarts if prog else 0
+        restarts = max(res.restarts if res else prog.restarts if prog else 0, rec.restarts)
         return RunStatus(
             run_id=run.run_id, name=rec.name, stack="local", state=state, created=rec.created,
             ended=rec.ended, workers=rec.workers, restarts=restarts,
             step=prog.step if prog else None, total_steps=prog.total_steps if prog else None,
             message=rec.message, run_dir=str(run.path), progress=prog, result=res,
-            exit_codes=rec.exit_codes), rec.state
+            exit_codes=rec.exit_codes,
+            failure=None if rec.failure is None else rec.failure.model_dump()), rec.state
 
     def logs(self, run_id: str, rank: int = 0, follow: bool = False) -> Iterator[str]:
         run = self._run(run_id)

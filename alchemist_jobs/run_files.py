@@ -36,6 +36,17 @@ class _File(BaseModel):
         return cls()
 
 
+class Failure(BaseModel):
+    """Why a local run failed, recorded by its launcher when it ends (alchemist_jobs.failures):
+    the rank torchrun names as the root cause, how it ended, and its last lines."""
+
+    rank: int | None = None
+    exit_code: int | None = None
+    signal: str | None = None
+    summary: str = ""
+    lines: list[str] = Field(default_factory=list)
+
+
 class RunRecord(_File):
     """run.json, written by the local launcher (and `cancel`)."""
 
@@ -56,6 +67,8 @@ class RunRecord(_File):
     exit_codes: list[int | None] | None = None
     message: str = ""
     detached: bool = False
+    restarts: int = Field(0, ge=0, description="the group's restarts, recorded at the end")
+    failure: Failure | None = None
 
 
 class Progress(_File):

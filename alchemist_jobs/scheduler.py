@@ -45,6 +45,8 @@ class RunStatus:
     restarts_counted: int | None = None
     # Cluster: pods long past their deletion deadline that hold the run (job_state.stuck_pod).
     stuck_pods: list[dict[str, Any]] = field(default_factory=list)
+    # Local: why a failed run failed (run_files.Failure as a dict), recorded at its end.
+    failure: dict[str, Any] | None = None
     # Backend-specific facts a backend reads back itself (pods, sizes); the CLI never does.
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -60,6 +62,7 @@ class RunStatus:
             restarts=self.restarts, step=self.step, total_steps=self.total_steps,
             message=self.message, run_dir=self.run_dir, exit_codes=self.exit_codes,
             restarts_counted=self.restarts_counted, stuck_pods=self.stuck_pods,
+            failure=self.failure,
             progress=None if self.progress is None else self.progress.model_dump(
                 include=set(Progress.model_fields)),
             result=None if self.result is None else self.result.model_dump(

@@ -446,6 +446,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(f"created    {_when(s.created)}\nended      {_when(s.ended)}")
     if s.message:
         print(f"message    {s.message}")
+    if s.failure and s.failure.get("lines"):
+        print("why it failed:")
+        print("\n".join("  " + line for line in s.failure["lines"]))
     for p in s.stuck_pods:
         print(f"stuck      pod {p['pod']} on node {p['node'] or '?'}: "
               f"{p['overdue_s'] // 60} min past its deletion deadline")

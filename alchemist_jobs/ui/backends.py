@@ -174,6 +174,9 @@ class Backends:
             out.ranks = _local_ranks(run, st)
             out.checkpoints = _checkpoints(run.checkpoints)
             out.result = _dump(st.result) or None
+            if st.failure:
+                out.failed_rank = st.failure.get("rank")
+                out.failure_lines = list(st.failure.get("lines") or [])
         else:
             out.ranks = _cluster_ranks(st)
         return out

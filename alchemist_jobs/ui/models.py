@@ -83,6 +83,10 @@ class RunDetail(RunSummary):
     checkpoints: list[Checkpoint] = []
     links: Links = Field(default_factory=Links)
     result: dict[str, Any] | None = Field(None, description="rank 0's summary at the end")
+    failed_rank: int | None = Field(None, description="the rank whose failure ended the run "
+                                    "(local runs): the page opens its log")
+    failure_lines: list[str] = Field(default_factory=list,
+                                     description="its last lines and torchrun's root cause")
 
 
 class RunMetrics(BaseModel):

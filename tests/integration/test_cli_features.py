@@ -129,3 +129,37 @@ def test_run_json_with_follow_is_refused(home):
     r = cli("run", str(EXAMPLES / "digits.yaml"), "--json", "--follow", home=home)
     assert r.returncode == 2 and "--json with --follow" in r.stderr
     assert not (home / "runs").exists() or not any((home / "runs").iterdir())
+
+
+def test_a_failed_detached_run_says_which_rank_failed_how_and_why(home, tmp_path):
+    """Issue 24.3: after the CLI has exited, `status`, its `--json` and the dashboard's API
+    name the rank whose failure ended the run, its exit code and its last lines; the group's
+    restarts are counted. They were an empty message, 0 restarts and rank 0's log."""
+    (tmp_path / "shard.py").write_text(
+        "import os, time\n"
+        "if os.environ['RANK'] == '1':\n"
+        "    raise ValueError('shard 7 is truncated at byte 4096')\n"
+        "time.sleep(300)\n")
+    (tmp_path / "job.yaml").write_text(
+        "name: shard\ntask: {script: shard.py}\nprocs_per_node: 2\nmax_restarts: 1\n")
+    r = cli("run", str(tmp_path / "job.yaml"), "--detach", home=home)
+    assert r.returncode == 0, r.stderr
+    run_id = r.stdout.strip()
+    st = wait_finished(home, run_id)
+    assert st["state"] == "failed" and st["restarts"] == 1, st
+    f = st["failure"]
+    assert f["rank"] == 1 and f["exit_code"] == 1 and f["signal"] is None, f
+    assert "rank 1 failed: exit 1" in st["message"] and "shard 7 is truncated" in st["message"]
+    assert any("ValueError: shard 7 is truncated at byte 4096" in line for line in f["lines"])
+    text = cli("status", run_id, home=home).stdout
+    assert "restarts   1" in text and "why it failed:" in text and "shard 7 is truncated" in text
+
+    from fastapi.testclient import TestClient
+
+    from tests.ui.conftest import AUTH, make_app
+
+    app, _ = make_app(home)
+    with TestClient(app, base_url="http://127.0.0.1:8265", headers=AUTH) as c:
+        d = c.get(f"/api/v1/stacks/local/runs/{run_id}").json()
+    assert d["failed_rank"] == 1 and d["restarts"] == 1 and "shard 7" in d["reason"], d
+    assert any("shard 7 is truncated" in line for line in d["failure_lines"])

@@ -176,7 +176,7 @@ async function loadRuns() {
 function showRun(stack, runId) {
   const r = { stack, run_id: runId };
   document.getElementById("run-title").textContent = runId;
-  const log = { rank: 0, offset: 0 };
+  const log = { rank: 0, offset: 0, chosen: false };
   let finished = false;
   document.getElementById("cancel").onclick = async () => {
     if (!confirm(`Cancel ${runId}? Every process of the run is stopped.`)) return;
@@ -187,7 +187,7 @@ function showRun(stack, runId) {
     loadDetail();
   };
   document.getElementById("log-rank").onchange = (ev) => {
-    log.rank = Number(ev.target.value); log.offset = 0;
+    log.rank = Number(ev.target.value); log.offset = 0; log.chosen = true;
     document.getElementById("log").textContent = ""; loadLog(true);
   };
   async function loadDetail() {
@@ -219,6 +219,11 @@ function showRun(stack, runId) {
     if (rankSel.options.length !== n) {
       rankSel.replaceChildren(...Array.from({ length: n }, (_, i) => el("option", { value: String(i), text: String(i) })));
       rankSel.value = String(log.rank);
+    }
+    if (d.failed_rank != null && !log.chosen && log.rank !== d.failed_rank) {
+      // A failed run opens the log of the rank that failed, not rank 0's "connection closed".
+      log.rank = d.failed_rank; log.offset = 0; rankSel.value = String(log.rank);
+      document.getElementById("log").textContent = ""; loadLog(true);
     }
     document.querySelector("#checkpoints tbody").replaceChildren(...d.checkpoints.map((c) =>
       el("tr", {}, el("td", { text: c.name }), el("td", { text: c.step ?? "-" }), el("td", { text: bytes(c.bytes) }),
