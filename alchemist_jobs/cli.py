@@ -15,7 +15,7 @@ from alchemist_jobs.errors import JobFailed, UserError
 # registers, so a command imports only its own module: `alchemist run` starts fast, and no
 # command imports the heavier modules (kubernetes, pulumi, boto3) it does not use.
 COMMAND_MODULES = {
-    "alchemist_jobs.commands.jobs": ("run", "submit", "list", "status", "logs", "cancel"),
+    "alchemist_jobs.commands.jobs": ("run", "submit", "list", "status", "logs", "cancel", "rm"),
     "alchemist_jobs.commands.stack": ("stack",),
     "alchemist_jobs.commands.interactive": ("interactive",),
     "alchemist_jobs.commands.monitor": ("monitor",),
@@ -23,6 +23,17 @@ COMMAND_MODULES = {
     "alchemist_jobs.ui.command": ("ui",),
     "alchemist_jobs.commands.plan": ("plan",),
 }
+
+
+DESCRIPTION = ("Run distributed training jobs (PyTorch, TensorFlow, JAX) on this machine or on "
+               "a GPU Kubernetes platform that `pulumi up` stood up, and follow them.")
+EPILOG = """getting started:
+  alchemist run examples/digits.yaml          train on this machine (the local stack)
+  alchemist list                              runs, newest first
+  alchemist status RUN / logs RUN / rm RUN    one run
+  alchemist run job.yaml --stack dev          the same job on a cluster stack
+  alchemist ui                                the dashboard
+`alchemist COMMAND --help` describes each command; docs/cli.md has the whole reference."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -44,7 +55,8 @@ def _version() -> str:
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     """The parser; given the command line, only the module of its command is imported
     (all of them for --help, a bad command, or no argv)."""
-    parser = _Parser(prog="alchemist", description=__doc__)
+    parser = _Parser(prog="alchemist", description=DESCRIPTION, epilog=EPILOG,
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     parser.add_argument("--version", action="version", version=f"alchemist {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)

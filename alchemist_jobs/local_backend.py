@@ -516,6 +516,25 @@ class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
         self._kill_leftover_workers(run)
         return self.status(run.run_id)
 
+    def remove(self, run_id: str, force: bool = False) -> RunStatus:
+        """Delete the run's directory. It first moves, in one rename, to a hidden name that
+        no command takes for a run, so a listing never shows a half-deleted run."""
+        run = self._run(run_id)
+        st = self.status(run.run_id)
+        if not st.finished:
+            if not force:
+                raise UserError(f"rm {run.run_id}: the run is {st.state}; accepted: an ended "
+                                "run, or --force to cancel it first")
+            st = self.cancel(run.run_id)
+        doomed = run.path.with_name(f".removing-{run.run_id}-{os.getpid()}")
+        try:
+            os.rename(run.path, doomed)
+        except OSError as e:
+            raise UserError(f"rm {run.run_id}: cannot remove {run.path}: "
+                            f"{e.strerror or type(e).__name__}") from None
+        shutil.rmtree(doomed, ignore_errors=True)
+        return st
+
     def list(self) -> list[RunStatus]:
         """Every run, oldest first. An ended run's status comes from the index of ended runs
         while its directory is unchanged (alchemist_jobs/run_index.py); any other run's files

@@ -129,3 +129,11 @@ class Scheduler(abc.ABC, Generic[RequestT, HandleT]):
 
     @abc.abstractmethod
     def list(self) -> list[RunStatus]: ...
+
+    def remove(self, run_id: str, force: bool = False) -> RunStatus:
+        """Delete a run and its files; a run that has not ended only with `force` (which
+        cancels it first)."""
+        from alchemist_jobs.errors import UserError
+
+        raise UserError(f"rm: stack {self.stack}: removing runs is done on the local stack; "
+                        "on a cluster stack `alchemist cancel RUN` deletes the run's JobSet")

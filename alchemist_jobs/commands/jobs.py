@@ -1,4 +1,4 @@
-"""`alchemist run|list|status|logs|cancel`: launch a job on a stack and follow it."""
+"""`alchemist run|list|status|logs|cancel|rm`: launch a job on a stack and follow it."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import argparse
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -41,6 +42,8 @@ EXAMPLES = {
     "status": "examples:\n  alchemist status digits-20261201\n  alchemist status 0e2c --json",
     "logs": "examples:\n  alchemist logs 0e2c\n  alchemist logs 0e2c --rank 1 --follow",
     "cancel": "examples:\n  alchemist cancel 0e2c",
+    "rm": "examples:\n  alchemist rm 0e2c\n  alchemist rm --state failed\n"
+          "  alchemist rm --older-than 7d --dry-run\n  alchemist rm 0e2c --force",
 }
 
 
@@ -107,6 +110,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("run", help="run id (any part of it that only one run has)")
     _stack_args(p)
     p.set_defaults(func=cmd_cancel)
+
+    p = _add(sub, "rm", "remove runs and their files (logs, checkpoints, metrics)")
+    p.add_argument("runs", nargs="*", metavar="RUN",
+                   help="run ids (any part of one that only one run has); without any, the "
+                        "runs the filters select")
+    p.add_argument("--state", default=None, choices=["succeeded", "failed", "cancelled", "lost"],
+                   help="only runs that ended in this state")
+    p.add_argument("--older-than", default=None, metavar="AGE",
+                   help="only runs created longer ago than AGE: 90s, 30m, 12h, 7d or 2w")
+    p.add_argument("--force", action="store_true",
+                   help="also a run that has not ended: cancel it first")
+    p.add_argument("--dry-run", action="store_true", help="print what would be removed")
+    _stack_args(p)
+    p.set_defaults(func=cmd_rm)
 
 
 def _scheduler(args: argparse.Namespace):
@@ -466,6 +483,54 @@ def cmd_logs(args: argparse.Namespace) -> int:
             sys.stdout.flush()
     except KeyboardInterrupt:
         return 130
+    return 0
+
+
+_AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def parse_age(text: str) -> float:
+    """`--older-than`: a number with a unit (90s, 30m, 12h, 7d, 2w), in seconds."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*", text or "")
+    if not m:
+        raise UserError(f"--older-than {text!r}: accepted: a number and a unit, s m h d or w "
+                        "(90s, 30m, 12h, 7d, 2w)")
+    return float(m.group(1)) * _AGE_UNITS[m.group(2)]
+
+
+def cmd_rm(args: argparse.Namespace) -> int:
+    age = parse_age(args.older_than) if args.older_than is not None else None
+    if not args.runs and args.state is None and age is None:
+        raise UserError("rm: nothing named; accepted: run ids, --state STATE or --older-than AGE")
+    sched = _scheduler(args)
+    if args.runs:
+        chosen = [sched.status(ref) for ref in args.runs]  # a bad id fails before any removal
+        named = True
+    else:
+        chosen, named = sched.list(), False
+    now = time.time()
+    chosen = [r for r in chosen if (args.state is None or r.state == args.state)
+              and (age is None or (r.created or now) < now - age)]
+    live = [r for r in chosen if not r.finished]
+    if live and not args.force:
+        if named:
+            raise UserError(f"rm {live[0].run_id}: the run is {live[0].state}; accepted: an "
+                            "ended run, or --force to cancel it first")
+        print(f"skipping {len(live)} run(s) that have not ended (--force cancels and removes "
+              "them)", file=sys.stderr)
+        chosen = [r for r in chosen if r.finished]
+    seen: set[str] = set()
+    for r in chosen:
+        if r.run_id in seen:
+            continue
+        seen.add(r.run_id)
+        if args.dry_run:
+            print(f"would remove {r.run_id} ({r.state})")
+            continue
+        st = sched.remove(r.run_id, force=args.force)
+        print(f"removed {r.run_id} ({st.state})")
+    if not seen:
+        print("no run matched; nothing removed", file=sys.stderr)
     return 0
 
 

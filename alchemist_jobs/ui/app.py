@@ -123,6 +123,12 @@ def _routes(app: FastAPI, b: Backends) -> None:
         """Stop the run and every process (or pod) of it."""
         return b.cancel(stack, run_id)
 
+    @app.delete(run_path, response_model=m.RunSummary, responses=_ERRORS)
+    def remove(stack: str, run_id: str, force: bool = False) -> m.RunSummary:
+        """Remove an ended run and its files (local stack); `force` cancels a live one first.
+        A run that has not ended is 409 without it."""
+        return b.remove(stack, run_id, force)
+
     @app.post(f"{API}/check", response_model=m.Checked, responses=_ERRORS)
     def check(body: m.SpecBody) -> m.Checked:
         """Every check `alchemist run` makes before anything starts; starts nothing."""
@@ -144,7 +150,8 @@ def _handlers(app: FastAPI) -> None:
     @app.exception_handler(UserError)
     async def user_error(_request: Request, e: UserError) -> JSONResponse:
         text = str(e)
-        return JSONResponse({"detail": text}, status_code=404 if "no such run" in text else 400)
+        code = 404 if "no such run" in text else 409 if "or --force to cancel" in text else 400
+        return JSONResponse({"detail": text}, status_code=code)
 
     @app.exception_handler(UnknownStack)
     async def no_stack(_request: Request, e: UnknownStack) -> JSONResponse:

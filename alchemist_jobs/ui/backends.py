@@ -222,6 +222,11 @@ class Backends:
         st = s.scheduler.cancel(check_run_id(run_id))
         return self._summary(s, st)
 
+    def remove(self, stack: str, run_id: str, force: bool = False) -> m.RunSummary:
+        s = self.stack(stack)
+        st = s.scheduler.remove(check_run_id(run_id), force=force)
+        return self._summary(s, st)
+
     # -- submit ------------------------------------------------------------------------------
 
     def check(self, body: m.SpecBody) -> tuple[Stack, Any, Any]:

@@ -163,3 +163,61 @@ def test_a_failed_detached_run_says_which_rank_failed_how_and_why(home, tmp_path
         d = c.get(f"/api/v1/stacks/local/runs/{run_id}").json()
     assert d["failed_rank"] == 1 and d["restarts"] == 1 and "shard 7" in d["reason"], d
     assert any("shard 7 is truncated" in line for line in d["failure_lines"])
+
+
+def test_rm_removes_ended_runs_by_id_state_and_age_and_a_live_one_only_when_told(home, tmp_path):
+    """Issue 24.2: `alchemist rm` and the dashboard's DELETE, over real runs: one that
+    succeeded, one that failed, one still running."""
+    (tmp_path / "ok.py").write_text("print('fine', flush=True)\n")
+    (tmp_path / "bad.py").write_text("raise SystemExit('broken')\n")
+    (tmp_path / "long.py").write_text("import time\ntime.sleep(600)\n")
+    ids = {}
+    for name in ("ok", "bad", "long"):
+        (tmp_path / f"{name}.yaml").write_text(
+            f"name: {name}\ntask: {{script: {name}.py}}\nmax_restarts: 0\n")
+        r = cli("run", str(tmp_path / f"{name}.yaml"), "--detach", home=home)
+        assert r.returncode == 0, r.stderr
+        ids[name] = r.stdout.strip()
+    for name in ("ok", "bad"):
+        wait_finished(home, ids[name])
+    live = RunDir(home / "runs" / ids["long"])
+    deadline = time.time() + 120
+    while not live.worker_records() and time.time() < deadline:
+        time.sleep(0.2)  # its worker has started
+    assert live.worker_records(), "the long run's worker never started"
+
+    def runs() -> set[str]:
+        return {r["run_id"] for r in json.loads(cli("list", "--json", home=home).stdout)}
+
+    r = cli("rm", ids["long"], home=home)  # running: refused, one line, nothing removed
+    assert r.returncode == 2 and "running" in r.stderr and "--force" in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and runs() == set(ids.values())
+    for bad, field in ((["--older-than", "soon"], "--older-than"), ([], "nothing named")):
+        r = cli("rm", *bad, home=home)
+        assert r.returncode == 2 and field in r.stderr, r.stderr
+    r = cli("rm", "--older-than", "1h", home=home)  # every run is younger
+    assert r.returncode == 0 and runs() == set(ids.values()), r.stderr
+    r = cli("rm", "--state", "failed", "--dry-run", home=home)
+    assert f"would remove {ids['bad']}" in r.stdout and runs() == set(ids.values())
+    r = cli("rm", "--state", "failed", home=home)
+    assert r.returncode == 0 and f"removed {ids['bad']}" in r.stdout, r.stderr
+    assert runs() == {ids["ok"], ids["long"]} and not (home / "runs" / ids["bad"]).exists()
+
+    from fastapi.testclient import TestClient
+
+    from alchemist_jobs.ui import security
+    from tests.ui.conftest import AUTH, make_app
+
+    app, _ = make_app(home)
+    change = dict(AUTH, **{security.CSRF_HEADER: security.CSRF_VALUE})
+    with TestClient(app, base_url="http://127.0.0.1:8265", headers=change) as c:
+        assert c.delete(f"/api/v1/stacks/local/runs/{ids['long']}").status_code == 409
+        assert c.delete(f"/api/v1/stacks/local/runs/{ids['ok']}").status_code == 200
+        assert c.delete(f"/api/v1/stacks/local/runs/{ids['ok']}").status_code == 404
+    assert runs() == {ids["long"]}
+
+    r = cli("rm", ids["long"], "--force", home=home)  # cancelled, its processes gone, removed
+    assert r.returncode == 0 and "cancelled" in r.stdout, r.stdout + r.stderr
+    assert runs() == set() and not [p for p in (home / "runs").iterdir()
+                                    if not p.name.startswith(".ended-runs")]
+    assert no_process_of(live) == []

@@ -186,6 +186,11 @@ function showRun(stack, runId) {
     catch (e) { banner(e.message); btn.disabled = false; btn.textContent = "Cancel run"; }
     loadDetail();
   };
+  document.getElementById("remove").onclick = async () => {
+    if (!confirm(`Remove ${runId}? Its logs, checkpoints and metrics are deleted.`)) return;
+    try { await api(runPath(r), { method: "DELETE" }); location.hash = "#/runs"; }
+    catch (e) { banner(e.message); }
+  };
   document.getElementById("log-rank").onchange = (ev) => {
     log.rank = Number(ev.target.value); log.offset = 0; log.chosen = true;
     document.getElementById("log").textContent = ""; loadLog(true);
@@ -200,6 +205,7 @@ function showRun(stack, runId) {
     document.getElementById("run-reason").textContent = d.reason || "";
     const btn = document.getElementById("cancel");
     btn.hidden = finished;
+    document.getElementById("remove").hidden = !finished || d.stack !== "local";
     const facts = [["stack", d.stack], ["job", d.name], ["workers", d.workers], ["restarts", d.restarts],
       ["step", d.step === null ? "-" : `${d.step}/${d.total_steps}`], ["loss", fmt(d.loss)],
       ["samples/s", fmtInt(d.samples_per_s)], ["accuracy", fmt(d.accuracy)], ["owner", d.owner || "-"],
