@@ -25,7 +25,7 @@ COMMAND_MODULES = {
 }
 
 
-DESCRIPTION = ("Run distributed training jobs (PyTorch, TensorFlow, JAX) on this machine or on "
+DESCRIPTION = ("Run distributed training jobs (PyTorch, TensorFlow, JAX) on this machine or on\n"
                "a GPU Kubernetes platform that `pulumi up` stood up, and follow them.")
 EPILOG = """getting started:
   alchemist run examples/digits.yaml          train on this machine (the local stack)
