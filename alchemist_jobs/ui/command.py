@@ -9,7 +9,7 @@ from pathlib import Path
 
 from alchemist_jobs.errors import UserError
 
-DEFAULT_PORT = 8265
+DEFAULT_PORT = 8740
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

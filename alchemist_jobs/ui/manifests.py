@@ -12,7 +12,7 @@ from alchemist_jobs.contract import StackOutput
 
 NAME = "alchemist-dashboard"
 SUBMITTER_ROLE = "alchemist-job-submitter"  # infra/team_namespace.py submitter_role()
-PORT = 8265
+PORT = 8740
 STACK_FILE_DIR = "/etc/alchemist"
 LABELS = {"app.kubernetes.io/name": NAME, "app.kubernetes.io/part-of": "alchemist",
           "app.kubernetes.io/component": "dashboard"}

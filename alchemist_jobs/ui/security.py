@@ -41,13 +41,13 @@ def token_ok(expected: str | None, authorization: str | None) -> bool:
 def allowed_hosts(host: str) -> set[str]:
     """Host names a loopback bind answers: its own names only, so a page on another site
     cannot reach it through DNS rebinding (a name of theirs that resolves to 127.0.0.1).
-    Any port: `kubectl port-forward 9000:8265` reaches the in-cluster dashboard as
+    Any port: `kubectl port-forward 9000:8740` reaches the in-cluster dashboard as
     127.0.0.1:9000."""
     return {"127.0.0.1", "localhost", "[::1]", host if ":" not in host else f"[{host}]"}
 
 
 def host_name(header: str) -> str:
-    """The name part of a Host header (`[::1]:8265` -> `[::1]`, `localhost:80` ->
+    """The name part of a Host header (`[::1]:8740` -> `[::1]`, `localhost:80` ->
     `localhost`); anything not of the form NAME or NAME:PORT comes back whole."""
     if header.startswith("["):
         end = header.find("]")

@@ -159,7 +159,7 @@ def test_a_failed_detached_run_says_which_rank_failed_how_and_why(home, tmp_path
     from tests.ui.conftest import AUTH, make_app
 
     app, _ = make_app(home)
-    with TestClient(app, base_url="http://127.0.0.1:8265", headers=AUTH) as c:
+    with TestClient(app, base_url="http://127.0.0.1:8740", headers=AUTH) as c:
         d = c.get(f"/api/v1/stacks/local/runs/{run_id}").json()
     assert d["failed_rank"] == 1 and d["restarts"] == 1 and "shard 7" in d["reason"], d
     assert any("shard 7 is truncated" in line for line in d["failure_lines"])
@@ -210,7 +210,7 @@ def test_rm_removes_ended_runs_by_id_state_and_age_and_a_live_one_only_when_told
 
     app, _ = make_app(home)
     change = dict(AUTH, **{security.CSRF_HEADER: security.CSRF_VALUE})
-    with TestClient(app, base_url="http://127.0.0.1:8265", headers=change) as c:
+    with TestClient(app, base_url="http://127.0.0.1:8740", headers=change) as c:
         assert c.delete(f"/api/v1/stacks/local/runs/{ids['long']}").status_code == 409
         assert c.delete(f"/api/v1/stacks/local/runs/{ids['ok']}").status_code == 200
         assert c.delete(f"/api/v1/stacks/local/runs/{ids['ok']}").status_code == 404

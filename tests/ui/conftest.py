@@ -71,7 +71,7 @@ def fake(monkeypatch: pytest.MonkeyPatch):
 
 
 def make_app(home: Path, outputs: Path | None = None, host: str = "127.0.0.1",
-             port: int = 8265, token: str | None = TEST_TOKEN,
+             port: int = 8740, token: str | None = TEST_TOKEN,
              stacks: tuple[str, ...] = ("local",)):
     from alchemist_jobs.ui.app import create_app
     from alchemist_jobs.ui.backends import Backends

@@ -16,7 +16,7 @@ from alchemist_jobs.ui import security
 from tests.ui.conftest import (AUTH, EXAMPLES, KUBECONFIG_SECRET, REPO, TEST_TOKEN, TOKEN_SECRET,
                                cli, make_app)
 
-LOCAL = "http://127.0.0.1:8265"
+LOCAL = "http://127.0.0.1:8740"
 CHANGE = {security.CSRF_HEADER: security.CSRF_VALUE}
 DIGITS = (EXAMPLES / "digits.yaml").read_text()
 
@@ -287,8 +287,8 @@ def test_no_response_holds_a_secret(cluster_client, fake, finished_home):
 @pytest.fixture
 def exposed(finished_home):
     token = security.new_token()
-    app, _ = make_app(finished_home[0], host="0.0.0.0", port=8265, token=token)
-    with TestClient(app, base_url="http://10.1.2.3:8265") as c:
+    app, _ = make_app(finished_home[0], host="0.0.0.0", port=8740, token=token)
+    with TestClient(app, base_url="http://10.1.2.3:8740") as c:
         yield c, token
 
 
@@ -368,11 +368,11 @@ def test_changes_need_the_header_and_the_same_origin(client, finished_home):
 
 
 def test_a_loopback_bind_answers_only_its_own_host_names(client):
-    assert client.get("/api/v1/runs", headers={"Host": "127.0.0.1:8265"}).status_code == 200
-    assert client.get("/api/v1/runs", headers={"Host": "localhost:8265"}).status_code == 200
-    # kubectl port-forward 9000:8265 to the in-cluster dashboard
+    assert client.get("/api/v1/runs", headers={"Host": "127.0.0.1:8740"}).status_code == 200
+    assert client.get("/api/v1/runs", headers={"Host": "localhost:8740"}).status_code == 200
+    # kubectl port-forward 9000:8740 to the in-cluster dashboard
     assert client.get("/api/v1/runs", headers={"Host": "127.0.0.1:9000"}).status_code == 200
-    for host in ("evil.example:8265", "127.0.0.1.evil.example:8265", "evil.example",
+    for host in ("evil.example:8740", "127.0.0.1.evil.example:8740", "evil.example",
                  "[::1].evil.example", ""):
         r = client.get("/api/v1/runs", headers={"Host": host})
         assert r.status_code == 421 and "runs" not in r.json()

@@ -150,3 +150,54 @@ def test_a_bad_pasted_spec_shows_the_clis_one_line_error(driver, tmp_path):
         assert not (home / "runs").exists() or not any((home / "runs").iterdir())
     finally:
         assert server.stop() == 0
+
+
+def test_a_finished_run_shows_its_charts_and_a_missing_run_says_so_and_stops_asking(
+        driver, finished_home):
+    """Issue 24.13: a finished run's page draws its charts on one step axis, the loss has a
+    log scale, the page has an icon, and a run that does not exist says so once and is no
+    longer polled."""
+    import urllib.request
+
+    from selenium.common.exceptions import TimeoutException
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    home, run_id = finished_home
+    server = UiServer(home)
+    try:
+        driver.get(server.login_url)
+        driver.get(server.url + f"#/run/local/{run_id}")
+        points = lambda d, k: int(d.find_element(By.ID, f"chart-{k}").get_attribute(
+            "data-points") or 0)
+        wait(driver, lambda d: all(points(d, k) > 0 for k in ("loss", "accuracy", "throughput")),
+             "a finished run's charts stayed empty")
+        assert driver.find_element(By.ID, "remove").is_displayed()
+        assert not driver.find_element(By.ID, "cancel").is_displayed()
+        first_step = lambda d, k: [t.text for t in d.find_elements(
+            By.CSS_SELECTOR, f"#chart-{k} text") if t.text.startswith("step ")][0]
+        starts = {first_step(driver, k) for k in ("loss", "accuracy", "throughput")}
+        assert len(starts) == 1, starts
+        loss = driver.find_element(By.ID, "chart-loss")
+        assert loss.get_attribute("data-scale") == "linear"
+        driver.find_element(By.ID, "loss-log").click()
+        wait(driver, lambda d: d.find_element(By.ID, "chart-loss").get_attribute("data-scale")
+             == "log", "the loss chart never switched to a log scale")
+        shot(driver, "run-finished-log-loss.png")
+
+        icon = driver.find_element(By.CSS_SELECTOR, "link[rel=icon]").get_attribute("href")
+        with urllib.request.urlopen(icon, timeout=30) as resp:
+            assert resp.status == 200 and resp.headers["content-type"].startswith("image/svg")
+
+        missing = "nope-20260101-000000-00000000"
+        driver.get(server.url + f"#/run/local/{missing}")
+        wait(driver, lambda d: "no such run" in d.find_element(By.ID, "run-title").text,
+             "a missing run's page never said so")
+        asked = lambda d: d.execute_script(
+            "return performance.getEntriesByType('resource')"
+            f".filter((e) => e.name.includes('/runs/{missing}')).length")
+        before = asked(driver)
+        with pytest.raises(TimeoutException):  # three polling periods: no new request
+            WebDriverWait(driver, 4.5, poll_frequency=0.3).until(lambda d: asked(d) > before)
+    finally:
+        assert server.stop() == 0

@@ -17,12 +17,12 @@ from tests.another_user import as_other, other_account, shared_dir  # noqa: F401
 
 TOKEN = "test-token-submit-code"
 HEADERS = {security.CSRF_HEADER: security.CSRF_VALUE, "Authorization": f"Bearer {TOKEN}"}
-LOCAL = "http://127.0.0.1:8265"
+LOCAL = "http://127.0.0.1:8740"
 
 
 def client_over(spec_dir: Path, home: Path) -> TestClient:
     b = Backends(["local"], home=home, spec_dir=spec_dir)
-    return TestClient(create_app(b, TOKEN, "127.0.0.1", 8265), base_url=LOCAL)
+    return TestClient(create_app(b, TOKEN, "127.0.0.1", 8740), base_url=LOCAL)
 
 
 def wait_done(c: TestClient, run_id: str) -> dict:

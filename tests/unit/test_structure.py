@@ -148,3 +148,14 @@ def test_the_function_length_check_sees_long_functions(tmp_path):
     src = "def f():\n" + "    x = 1\n" * (MAX_FUNCTION_LINES + 1)
     node = ast.parse(src).body[0]
     assert node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES
+
+
+def test_the_dashboards_default_port_is_no_other_training_tools_default():
+    """Issue 24.13: 8265 is Ray's dashboard, which often runs on the same machines."""
+    from alchemist_jobs.ui.command import DEFAULT_PORT
+    from alchemist_jobs.ui.manifests import PORT
+
+    others = {8265: "Ray dashboard", 6006: "TensorBoard", 8888: "Jupyter", 9090: "Prometheus",
+              9091: "Pushgateway", 3000: "Grafana", 9100: "node exporter", 29500: "torchrun",
+              5000: "MLflow", 8080: "Airflow and many others"}
+    assert DEFAULT_PORT not in others and PORT not in others, others.get(DEFAULT_PORT)

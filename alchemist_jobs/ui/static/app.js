@@ -195,9 +195,17 @@ function showRun(stack, runId) {
     log.rank = Number(ev.target.value); log.offset = 0; log.chosen = true;
     document.getElementById("log").textContent = ""; loadLog(true);
   };
+  let gone = false;
   async function loadDetail() {
     let d;
-    try { d = await api(runPath(r)); } catch (e) { banner(e.message); return; }
+    try { d = await api(runPath(r)); } catch (e) {
+      banner(e.message);
+      if (e.status === 404) {  // no such run (or removed): nothing will change, stop asking
+        gone = true; timers.forEach(clearInterval); timers = [];
+        document.getElementById("run-title").textContent = `${runId}: no such run on stack ${stack}`;
+      }
+      return;
+    }
     finished = FINAL.has(d.state);
     const stateEl = document.getElementById("run-state");
     if (!stateEl) return;
@@ -236,13 +244,23 @@ function showRun(stack, runId) {
         el("td", { text: new Date(c.modified * 1000).toLocaleTimeString() }))));
     document.getElementById("run-spec").textContent = toYaml(d.spec);
   }
-  async function loadMetrics() {
-    let s;
-    try { s = await api(runPath(r) + "/metrics"); } catch (e) { return; }
-    for (const k of ["loss", "accuracy", "throughput", "communication"]) {
+  let series = null;
+  function drawAll() {
+    if (!series) return;
+    const keys = ["loss", "accuracy", "throughput", "communication"];
+    // One x range for every chart, so that the same step sits at the same place in each.
+    const steps = keys.flatMap((k) => series[k].map((p) => p[0]));
+    const range = steps.length ? [Math.min(...steps), Math.max(...steps)] : null;
+    const logLoss = document.getElementById("loss-log").checked;
+    for (const k of keys) {
       const svg = document.getElementById("chart-" + k);
-      if (svg) drawChart(svg, s[k]);
+      if (svg) drawChart(svg, series[k], { range, log: k === "loss" && logLoss });
     }
+  }
+  document.getElementById("loss-log").onchange = drawAll;
+  async function loadMetrics() {
+    try { series = await api(runPath(r) + "/metrics"); } catch (e) { return; }
+    drawAll();
   }
   async function loadLog(force) {
     if (!force && !document.getElementById("log-follow").checked) return;
@@ -259,14 +277,16 @@ function showRun(stack, runId) {
   // Poll until the run is over, then once more for the final numbers.
   let last = false;
   every(POLL_MS, async () => {
-    if (last) return;
+    if (last || gone) return;
     if (finished) last = true;
-    await Promise.all([loadDetail(), loadMetrics(), loadLog(false)]);
+    await loadDetail();
+    if (gone) return;
+    await Promise.all([loadMetrics(), loadLog(false)]);
   });
 }
 
 // A plain SVG line chart of [step, value] points.
-function drawChart(svg, points) {
+function drawChart(svg, points, opts = {}) {
   const W = 400, H = 160, L = 48, R = 8, T = 8, B = 20;
   svg.setAttribute("viewBox", `0 0 ${W} ${H}`);
   svg.setAttribute("data-points", String(points.length));
@@ -281,13 +301,22 @@ function drawChart(svg, points) {
     svg.replaceChildren(mk("text", { x: W / 2, y: H / 2, "text-anchor": "middle" }, "no data yet"));
     return;
   }
+  // Log scale: log10 of the values (a loss spans decades); points <= 0 cannot be drawn.
+  if (opts.log) points = points.filter((p) => p[1] > 0).map((p) => [p[0], Math.log10(p[1])]);
+  svg.setAttribute("data-scale", opts.log ? "log" : "linear");
+  if (!points.length) {
+    svg.replaceChildren(mk("text", { x: W / 2, y: H / 2, "text-anchor": "middle" }, "no data yet"));
+    return;
+  }
   const xs = points.map((p) => p[0]), ys = points.map((p) => p[1]);
   let [x0, x1, y0, y1] = [Math.min(...xs), Math.max(...xs), Math.min(...ys), Math.max(...ys)];
+  if (opts.range) [x0, x1] = opts.range;
   if (x1 === x0) x1 = x0 + 1;
   if (y1 === y0) { y1 += Math.abs(y1) * 0.05 || 1; y0 -= Math.abs(y0) * 0.05 || 1; }
   const px = (x) => L + ((x - x0) / (x1 - x0)) * (W - L - R);
   const py = (y) => T + (1 - (y - y0) / (y1 - y0)) * (H - T - B);
-  const label = (v) => (Math.abs(v) >= 1000 ? v.toFixed(0) : Number(v.toPrecision(3)).toString());
+  const plain = (v) => (Math.abs(v) >= 1000 ? v.toFixed(0) : Number(v.toPrecision(3)).toString());
+  const label = (v) => plain(opts.log ? 10 ** v : v);
   svg.replaceChildren(
     mk("line", { x1: L, y1: H - B, x2: W - R, y2: H - B }),
     mk("line", { x1: L, y1: T, x2: L, y2: H - B }),
