@@ -22,7 +22,7 @@ node, in the message and in `stuck_pods`.
 
 from __future__ import annotations
 
-import calendar
+from datetime import datetime, timezone
 import time
 from typing import Any
 
@@ -53,7 +53,8 @@ def parse_time(ts: str | None) -> float | None:
     """RFC 3339 (`2026-01-01T12:00:00Z`, as the API server writes it) to epoch seconds."""
     if not ts:
         return None
-    return float(calendar.timegm(time.strptime(ts[:19], "%Y-%m-%dT%H:%M:%S")))
+    # fromisoformat: a tenth of strptime's cost, which listing 10,000 runs felt.
+    return datetime.fromisoformat(ts[:19]).replace(tzinfo=timezone.utc).timestamp()
 
 
 def pod_index(pod: dict) -> int:

@@ -34,6 +34,7 @@ PROGRESS_EVERY_S = 10.0
 LOG_DRAIN_S = 30.0  # how long a finished run's log thread may take to print the rest
 LOG_REATTACH_MARGIN_S = 300
 PROGRESS_TAIL_LINES = 200
+LIST_PAGE = 500  # objects per LIST request; the rest follow a continue token
 _JOBSET = {"group": mf.JOBSET_API[0], "version": mf.JOBSET_API[1], "plural": mf.JOBSET_API[2]}
 # Kueue v0.13.4 Workloads: one per JobSet, labelled with the JobSet's uid
 # (kueue pkg/controller/constants JobUIDLabel).
@@ -249,8 +250,20 @@ class KubernetesScheduler(Scheduler[KubeRequest, KubeHandle]):
     # -- finding runs -------------------------------------------------------------------------
 
     def _list(self, api: str, method: str, selector: str, **kw: Any) -> list[dict]:
-        return self.cluster.call(api, method, namespace=self.cluster.namespace,
-                                 label_selector=selector, **kw).get("items", [])
+        """Every object the selector matches, LIST_PAGE at a time: the API server answers a
+        `limit` with that many and a `continue` token for the rest ("Retrieving large results
+        sets in chunks", Kubernetes API concepts), so neither side holds 10,000 JobSets in
+        one response."""
+        items: list[dict] = []
+        token = None
+        while True:
+            page = self.cluster.call(api, method, namespace=self.cluster.namespace,
+                                     label_selector=selector, limit=LIST_PAGE,
+                                     **({"_continue": token} if token else {}), **kw)
+            items += page.get("items", [])
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                return items
 
     def _jobsets(self, selector: str) -> list[dict]:
         return self._list("custom", "list_namespaced_custom_object", selector, **_JOBSET)

@@ -9,6 +9,7 @@ do. There is no controller: tests set Job status and pods themselves.
 
 from __future__ import annotations
 
+import base64
 import copy
 import itertools
 import json
@@ -251,6 +252,27 @@ class FakeKube:
 
     # -- the API ------------------------------------------------------------------------------
 
+    @staticmethod
+    def _page(kind: str, items: list[dict], limit: int | None, token: str | None) -> dict:
+        """A LIST answer as the API server gives it (k8s.io/apiserver at the pinned Kubernetes
+        version, storage/etcd3 GetList; "Retrieving large results sets in chunks" in the API
+        concepts): without `limit`, everything; with it, at most `limit` objects in key order
+        (namespace/name), and while more match, `metadata.continue`, an opaque token the next
+        request passes back as `continue`, with `remainingItemCount`."""
+        meta: dict = {"resourceVersion": "1"}
+        if not limit:
+            return {"kind": f"{kind}List", "metadata": meta, "items": items}
+        items = sorted(items, key=lambda o: o["metadata"]["name"])
+        after = base64.urlsafe_b64decode(token.encode()).decode() if token else None
+        if after is not None:
+            items = [o for o in items if o["metadata"]["name"] > after]
+        page, rest = items[:limit], items[limit:]
+        if rest:
+            last = page[-1]["metadata"]["name"]
+            meta["continue"] = base64.urlsafe_b64encode(last.encode()).decode()
+            meta["remainingItemCount"] = len(rest)
+        return {"kind": f"{kind}List", "metadata": meta, "items": page}
+
     def _ok(self, obj: Any) -> FakeResponse:
         return FakeResponse(json.dumps(obj).encode())
 
@@ -293,7 +315,7 @@ class FakeKube:
             items = [o for (k, _), o in self.objects.items() if k == kind
                      and o["metadata"].get("namespace") == kw["namespace"]
                      and _selector_matches(kw.get("label_selector"), o["metadata"].get("labels", {}))]
-            return self._ok({"kind": f"{kind}List", "items": items})
+            return self._ok(self._page(kind, items, kw.get("limit"), kw.get("_continue")))
         key = (kind, kw["name"])
         if key not in self.objects:
             raise _api_error(404, "NotFound", f'{kind.lower()}s "{kw["name"]}" not found')

@@ -183,6 +183,48 @@ def test_list_shows_every_run(fake, run_cli):
                                             ("digits-20260101-120000-aaaa", "queued")]
 
 
+def test_list_of_10000_runs_pages_by_label_selector_with_no_request_per_run(fake):
+    """Issue 24.1: 10,000 JobSets (copies of a real submitted one, each with its two pods)
+    are listed with paged LIST requests (limit and continue, as the API server answers
+    them: fake_kube._page) selected by the managed-by label, and not one request per run."""
+    import copy
+    import math
+
+    from alchemist_jobs.kubernetes.manifests import RUN_LABEL
+    from alchemist_jobs.kubernetes.scheduler import LIST_PAGE
+
+    sched, _ = _submit(fake)
+    fake.add_pod(RUN, 0)
+    fake.add_pod(RUN, 1)
+    template = fake.objects[("JobSet", RUN)]
+    pods = [o for (k, _), o in fake.objects.items() if k == "Pod"]
+    n = 10_000
+    for i in range(n):
+        run_id = f"digits-20260102-{i:06d}-cd34"
+        job = copy.deepcopy(template)
+        job["metadata"].update(name=run_id, uid=f"uid-{i}")
+        job["metadata"]["labels"][RUN_LABEL] = run_id
+        fake.objects[("JobSet", run_id)] = job
+        for pod in pods:
+            twin = copy.deepcopy(pod)
+            twin["metadata"]["name"] = pod["metadata"]["name"].replace(RUN, run_id)
+            twin["metadata"]["labels"][RUN_LABEL] = run_id
+            fake.objects[("Pod", twin["metadata"]["name"])] = twin
+    fake.calls.clear()
+    runs = sched.list()
+    assert len(runs) == n + 1 and len({r.run_id for r in runs}) == n + 1
+    assert all(r.workers == 2 for r in runs)
+    methods = fake.methods()
+    assert set(methods) == {"list_namespaced_custom_object", "list_namespaced_pod"}, methods
+    assert all(0 < kw["limit"] <= LIST_PAGE for _, kw in fake.calls)
+    jobset_pages = [kw for m, kw in fake.calls
+                    if m == "list_namespaced_custom_object" and kw["plural"] == "jobsets"]
+    assert len(jobset_pages) == math.ceil((n + 1) / LIST_PAGE)
+    assert all(kw["label_selector"] == "app.kubernetes.io/managed-by=alchemist"
+               for kw in jobset_pages)
+    assert len(methods) == math.ceil((n + 1) / LIST_PAGE) + math.ceil(2 * (n + 1) / LIST_PAGE) + 1
+
+
 def test_unknown_run_is_one_line(fake, run_cli):
     _submit(fake)
     code, out, err = run_cli("status", "nope", "--stack", "dev", "--outputs", outputs("dev"))
