@@ -23,7 +23,7 @@ from alchemist_jobs.rundir import read_json, write_json_atomic
 from alchemist_jobs.scheduler import RunStatus
 
 INDEX = ".ended-runs.json"
-VERSION = 1
+VERSION = 2  # 2: a status holds `failure`
 MAX_INDEX_BYTES = 1 << 30  # read_json's own cap is for one run's files
 
 
@@ -59,9 +59,9 @@ def status_from_json(doc: dict[str, Any]) -> RunStatus:
         state=doc["state"], created=doc.get("created"), ended=doc.get("ended"),
         workers=doc.get("workers", 0), restarts=doc.get("restarts", 0), step=doc.get("step"),
         total_steps=doc.get("total_steps"), message=doc.get("message", ""),
-        run_dir=doc.get("run_dir"), exit_codes=doc.get("exit_codes"),
+        run_dir=doc.get("run_dir"), exit_codes=doc.get("exit_codes"), failure=doc.get("failure"),
         progress=None if prog is None else Progress.model_validate(prog),
-        result=None if res is None else Result.model_validate(res))
+        result=None if res is None else Result.model_validate(res), source=doc)
 
 
 def dir_mtime(entry: os.DirEntry) -> int:

@@ -47,6 +47,9 @@ class RunStatus:
     stuck_pods: list[dict[str, Any]] = field(default_factory=list)
     # Local: why a failed run failed (run_files.Failure as a dict), recorded at its end.
     failure: dict[str, Any] | None = None
+    # The document an ended run's status was read from (run_index): as_json gives it back
+    # as it is, which a listing of 10,000 runs felt. Not part of the status itself.
+    source: dict[str, Any] | None = field(default=None, repr=False, compare=False)
     # Backend-specific facts a backend reads back itself (pods, sizes); the CLI never does.
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -56,6 +59,8 @@ class RunStatus:
 
     def as_json(self) -> dict[str, Any]:
         """The documented `--json` shape of a run (docs/cli.md)."""
+        if self.source is not None:
+            return self.source
         return dict(
             run_id=self.run_id, name=self.name, stack=self.stack, state=self.state,
             created=self.created, ended=self.ended, workers=self.workers,

@@ -153,6 +153,9 @@ def test_a_failed_detached_run_says_which_rank_failed_how_and_why(home, tmp_path
     assert any("ValueError: shard 7 is truncated at byte 4096" in line for line in f["lines"])
     text = cli("status", run_id, home=home).stdout
     assert "restarts   1" in text and "why it failed:" in text and "shard 7 is truncated" in text
+    for _ in range(2):  # read the run's files, then the index of ended runs
+        listed = json.loads(cli("list", "--json", home=home).stdout)
+        assert [r["failure"] for r in listed] == [f] and listed[0]["restarts"] == 1
 
     from fastapi.testclient import TestClient
 
