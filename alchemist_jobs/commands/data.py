@@ -15,28 +15,33 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from alchemist_jobs.errors import UserError
+from alchemist_jobs.commands import command
 
 LOCAL_STORE_ENV = "ALCHEMIST_OBJECT_STORE"
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    data = sub.add_parser("data", help="push, list and remove datasets in the stack's object store",
-                          description=__doc__.splitlines()[0])  # fmt: skip
+    data = command(sub, "data", "push, list and remove datasets in the stack's object store",
+                   ["alchemist data push ./imagenet --name imagenet", "alchemist data ls",
+                    "alchemist data ls --stack dev"], description=__doc__.splitlines()[0])
     verbs = data.add_subparsers(dest="data_command", metavar="SUBCOMMAND")
     verbs.required = True
 
-    p = verbs.add_parser("push", help="upload a directory as a named dataset (resumable)")
+    p = command(verbs, "push", "upload a directory as a named dataset (resumable)",
+                ["alchemist data push ./imagenet --name imagenet",
+                 "alchemist data push ./digits --stack aws-us-west-2 --quiet"])
     p.add_argument("dir", type=Path, metavar="DIR")
     p.add_argument("--name", help="dataset name (default: the directory's name)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     _stack_args(p)
     p.set_defaults(func=cmd_push)
 
-    p = verbs.add_parser("ls", help="the datasets, their size and whether their push completed")
+    p = command(verbs, "ls", "the datasets, their size and whether their push completed",
+                ["alchemist data ls", "alchemist data ls --stack dev"])
     _stack_args(p)
     p.set_defaults(func=cmd_ls)
 
-    p = verbs.add_parser("rm", help="delete a dataset")
+    p = command(verbs, "rm", "delete a dataset", ["alchemist data rm imagenet"])
     p.add_argument("name", metavar="NAME")
     _stack_args(p)
     p.set_defaults(func=cmd_rm)

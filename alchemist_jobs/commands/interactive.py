@@ -12,11 +12,14 @@ from pathlib import Path
 
 from alchemist_jobs.commands.jobs import _stack_args
 from alchemist_jobs.errors import UserError
+from alchemist_jobs.commands import command
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("interactive", help="a JupyterLab + shell session on a stack "
-                                           "(on local: a shell with a worker's environment)")
+    p = command(sub, "interactive", "a JupyterLab + shell session on a stack (on local: a "
+                "shell with a worker's environment)",
+                ["alchemist interactive", "alchemist interactive --stack dev --gpus 1 --hours 2",
+                 "alchemist interactive --stack dev --stop"])
     p.add_argument("--gpus", type=int, default=0, help="GPUs for the session (cluster stacks)")
     p.add_argument("--hours", type=float, default=8.0,
                    help="the session ends by itself after this long (default 8)")

@@ -70,9 +70,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         p.add_argument("--json", action="store_true",
                        help="machine-readable: the dry run, the started run's id (--detach, "
                             "a cluster stack) or the finished run's status as one JSON document")
-        p.add_argument("--detach", action="store_true",
-                       help="local stack: run in the background (survives SIGHUP and a "
-                            "closed terminal) and return")
+        if command == "run":  # submit always returns
+            p.add_argument("--detach", action="store_true",
+                           help="local stack: run in the background (survives SIGHUP and a "
+                                "closed terminal) and return")
         p.add_argument("--quiet", action="store_true", default=defaults.get("quiet", False),
                        help="no progress display, only the summary")
         p.add_argument("--follow", "-f", action="store_true",
@@ -82,7 +83,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         _stack_args(p)
         # `alchemist run train.py -- ARGS`: cli.main hands everything after `--` over as
         # args.args (argparse would take the script's own flags for ours).
-        p.set_defaults(func=cmd_run, args=[])
+        p.set_defaults(func=cmd_run, args=[], detach=False)
 
     p = _add(sub, "list", "runs on a stack, newest first, with their state")
     p.add_argument("--state", default=None, choices=["pending", "running", "succeeded", "failed",

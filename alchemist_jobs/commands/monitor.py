@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 import alchemist_jobs
+from alchemist_jobs.commands import command
 from alchemist_jobs.errors import JobFailed, UserError
 from alchemist_jobs.processes import alive, popen_group, stop_groups
 from alchemist_jobs.rundir import RunDir, default_root, read_json, runs_root, write_json_atomic
@@ -52,7 +53,8 @@ _DURATION = re.compile(r"^([0-9]+)(ms|s|m|h)$")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("monitor", help="run a local Prometheus (and TensorBoard) over local runs")
+    p = command(sub, "monitor", "run a local Prometheus (and TensorBoard) over local runs",
+                ["alchemist monitor", "alchemist monitor --port 0"])
     p.add_argument("--home", type=Path, default=None,
                    help="local stack's shared-file-system root (default: $ALCHEMIST_HOME or "
                         "~/.alchemist)")

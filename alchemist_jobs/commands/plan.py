@@ -17,6 +17,7 @@ import math
 import sys
 from pathlib import Path
 
+from alchemist_jobs.commands import command
 from alchemist_jobs.errors import UserError
 
 PLANNED = ("sync", "bmuf", "easgd")
@@ -45,9 +46,10 @@ _COUNT = _number("a whole number >= 1", 1, 10**6, integer=True)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "plan", help="predict speed-up and efficiency at N nodes before paying for them",
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = command(sub, "plan", "predict speed-up and efficiency at N nodes before paying for them",
+                ["alchemist plan examples/digits.yaml --nodes 1,2,4,8 --algorithms sync,bmuf "
+                 "--link 25gbit", "alchemist plan examples/digits.yaml --stack aws-us-west-2 --json"],
+                description=__doc__)
     p.add_argument("spec", help="job spec (YAML)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a spec field, as for `alchemist run`")

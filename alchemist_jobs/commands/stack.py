@@ -16,24 +16,30 @@ from pathlib import Path
 from typing import Any
 
 from alchemist_jobs.errors import UserError, shown
+from alchemist_jobs.commands import command
 
 EXIT_DIFFERS = 1
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    stack = subparsers.add_parser("stack", help="list, replicate and compare Pulumi stacks (stacks/)",
-                                  description=__doc__.splitlines()[0])  # fmt: skip
+    stack = command(subparsers, "stack", "list, replicate and compare Pulumi stacks (stacks/)",
+                    ["alchemist stack list", "alchemist stack diff aws-us-west-2 aws-eu-west-1"],
+                    description=__doc__.splitlines()[0])
     stack.add_argument("--root", type=Path, help="repository root (default: the one holding Pulumi.yaml)")
     sub = stack.add_subparsers(dest="stack_command", metavar="SUBCOMMAND")
     sub.required = True
 
-    p = sub.add_parser("list", help="the stacks and what each runs on")
+    p = command(sub, "list", "the stacks and what each runs on",
+                ["alchemist stack list", "alchemist stack list --json"])
     p.add_argument("--json", action="store_true", help="as JSON (a list of stacks)")
     p.add_argument("--root", type=Path, default=argparse.SUPPRESS,
                    help="repository root (also accepted before the subcommand)")
     p.set_defaults(func=cmd_list)
 
-    p = sub.add_parser("replicate", help="write stacks/Pulumi.DST.yaml from SRC with overrides")
+    p = command(sub, "replicate", "write stacks/Pulumi.DST.yaml from SRC with overrides",
+                ["alchemist stack replicate aws-us-west-2 aws-eu-central-1 --set "
+                 "aws.region=eu-central-1 --set "
+                 "aws.availabilityZones=[eu-central-1a,eu-central-1b,eu-central-1c]"])
     p.add_argument("--root", type=Path, default=argparse.SUPPRESS,
                    help="repository root (also accepted before the subcommand)")
     p.add_argument("src", metavar="SRC")
@@ -43,7 +49,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--force", action="store_true", help="overwrite DST if it exists")
     p.set_defaults(func=cmd_replicate)
 
-    p = sub.add_parser("diff", help="how two stacks' platforms differ (exit 1 if they do)")
+    p = command(sub, "diff", "how two stacks' platforms differ (exit 1 if they do)",
+                ["alchemist stack diff aws-us-west-2 aws-eu-west-1",
+                 "alchemist stack diff dev onprem-lab --all"])
     p.add_argument("--root", type=Path, default=argparse.SUPPRESS,
                    help="repository root (also accepted before the subcommand)")
     p.add_argument("a", metavar="A", help="stack name or stack file")
@@ -177,6 +185,7 @@ def cmd_list(args: argparse.Namespace) -> int:
                  "shared_fs": "directory", "summary": "processes on this machine, no Pulumi"}
         print(json.dumps([local] + [_facts(n, c) for n, c in stacks.items()], indent=1))
         return 0
+    print(f"{'STACK':<16} {'PROVIDER':<9} {'K8S':<9} {'SHARED FS':<11} WHERE AND WHAT")
     print(f"{'local':<16} {'built-in':<9} {'':<9} {'directory':<11} processes on this machine, no Pulumi")
     for name, config in stacks.items():
         print(f"{name:<16} {_summary(config)}")

@@ -8,12 +8,15 @@ import sys
 from pathlib import Path
 
 from alchemist_jobs.errors import UserError
+from alchemist_jobs.commands import command
 
 DEFAULT_PORT = 8740
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("ui", help="serve the web dashboard and its JSON API (/api/v1)")
+    p = command(sub, "ui", "serve the web dashboard and its JSON API (/api/v1)",
+                ["alchemist ui", "alchemist ui --stack local --stack dev",
+                 "alchemist ui --port 0"])
     p.add_argument("--stack", dest="stacks", action="append", default=[], metavar="STACK",
                    help="a stack to show (repeatable; default: local)")
     p.add_argument("--outputs", action="append", default=[], metavar="STACK=FILE",
