@@ -29,13 +29,14 @@ from alchemist_jobs.errors import JobFailed, UserError
 from alchemist_jobs.processes import alive, popen_group, stop_groups
 from alchemist_jobs.rundir import RunDir, default_root, read_json, runs_root, write_json_atomic
 
+
 def _monitoring_dir() -> Path:
-    """The `monitoring` package's files: installed as package data beside alchemist_jobs
-    (a wheel), or the checkout's monitoring/ folder."""
+    """The checkout's monitoring/ folder: installed as alchemist_jobs.monitoring_data (a wheel,
+    or an editable install; pyproject.toml maps the folder), or found beside alchemist_jobs."""
     import importlib.util
 
     try:
-        found = importlib.util.find_spec("monitoring")
+        found = importlib.util.find_spec("alchemist_jobs.monitoring_data")
     except (ImportError, ValueError):
         found = None
     if found is not None and found.submodule_search_locations:

@@ -1,9 +1,12 @@
 """An installed wheel is self-contained: it carries the job package and the monitoring data
-`alchemist monitor` reads (alert rules, the local Prometheus template, dashboards), and
-nothing of infra/ or tests/."""
+`alchemist monitor` reads (alert rules, the local Prometheus template, dashboards) inside
+alchemist_jobs, installs no top-level package but alchemist_jobs (a `monitoring` would shadow
+anyone's own), nothing of infra/ or tests/; outside a checkout, `stack` commands take the
+repository with --root and say so without it (issue 24.10)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import zipfile
@@ -32,8 +35,33 @@ def test_the_wheel_carries_the_monitoring_data(tmp_path: Path):
     assert r.returncode == 0, r.stderr[-2000:]
     wheel = next((tmp_path / "dist").glob("alchemist-*.whl"))
     names = set(zipfile.ZipFile(wheel).namelist())
+    data = "alchemist_jobs/monitoring_data/"
     for needed in ("alchemist_jobs/cli.py", "alchemist_jobs/store_bind.py",
-                   "monitoring/rules/alchemist.rules.yaml", "monitoring/prometheus/local.yml.tmpl",
-                   "monitoring/dashboards/training-overview.json"):
+                   "alchemist_jobs/ui/static/app.js", data + "rules/alchemist.rules.yaml",
+                   data + "prometheus/local.yml.tmpl", data + "dashboards/training-overview.json"):
         assert needed in names, needed
-    assert not any(n.startswith(("infra/", "tests/")) for n in names)
+    assert {n.split("/")[0] for n in names} == {"alchemist_jobs", wheel.name.split("-py3")[0]
+                                                 + ".dist-info"}, sorted(names)[:20]
+
+    site, elsewhere = tmp_path / "site", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target",
+                        str(site), str(wheel)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+
+    def installed(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, *args], cwd=elsewhere, capture_output=True,
+                              text=True, env=dict(os.environ, PYTHONPATH=str(site)), timeout=300)
+
+    r = installed("-c", "import importlib.util, alchemist_jobs\n"
+                        "from alchemist_jobs.commands.monitor import MONITORING_DIR as d\n"
+                        "print(alchemist_jobs.__file__, d, (d / 'rules').is_dir(),"
+                        " importlib.util.find_spec('monitoring'))")
+    assert r.returncode == 0, r.stderr
+    module, folder, rules, shadow = r.stdout.split()
+    assert module.startswith(str(site)) and folder.startswith(str(site)) and rules == "True"
+    assert shadow == "None"
+    r = installed("-m", "alchemist_jobs", "stack", "list", "--root", str(REPO))
+    assert r.returncode == 0 and r.stdout.split()[:2] == ["STACK", "PROVIDER"], r.stderr
+    r = installed("-m", "alchemist_jobs", "stack", "list")
+    assert r.returncode == 2 and "--root" in r.stderr and len(r.stderr.splitlines()) == 1, r.stderr

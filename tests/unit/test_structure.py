@@ -159,3 +159,19 @@ def test_the_dashboards_default_port_is_no_other_training_tools_default():
               9091: "Pushgateway", 3000: "Grafana", 9100: "node exporter", 29500: "torchrun",
               5000: "MLflow", 8080: "Airflow and many others"}
     assert DEFAULT_PORT not in others and PORT not in others, others.get(DEFAULT_PORT)
+
+
+def test_the_wheels_package_list_holds_every_package_of_the_tree():
+    """pyproject.toml lists the packages (it maps monitoring/ into alchemist_jobs): a new
+    package folder must be listed, or the wheel would lack it."""
+    import tomllib
+
+    listed = set(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+                 ["packages"])
+    tree = {".".join(p.parent.relative_to(REPO).parts)
+            for p in (REPO / "alchemist_jobs").rglob("__init__.py")}
+    tree |= {"alchemist_jobs.ui.static"}  # the page's files: data, not code
+    tree |= {"alchemist_jobs.monitoring_data" + ("." + p.name if p != REPO / "monitoring" else "")
+             for p in [REPO / "monitoring", *(REPO / "monitoring").iterdir()]
+             if p.is_dir() and p.name != "__pycache__"}
+    assert listed == tree, listed ^ tree
