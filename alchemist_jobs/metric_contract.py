@@ -43,10 +43,6 @@ class Metric:
         return BASE_LABELS + self.extra_labels
 
     @property
-    def gpu_only(self) -> bool:
-        return self.when == "gpu"
-
-    @property
     def series(self) -> tuple[str, ...]:
         """Every series name this metric produces on the wire."""
         return _series(self.name, self.type)

@@ -119,10 +119,6 @@ class Report:
     differences: list[Difference] = field(default_factory=list)  # not allowed
     allowed: list[Difference] = field(default_factory=list)
 
-    @property
-    def platform_differs(self) -> bool:
-        return bool(self.differences)
-
 
 def _allowed(type_: str, name: str, path: str) -> str | None:
     for a in ALLOWED:

@@ -58,7 +58,7 @@ class TrainState:
     """Optimizer steps done, the epoch, and the next batch of it (the sampler position).
 
     The per-rank RNG states travel beside it in a checkpoint's `ranks` entry, since each
-    rank has its own; `capture_rng`/`restore_rng` read and set them.
+    rank has its own; `rng_state`/`set_rng_state` read and set them.
     """
 
     step: int = 0
@@ -74,10 +74,3 @@ class TrainState:
         self.batch_in_epoch = int(payload["batch_in_epoch"])
         self.resumed_from = checkpoint_step
 
-    @staticmethod
-    def capture_rng(cuda: bool) -> dict[str, Any]:
-        return rng_state(cuda)
-
-    @staticmethod
-    def restore_rng(state: dict[str, Any], cuda: bool) -> None:
-        set_rng_state(state, cuda)

@@ -21,6 +21,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
+from alchemist_jobs.runtime.strategies.averaging import check_same_start, swapped
 from alchemist_jobs.runtime.strategies.base import Strategy
 
 
@@ -33,20 +34,6 @@ def block_update(w_prev: torch.Tensor, w_avg: torch.Tensor, delta: torch.Tensor,
     # views of what it is given, and local steps must not move W_t.
     start = w + eta * delta if nesterov else w.clone()
     return w, delta, start
-
-
-def check_same_start(vec: torch.Tensor, comm: Any, what: str) -> None:
-    """Fail early if the replicas do not start from the same model (it would silently skew
-    every average): compare a checksum's min and max over ranks. 8 bytes of control traffic."""
-    # On the model's device: the process group's backend may accept only that (NCCL takes
-    # CUDA tensors only); one read back afterwards.
-    total = vec.detach().double().sum()
-    s = torch.stack([total, -total])
-    dist.all_reduce(s, op=dist.ReduceOp.MAX)
-    comm.allreduce(s.numel() * s.element_size(), dist.get_world_size())
-    hi, neg_lo = s.cpu().tolist()
-    if abs(hi + neg_lo) > 1e-6 * max(1.0, abs(hi)):
-        raise RuntimeError(f"{what}: workers start from different models; they must share a seed")
 
 
 class BmufStrategy(Strategy):
@@ -108,7 +95,7 @@ class BmufStrategy(Strategy):
         if not self.active:
             yield self.model
             return
-        with _swapped(self.params, self.global_model):
+        with swapped(self.params, self.global_model):
             yield self.model
 
     def state_dict(self) -> dict[str, Any]:
@@ -120,16 +107,3 @@ class BmufStrategy(Strategy):
             self.global_model = state["global_model"].to(device, copy=True)
             self.delta = state["delta"].to(device, copy=True)
             self.pending = int(state["pending"])
-
-
-@contextlib.contextmanager
-def _swapped(params: list[torch.Tensor], vec: torch.Tensor) -> Iterator[None]:
-    """Temporarily load `vec` into the parameters; the local values come back afterwards."""
-    with torch.no_grad():
-        saved = parameters_to_vector(params).detach().clone()
-        vector_to_parameters(vec.clone(), params)
-    try:
-        yield
-    finally:
-        with torch.no_grad():
-            vector_to_parameters(saved, params)

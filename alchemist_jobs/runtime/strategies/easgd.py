@@ -25,7 +25,7 @@ import torch.distributed as dist
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from alchemist_jobs.runtime.strategies.base import Strategy, WorkerContext
-from alchemist_jobs.runtime.strategies.bmuf import _swapped, check_same_start
+from alchemist_jobs.runtime.strategies.averaging import check_same_start, swapped
 
 
 def elastic_round(x: torch.Tensor, centre: torch.Tensor, diff_sum: torch.Tensor,
@@ -78,7 +78,7 @@ class EasgdStrategy(Strategy):
         if not self.active:
             yield self.model
             return
-        with _swapped(self.params, self.centre):
+        with swapped(self.params, self.centre):
             yield self.model
 
     def state_dict(self) -> dict[str, Any]:
