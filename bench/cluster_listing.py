@@ -14,7 +14,6 @@ Usage: python bench/cluster_listing.py [--runs 10000] [--repeats 3]
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import statistics
 import sys
@@ -28,7 +27,6 @@ sys.path.insert(0, str(REPO))
 def stack_with(n: int):
     """(scheduler, fake) with n runs: copies of one submitted digits JobSet and its pods."""
     import alchemist_jobs.kubernetes.client as client
-    from alchemist_jobs.kubernetes.manifests import RUN_LABEL
     from alchemist_jobs.kubernetes.scheduler import KubernetesScheduler
     from alchemist_jobs.spec import load_spec
     from tests.k8s_stacks import stack
@@ -42,19 +40,7 @@ def stack_with(n: int):
                                 REPO / "examples", run_id=first))
     fake.add_pod(first, 0)
     fake.add_pod(first, 1)
-    template = fake.objects[("JobSet", first)]
-    pods = [o for (k, _), o in fake.objects.items() if k == "Pod"]
-    for i in range(n - 1):
-        run_id = f"digits-20260102-{i:06d}-cd34"
-        job = copy.deepcopy(template)
-        job["metadata"].update(name=run_id, uid=f"uid-{i}")
-        job["metadata"]["labels"][RUN_LABEL] = run_id
-        fake.objects[("JobSet", run_id)] = job
-        for pod in pods:
-            twin = copy.deepcopy(pod)
-            twin["metadata"]["name"] = pod["metadata"]["name"].replace(first, run_id)
-            twin["metadata"]["labels"][RUN_LABEL] = run_id
-            fake.objects[("Pod", twin["metadata"]["name"])] = twin
+    fake.copy_run(first, [f"digits-20260102-{i:06d}-cd34" for i in range(n - 1)])
     return sched, fake
 
 

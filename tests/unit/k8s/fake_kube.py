@@ -113,6 +113,21 @@ class FakeKube:
         meta.setdefault("creationTimestamp", f"2026-01-01T12:{next(self._clock) % 60:02d}:00Z")
         return obj
 
+    def copy_run(self, run_id: str, new_ids: list[str]) -> None:
+        """More runs exactly like `run_id` (its JobSet and its pods), one per new id: many
+        runs from one the backend really submitted."""
+        from alchemist_jobs.contract import RUN_LABEL
+
+        mine = [(kind, name, obj) for (kind, name), obj in self.objects.items()
+                if kind in ("JobSet", "Pod")
+                and obj["metadata"].get("labels", {}).get(RUN_LABEL) == run_id]
+        for new_id in new_ids:
+            for kind, name, obj in mine:
+                twin = copy.deepcopy(obj)
+                twin["metadata"].update(name=name.replace(run_id, new_id), uid=str(uuid.uuid4()))
+                twin["metadata"]["labels"][RUN_LABEL] = new_id
+                self.objects[(kind, twin["metadata"]["name"])] = twin
+
     def set_job(self, name: str, spec: dict | None = None, status: dict | None = None) -> dict:
         """Set the JobSet's spec fields or status."""
         job = self.objects[("JobSet", name)]

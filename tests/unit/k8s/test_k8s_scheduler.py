@@ -187,29 +187,15 @@ def test_list_of_10000_runs_pages_by_label_selector_with_no_request_per_run(fake
     """Issue 24.1: 10,000 JobSets (copies of a real submitted one, each with its two pods)
     are listed with paged LIST requests (limit and continue, as the API server answers
     them: fake_kube._page) selected by the managed-by label, and not one request per run."""
-    import copy
     import math
 
-    from alchemist_jobs.kubernetes.manifests import RUN_LABEL
     from alchemist_jobs.kubernetes.scheduler import LIST_PAGE
 
     sched, _ = _submit(fake)
     fake.add_pod(RUN, 0)
     fake.add_pod(RUN, 1)
-    template = fake.objects[("JobSet", RUN)]
-    pods = [o for (k, _), o in fake.objects.items() if k == "Pod"]
     n = 10_000
-    for i in range(n):
-        run_id = f"digits-20260102-{i:06d}-cd34"
-        job = copy.deepcopy(template)
-        job["metadata"].update(name=run_id, uid=f"uid-{i}")
-        job["metadata"]["labels"][RUN_LABEL] = run_id
-        fake.objects[("JobSet", run_id)] = job
-        for pod in pods:
-            twin = copy.deepcopy(pod)
-            twin["metadata"]["name"] = pod["metadata"]["name"].replace(RUN, run_id)
-            twin["metadata"]["labels"][RUN_LABEL] = run_id
-            fake.objects[("Pod", twin["metadata"]["name"])] = twin
+    fake.copy_run(RUN, [f"digits-20260102-{i:06d}-cd34" for i in range(n)])
     fake.calls.clear()
     runs = sched.list()
     assert len(runs) == n + 1 and len({r.run_id for r in runs}) == n + 1
