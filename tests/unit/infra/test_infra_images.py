@@ -42,7 +42,9 @@ def test_build_context_sends_only_what_the_image_copies():
             "alchemist_jobs/spec.py"} <= set(train)
     assert all(p in ("requirements.lock", "scripts/lock-sections", "pyproject.toml", "README.md", "LICENSE",
                      "images/efa-install")
-               or p.startswith("alchemist_jobs/") for p in train)
+               or p.startswith(("alchemist_jobs/", "monitoring/")) for p in train)
+    # pyproject.toml packages monitoring/ inside alchemist_jobs: the install needs it
+    assert "monitoring/rules/alchemist.rules.yaml" in train
     assert not any("__pycache__" in p or p.endswith(".pyc") for p in train)
 
 
@@ -87,7 +89,7 @@ def test_builds_for_linux_amd64_whatever_the_deployer_runs():
 
 
 def _copy_tree(tmp_path):
-    for path in ("images", "alchemist_jobs", "scripts"):
+    for path in ("images", "alchemist_jobs", "monitoring", "scripts"):
         shutil.copytree(REPO / path, tmp_path / path, ignore=shutil.ignore_patterns("__pycache__"))
     for path in ("requirements.lock", "pyproject.toml", "README.md", "LICENSE"):
         shutil.copy(REPO / path, tmp_path / path)

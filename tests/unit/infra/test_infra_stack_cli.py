@@ -28,7 +28,8 @@ def run(monkeypatch, root, *argv):
 
 def test_list(monkeypatch, capsys, root):
     assert run(monkeypatch, root, "list") == 0
-    lines = capsys.readouterr().out.splitlines()
+    header, *lines = capsys.readouterr().out.splitlines()
+    assert header.split()[:2] == ["STACK", "PROVIDER"]
     assert lines[0].startswith("local") and "built-in" in lines[0]
     rows = {line.split()[0]: line for line in lines[1:]}
     assert set(rows) == set(SHIPPED)
