@@ -7,6 +7,7 @@ line names the file, the field path, the bad value and what is accepted.
 
 from __future__ import annotations
 
+import math
 import re
 import sys
 from pathlib import Path
@@ -28,7 +29,8 @@ BOOL_AS_NUMBER = "boolean_as_number"
 
 class _Node(BaseModel):
     # Unknown fields are errors: a misspelled key must never be silently ignored.
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # allow_inf_nan: 1e309 reads as inf, which no field means (threads, sizes, rates)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
     @model_validator(mode="before")
     @classmethod
@@ -229,7 +231,7 @@ class CheckpointSpec(_Node):
         if v is None or v == "auto":
             return v
         try:
-            ok = not isinstance(v, bool) and float(v) > 0
+            ok = not isinstance(v, bool) and math.isfinite(float(v)) and float(v) > 0
         except (TypeError, ValueError):
             ok = False
         if not ok:

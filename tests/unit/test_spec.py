@@ -79,6 +79,8 @@ BAD = [
     ("bad --set path", None, ["--set", "hyper.nope=3"], ["hyper.nope", "no such field"]),
     ("bad --set form", None, ["--set", "hyper.lr"], ["--set", "KEY.PATH=VALUE"]),
     ("bad --set value", None, ["--set", "hyper.lr=-1"], ["hyper.lr", "-1", "> 0"]),
+    ("infinite cpu", None, ["--set", "resources.cpu=1e309"],
+     ["resources.cpu", "1e309", "finite"]),
     ("bad stall limit", None, ["--set", "checkpoint.stall_timeout_s=soon"],
      ["checkpoint.stall_timeout_s", "'soon'", "'auto' or null"]),
     ("negative stall limit", None, ["--set", "checkpoint.stall_timeout_s=-5"],
