@@ -103,6 +103,12 @@ def _var(name: str, query: str, label: str, multi: bool = True) -> db.QueryVaria
     return var
 
 
+def _step_split(group: str, f: str, legend: str) -> list[tuple[str, str]]:
+    """Seconds per step spent computing, exchanging and waiting for data, per `group`."""
+    return [(per_step(M[f"{part}_seconds_total"], M["steps_total"], group, f), f"{legend} {part}")
+            for part in ("compute", "communication", "data")]
+
+
 # --- training overview -------------------------------------------------------------------------
 
 
@@ -125,11 +131,7 @@ def training_overview() -> dm.Dashboard:
              unit="percentunit", w=6)
     b.series("Learning rate", [(by(run, "max", v(M["learning_rate"], f=f)), "{{job}} {{run}}")], w=6)
     b.row("Step time")
-    b.series("Step time split: compute, communication, data",
-             [(per_step(M["compute_seconds_total"], M["steps_total"], run, f), "{{run}} compute"),
-              (per_step(M["communication_seconds_total"], M["steps_total"], run, f),
-               "{{run}} communication"),
-              (per_step(M["data_seconds_total"], M["steps_total"], run, f), "{{run}} data")],
+    b.series("Step time split: compute, communication, data", _step_split(run, f, "{{run}}"),
              unit="s", stacked=True,
              description="Seconds per optimizer step, summed over workers' shares: compute, "
                          "waiting for gradient/model exchange (exposed communication), waiting "
@@ -207,12 +209,7 @@ def job_drilldown() -> dm.Dashboard:
              [(f"time() - {by(r, 'max', v(M['last_step_timestamp_seconds'], f=f))}", "rank {{rank}}")],
              unit="s", w=8)
     b.row("Where each worker's step time goes")
-    b.series("Step time split",
-             [(per_step(M["compute_seconds_total"], M["steps_total"], r, f), "rank {{rank}} compute"),
-              (per_step(M["communication_seconds_total"], M["steps_total"], r, f),
-               "rank {{rank}} communication"),
-              (per_step(M["data_seconds_total"], M["steps_total"], r, f), "rank {{rank}} data")],
-             unit="s", stacked=True)
+    b.series("Step time split", _step_split(r, f, "rank {{rank}}"), unit="s", stacked=True)
     b.series("Step time p95", [(quantile(0.95, M["step_seconds"], r, f), "rank {{rank}}")], unit="s")
     b.row("Communication per worker")
     b.series("Bytes sent/s", [(by(r, "sum", rate(M["communication_sent_bytes_total"], f=f)),
