@@ -16,12 +16,14 @@ import socket
 import stat
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator
 
 import alchemist_jobs
+from alchemist_jobs import environment as E
 from alchemist_jobs import local_servers, server_role, store_bind
 from alchemist_jobs.errors import UserError
 from alchemist_jobs.processes import (alive, environ_has, owned_pids, popen_group,
@@ -279,8 +281,8 @@ class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
     # -- dryrun / schedule --------------------------------------------------------------------
 
     def dryrun(self, spec: JobSpec, spec_dir: Path, run_id: str | None = None) -> LocalRequest:
-        """The agents' command lines; creates nothing. Parameter servers' ports are free
-        loopback ports picked now (their launcher holds them from the start)."""
+        """The run's processes (agents, and servers where the algorithm has them) as command
+        lines and environments; creates nothing."""
         run_id = run_id or new_run_id(spec.name)
         run = RunDir(runs_root(self.root) / run_id)
         target = worker_target(spec, spec_dir)
@@ -315,8 +317,8 @@ class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
                     f"--rdzv-endpoint={os.path.join(stores, store_bind.RENDEZVOUS_FILE)}",
                     f"--rdzv-conf={rdzv_conf}", "--local-addr=127.0.0.1"]
             argv += ["-m", "alchemist_jobs.runtime.bootstrap", *target]
-            env = dict(base_env, ALCHEMIST_NODE=f"{socket.gethostname()}-node{node}"
-                       if spec.nodes > 1 else socket.gethostname())
+            env = {**base_env, **E.NODE.entry(f"{socket.gethostname()}-node{node}"
+                                              if spec.nodes > 1 else socket.gethostname())}
             if devices[node] is not None:  # this node's own GPUs: LOCAL_RANK indexes into them
                 env["CUDA_VISIBLE_DEVICES"] = devices[node]
             procs.append(LocalProcess(node=node, argv=argv, env=env,
@@ -477,29 +479,32 @@ class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
             exit_codes=rec.exit_codes,
             failure=None if rec.failure is None else rec.failure.model_dump()), rec.state
 
-    def logs(self, run_id: str, rank: int = 0, follow: bool = False) -> Iterator[str]:
+    def logs(self, run_id: str, rank: int = 0, follow: bool = False,
+             stop: threading.Event | None = None) -> Iterator[str]:
         run = self._run(run_id)
+        stop = stop or threading.Event()
         path = run.rank_log(rank)
         n = RunRecord.lenient(run.state()).workers
         if not 0 <= rank < max(n, 1):
             raise UserError(f"--rank {rank}: run {run.run_id} has ranks 0..{n - 1}")
         deadline = time.time() + 30
         while not path.exists():
-            if not follow or self.status(run.run_id).finished or time.time() > deadline:
+            if not follow or stop.is_set() or self.status(run.run_id).finished or \
+                    time.time() > deadline:
                 raise UserError(f"run {run.run_id}: rank {rank} has written no log yet ({path})")
-            time.sleep(0.2)
+            stop.wait(0.2)
         with open(path, errors="replace") as f:
             while True:
                 line = f.readline()
                 if line:
                     yield line
                     continue
-                if not follow or self.status(run.run_id).finished:
+                if not follow or stop.is_set() or self.status(run.run_id).finished:
                     rest = f.read()
                     if rest:
                         yield rest
                     return
-                time.sleep(0.2)
+                stop.wait(0.2)
 
     def cancel(self, run_id: str) -> RunStatus:
         run = self._run(run_id)
@@ -580,7 +585,7 @@ class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
         """Workers die with their agent (PDEATHSIG); this catches any that did not."""
         for rec in run.worker_records():
             pid = rec.get("pid")
-            if alive(pid) and environ_has(pid, f"ALCHEMIST_RUN_DIR={run.path}"):
+            if alive(pid) and environ_has(pid, f"{E.RUN_DIR.name}={run.path}"):
                 try:
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:

@@ -2,14 +2,16 @@
 
 `dryrun(spec, spec_dir)` is pure: it returns the request (a process list locally, manifests
 on Kubernetes) that `schedule(request)` would carry out, printable with `describe()`.
-`schedule` returns a handle; `wait(handle)` blocks until the run ends. `status` (TorchX's
-`describe`), `logs`, `cancel` and `list` act on runs by id. Backends return typed values
-and print nothing: all printing is the CLI's.
+`schedule` returns a handle; `wait(handle)` blocks until the run ends and `interrupt(handle)`
+stops it. `status` (TorchX's `describe`), `progress`, `logs`, `cancel`, `list` and `remove`
+act on runs by id. Backends return typed values and print nothing: all printing is the
+CLI's (following a run: commands/follow.py). Schedulers are built in one place, stacks.py.
 """
 
 from __future__ import annotations
 
 import abc
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Generic, Iterator, TypeVar
@@ -102,8 +104,10 @@ class Scheduler(abc.ABC, Generic[RequestT, HandleT]):
     def dryrun(self, spec: Any, spec_dir: Any, run_id: str | None = None) -> RequestT: ...
 
     @abc.abstractmethod
-    def schedule(self, request: RequestT) -> HandleT:
-        """Start the run; returns a handle to `wait` on."""
+    def schedule(self, request: RequestT, warm: Any = None) -> HandleT:
+        """Start the run; returns a handle to `wait` on. `warm` is an agent interpreter the
+        CLI started early (warm_agent.WarmAgent): a backend uses it for its first process or
+        discards it."""
 
     @abc.abstractmethod
     def run_id(self, handle: HandleT) -> str: ...
@@ -119,15 +123,27 @@ class Scheduler(abc.ABC, Generic[RequestT, HandleT]):
                 return st
             time.sleep(poll)
 
+    def interrupt(self, handle: HandleT) -> RunStatus:
+        """The CLI that started the run is stopped (Ctrl-C, a fault of its own): end the run."""
+        return self.cancel(self.run_id(handle))
+
     @abc.abstractmethod
     def status(self, run_id: str) -> RunStatus:
         """TorchX's `describe`: the run's state and progress."""
+
+    def progress(self, status: RunStatus) -> dict[str, Any] | None:
+        """Rank 0's newest progress report of a running run (step, loss, ...), if any."""
+        if status.progress is None:
+            return None
+        return status.progress.model_dump(include=set(Progress.model_fields))
 
     def describe(self, run_id: str) -> RunStatus:
         return self.status(run_id)
 
     @abc.abstractmethod
-    def logs(self, run_id: str, rank: int = 0, follow: bool = False) -> Iterator[str]: ...
+    def logs(self, run_id: str, rank: int = 0, follow: bool = False,
+             stop: threading.Event | None = None) -> Iterator[str]:
+        """Rank N's log lines; with `follow`, until the run ends or `stop` is set."""
 
     @abc.abstractmethod
     def cancel(self, run_id: str) -> RunStatus: ...

@@ -11,16 +11,22 @@ never written, logged or shown.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+from alchemist_jobs import environment as E
 
 from alchemist_jobs.contract import StackOutput
 from alchemist_jobs.errors import UserError
 from alchemist_jobs.rundir import default_root
 from alchemist_jobs.scheduler import Scheduler
+
+if TYPE_CHECKING:
+    from alchemist_jobs.kubernetes.scheduler import KubernetesScheduler
+    from alchemist_jobs.local_backend import LocalScheduler
 
 LOCAL = "local"
 OUTPUT_NAME = "alchemist"
@@ -36,11 +42,22 @@ def get_scheduler(stack: str = LOCAL, home: Path | None = None,
         if outputs is not None:
             raise UserError("--outputs: the local stack has no stack outputs; drop --outputs "
                             "or name a cluster stack with --stack")
-        from alchemist_jobs.local_backend import LocalScheduler
+        return local_scheduler(home)
+    return cluster_scheduler(resolve(stack, outputs))
 
-        return LocalScheduler(Path(home) if home else default_root())
-    out = resolve(stack, outputs)
-    from alchemist_jobs.kubernetes.scheduler import KubernetesScheduler
+
+# The only places a scheduler is built: every command and the dashboard come through here.
+def local_scheduler(home: Path | None = None) -> LocalScheduler:
+    """The local stack's scheduler over `home` (default: $ALCHEMIST_HOME or ~/.alchemist)."""
+    from alchemist_jobs.local_backend import LocalScheduler  # cluster commands skip it
+
+    return LocalScheduler(Path(home) if home else default_root())
+
+
+def cluster_scheduler(out: StackOutput) -> KubernetesScheduler:
+    """A cluster stack's scheduler, from its validated `alchemist` output."""
+    from alchemist_jobs.kubernetes.scheduler import KubernetesScheduler  # local commands
+    # skip the cluster backend's modules
 
     return KubernetesScheduler(out)
 
@@ -90,7 +107,7 @@ def _pulumi(args: list[str]) -> subprocess.CompletedProcess:
     try:
         return subprocess.run([exe, *args, "--non-interactive"], capture_output=True, text=True,
                               timeout=PULUMI_TIMEOUT_S, stdin=subprocess.DEVNULL,
-                              cwd=os.environ.get("ALCHEMIST_PULUMI_DIR") or None)
+                              cwd=E.PULUMI_DIR.get())
     except subprocess.TimeoutExpired:
         raise UserError(f"`pulumi {' '.join(args[:2])}` did not answer within "
                         f"{PULUMI_TIMEOUT_S} s (is the Pulumi backend reachable?)") from None
@@ -110,9 +127,8 @@ def _project_stacks() -> list[str] | None:
     the nearest Pulumi.yaml with infra/ upward); None outside a checkout."""
     from alchemist_jobs.commands.stack import repo_root, stack_names
 
-    explicit = os.environ.get("ALCHEMIST_PULUMI_DIR")
     try:
-        return stack_names(repo_root(Path(explicit) if explicit else None))
+        return stack_names(repo_root(E.PULUMI_DIR.get()))
     except (UserError, OSError, ValueError):
         return None
 
@@ -144,8 +160,8 @@ def _pulumi_output(stack: str) -> dict:
                             f"-s {stack}`)")
         if "no Pulumi.yaml" in err:
             raise UserError(f"--stack {stack}: Pulumi found no project here ({err}); accepted: "
-                            "run from the Alchemist repository, or set ALCHEMIST_PULUMI_DIR "
-                            "to it, or pass --outputs FILE")
+                            "run from the Alchemist repository, or set "
+                            f"{E.PULUMI_DIR.name} to it, or pass --outputs FILE")
         raise UserError(f"--stack {stack}: `pulumi stack output` failed: {err}")
     try:
         return json.loads(proc.stdout)

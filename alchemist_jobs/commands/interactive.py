@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from alchemist_jobs import environment as E
 from alchemist_jobs.commands.jobs import _stack_args
 from alchemist_jobs.errors import UserError
 from alchemist_jobs.commands import command
@@ -62,9 +63,9 @@ def cmd_interactive(args: argparse.Namespace) -> int:
 
 def _local_shell(args: argparse.Namespace) -> int:
     """A shell whose environment is a local worker's (shared root, stack, PYTHONPATH...)."""
-    from alchemist_jobs.local_backend import LocalScheduler
     from alchemist_jobs.rundir import default_root
     from alchemist_jobs.spec import JobSpec
+    from alchemist_jobs.stacks import local_scheduler
 
     if args.outputs is not None:
         raise UserError("--outputs: the local stack has no stack outputs; drop --outputs")
@@ -77,8 +78,8 @@ def _local_shell(args: argparse.Namespace) -> int:
     root = Path(args.home) if args.home else default_root()
     # The exact environment the local backend gives a worker, from its own dry run.
     spec = JobSpec.model_validate({"name": "interactive", "task": {"builtin": "digits"}})
-    env = dict(LocalScheduler(root).dryrun(spec, Path.cwd()).processes[0].env)
-    env["ALCHEMIST_RUN_DIR"] = str(root / "sessions" / f"local-{os.getpid()}")
+    env = dict(local_scheduler(root).dryrun(spec, Path.cwd()).processes[0].env)
+    env.update(E.RUN_DIR.entry(root / "sessions" / f"local-{os.getpid()}"))
     # The environment's executables first (python, torchrun, alchemist of this install),
     # as in a worker, whichever environment the shell's own start-up files activate.
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
@@ -86,7 +87,7 @@ def _local_shell(args: argparse.Namespace) -> int:
     if args.dry_run:
         print("\n".join(f"{k}={v}" for k, v in sorted(env.items())) + f"\n# then: {shell}")
         return 0
-    Path(env["ALCHEMIST_RUN_DIR"]).mkdir(mode=0o700, parents=True, exist_ok=True)
+    E.RUN_DIR.require(env).mkdir(mode=0o700, parents=True, exist_ok=True)
     print(f"alchemist: {shell} with a worker's environment on stack local (shared root "
           f"{root}); `exit` leaves it", file=sys.stderr)
     return subprocess.call([shell], env={**os.environ, **env})

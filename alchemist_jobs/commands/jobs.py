@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import re
 import signal
 import subprocess
@@ -13,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+from alchemist_jobs import environment as E
 from alchemist_jobs.errors import JobFailed, UserError
 from alchemist_jobs.scheduler import CANCELLED, SUCCEEDED, RunStatus
 
@@ -25,7 +25,7 @@ def _stack_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--outputs", type=Path, default=defaults.get("outputs"),
                    help="a JSON file with the stack's `alchemist` output (instead of Pulumi)")
     p.add_argument("--home", type=Path, default=defaults.get("home"),
-                   help="local stack's shared-file-system root (default: $ALCHEMIST_HOME or "
+                   help=f"local stack's shared-file-system root (default: ${E.HOME.name} or "
                         "~/.alchemist)")
 
 
@@ -163,7 +163,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         if detach:
             return _start_detached(args, request.run_id)
         t0 = time.time()
-        handle = scheduler.schedule(request, warm=warm) if warm else scheduler.schedule(request)
+        handle = scheduler.schedule(request, warm=warm)
         warm = None  # the run's agent now (schedule discards it itself if it fails)
     finally:
         if warm is not None:
@@ -175,10 +175,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             return 0
         if args.command == "submit" and not args.follow:
             return 0
-        from alchemist_jobs.kubernetes.scheduler import KubernetesScheduler
+        from alchemist_jobs.commands.follow import follow
 
-        assert isinstance(scheduler, KubernetesScheduler)
-        return scheduler.follow(handle, logs=args.follow, quiet=args.quiet)
+        return follow(scheduler, handle, spec, logs=args.follow, quiet=args.quiet)
     return _follow_local(args, scheduler, request, handle, spec, t0)
 
 
@@ -309,7 +308,7 @@ def _warm_agent(args: argparse.Namespace):
 
     early = warm_agent.take_early()  # cli.main starts one as soon as the command is `run`
     if args.command != "run" or args.stack != "local" or args.dry_run or \
-            os.environ.get("ALCHEMIST_WARM_AGENT", "1") == "0":
+            not E.WARM_AGENT.get(default=True):
         if early is not None:
             early.discard()
         return None

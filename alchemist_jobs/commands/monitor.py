@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 import alchemist_jobs
+from alchemist_jobs import environment as E
 from alchemist_jobs.commands import command
 from alchemist_jobs.errors import JobFailed, UserError
 from alchemist_jobs.processes import alive, popen_group, stop_groups
@@ -57,7 +58,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = command(sub, "monitor", "run a local Prometheus (and TensorBoard) over local runs",
                 ["alchemist monitor", "alchemist monitor --port 0"])
     p.add_argument("--home", type=Path, default=None,
-                   help="local stack's shared-file-system root (default: $ALCHEMIST_HOME or "
+                   help=f"local stack's shared-file-system root (default: ${E.HOME.name} or "
                         "~/.alchemist)")
     p.add_argument("--port", type=int, default=9090,
                    help="Prometheus port on 127.0.0.1 (default 9090; 0 picks a free one)")
@@ -156,13 +157,13 @@ class TargetFinder:
         return self._algorithms[run.run_id]
 
     def groups(self) -> list[dict]:
-        from alchemist_jobs.local_backend import LocalScheduler
         from alchemist_jobs.scheduler import FINAL_STATES, RUNNING
+        from alchemist_jobs.stacks import local_scheduler
 
         base = runs_root(self.root)
         if not base.is_dir():
             return []
-        sched = LocalScheduler(self.root)
+        sched = local_scheduler(self.root)
         out = []
         for path in sorted(base.iterdir()):
             if path.name in self._done:

@@ -10,7 +10,6 @@ detaches, `alchemist cancel` stops it.
 from __future__ import annotations
 
 import re
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -19,19 +18,16 @@ from typing import Any, Iterator
 
 from alchemist_jobs.contract import (MANAGED_BY_LABEL, PROGRESS_LINE_PREFIX, RUN_LABEL,
                                      StackOutput)
-from alchemist_jobs.errors import JobFailed, UserError
+from alchemist_jobs.errors import UserError
 from alchemist_jobs.kubernetes import manifests as mf
 from alchemist_jobs.kubernetes.client import ClusterError, Cluster, Connector, NotFound
 from alchemist_jobs.kubernetes.code_assets import CodeSnapshot, pack
 from alchemist_jobs.kubernetes.job_state import newest_pods, parse_time, run_status
 from alchemist_jobs.rundir import new_run_id
-from alchemist_jobs.scheduler import (CANCELLED, RUNNING, SUCCEEDED, Request, RunStatus,
-                                      Scheduler)
+from alchemist_jobs.scheduler import CANCELLED, Request, RunStatus, Scheduler
 from alchemist_jobs.spec import JobSpec
 
 POLL_S = 2.0
-PROGRESS_EVERY_S = 10.0
-LOG_DRAIN_S = 30.0  # how long a finished run's log thread may take to print the rest
 LOG_REATTACH_MARGIN_S = 300
 PROGRESS_TAIL_LINES = 200
 LIST_PAGE = 500  # objects per LIST request; the rest follow a continue token
@@ -202,11 +198,15 @@ class KubernetesScheduler(Scheduler[KubeRequest, KubeHandle]):
         return KubeRequest(run_id=run_id, stack=self.out, spec=spec, manifests=manifests,
                            code=code, data_upload=upload)
 
-    def schedule(self, request: KubeRequest) -> KubeHandle:
+    def schedule(self, request: KubeRequest, warm: Any = None) -> KubeHandle:
         """ConfigMap and NetworkPolicy, then the JobSet; then the JobSet owns the other two,
         so its TTL (or a cancel) removes them all. If anything fails, what was created is
-        deleted again. Checks the API server would make first (validate_for_api_server)."""
+        deleted again. Checks the API server would make first (validate_for_api_server).
+        A cluster job has no use for a `warm` agent: it is discarded."""
         from alchemist_jobs.kubernetes.api_checks import validate_for_api_server
+
+        if warm is not None:
+            warm.discard()
 
         validate_for_api_server(request.manifests)
         if request.data_upload is not None:  # the data first: pods stage it as they start
@@ -421,8 +421,6 @@ class KubernetesScheduler(Scheduler[KubeRequest, KubeHandle]):
         return pod is None or bool(pod["metadata"].get("deletionTimestamp")) or \
             (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
 
-    # -- following a run from the CLI ----------------------------------------------------------
-
     def progress(self, st: RunStatus) -> dict | None:
         """Rank 0's newest progress line from the tail of its pod log, through the API server
         (pods/log reaches the kubelet, not the pod's network, so the platform's default-deny
@@ -448,64 +446,6 @@ class KubernetesScheduler(Scheduler[KubeRequest, KubeHandle]):
                 except ValueError:
                     continue
         return None
-
-    def follow(self, handle: KubeHandle, logs: bool = False, quiet: bool = False) -> int:
-        """Watch a run to its end: state changes and progress on stderr, rank 0's log on
-        stdout with `logs`. Ctrl-C detaches; the run goes on."""
-        from alchemist_jobs.kubernetes.progress import describe
-
-        run_id, say = handle.run_id, (lambda m: None) if quiet else \
-            (lambda m: print(m, file=sys.stderr, flush=True))
-        log_thread, log_stop = None, threading.Event()
-        if logs:
-            log_thread = threading.Thread(target=self._print_logs, args=(run_id, log_stop),
-                                          daemon=True, name="alchemist-logs")
-            log_thread.start()
-        last, last_progress, progress, t_progress = "", "", None, 0.0
-        epochs = handle.spec.hyper.epochs if not handle.spec.hyper.steps else None
-        try:
-            while True:
-                try:
-                    st = self.status(run_id)
-                except UserError as e:
-                    if "no such run" not in str(e):
-                        raise
-                    raise JobFailed(f"run {run_id} is gone from stack {self.stack} "
-                                    "(cancelled elsewhere?)") from None
-                line = f"  {st.state}: {st.message}"
-                if line != last:
-                    say(line)
-                    last = line
-                if st.finished:
-                    break
-                if st.state == RUNNING and time.monotonic() - t_progress >= PROGRESS_EVERY_S:
-                    t_progress = time.monotonic()
-                    progress = self.progress(st) or progress
-                    if progress and describe(progress, epochs) != last_progress:
-                        last_progress = describe(progress, epochs)
-                        say(f"  {last_progress}")
-                time.sleep(POLL_S)
-        except KeyboardInterrupt:
-            print(f"\ndetached: run {run_id} keeps running on stack {self.stack}; "
-                  f"`alchemist cancel {run_id} --stack {self.stack}` stops it", file=sys.stderr)
-            return 130
-        finally:  # the run is over or we detach: the log thread reads what is left and ends
-            log_stop.set()
-        if log_thread is not None:  # its stream ends with the pod: let it print the rest
-            log_thread.join(timeout=LOG_DRAIN_S)
-        print(f"run {run_id}: {st.state}" + (f" ({last_progress})" if last_progress else ""))
-        if st.state == SUCCEEDED:
-            return 0
-        raise JobFailed(f"run {run_id} {st.state}: {st.message}; see `alchemist logs {run_id} "
-                        f"--stack {self.stack} --rank N`")
-
-    def _print_logs(self, run_id: str, stop: threading.Event) -> None:
-        try:
-            for line in self.logs(run_id, rank=0, follow=True, stop=stop):
-                sys.stdout.write(line)
-                sys.stdout.flush()
-        except UserError as e:
-            print(f"  logs: {e}", file=sys.stderr)
 
 
 def _check_shipped(script: str, code: CodeSnapshot) -> None:

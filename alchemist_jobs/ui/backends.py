@@ -72,7 +72,7 @@ class Backends:
     def __init__(self, stacks: list[str], home: Path | None = None,
                  outputs: dict[str, Path] | None = None, spec_dir: Path | None = None,
                  in_cluster: bool = False, local_links: m.Links | None = None):
-        from alchemist_jobs.stacks import resolve
+        from alchemist_jobs.stacks import cluster_scheduler, local_scheduler, resolve
 
         outputs = outputs or {}
         unknown = sorted(set(outputs) - set(stacks))
@@ -83,11 +83,10 @@ class Backends:
         self.stacks: dict[str, Stack] = {}
         for name in dict.fromkeys(stacks):  # in order, once each
             if name == LOCAL:
-                from alchemist_jobs.local_backend import LocalScheduler
                 from alchemist_jobs.rundir import default_root
 
                 root = Path(home).expanduser().resolve() if home else default_root()
-                self.stacks[name] = Stack(name, LocalScheduler(root),
+                self.stacks[name] = Stack(name, local_scheduler(root),
                                          _local_facts(root, local_links), root)
                 continue
             if in_cluster:
@@ -96,9 +95,7 @@ class Backends:
                 out = in_cluster_output(name, outputs.get(name))
             else:  # one line and exit 2 if it is not a stack
                 out = resolve(name, outputs.get(name))
-            from alchemist_jobs.kubernetes.scheduler import KubernetesScheduler
-
-            self.stacks[out.stack] = Stack(out.stack, KubernetesScheduler(out),
+            self.stacks[out.stack] = Stack(out.stack, cluster_scheduler(out),
                                            _cluster_facts(out), None)
         self.series = SeriesBook()
         self._ended: dict[str, m.RunSummary] = {}  # local runs that ended, by id

@@ -17,6 +17,7 @@ FIXTURES = REPO / "tests" / "fixtures" / "stack_outputs"
 @pytest.fixture
 def fake(monkeypatch: pytest.MonkeyPatch) -> FakeKube:
     """The fake Kubernetes API, standing in for the real client wherever the backend connects."""
+    import alchemist_jobs.commands.follow as follow
     import alchemist_jobs.kubernetes.client as client
     import alchemist_jobs.kubernetes.interactive as interactive
     import alchemist_jobs.kubernetes.scheduler as scheduler
@@ -24,7 +25,8 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> FakeKube:
     f = FakeKube()
     monkeypatch.setattr(client, "connect", f.connector)
     monkeypatch.setattr(scheduler, "POLL_S", 0.0)
-    monkeypatch.setattr(scheduler, "PROGRESS_EVERY_S", 0.0)
+    monkeypatch.setattr(follow, "POLL_S", 0.0)
+    monkeypatch.setattr(follow, "PROGRESS_EVERY_S", 0.0)
     monkeypatch.setattr(interactive, "POLL_S", 0.0)
     return f
 
