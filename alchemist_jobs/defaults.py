@@ -17,15 +17,17 @@ import os
 from pathlib import Path
 from typing import Any
 
+from alchemist_jobs import environment as E
+
 from alchemist_jobs.errors import UserError, shown
 
 KEYS = {"stack": str, "outputs": str, "home": str, "quiet": bool}
 
 
 def path() -> Path:
-    env = os.environ.get("ALCHEMIST_DEFAULTS")
+    env = E.DEFAULTS.get()
     if env:
-        return Path(env).expanduser()
+        return env
     base = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
     return base / "alchemist" / "defaults.yaml"
 

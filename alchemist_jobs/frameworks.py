@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import json
 
+from alchemist_jobs import environment as E
+
 FRAMEWORKS = ("torch", "tensorflow", "jax")
 # What a worker imports to check it has the framework, and the extra that installs it
 # (pyproject.toml's optional-dependencies, locked in requirements.lock's section of that name).
 MODULES = {"torch": "torch", "tensorflow": "tensorflow", "jax": "jax"}
 EXTRAS = {"tensorflow": "tensorflow", "jax": "jax"}
-ENV = "ALCHEMIST_FRAMEWORK"  # the worker's framework (absent: torch)
 # Cluster stacks: a TensorFlow worker of local rank l listens on FRAMEWORK_BASE_PORT + l (its
 # gRPC server); a JAX job's coordinator (process 0, on pod 0) on FRAMEWORK_BASE_PORT. Between
 # the parameter servers' ports (29600 + shard, at most 64) and nothing else of a pod's.
@@ -55,7 +56,7 @@ def cluster_env(framework: str, hosts: list[str], procs_per_node: int) -> dict[s
     pods' DNS names in index order. The bootstrap adds each worker's own index."""
     if framework == "torch":
         return {}
-    env = {ENV: framework}
+    env = E.FRAMEWORK.entry(framework)
     if framework == "tensorflow":
         workers = [f"{h}:{FRAMEWORK_BASE_PORT + r}" for h in hosts for r in range(procs_per_node)]
         env["TF_CONFIG"] = json.dumps({"cluster": {"worker": workers}}, separators=(",", ":"))

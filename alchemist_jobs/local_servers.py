@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from alchemist_jobs import environment as E
+
 from alchemist_jobs.processes import free_port, popen_group, record_procs, stop_groups
 from alchemist_jobs.server_role import SERVER_MODULE, addrs, server_count, server_env
 
@@ -39,7 +41,7 @@ class ServerProcess:
         return [*self.prefix, sys.executable, "-m", SERVER_MODULE]
 
     def shell(self) -> str:
-        env = dict(self.env, ALCHEMIST_PS_PORT=str(self.port))
+        env = {**self.env, **E.PS_PORT.entry(self.port)}
         return (f"cd {shlex.quote(self.cwd)} && "
                 + " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items()))
                 + " " + shlex.join(self.argv))
@@ -53,7 +55,7 @@ def server_processes(spec: Any, run: Any, base_env: dict[str, str], cwd: str) ->
         port = free_port()
         out.append(ServerProcess(shard=k, cwd=cwd, log=run.logs / f"server-{k}.launcher.log",
                                  port=port, env={**base_env, **server_env(run.path, k, port),
-                                                 "ALCHEMIST_PS_BIND": "127.0.0.1"}))
+                                                 **E.PS_BIND.entry("127.0.0.1")}))
     return out
 
 
@@ -79,12 +81,12 @@ class LocalServers:
 
     def _spawn(self, k: int) -> None:
         s, listener = self.servers[k], self.listeners[k]
-        env = {**os.environ, **s.env, "ALCHEMIST_PS_PORT": str(s.port),
-               "ALCHEMIST_PS_RESTART": str(self.restarts[k])}
+        env = {**os.environ, **s.env, **E.PS_PORT.entry(s.port),
+               **E.PS_RESTART.entry(self.restarts[k])}
         fds: tuple[int, ...] = ()
         if listener is not None:
             fds = (listener.fileno(),)
-            env["ALCHEMIST_PS_LISTEN_FD"] = str(listener.fileno())
+            env.update(E.PS_LISTEN_FD.entry(listener.fileno()))
         with open(os.open(s.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab") as log:
             self.procs[k] = popen_group(s.argv, cwd=s.cwd, env=env, stdout=log, pass_fds=fds,
                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
@@ -95,7 +97,7 @@ class LocalServers:
         return [p.pid for p in self.procs if p is not None]
 
     def worker_env(self) -> dict[str, str]:
-        return {"ALCHEMIST_PS_ADDRS": addrs([(s.host, s.port) for s in self.servers])}
+        return E.PS_ADDRS.entry(addrs([(s.host, s.port) for s in self.servers]))
 
     def poll(self) -> bool:
         """Restart any server that died; False once one has died more than max_restarts

@@ -25,13 +25,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+from alchemist_jobs import environment as E
+
+
 RUNS = "runs"
 
 
 def default_root() -> Path:
     """The local stack's shared-file-system root: $ALCHEMIST_HOME, else ~/.alchemist."""
-    env = os.environ.get("ALCHEMIST_HOME")
-    return Path(env).expanduser() if env else Path.home() / ".alchemist"
+    return E.HOME.get() or Path.home() / ".alchemist"
 
 
 # What `cancel`, `status` and `logs` accept: a run id or a part of one. Nothing that could

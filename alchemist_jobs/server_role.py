@@ -15,6 +15,8 @@ indexes of the job, on ports CLUSTER_BASE_PORT + k). This module imports no torc
 from __future__ import annotations
 
 from pathlib import Path
+
+from alchemist_jobs import environment as E
 from typing import Any
 
 SERVER_MODULE = "alchemist_jobs.runtime.parameter_server"
@@ -32,8 +34,7 @@ def server_count(spec: Any) -> int:
 
 
 def server_env(run_dir: Path | str, shard: int, port: int | str) -> dict[str, str]:
-    return {"ALCHEMIST_RUN_DIR": str(run_dir), "ALCHEMIST_PS_SHARD": str(shard),
-            "ALCHEMIST_PS_PORT": str(port)}
+    return {**E.RUN_DIR.entry(run_dir), **E.PS_SHARD.entry(shard), **E.PS_PORT.entry(port)}
 
 
 def addrs(hosts_ports: list[tuple[str, int | str]]) -> str:

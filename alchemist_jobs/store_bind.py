@@ -28,8 +28,7 @@ import os
 import socket
 import sys
 
-ENV = "ALCHEMIST_STORE_ADDR"
-DIR_ENV = "ALCHEMIST_STORE_DIR"
+from alchemist_jobs import environment as E
 RENDEZVOUS_FILE = "rendezvous"
 
 
@@ -69,7 +68,7 @@ def new_round(directory: str) -> int:
 def apply() -> bool:
     """Put every later TCPStore of this process where the run allows; False when neither
     variable is set."""
-    directory, addr = os.environ.get(DIR_ENV), os.environ.get(ENV)
+    directory, addr = E.STORE_DIR.get(), E.STORE_ADDR.get()
     if not directory and not addr:
         return False
     import torch.distributed as dist

@@ -18,6 +18,8 @@ import os
 import subprocess
 import sys
 
+from alchemist_jobs import environment as E
+
 from alchemist_jobs.processes import popen_group
 
 
@@ -58,7 +60,7 @@ _NOT_WANTED = ("--dry-run", "--detach", "-h", "--help")
 def start_early(argv: list[str]) -> None:
     """Start an agent interpreter now if `alchemist run ARGV` may start a local job."""
     global _early
-    if os.environ.get("ALCHEMIST_WARM_AGENT", "1") == "0" or any(a in _NOT_WANTED for a in argv):
+    if not E.WARM_AGENT.get(default=True) or any(a in _NOT_WANTED for a in argv):
         return
     for i, a in enumerate(argv):
         stack = argv[i + 1] if a == "--stack" and i + 1 < len(argv) else \

@@ -1,12 +1,14 @@
-"""The environment every worker starts with, on every stack: one typed definition of the
-ALCHEMIST_* variables (and the torch and thread settings beside them) that the local and
-the Kubernetes backends both render. Workers read these; nothing else tells a worker about
+"""The environment every worker starts with, on every stack: the variables of
+environment.py (and the torch and thread settings beside them) that the local and the
+Kubernetes backends both render. Workers read these; nothing else tells a worker about
 its run. `spec.env` is applied on top (the user's word wins)."""
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+
+from alchemist_jobs import environment as E
 
 
 def threads_per_worker(cpu: float, procs_per_node: int) -> int:
@@ -32,9 +34,9 @@ class WorkerEnv:
 
     def as_dict(self) -> dict[str, str]:
         env = {
-            "ALCHEMIST_RUN_DIR": self.run_dir,
-            "ALCHEMIST_SHARED_ROOT": self.shared_root,
-            "ALCHEMIST_STACK": self.stack,
+            E.RUN_DIR.name: self.run_dir,
+            E.SHARED_ROOT.name: self.shared_root,
+            E.STACK.name: self.stack,
             "PYTHONUNBUFFERED": "1",
             # Workers get their own store per attempt: with the agent's shared TCPStore, a
             # restarted group reads the last attempt's keys and hangs in init_process_group
@@ -43,23 +45,18 @@ class WorkerEnv:
             "OMP_NUM_THREADS": str(self.threads),
         }
         optional = {
-            "ALCHEMIST_PS_ADDRS": self.ps_addrs,
-            "ALCHEMIST_METRICS_PORT": None if self.metrics_port is None else str(self.metrics_port),
-            "ALCHEMIST_LOG_TO_CONSOLE": "1" if self.log_to_console else None,
-            "ALCHEMIST_STORE_ADDR": self.store_addr,
-            "ALCHEMIST_STORE_DIR": self.store_dir,
+            E.PS_ADDRS.name: self.ps_addrs,
+            E.METRICS_PORT.name: None if self.metrics_port is None else str(self.metrics_port),
+            E.LOG_TO_CONSOLE.name: "1" if self.log_to_console else None,
+            E.STORE_ADDR.name: self.store_addr,
+            E.STORE_DIR.name: self.store_dir,
             "GLOO_SOCKET_IFNAME": self.gloo_ifname,
             "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": self.log_prefix_template,
             "PYTHONPATH": self.pythonpath,
-            "ALCHEMIST_FRAMEWORK": None if self.framework == "torch" else self.framework,
+            E.FRAMEWORK.name: None if self.framework == "torch" else self.framework,
         }
         env.update({k: v for k, v in optional.items() if v is not None})
         return env
-
-
-# A cluster pod's group restart: the JobSet restart attempt its pod carries (the
-# `jobset.sigs.k8s.io/restart-attempt` annotation, passed in through the downward API).
-RESTART_ATTEMPT_ENV = "ALCHEMIST_RESTART_ATTEMPT"
 
 
 def restarts(environ: dict[str, str] | None = None) -> int:
@@ -73,4 +70,4 @@ def restarts(environ: dict[str, str] | None = None) -> int:
             return max(0, int(env.get(name) or 0))
         except ValueError:
             return 0
-    return _int("TORCHELASTIC_RESTART_COUNT") + _int(RESTART_ATTEMPT_ENV)
+    return _int("TORCHELASTIC_RESTART_COUNT") + _int(E.RESTART_ATTEMPT.name)

@@ -14,10 +14,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
+from alchemist_jobs import environment as E
+
 from alchemist_jobs.errors import UserError
 from alchemist_jobs.commands import command
 
-LOCAL_STORE_ENV = "ALCHEMIST_OBJECT_STORE"
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -61,14 +62,14 @@ def object_store(stack: str, outputs: Path | None) -> Any:
         if outputs is not None:
             raise UserError("--outputs: the local stack has no stack outputs; drop --outputs "
                             "or name a cluster stack with --stack")
-        value = os.environ.get(LOCAL_STORE_ENV, "")
+        value = E.OBJECT_STORE.get(default="")
         if not value:
             raise UserError(f"--stack local: the local stack has no object store; accepted: set "
-                            f"{LOCAL_STORE_ENV}=s3://BUCKET (and AWS_ENDPOINT_URL for MinIO and "
+                            f"{E.OBJECT_STORE.name}=s3://BUCKET (and AWS_ENDPOINT_URL for MinIO and "
                             "other S3-compatible services), or --stack a stack that has one")
         from alchemist_jobs.data.source import parse_s3_uri
 
-        uri = parse_s3_uri(value, LOCAL_STORE_ENV)
+        uri = parse_s3_uri(value, E.OBJECT_STORE.name)
         return ObjectStore(bucket=uri.bucket, region=os.environ.get("AWS_REGION")
                            or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1")
     from alchemist_jobs.stacks import resolve

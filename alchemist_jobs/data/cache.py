@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from alchemist_jobs import environment as E
+
 from alchemist_jobs.errors import JobFailed
 
 _KEY = re.compile(r"[0-9a-f]{16,64}")
@@ -195,7 +197,7 @@ class NodeCache:
         """Make room for a fill of `incoming` bytes (a fill that learns its size late calls this)."""
         if self.limit is not None and incoming > self.limit:
             raise DataError(f"dataset of {incoming} bytes exceeds the node cache limit of "
-                            f"{self.limit} bytes (ALCHEMIST_DATA_CACHE_LIMIT); accepted: a larger "
+                            f"{self.limit} bytes ({E.DATA_CACHE_LIMIT.name}); accepted: a larger "
                             "limit, or data.cache: none")
         self.make_room(incoming)
 

@@ -25,6 +25,8 @@ import hashlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from alchemist_jobs import environment as E
+
 from alchemist_jobs.contract import JOB_SERVICE_ACCOUNT, OBJECT_STORE_SECRET
 from alchemist_jobs.errors import UserError
 
@@ -59,7 +61,7 @@ def pod_patch(spec: "JobSpec", stack: "StackOutput", host_path: str | None = Non
         volume["emptyDir"] = {"sizeLimit": cache_limit} if cache_limit else {}
     patch["volumes"].append(volume)
     patch["volume_mounts"].append({"name": CACHE_VOLUME, "mountPath": CACHE_MOUNT})
-    patch["env"].append({"name": "ALCHEMIST_DATA_CACHE", "value": CACHE_MOUNT})
+    patch["env"].append({"name": E.DATA_CACHE.name, "value": CACHE_MOUNT})
     return patch
 
 

@@ -27,6 +27,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from alchemist_jobs import environment as E
+
 from alchemist_jobs.data.cache import DataError, Entry, NodeCache, parse_size
 from alchemist_jobs.data.local_dir import LocalFile, list_files, sha256_listed
 from alchemist_jobs.data.source import DATASETS_PREFIX, parse_s3_uri
@@ -35,20 +37,16 @@ from alchemist_jobs.errors import UserError
 if TYPE_CHECKING:
     from alchemist_jobs.spec import JobSpec
 
-CACHE_ENV = "ALCHEMIST_DATA_CACHE"
-LIMIT_ENV = "ALCHEMIST_DATA_CACHE_LIMIT"
-
-
 def cache_for(spec: "JobSpec", shared_root: Path, run_dir: Path | None) -> NodeCache:
-    limit_text = os.environ.get(LIMIT_ENV)
-    limit = parse_size(limit_text, LIMIT_ENV) if limit_text else None
+    limit_text = E.DATA_CACHE_LIMIT.get()
+    limit = parse_size(limit_text, E.DATA_CACHE_LIMIT.name) if limit_text else None
     mode = spec.data.cache
     if mode == "none":
         if run_dir is None:
             raise ValueError("data.cache none needs the run directory")
         return NodeCache(Path(run_dir) / "data", None)
-    if mode == "node" and os.environ.get(CACHE_ENV):
-        return NodeCache(Path(os.environ[CACHE_ENV]), limit)
+    if mode == "node" and E.DATA_CACHE.get():
+        return NodeCache(E.DATA_CACHE.require(), limit)
     return NodeCache(Path(shared_root) / "cache" / "datasets", limit)
 
 

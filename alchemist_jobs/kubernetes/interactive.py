@@ -16,6 +16,7 @@ import re
 import secrets
 import time
 
+from alchemist_jobs import environment as E
 from alchemist_jobs.contract import JOB_SECRET_PREFIX, StackOutput
 from alchemist_jobs.errors import UserError
 from alchemist_jobs.kubernetes import manifests as mf
@@ -54,18 +55,18 @@ def session_pod(stack: StackOutput, name: str, gpus: int = 0, hours: float = 8.0
     root = stack.shared_fs.mount_path.rstrip("/") or "/"
     session_dir = f"{root.rstrip('/')}/sessions/{name}"
     env = [
-        {"name": "ALCHEMIST_NODE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-        {"name": "ALCHEMIST_SHARED_ROOT", "value": root},
-        {"name": "ALCHEMIST_STACK", "value": stack.stack},
-        {"name": "ALCHEMIST_RUN_DIR", "value": session_dir},
-        {"name": "ALCHEMIST_METRICS_PORT", "value": str(mf.METRICS_BASE_PORT)},
+        {"name": E.NODE.name, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": E.SHARED_ROOT.name, "value": root},
+        {"name": E.STACK.name, "value": stack.stack},
+        {"name": E.RUN_DIR.name, "value": session_dir},
+        {"name": E.METRICS_PORT.name, "value": str(mf.METRICS_BASE_PORT)},
         {"name": "TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "value": "1"},
         {"name": "PYTHONUNBUFFERED", "value": "1"},
         {"name": "JUPYTER_TOKEN", "valueFrom": {"secretKeyRef": {
             "name": token_secret(name), "key": TOKEN_KEY}}},
     ]
     # The shared root is the team's own subtree (the PVC's root): the session sees no more.
-    script = ('mkdir -p "$ALCHEMIST_RUN_DIR"\n'
+    script = (f'mkdir -p "${E.RUN_DIR.name}"\n'
               f"exec jupyter lab --ip=127.0.0.1 --port={JUPYTER_PORT} --no-browser "
               '--IdentityProvider.token="$JUPYTER_TOKEN" --ServerApp.password= '
               f"--ServerApp.root_dir={root}\n")

@@ -31,17 +31,17 @@ import shlex
 from pathlib import PurePosixPath
 from typing import Any
 
+from alchemist_jobs import environment as E
 from alchemist_jobs import frameworks, server_role
 from alchemist_jobs.contract import (MANAGED_BY_LABEL, METRICS_BASE_PORT,
                                      RUN_LABEL, StackOutput, metrics_port_name)
 from alchemist_jobs.data.pods import pod_patch
 from alchemist_jobs.errors import UserError
 from alchemist_jobs.kubernetes.code_assets import CodeSnapshot
-from alchemist_jobs.runtime.config_error import CONFIG_ERROR_EXIT_CODE, CONFIG_ERROR_FILE_ENV
-from alchemist_jobs.runtime.nccl_net import REQUIRE_ENV as REQUIRE_NET_PLUGIN_ENV
+from alchemist_jobs.runtime.config_error import CONFIG_ERROR_EXIT_CODE
 from alchemist_jobs.rundir import MAX_RUN_ID
 from alchemist_jobs.spec import MAX_NODES, JobSpec
-from alchemist_jobs.worker_env import RESTART_ATTEMPT_ENV, WorkerEnv, threads_per_worker
+from alchemist_jobs.worker_env import WorkerEnv, threads_per_worker
 
 RDZV_PORT = 29500
 PS_BASE_PORT = server_role.CLUSTER_BASE_PORT  # parameter-server shard k listens on this + k
@@ -200,7 +200,7 @@ def pod_command(spec: JobSpec, name: str, run_id: str, run_dir: str) -> list[str
               # torchrun exits 1 whatever its worker's code: a worker that wrote a
               # configuration error (config_error.py) gets its own code back, which fails
               # the run instead of restarting it.
-              f'if [ "$rc" -ne 0 ] && [ -s "${{{CONFIG_ERROR_FILE_ENV}:-/nonexistent}}" ]; '
+              f'if [ "$rc" -ne 0 ] && [ -s "${{{E.CONFIG_ERROR_FILE.name}:-/nonexistent}}" ]; '
               f"then exit {CONFIG_ERROR_EXIT_CODE}; fi",
               "exit $rc"]
     return ["/bin/sh", "-c", "\n".join(lines) + "\n", "alchemist", *worker_target(spec)]
@@ -209,7 +209,7 @@ def pod_command(spec: JobSpec, name: str, run_id: str, run_dir: str) -> list[str
 def ps_command() -> list[str]:
     """The parameter-server container's command: shard k = the pod's completion index."""
     script = ('k="${JOB_COMPLETION_INDEX:?not an Indexed Job pod}"\n'
-              f'export ALCHEMIST_PS_SHARD=$k ALCHEMIST_PS_PORT=$(({PS_BASE_PORT} + k))\n'
+              f'export {E.PS_SHARD.name}=$k {E.PS_PORT.name}=$(({PS_BASE_PORT} + k))\n'
               "exec python -m alchemist_jobs.runtime.parameter_server\n")
     return ["/bin/sh", "-c", script]
 
@@ -228,7 +228,7 @@ def _efa_env(spec: JobSpec, stack: StackOutput) -> dict[str, str]:
         return {}
     rdma = "1" if stack.gpu.efa.rdma_read else "0"
     return {"FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": rdma, "FI_EFA_FORK_SAFE": "1",
-            "NCCL_NET_PLUGIN": "ofi", REQUIRE_NET_PLUGIN_ENV: "required"}
+            "NCCL_NET_PLUGIN": "ofi", E.NCCL_NET_PLUGIN.name: "required"}
 
 
 def _env(spec: JobSpec, stack: StackOutput, name: str, run_dir: str, root: str) -> list[dict]:
@@ -247,12 +247,12 @@ def _env(spec: JobSpec, stack: StackOutput, name: str, run_dir: str, root: str) 
         spec.procs_per_node))
     values = {**fixed, **spec.env}
     env: list[dict] = []
-    if "ALCHEMIST_NODE" not in values:  # the pod's name: where a worker runs
-        env.append({"name": "ALCHEMIST_NODE",
+    if E.NODE.name not in values:  # the pod's name: where a worker runs
+        env.append({"name": E.NODE.name,
                     "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}})
-    if RESTART_ATTEMPT_ENV not in values:  # which group restart this pod belongs to
+    if E.RESTART_ATTEMPT.name not in values:  # which group restart this pod belongs to
         env.append(restart_attempt_env())
-    values.setdefault(CONFIG_ERROR_FILE_ENV, TERMINATION_LOG)
+    values.setdefault(E.CONFIG_ERROR_FILE.name, TERMINATION_LOG)
     env += [{"name": k, "value": v} for k, v in values.items()]
     return env + secret_env(spec, stack)
 
@@ -262,7 +262,7 @@ def restart_attempt_env() -> dict:
     both label and annotation `jobset.sigs.k8s.io/restart-attempt` (= status.restarts;
     pkg/controllers/jobset_controller.go labelAndAnnotateObject), through the downward
     API: torchrun runs with --max-restarts=0, so only this tells a worker it restarted."""
-    return {"name": RESTART_ATTEMPT_ENV, "valueFrom": {"fieldRef": {
+    return {"name": E.RESTART_ATTEMPT.name, "valueFrom": {"fieldRef": {
         "fieldPath": f"metadata.annotations['{RESTART_ATTEMPT_LABEL}']"}}}
 
 

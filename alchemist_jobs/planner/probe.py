@@ -24,11 +24,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import time
 from pathlib import Path
+
+from alchemist_jobs import environment as E
+
 
 KIND = "alchemist-link-probe"
 DEFAULT_SIZES = (4_096, 65_536, 1_048_576, 4_194_304)  # bytes: latency-bound to link-bound
@@ -137,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit("a link probe needs at least two processes, one per node")
         points = measure(tuple(int(s) for s in args.sizes.split(",")), args.repeats)
         if rank == 0:
-            where = args.where or os.environ.get("ALCHEMIST_NODE") or "this target"
+            where = args.where or E.NODE.get() or "this target"
             out = result(world, points, where)
             args.out.parent.mkdir(parents=True, exist_ok=True)
             args.out.write_text(json.dumps(out, indent=2) + "\n")

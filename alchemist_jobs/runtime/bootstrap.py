@@ -20,6 +20,7 @@ import sys
 import time
 from pathlib import Path
 
+from alchemist_jobs import environment as E
 
 def _die_with_parent() -> None:
     """The kernel sends SIGKILL to this worker if torchrun dies."""
@@ -56,7 +57,7 @@ def _record(run_dir: Path, rank: int, kind: str) -> None:
     workers.mkdir(parents=True, exist_ok=True)
     write_json_atomic(workers / f"rank-{rank}.json", dict(
         rank=rank, local_rank=int(os.environ.get("LOCAL_RANK", 0)), pid=os.getpid(),
-        node=os.environ.get("ALCHEMIST_NODE", ""), role="worker", task=kind,
+        node=E.NODE.get(default=""), role="worker", task=kind,
         restart=restarts(), started=time.time()))
 
 
@@ -67,9 +68,9 @@ def main(argv: list[str]) -> int:
         return 2
     kind, rest = argv[0], argv[1:]
     rank = int(os.environ.get("RANK", 0))
-    run_dir = Path(os.environ["ALCHEMIST_RUN_DIR"])
+    run_dir = E.RUN_DIR.require()
     _die_with_parent()
-    if os.environ.get("ALCHEMIST_LOG_TO_CONSOLE") != "1":
+    if not E.LOG_TO_CONSOLE.get():
         _redirect_output(run_dir / "logs" / f"rank-{rank}.log", rank)
     _record(run_dir, rank, kind)
     from alchemist_jobs import store_bind
@@ -106,7 +107,7 @@ def main(argv: list[str]) -> int:
 
     # A TensorFlow or JAX program: its framework importable (or one line naming the extra),
     # and its place in the job told as TF_CONFIG or JAX_* (runtime/framework_env.py).
-    framework = os.environ.get("ALCHEMIST_FRAMEWORK", "torch")
+    framework = E.FRAMEWORK.get(default="torch")
     if framework != "torch":
         from alchemist_jobs.runtime import framework_env
 
@@ -216,7 +217,7 @@ def _serve_script_metrics(run_dir: Path, rank: int, kind: str):
 
         raw = yaml.safe_load((run_dir / "spec.yaml").read_text()) or {}
         algorithm = (raw.get("algorithm") or {}).get("name", "sync")
-        node = os.environ.get("ALCHEMIST_NODE") or socket.gethostname()
+        node = E.NODE.get() or socket.gethostname()
         labels = dict(job=str(raw.get("name", "")), run=run_dir.name, rank=str(rank), node=node,
                       algorithm=str(algorithm))
         reporter, port = install(

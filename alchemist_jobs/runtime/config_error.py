@@ -18,9 +18,9 @@ import os
 import sys
 from typing import Mapping
 
+from alchemist_jobs import environment as E
 # sysexits.h EX_CONFIG: "something was found in an unconfigured or misconfigured state".
 CONFIG_ERROR_EXIT_CODE = 78
-CONFIG_ERROR_FILE_ENV = "ALCHEMIST_CONFIG_ERROR_FILE"
 # The kubelet keeps at most this much of a termination message (its tail): keep each line
 # short enough that eight ranks' lines fit.
 MAX_LINE = 500
@@ -30,7 +30,7 @@ def fail(message: str, environ: Mapping[str, str] | None = None) -> int:
     """Say `message` on stderr and in the pod's termination message; the exit code to use."""
     env = os.environ if environ is None else environ
     print(f"alchemist: {message}", file=sys.stderr, flush=True)
-    path = env.get(CONFIG_ERROR_FILE_ENV)
+    path = E.CONFIG_ERROR_FILE.get(env)
     if path:
         line = f"rank {env.get('RANK', '0')}: {message}"[:MAX_LINE]
         try:

@@ -23,18 +23,21 @@ from __future__ import annotations
 import os
 import time
 
+from alchemist_jobs import environment as E
+
+
 
 def slowdown(rank: int, env: str | None = None) -> float:
     """This rank's step-time factor from ALCHEMIST_SLOW_RANKS (`RANK:FACTOR,...`); 1 = none."""
-    text = os.environ.get("ALCHEMIST_SLOW_RANKS", "") if env is None else env
+    text = E.SLOW_RANKS.get(default="") if env is None else env
     for item in filter(None, (t.strip() for t in text.split(","))):
         try:
             r, f = item.split(":")
             r, f = int(r), float(f)
         except ValueError:
-            raise ValueError(f"ALCHEMIST_SLOW_RANKS: {item!r} is not RANK:FACTOR (e.g. 1:3)") from None
+            raise ValueError(f"{E.SLOW_RANKS.name}: {item!r} is not RANK:FACTOR (e.g. 1:3)") from None
         if f < 1:
-            raise ValueError(f"ALCHEMIST_SLOW_RANKS: factor {f} of rank {r} is below 1")
+            raise ValueError(f"{E.SLOW_RANKS.name}: factor {f} of rank {r} is below 1")
         if r == rank:
             return f
     return 1.0
@@ -43,14 +46,12 @@ def slowdown(rank: int, env: str | None = None) -> float:
 class Faults:
     def __init__(self, rank: int, environ: dict[str, str] | None = None):
         env = os.environ if environ is None else environ
-        at = env.get("ALCHEMIST_FAULT_STALL_AT_STEP")
-        self.stall_at = int(at) if at else None
-        secs = env.get("ALCHEMIST_FAULT_STALL_SECONDS")
-        self.stall_s = float(secs) if secs else None
-        self.active = self.stall_at is not None and rank == int(env.get("ALCHEMIST_FAULT_STALL_RANK", 0))
-        self.slow = slowdown(rank, env.get("ALCHEMIST_SLOW_RANKS", ""))
-        self.allow_nan = env.get("ALCHEMIST_ALLOW_NAN") == "1"
-        self.hold_file = env.get("ALCHEMIST_FAULT_HOLD_FILE")
+        self.stall_at = E.FAULT_STALL_AT_STEP.get(env)
+        self.stall_s = E.FAULT_STALL_SECONDS.get(env)
+        self.active = self.stall_at is not None and rank == E.FAULT_STALL_RANK.get(env, 0)
+        self.slow = slowdown(rank, E.SLOW_RANKS.get(env, ""))
+        self.allow_nan = bool(E.ALLOW_NAN.get(env))
+        self.hold_file = E.FAULT_HOLD_FILE.get(env)
 
     def stretch(self, step_seconds: float) -> None:
         """Make this step last `slow` times as long, as on a slower machine."""

@@ -28,6 +28,7 @@ import socket
 from datetime import timedelta
 from typing import Mapping
 
+from alchemist_jobs import environment as E
 from alchemist_jobs.frameworks import EXTRAS, MODULES, install_hint
 
 SWAP_TIMEOUT_S = 600.0  # every worker of the group reaches the swap within torchrun's start-up
@@ -126,8 +127,8 @@ def prepare(framework: str, gpus: int = 0) -> None:
     static = "TF_CONFIG" in env if framework == "tensorflow" else "JAX_COORDINATOR_ADDRESS" in env
     if not static:  # a local run: each worker's own free port, swapped through the store
         # The run's own address: loopback on the local stack (its stores are files there).
-        host = env.get("ALCHEMIST_STORE_ADDR") or (
-            "127.0.0.1" if env.get("ALCHEMIST_STORE_DIR") else socket.getfqdn())
+        host = E.STORE_ADDR.get(env) or (
+            "127.0.0.1" if E.STORE_DIR.get(env) else socket.getfqdn())
         own = f"{host}:{free_port(host)}"
         addresses = swap_addresses(own, int(env["RANK"]), int(env["WORLD_SIZE"]),
                                    env["MASTER_ADDR"], int(env["MASTER_PORT"]))

@@ -17,10 +17,11 @@ from __future__ import annotations
 import bisect
 import contextlib
 import math
-import os
 import threading
 import time
 from typing import Any, Iterator
+
+from alchemist_jobs import environment as E
 
 from alchemist_jobs.metric_contract import BY_NAME, METRICS, SYSTEM_METRICS, Metric
 
@@ -170,10 +171,10 @@ class WorkerMetrics:
             return None
         from prometheus_client import start_http_server
 
-        base = os.environ.get("ALCHEMIST_METRICS_PORT")
-        port = int(base) + local_rank if base else 0
-        default_addr = "127.0.0.1" if os.environ.get("ALCHEMIST_STACK") == "local" else "0.0.0.0"
-        addr = os.environ.get("ALCHEMIST_METRICS_ADDR", default_addr)
+        base = E.METRICS_PORT.get()
+        port = base + local_rank if base is not None else 0
+        default_addr = "127.0.0.1" if E.STACK.get() == "local" else "0.0.0.0"
+        addr = E.METRICS_ADDR.get(default=default_addr)
         self._server, _thread = start_http_server(port, addr=addr, registry=self.registry)
         self.port = int(self._server.server_port)
         return self.port

@@ -31,9 +31,9 @@ import os
 from dataclasses import dataclass
 from typing import Mapping, MutableMapping
 
+from alchemist_jobs import environment as E
 from alchemist_jobs.runtime.devices import DeviceError
 
-REQUIRE_ENV = "ALCHEMIST_NCCL_NET_PLUGIN"  # "required": this pod must have a plugin
 NET_VERSIONS = (11, 10, 9, 8, 7, 6)  # ncclNetVersion in nccl src/plugin/net.cc, in order
 DEFAULT_LIBRARY = "libnccl-net.so"
 
@@ -93,7 +93,7 @@ def require(environ: MutableMapping[str, str] | None = None) -> NetPlugin | None
     """Where the pod asks for a plugin: find it and pin NCCL_NET to it, or NetPluginError.
     A spec that sets NCCL_NET_PLUGIN=none chose NCCL's internal nets: nothing to check."""
     env = os.environ if environ is None else environ
-    if env.get(REQUIRE_ENV) != "required":
+    if E.NCCL_NET_PLUGIN.get(env) != "required":
         return None
     if env.get("NCCL_NET_PLUGIN", "").strip().lower() == "none":
         return None

@@ -42,6 +42,7 @@ from typing import Any
 
 import torch
 
+from alchemist_jobs import environment as E
 from alchemist_jobs.rundir import RunDir, write_json_atomic
 from alchemist_jobs.runtime import ps_wire
 from alchemist_jobs.runtime.checkpoint import Checkpointer
@@ -340,12 +341,12 @@ def _server(bind: str, port: int) -> _Server:
     """The shard's server: on the socket the local launcher holds for every attempt of this
     shard (ALCHEMIST_PS_LISTEN_FD, local_servers.py), else bound here (clusters: the pod's
     port)."""
-    fd = os.environ.get("ALCHEMIST_PS_LISTEN_FD")
-    if not fd:
+    fd = E.PS_LISTEN_FD.get()
+    if fd is None:
         return _Server((bind, port), _Handler)
     server = _Server((bind, port), _Handler, bind_and_activate=False)
     server.socket.close()
-    server.socket = socket.socket(fileno=int(fd))
+    server.socket = socket.socket(fileno=fd)
     server.server_address = server.socket.getsockname()
     return server
 
@@ -354,7 +355,7 @@ def build_shard_tensors(spec: JobSpec, shard: int, shared_root: Path) -> tuple[l
     """This shard's names and initial tensors: the model the workers build, from the same
     seed, split by the same layout."""
     from alchemist_jobs.runtime.tasks import build_model, load_task_data
-    from alchemist_jobs.runtime.trainer import seed_everything
+    from alchemist_jobs.runtime.train_state import seed_everything
 
     seed_everything(spec.hyper.seed)
     data = load_task_data(spec, shared_root)
@@ -374,7 +375,7 @@ def serve(spec: JobSpec, run: RunDir, shard: int, port: int, shared_root: Path,
     """Run one shard until every worker is done; returns the exit code."""
     import socket as _s
 
-    node = os.environ.get("ALCHEMIST_NODE") or _s.gethostname()
+    node = E.NODE.get() or _s.gethostname()
     labels = dict(job=spec.name, run=run.run_id, rank=f"server-{shard}", node=node,
                   algorithm=spec.algorithm.name)
     metrics = WorkerMetrics(labels, role="server", enabled=spec.metrics)
@@ -431,20 +432,20 @@ def _redirect_output(log: Path, header: str) -> None:
 def main() -> int:
     import yaml
 
-    run = RunDir(Path(os.environ["ALCHEMIST_RUN_DIR"]))
-    shard = int(os.environ["ALCHEMIST_PS_SHARD"])
-    port = int(os.environ["ALCHEMIST_PS_PORT"])
-    restart = int(os.environ.get("ALCHEMIST_PS_RESTART", 0))
-    if os.environ.get("ALCHEMIST_LOG_TO_CONSOLE") != "1":
+    run = RunDir(E.RUN_DIR.require())
+    shard = E.PS_SHARD.require()
+    port = E.PS_PORT.require()
+    restart = E.PS_RESTART.get(default=0)
+    if not E.LOG_TO_CONSOLE.get():
         _redirect_output(run.logs / f"server-{shard}.log",
                          f"=== server {shard} attempt {restart + 1} pid {os.getpid()} at "
                          f"{time.strftime('%Y-%m-%d %H:%M:%S')} ===\n")
     # SIGTERM (cancel, launcher gone): exit at once; the newest checkpoint stays.
     signal.signal(signal.SIGTERM, lambda *_: os._exit(143))
-    shared_root = Path(os.environ.get("ALCHEMIST_SHARED_ROOT", run.path.parent.parent))
+    shared_root = E.SHARED_ROOT.get(default=run.path.parent.parent)
     spec = JobSpec.model_validate(yaml.safe_load(run.spec.read_text()))
     code = serve(spec, run, shard, port, shared_root,
-                 bind=os.environ.get("ALCHEMIST_PS_BIND", "0.0.0.0"), restart=restart)
+                 bind=E.PS_BIND.get(default="0.0.0.0"), restart=restart)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)  # like the workers: no interpreter teardown after the job's work is done

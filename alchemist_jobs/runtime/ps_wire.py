@@ -32,6 +32,9 @@ from typing import Any, Sequence
 
 import torch
 
+from alchemist_jobs import environment as E
+
+
 HEAD = struct.Struct("!IQ")
 MAX_HEADER = 1 << 20
 HANDSHAKE_MAX = 4096
@@ -62,10 +65,10 @@ def parse_addrs(text: str) -> list[tuple[str, int]]:
     for item in filter(None, (t.strip() for t in text.split(","))):
         host, sep, port = item.rpartition(":")
         if not sep or not host or not port.isdigit():
-            raise ValueError(f"ALCHEMIST_PS_ADDRS: {item!r} is not HOST:PORT")
+            raise ValueError(f"{E.PS_ADDRS.name}: {item!r} is not HOST:PORT")
         out.append((host, int(port)))
     if not out:
-        raise ValueError("ALCHEMIST_PS_ADDRS is empty; the launcher sets it for algorithms "
+        raise ValueError(f"{E.PS_ADDRS.name} is empty; the launcher sets it for algorithms "
                          "that use a parameter server")
     return out
 
@@ -170,8 +173,8 @@ def run_secret(run_dir: Path, environ: dict[str, str] | None = None) -> bytes:
     sets one, else `<run dir>/ps.secret` (0600), created by whichever process needs it
     first; the run directory is readable by the run's own identity only."""
     env = os.environ if environ is None else environ
-    if env.get("ALCHEMIST_PS_SECRET"):
-        return env["ALCHEMIST_PS_SECRET"].encode()
+    if E.PS_SECRET.get(env):
+        return E.PS_SECRET.require(env).encode()
     path = Path(run_dir) / SECRET_FILE
     if not path.exists():
         tmp = path.with_name(f".{SECRET_FILE}.{os.getpid()}.tmp")

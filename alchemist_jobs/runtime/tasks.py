@@ -16,23 +16,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from alchemist_jobs import environment as E
+from alchemist_jobs.spec import DIGITS_TEST
+
 if TYPE_CHECKING:
     import torch
 
     from alchemist_jobs.spec import JobSpec, TaskSpec
 
-DIGITS_SAMPLES = 1797
-DIGITS_TEST = 360  # sklearn's train_test_split(test_size=0.2) of 1797
 _FORMAT = 2  # bump when the prepared files change (shape or values)
-
-
-def train_set_size(task: "TaskSpec") -> int:
-    """Training samples of a built-in task, known without building it."""
-    if task.builtin == "digits":
-        return DIGITS_SAMPLES - DIGITS_TEST
-    if task.builtin == "synthetic":
-        return task.synthetic.samples
-    raise ValueError(f"not a built-in task: {task.kind}")
 
 
 @dataclass
@@ -108,8 +100,7 @@ def load_staged(spec: "JobSpec", shared_root: Path) -> TaskData:
     from alchemist_jobs.data.cache import DataError
     from alchemist_jobs.data.stage import stage
 
-    run_dir = os.environ.get("ALCHEMIST_RUN_DIR")
-    entry = stage(spec, shared_root, Path(run_dir) if run_dir else None)
+    entry = stage(spec, shared_root, E.RUN_DIR.get())
     _staged.append(entry)
     arrays = {}
     for name in STAGED_FILES:

@@ -28,11 +28,12 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+from alchemist_jobs import environment as E
 from alchemist_jobs.rundir import RunDir, read_json, write_json_atomic
 from alchemist_jobs.contract import PROGRESS_LINE_PREFIX
 from alchemist_jobs.runtime.batches import Batches, evaluate
 from alchemist_jobs.runtime.checkpoint import Checkpointer
-from alchemist_jobs.runtime.faults import Faults, slowdown  # noqa: F401 (slowdown: re-export)
+from alchemist_jobs.runtime.faults import Faults
 from alchemist_jobs.runtime.metrics import WorkerMetrics
 from alchemist_jobs.runtime.optim import build_optimizer
 from alchemist_jobs.runtime.precision import Precision
@@ -41,8 +42,8 @@ from alchemist_jobs.runtime.step_metrics import StepMetrics
 from alchemist_jobs.runtime.strategies import build_strategy
 from alchemist_jobs.runtime.strategies.base import WorkerContext
 from alchemist_jobs.runtime.tasks import build_model, load_task_data
-from alchemist_jobs.runtime.train_state import (TrainState, param_digest,  # noqa: F401
-                                                rng_state, seed_everything, set_rng_state)
+from alchemist_jobs.runtime.train_state import (TrainState, param_digest, rng_state,
+                                                seed_everything, set_rng_state)
 from alchemist_jobs.runtime.watchdog import StallWatchdog
 from alchemist_jobs.spec import JobSpec
 
@@ -130,7 +131,7 @@ class Trainer:
     # --- setup pieces ---------------------------------------------------------------------
 
     def _serve_metrics(self) -> WorkerMetrics:
-        node = os.environ.get("ALCHEMIST_NODE") or socket.gethostname()
+        node = E.NODE.get() or socket.gethostname()
         labels = dict(job=self.spec.name, run=self.run.run_id, rank=str(self.rank), node=node,
                       algorithm=self.spec.algorithm.name)
         metrics = WorkerMetrics(labels, enabled=self.spec.metrics)
@@ -237,7 +238,7 @@ class Trainer:
             print(f"step {s.step}/{self.total_steps}  epoch {s.epoch}/"
                   f"{progress['epochs']:.3g}  loss {self.loss_value:.4f}  lr {lr:.4g}  "
                   f"{rate * self.world:,.0f} samples/s", flush=True)
-        if os.environ.get("ALCHEMIST_LOG_TO_CONSOLE") == "1":
+        if E.LOG_TO_CONSOLE.get():
             # On clusters the CLI reads progress from rank 0's pod log through the API
             # server: it works where NetworkPolicies keep the API server off the pods.
             print(PROGRESS_LINE_PREFIX + json.dumps(progress), flush=True)
@@ -409,8 +410,8 @@ def train(spec: JobSpec, run: RunDir, shared_root: Path) -> dict[str, Any]:
 
 def main() -> int:
     """Entry of a built-in task's worker (called by the bootstrap)."""
-    run = RunDir(Path(os.environ["ALCHEMIST_RUN_DIR"]))
-    shared_root = Path(os.environ.get("ALCHEMIST_SHARED_ROOT", run.path.parent.parent))
+    run = RunDir(E.RUN_DIR.require())
+    shared_root = E.SHARED_ROOT.get(default=run.path.parent.parent)
     import yaml
 
     spec = JobSpec.model_validate(yaml.safe_load(run.spec.read_text()))

@@ -7,6 +7,7 @@ import socket
 import sys
 from pathlib import Path
 
+from alchemist_jobs import environment as E
 from alchemist_jobs.errors import UserError
 from alchemist_jobs.commands import command
 
@@ -23,7 +24,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="a JSON file with a stack's `alchemist` output, instead of Pulumi "
                         "(repeatable)")
     p.add_argument("--home", type=Path, default=None,
-                   help="local stack's shared-file-system root (default: $ALCHEMIST_HOME or "
+                   help=f"local stack's shared-file-system root (default: ${E.HOME.name} or "
                         "~/.alchemist)")
     p.add_argument("--host", default="127.0.0.1",
                    help="address to bind (default 127.0.0.1); every API call needs the token "

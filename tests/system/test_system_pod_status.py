@@ -12,8 +12,8 @@ from system_tier import ALL_SHAPES, SESSION, STACK_NAMES
 from kubernetes.utils.quantity import parse_quantity
 
 from alchemist_jobs.kubernetes import manifests as mf
-from alchemist_jobs.runtime.config_error import CONFIG_ERROR_EXIT_CODE, CONFIG_ERROR_FILE_ENV
-from alchemist_jobs.worker_env import RESTART_ATTEMPT_ENV
+from alchemist_jobs.environment import CONFIG_ERROR_FILE, RESTART_ATTEMPT
+from alchemist_jobs.runtime.config_error import CONFIG_ERROR_EXIT_CODE
 
 # kubernetes v1.33 pkg/controller/job/pod_failure_policy.go matchPodFailurePolicy: the
 # failed Job's condition message for a FailJob rule.
@@ -56,9 +56,9 @@ def test_worker_pods_know_their_restart_and_fail_at_once_on_a_configuration_erro
         tmpl = rj["template"]["spec"]
         train = next(c for c in tmpl["template"]["spec"]["containers"] if c["name"] == mf.CONTAINER)
         env = {e["name"]: e for e in train["env"]}
-        assert env[RESTART_ATTEMPT_ENV]["valueFrom"]["fieldRef"]["fieldPath"] == \
+        assert env[RESTART_ATTEMPT.name]["valueFrom"]["fieldRef"]["fieldPath"] == \
             f"metadata.annotations['{mf.RESTART_ATTEMPT_LABEL}']"
-        assert env[CONFIG_ERROR_FILE_ENV]["value"] == train["terminationMessagePath"]
+        assert env[CONFIG_ERROR_FILE.name]["value"] == train["terminationMessagePath"]
         # The Job controller's message for the pod's exit code, through the Job's rules and
         # then JobSet's (first match wins in both: pod_failure_policy.go, failure_policy.go).
         index = next(i for i, r in enumerate(tmpl["podFailurePolicy"]["rules"])

@@ -67,11 +67,12 @@ def test_nccls_library_names_for_each_nccl_net_plugin_value():
 def test_an_efa_worker_without_the_plugin_stops_with_one_line_before_the_script(tmp_path):
     empty = tmp_path / "lib"
     empty.mkdir()
-    from alchemist_jobs.runtime.config_error import CONFIG_ERROR_EXIT_CODE, CONFIG_ERROR_FILE_ENV
+    from alchemist_jobs.environment import CONFIG_ERROR_FILE
+    from alchemist_jobs.runtime.config_error import CONFIG_ERROR_EXIT_CODE
 
     message = tmp_path / "termination-log"  # the container's terminationMessagePath
     done = _worker(tmp_path, {"ALCHEMIST_NCCL_NET_PLUGIN": "required", "NCCL_NET_PLUGIN": "ofi",
-                              "LD_LIBRARY_PATH": str(empty), CONFIG_ERROR_FILE_ENV: str(message)})
+                              "LD_LIBRARY_PATH": str(empty), CONFIG_ERROR_FILE.name: str(message)})
     # A configuration error: the code that fails a cluster run at once (no restarts).
     assert done.returncode == CONFIG_ERROR_EXIT_CODE, done.stderr
     lines = [ln for ln in done.stderr.splitlines() if ln.strip()]

@@ -14,11 +14,12 @@ import pytest
 import torch.distributed as dist
 
 from alchemist_jobs import store_bind
+from alchemist_jobs.environment import STORE_ADDR, STORE_DIR
 
 
 @pytest.fixture
 def bound(monkeypatch):
-    monkeypatch.setenv(store_bind.ENV, "127.0.0.1")
+    monkeypatch.setenv(STORE_ADDR.name, "127.0.0.1")
     original = dist.TCPStore
     assert store_bind.apply()
     yield dist.TCPStore
@@ -93,8 +94,8 @@ def in_dir(monkeypatch, tmp_path):
 
     d = tmp_path / "stores"
     d.mkdir(mode=0o700)
-    monkeypatch.setenv(store_bind.DIR_ENV, str(d))
-    monkeypatch.delenv(store_bind.ENV, raising=False)
+    monkeypatch.setenv(STORE_DIR.name, str(d))
+    monkeypatch.delenv(STORE_ADDR.name, raising=False)
     original, free_port_fn = dist.TCPStore, api.get_free_port
     assert store_bind.apply()
     yield d

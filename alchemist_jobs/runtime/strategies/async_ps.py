@@ -19,18 +19,18 @@ the device once per shard (asynchronously) before they touch the parameters.
 from __future__ import annotations
 
 import contextlib
-import os
 import socket
 import time
 from typing import Any, Iterator
 
 import torch
 
+from alchemist_jobs import environment as E
 from alchemist_jobs.runtime import ps_wire
 from alchemist_jobs.runtime.strategies.base import Strategy, WorkerContext
 from alchemist_jobs.runtime.strategies.comm_stats import OFF_STEP
 
-CONNECT_TIMEOUT_S = float(os.environ.get("ALCHEMIST_PS_CONNECT_TIMEOUT", 300))
+CONNECT_TIMEOUT_S = E.PS_CONNECT_TIMEOUT.get(default=300.0)
 
 
 class PSClient:
@@ -39,9 +39,9 @@ class PSClient:
 
     def __init__(self, ctx: WorkerContext, names: list[list[str]]):
         self.ctx = ctx
-        self.addrs = ps_wire.parse_addrs(os.environ.get("ALCHEMIST_PS_ADDRS", ""))
+        self.addrs = ps_wire.parse_addrs(E.PS_ADDRS.get(default=""))
         if len(self.addrs) != len(names):
-            raise ValueError(f"ALCHEMIST_PS_ADDRS names {len(self.addrs)} servers; the job has "
+            raise ValueError(f"{E.PS_ADDRS.name} names {len(self.addrs)} servers; the job has "
                              f"{len(names)} shards")
         self.names = names
         self.secret = ps_wire.run_secret(ctx.extra["run"].path)

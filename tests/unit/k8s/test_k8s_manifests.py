@@ -597,20 +597,21 @@ def test_a_configuration_error_through_torchrun_exits_the_config_code(tmp_path):
     `main`, under @record, re-raises the agent's ChildFailedError). A worker that wrote its
     configuration error to the container's termination message gets CONFIG_ERROR_EXIT_CODE
     back as the container's exit code; any other failure keeps torchrun's."""
-    from alchemist_jobs.runtime.config_error import CONFIG_ERROR_EXIT_CODE, CONFIG_ERROR_FILE_ENV
+    from alchemist_jobs.environment import CONFIG_ERROR_FILE
+    from alchemist_jobs.runtime.config_error import CONFIG_ERROR_EXIT_CODE
 
     train = _job(_render(stack("dev"), EXAMPLES / "digits.yaml"))["spec"]["template"][
         "spec"]["containers"][0]
     env_spec = _env(train)
     # The file the kubelet mounts at terminationMessagePath is the one workers write.
-    assert env_spec[CONFIG_ERROR_FILE_ENV] == train["terminationMessagePath"] == mf.TERMINATION_LOG
+    assert env_spec[CONFIG_ERROR_FILE.name] == train["terminationMessagePath"] == mf.TERMINATION_LOG
     log = tmp_path / "termination-log"  # the kubelet's file, here
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     torchrun = bin_dir / "torchrun"
     env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "JOB_COMPLETION_INDEX": "0",
-           CONFIG_ERROR_FILE_ENV: str(log)}
-    torchrun.write_text(f'#!/bin/sh\necho "rank 0: resources.gpu=1: no usable GPU" >> "${CONFIG_ERROR_FILE_ENV}"\nexit 1\n')
+           CONFIG_ERROR_FILE.name: str(log)}
+    torchrun.write_text(f'#!/bin/sh\necho "rank 0: resources.gpu=1: no usable GPU" >> "${CONFIG_ERROR_FILE.name}"\nexit 1\n')
     torchrun.chmod(0o755)
     assert subprocess.run(train["command"], env=env).returncode == CONFIG_ERROR_EXIT_CODE
     log.unlink()
@@ -650,7 +651,7 @@ def test_workers_learn_their_group_restart_from_jobsets_annotation(fake):
     worker container reads it through the downward API, and the worker's restart count is
     that number (torchrun's own count stays 0: --max-restarts=0)."""
     from alchemist_jobs.runtime.trainer import WorkerPlace
-    from alchemist_jobs.worker_env import RESTART_ATTEMPT_ENV
+    from alchemist_jobs.environment import RESTART_ATTEMPT
 
     sched = KubernetesScheduler(stack("dev").output)
     spec = load_spec(EXAMPLES / "digits.yaml", ["nodes=2"])
@@ -668,7 +669,7 @@ def test_workers_learn_their_group_restart_from_jobsets_annotation(fake):
             kind, _, key = path.partition("['")
             assert kind == "metadata.annotations", path
             env[e["name"]] = pod["metadata"]["annotations"][key.rstrip("']")]
-    assert env[RESTART_ATTEMPT_ENV] == "3"
+    assert env[RESTART_ATTEMPT.name] == "3"
     assert WorkerPlace.from_env(env).restarts == 3
 
 
