@@ -21,6 +21,8 @@ from alchemist_jobs.errors import UserError, shown
 from alchemist_jobs.input_files import load_yaml, read_text
 
 BUILTIN_TASKS = ("digits", "synthetic")
+DIGITS_SAMPLES = 1797  # sklearn's load_digits
+DIGITS_TEST = 360  # its train_test_split(test_size=0.2), the built-in task's test split
 _QUANTITY = r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$"
 
 
@@ -108,6 +110,15 @@ class TaskSpec(_Node):
     @property
     def kind(self) -> str:
         return self.builtin or ("script" if self.script else "module")
+
+    @property
+    def train_set_size(self) -> int:
+        """Training samples of a built-in task, known without building it."""
+        if self.builtin == "digits":
+            return DIGITS_SAMPLES - DIGITS_TEST
+        if self.builtin == "synthetic":
+            return self.synthetic.samples
+        raise ValueError(f"not a built-in task: {self.kind}")
 
 
 # --- how to train: the algorithm ---------------------------------------------------------
@@ -451,9 +462,7 @@ def _check_task(spec: JobSpec, spec_dir: Path, source: str) -> None:
         else:
             spec.data.source = resolve_local_source(spec.data.source, spec_dir, source)
     if spec.task.builtin is not None and spec.data.source is None:
-        from alchemist_jobs.runtime.tasks import train_set_size
-
-        n = train_set_size(spec.task)
+        n = spec.task.train_set_size
         if spec.global_batch > n:
             raise UserError(
                 f"{source}: hyper.batch_size: {spec.hyper.batch_size} x {spec.world_size} workers "

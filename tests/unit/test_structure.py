@@ -4,6 +4,7 @@ of infra from alchemist_jobs, no import cycle in either), and functions stay sho
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 
@@ -175,3 +176,31 @@ def test_the_wheels_package_list_holds_every_package_of_the_tree():
              for p in [REPO / "monitoring", *(REPO / "monitoring").iterdir()]
              if p.is_dir() and p.name != "__pycache__"}
     assert listed == tree, listed ^ tree
+
+
+def test_the_code_map_names_every_module_and_only_paths_that_exist():
+    """docs/code-map.md: where each module is and where each kind of change goes."""
+    text = (REPO / "docs" / "code-map.md").read_text()
+    named = set(re.findall(r"`((?:alchemist_jobs|infra|monitoring)/[\w/]+\.py)`", text))
+    tree = {p.relative_to(REPO).as_posix() for pkg in (*PACKAGES, "monitoring")
+            for p in (REPO / pkg).rglob("*.py")
+            if p.name != "__init__.py" or p.parent.name in ("commands", "strategies")}
+    assert sorted(tree - named) == [], "modules the map does not name"
+    assert sorted(named - tree) == [], "paths in the map that do not exist"
+
+
+def test_the_config_layer_never_reaches_into_the_worker_runtime():
+    """spec.py is read by the CLI, the backends and every worker: it imports no runtime module
+    (which would pull the workers' dependencies into every command, and close a circle back
+    to spec)."""
+    assert sorted(t for t in graph()["alchemist_jobs.spec"]
+                  if t.startswith("alchemist_jobs.runtime")) == []
+
+
+def test_the_training_loop_re_exports_nothing():
+    """Names reach their users from the module that defines them, not through trainer.py."""
+    tree = ast.parse((REPO / "alchemist_jobs" / "runtime" / "trainer.py").read_text())
+    imported = {a.asname or a.name for n in tree.body if isinstance(n, ast.ImportFrom)
+                and (n.module or "").startswith("alchemist_jobs") for a in n.names}
+    used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    assert sorted(imported - used) == []
