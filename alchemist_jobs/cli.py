@@ -1,3 +1,4 @@
+# PYTHON_ARGCOMPLETE_OK (argcomplete's global completion, if activated, completes `alchemist` too)
 """The `alchemist` command line: one subcommand module per concern, registered below."""
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ COMMAND_MODULES = {
     "alchemist_jobs.commands.data": ("data",),
     "alchemist_jobs.ui.command": ("ui",),
     "alchemist_jobs.commands.plan": ("plan",),
+    "alchemist_jobs.commands.completion": ("completion",),
 }
 
 
@@ -79,6 +81,11 @@ def one_line(message: object) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if "_ARGCOMPLETE" in os.environ:  # the shell asks for completions (`alchemist completion`)
+        import argcomplete
+
+        # answers and exits; flags are offered once a word starts with '-'
+        argcomplete.autocomplete(build_parser(), always_complete_options=False)
     argv = sys.argv[1:] if argv is None else argv
     debug = "--debug" in argv
     try:
