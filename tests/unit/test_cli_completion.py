@@ -1,6 +1,6 @@
 """Shell completion (`alchemist completion bash|zsh|fish`): the printed script, sourced in the
 real shell, completes commands, flags, local run ids, stack names and job spec files, and a
-TAB imports neither torch nor pydantic."""
+TAB imports no heavy module."""
 
 from __future__ import annotations
 
@@ -149,10 +149,12 @@ def test_fish_completes(env, home):
         "status\tstate and progress of one run", RUN_ID, "local"]
 
 
-@pytest.mark.parametrize("line", ["alchemist ", "alchemist logs ", "alchemist run --stack ",
-                                  "alchemist run "])
-def test_a_tab_imports_neither_torch_nor_pydantic(line, env, home, tmp_path):
-    """What the shell runs on TAB, with Python's import log: no heavy module on the way."""
+@pytest.mark.parametrize("line,reads_yaml", [("alchemist ", False), ("alchemist logs ", False),
+                                              ("alchemist run ", False),
+                                              ("alchemist run --stack ", True)])  # Pulumi.yaml
+def test_a_tab_imports_no_heavy_module(line, reads_yaml, env, home, tmp_path):
+    """What the shell runs on TAB, with Python's import log: neither torch nor pydantic, and
+    YAML only to read the project's Pulumi.yaml (no defaults file here)."""
     _run(home)
     out = tmp_path / "completions"
     proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "alchemist_jobs"],
@@ -165,6 +167,7 @@ def test_a_tab_imports_neither_torch_nor_pydantic(line, env, home, tmp_path):
                 if ln.startswith("import time:")}
     assert "alchemist_jobs.cli" in imported
     assert {"torch", "pydantic", "numpy"} & imported == set()
+    assert ("yaml" in imported) == reads_yaml
 
 
 def test_bad_shell_is_one_line_and_exit_2(home):
