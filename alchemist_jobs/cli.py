@@ -1,3 +1,4 @@
+# PYTHON_ARGCOMPLETE_OK (argcomplete's global completion, if activated, completes `alchemist` too)
 """The `alchemist` command line: one subcommand module per concern, registered below."""
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ COMMAND_MODULES = {
     "alchemist_jobs.commands.data": ("data",),
     "alchemist_jobs.ui.command": ("ui",),
     "alchemist_jobs.commands.plan": ("plan",),
+    "alchemist_jobs.commands.completion": ("completion",),
 }
 
 
@@ -52,13 +54,25 @@ def _version() -> str:
         return "unknown (not installed)"
 
 
+class _Version(argparse.Action):
+    """--version, looked up only when asked: importlib.metadata is slow to import."""
+
+    def __init__(self, option_strings: list[str], dest: str, **_) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS,
+                         help="show the version and exit")
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        print(f"alchemist {_version()}")
+        parser.exit()
+
+
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     """The parser; given the command line, only the module of its command is imported
     (all of them for --help, a bad command, or no argv)."""
     parser = _Parser(prog="alchemist", description=DESCRIPTION, epilog=EPILOG,
                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
-    parser.add_argument("--version", action="version", version=f"alchemist {_version()}")
+    parser.add_argument("--version", action=_Version)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
     command = next((a for a in argv or () if not a.startswith("-")), None)
@@ -79,6 +93,11 @@ def one_line(message: object) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if "_ARGCOMPLETE" in os.environ:  # the shell asks for completions (`alchemist completion`)
+        import argcomplete
+
+        # answers and exits; flags are offered once a word starts with '-'
+        argcomplete.autocomplete(build_parser(), always_complete_options=False)
     argv = sys.argv[1:] if argv is None else argv
     debug = "--debug" in argv
     try:

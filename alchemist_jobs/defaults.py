@@ -34,10 +34,10 @@ def path() -> Path:
 
 @functools.lru_cache(maxsize=4)
 def _load(file: Path) -> dict[str, Any]:
-    from alchemist_jobs.input_files import load_yaml, read_text
-
     if not file.exists():
         return {}
+    from alchemist_jobs.input_files import load_yaml, read_text  # YAML: only when there is one
+
     data = load_yaml(read_text(file, "defaults"), str(file)) or {}
     if not isinstance(data, dict):
         raise UserError(f"{file}: accepted: a mapping of {', '.join(KEYS)}")

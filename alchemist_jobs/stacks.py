@@ -122,22 +122,13 @@ def known_stacks() -> list[str]:
         return []
 
 
-def _project_stacks() -> list[str] | None:
-    """The stacks whose config files the Pulumi project here has (ALCHEMIST_PULUMI_DIR, else
-    the nearest Pulumi.yaml with infra/ upward); None outside a checkout."""
-    from alchemist_jobs.commands.stack import repo_root, stack_names
-
-    try:
-        return stack_names(repo_root(E.PULUMI_DIR.get()))
-    except (UserError, OSError, ValueError):
-        return None
-
-
 def _pulumi_output(stack: str) -> dict:
     if shutil.which("pulumi") is None:
         # Every Alchemist stack has its config file (stacks/Pulumi.<stack>.yaml): without the
         # CLI to ask, a name with none is a typo, said as such rather than asking for a CLI.
-        names = _project_stacks() if "/" not in stack else None
+        from alchemist_jobs.commands.stack import project_stacks
+
+        names = project_stacks() if "/" not in stack else None
         if names is not None and stack not in names:
             raise UserError(f"--stack {stack}: no such stack; accepted: "
                             f"{', '.join(['local', *names])}")

@@ -17,7 +17,8 @@ from typing import Any, Iterator
 from alchemist_jobs import environment as E
 
 from alchemist_jobs.errors import UserError
-from alchemist_jobs.commands import command
+from alchemist_jobs.commands import command, complete_files
+from alchemist_jobs.commands.stack import complete_stack
 
 
 
@@ -49,9 +50,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _stack_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--stack", default="local", help="whose object store (default: local)")
+    p.add_argument("--stack", default="local", help="whose object store (default: local)"
+                   ).completer = complete_stack
     p.add_argument("--outputs", type=Path, default=None,
-                   help="a JSON file with the stack's `alchemist` output (instead of Pulumi)")
+                   help="a JSON file with the stack's `alchemist` output (instead of Pulumi)"
+                   ).completer = complete_files("json")
 
 
 def object_store(stack: str, outputs: Path | None) -> Any:

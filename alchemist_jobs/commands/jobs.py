@@ -11,19 +11,26 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from alchemist_jobs import environment as E
+from alchemist_jobs.commands import complete_files
+from alchemist_jobs.commands.stack import complete_stack
 from alchemist_jobs.errors import JobFailed, UserError
-from alchemist_jobs.scheduler import CANCELLED, SUCCEEDED, RunStatus
+
+if TYPE_CHECKING:  # the scheduler (pydantic) is imported by the commands that use it, so
+    from alchemist_jobs.scheduler import RunStatus  # building the parser stays fast
 
 
 def _stack_args(p: argparse.ArgumentParser) -> None:
     from alchemist_jobs import defaults  # ~/.config/alchemist/defaults.yaml (docs/cli.md)
 
     p.add_argument("--stack", default=defaults.get("stack", "local"),
-                   help="where to run (default: local, or the defaults file's)")
+                   help="where to run (default: local, or the defaults file's)"
+                   ).completer = complete_stack
     p.add_argument("--outputs", type=Path, default=defaults.get("outputs"),
-                   help="a JSON file with the stack's `alchemist` output (instead of Pulumi)")
+                   help="a JSON file with the stack's `alchemist` output (instead of Pulumi)"
+                   ).completer = complete_files("json")
     p.add_argument("--home", type=Path, default=defaults.get("home"),
                    help=f"local stack's shared-file-system root (default: ${E.HOME.name} or "
                         "~/.alchemist)")
@@ -59,7 +66,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                           ("submit", "submit a job spec and return (local: run it detached)")):
         p = _add(sub, command, text)
         p.add_argument("spec", type=Path, help="job spec (YAML), or a Python script to run as "
-                                               "a script task")
+                                               "a script task"
+                       ).completer = complete_files("yaml", "yml", "py")
         p.add_argument("--set", dest="overrides", action="append", default=[],
                        metavar="KEY=VALUE",
                        help="override a spec field, e.g. --set hyper.lr=0.05 (repeatable)")
@@ -95,27 +103,30 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_list)
 
     p = _add(sub, "status", "state and progress of one run")
-    p.add_argument("run", help="run id (any part of it that only one run has)")
+    p.add_argument("run", help="run id (any part of it that only one run has)"
+                   ).completer = complete_run
     p.add_argument("--json", action="store_true", help="as JSON")
     _stack_args(p)
     p.set_defaults(func=cmd_status)
 
     p = _add(sub, "logs", "a worker's log")
-    p.add_argument("run", help="run id (any part of it that only one run has)")
+    p.add_argument("run", help="run id (any part of it that only one run has)"
+                   ).completer = complete_run
     p.add_argument("--rank", type=int, default=0, help="which worker (default 0)")
     p.add_argument("--follow", "-f", action="store_true", help="keep printing until the run ends")
     _stack_args(p)
     p.set_defaults(func=cmd_logs)
 
     p = _add(sub, "cancel", "stop a run and all its processes")
-    p.add_argument("run", help="run id (any part of it that only one run has)")
+    p.add_argument("run", help="run id (any part of it that only one run has)"
+                   ).completer = complete_run
     _stack_args(p)
     p.set_defaults(func=cmd_cancel)
 
     p = _add(sub, "rm", "remove runs and their files (logs, checkpoints, metrics)")
     p.add_argument("runs", nargs="*", metavar="RUN",
                    help="run ids (any part of one that only one run has); without any, the "
-                        "runs the filters select")
+                        "runs the filters select").completer = complete_run
     p.add_argument("--state", default=None, choices=["succeeded", "failed", "cancelled", "lost"],
                    help="only runs that ended in this state")
     p.add_argument("--older-than", default=None, metavar="AGE",
@@ -125,6 +136,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dry-run", action="store_true", help="print what would be removed")
     _stack_args(p)
     p.set_defaults(func=cmd_rm)
+
+
+def complete_run(prefix: str, parsed_args: argparse.Namespace, **_) -> list[str]:
+    """Shell completion of a RUN: the ids of the local stack's runs (their directory names,
+    no run's state is read); none for a cluster stack, which only its API server could list."""
+    from alchemist_jobs.rundir import default_root, run_dirs
+
+    if getattr(parsed_args, "stack", "local") != "local":
+        return []
+    given = set(getattr(parsed_args, "runs", None) or ())  # `rm A B`: A is not offered again
+    home = getattr(parsed_args, "home", None) or default_root()
+    return sorted(r.run_id for r in run_dirs(home)
+                  if r.run_id.startswith(prefix) and r.run_id not in given)
 
 
 def _scheduler(args: argparse.Namespace):
@@ -286,6 +310,8 @@ def _follow_local_run(args, scheduler, request, handle, spec, t0: float) -> int:
         print(f"run {request.run_id} cancelled; no process left running", file=sys.stderr)
         return 130
     display.close()
+    from alchemist_jobs.scheduler import CANCELLED, SUCCEEDED
+
     if args.json:  # the run's status, as `status RUN --json` gives it, and the wall time
         print(json.dumps(dict(status.as_json(), wall_s=round(time.time() - t0, 3)), indent=1))
     else:
@@ -402,6 +428,8 @@ def _summary(status: RunStatus, wall: float, handle) -> None:
     lines.append(f"  run directory   {status.run_dir}")
     if status.message:
         lines.append(f"  message         {status.message}")
+    from alchemist_jobs.scheduler import CANCELLED, SUCCEEDED
+
     if status.state not in (SUCCEEDED, CANCELLED):
         from alchemist_jobs.failures import failure_lines
 

@@ -17,7 +17,8 @@ import math
 import sys
 from pathlib import Path
 
-from alchemist_jobs.commands import command
+from alchemist_jobs.commands import command, complete_files
+from alchemist_jobs.commands.stack import complete_stack
 from alchemist_jobs.errors import UserError
 
 PLANNED = ("sync", "bmuf", "easgd")
@@ -50,13 +51,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                 ["alchemist plan examples/digits.yaml --nodes 1,2,4,8 --algorithms sync,bmuf "
                  "--link 25gbit", "alchemist plan examples/digits.yaml --stack aws-us-west-2 --json"],
                 description=__doc__)
-    p.add_argument("spec", help="job spec (YAML)")
+    p.add_argument("spec", help="job spec (YAML)").completer = complete_files("yaml", "yml")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a spec field, as for `alchemist run`")
     p.add_argument("--stack", default=None,
-                   help="take GPUs per node and EFA links from this stack's output")
+                   help="take GPUs per node and EFA links from this stack's output"
+                   ).completer = complete_stack
     p.add_argument("--outputs", type=Path, default=None,
-                   help="the stack's outputs as a JSON file (instead of asking Pulumi)")
+                   help="the stack's outputs as a JSON file (instead of asking Pulumi)"
+                   ).completer = complete_files("json")
     p.add_argument("--nodes", default="1,2,4,8,16", help="node counts (default 1,2,4,8,16)")
     p.add_argument("--algorithms", default=None,
                    help="comma-separated, from sync,bmuf,easgd (default: the spec's, or all three)")

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+from alchemist_jobs import environment as E
 from alchemist_jobs.errors import UserError, shown
 from alchemist_jobs.commands import command
 
@@ -42,7 +44,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                  "aws.availabilityZones=[eu-central-1a,eu-central-1b,eu-central-1c]"])
     p.add_argument("--root", type=Path, default=argparse.SUPPRESS,
                    help="repository root (also accepted before the subcommand)")
-    p.add_argument("src", metavar="SRC")
+    p.add_argument("src", metavar="SRC").completer = complete_stack_file
     p.add_argument("dst", metavar="DST")
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                    help="override a key, e.g. aws.region=eu-west-1 or aws.availabilityZones=[eu-west-1a,eu-west-1b]")
@@ -54,8 +56,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                  "alchemist stack diff dev onprem-lab --all"])
     p.add_argument("--root", type=Path, default=argparse.SUPPRESS,
                    help="repository root (also accepted before the subcommand)")
-    p.add_argument("a", metavar="A", help="stack name or stack file")
-    p.add_argument("b", metavar="B", help="stack name or stack file")
+    for name in ("a", "b"):
+        p.add_argument(name, metavar=name.upper(),
+                       help="stack name or stack file").completer = complete_stack_file
     p.add_argument("--all", action="store_true", help="also list the differences that are allowed")
     p.set_defaults(func=cmd_diff)
 
@@ -117,6 +120,28 @@ def stack_names(root: Path) -> list[str]:
     """The stacks in stacks/ (a file whose name is no stack name is not one)."""
     names = (p.name[len("Pulumi."):-len(".yaml")] for p in stacks_dir(root).glob("Pulumi.*.yaml"))
     return sorted(n for n in names if re.fullmatch(r"[A-Za-z0-9_.-]+", n))
+
+
+def project_stacks() -> list[str] | None:
+    """The stacks whose config files the Pulumi project here has (ALCHEMIST_PULUMI_DIR, else
+    the nearest Pulumi.yaml with infra/ upward); None outside a checkout."""
+    try:
+        return stack_names(repo_root(E.PULUMI_DIR.get()))
+    except (UserError, OSError, ValueError):
+        return None
+
+
+def complete_stack(**_) -> list[str]:
+    """Shell completion of `--stack`: local and the project's stacks."""
+    return ["local", *(project_stacks() or [])]
+
+
+def complete_stack_file(parsed_args: argparse.Namespace, **_) -> list[str]:
+    """Shell completion of a stack of stacks/ (`stack diff A B`), under --root if given."""
+    try:
+        return stack_names(repo_root(getattr(parsed_args, "root", None)))
+    except (UserError, OSError, ValueError):
+        return []
 
 
 def _load(path: Path) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from pathlib import Path
 from alchemist_jobs import environment as E
 from alchemist_jobs.errors import UserError
 from alchemist_jobs.commands import command
+from alchemist_jobs.commands.stack import complete_stack
 
 DEFAULT_PORT = 8740
 
@@ -19,7 +20,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                 ["alchemist ui", "alchemist ui --stack local --stack dev",
                  "alchemist ui --port 0"])
     p.add_argument("--stack", dest="stacks", action="append", default=[], metavar="STACK",
-                   help="a stack to show (repeatable; default: local)")
+                   help="a stack to show (repeatable; default: local)"
+                   ).completer = complete_stack
     p.add_argument("--outputs", action="append", default=[], metavar="STACK=FILE",
                    help="a JSON file with a stack's `alchemist` output, instead of Pulumi "
                         "(repeatable)")
