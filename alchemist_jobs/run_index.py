@@ -1,7 +1,7 @@
 """The statuses of ended local runs, kept in one file so that listing thousands of runs reads one file.
 
-An ended run (its launcher recorded succeeded, failed or cancelled) never changes again, but
-`list` used to read three files of every run on every call. The index keeps each ended run's
+An ended run (its launcher recorded succeeded, failed or cancelled) never changes again, so
+`list` need not read its three files on every call. The index keeps each ended run's
 status beside the modification time of its directory: every file the status comes from
 (run.json, progress.json, result.json) is replaced atomically by a rename inside that
 directory, which updates the directory's mtime, so an entry whose mtime still matches is the

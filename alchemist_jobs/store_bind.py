@@ -1,25 +1,15 @@
 """Keep a run's c10d stores away from everyone but the run: in its private directory on the
 local stack, on one address where they must listen.
 
-torch's dynamic rendezvous unpickles what its store holds, and rank 0's worker store tells
-every rank where to connect: whoever can write to either runs code in the job or steers it.
-A TCPStore answers anyone who reaches its port, and torch's TCPStore has no authentication,
-so on a machine several people share, loopback is not private. Two modes, chosen by the
-environment before torch starts a store (`apply()`, called by the agent and by every
-worker's bootstrap); unset (a cluster pod), nothing changes:
+torch's rendezvous unpickles what its store holds, and a TCPStore answers anyone who reaches
+its port: on a shared machine, loopback is not private. `apply()` (called by the agent and
+every worker's bootstrap) chooses by the environment; unset (a cluster pod), nothing changes:
 
-- ALCHEMIST_STORE_DIR=<run dir>/stores (the local stack): every TCPStore this process opens,
-  server or client, is a torch FileStore in that directory instead, which is private to the
-  run's owner (0700) like the run directory around it. The agents' rendezvous uses torch's
-  own `store_type=file` (alchemist_jobs/local_backend.py). The "port" torchrun hands the
-  workers (MASTER_PORT) then names the workers' store file; rank 0's agent starts each
-  rendezvous round by removing the last round's store files and reserving a fresh one, so a
-  restarted group never reads the last attempt's keys (as a new TCPStore server starts
-  empty), whatever port a script's own store uses.
-- ALCHEMIST_STORE_ADDR=<address>: every TCPStore server listens on a socket bound to that
-  address (torch's own binds every interface), handed to TCPStore as `master_listen_fd`.
-
-Standard library only until `apply()` finds one of the variables.
+- ALCHEMIST_STORE_DIR (the local stack): every TCPStore this process opens is a FileStore in
+  the run's private stores/ directory. The MASTER_PORT torchrun hands the workers names the
+  store file; each rendezvous round starts with fresh files, so a restarted group never
+  reads the last attempt's keys.
+- ALCHEMIST_STORE_ADDR: every TCPStore server listens only on that address.
 """
 
 from __future__ import annotations

@@ -10,13 +10,9 @@ The bootstrap calls `prepare()` before the user's program, under torchrun like e
   through the store torchrun names for the workers (MASTER_ADDR:MASTER_PORT; on the local
   stack store_bind makes it a file in the run's private stores/ directory): index = RANK.
 
-`jax.distributed.initialize()` with no arguments reads only JAX_COORDINATOR_ADDRESS (and
-JAX_LOCAL_DEVICE_IDS) from the environment in jax 0.10.2 (jax/_src/distributed.py,
-State.initialize); the process count and id come from the first ClusterEnv subclass whose
-`is_env_present()` holds (jax/_src/clusters/cluster.py, auto_detect_unset_distributed_params;
-subclasses register themselves on definition). `register_jax_cluster()` puts one that reads
-JAX_NUM_PROCESSES and JAX_PROCESS_ID first in that list, ahead of jax's Kubernetes detection
-(which would need the `kubernetes` package and API access in every pod).
+jax 0.10.2's `jax.distributed.initialize()` reads only the coordinator's address from the
+environment; `register_jax_cluster()` adds a cluster detector (jax/_src/clusters/cluster.py)
+that reads JAX_NUM_PROCESSES and JAX_PROCESS_ID, ahead of jax's Kubernetes detection.
 """
 
 from __future__ import annotations

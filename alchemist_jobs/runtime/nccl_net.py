@@ -1,27 +1,11 @@
 """NCCL's network plugin, looked for the way NCCL looks for it, before NCCL starts.
 
-On nodes with EFA, NCCL reaches the other nodes through the aws-ofi-nccl plugin. Without a
-plugin NCCL does not fail: it uses its internal nets, and on EFA instances that is TCP over
-the ENA interface, many times slower, with nothing in the logs above NCCL's INFO level. So
-a worker whose pod asks for a plugin (`ALCHEMIST_NCCL_NET_PLUGIN=required`, set on GPU pods
-of stacks with `gpu.efa`) looks for it first and stops with one line when it is missing,
-and otherwise pins `NCCL_NET` to the plugin's own net name, so that NCCL fails loudly rather
-than falling back when the plugin cannot start (no EFA device in the pod, for instance).
-
-How NCCL 2.29.7 (the lock's nvidia-nccl) finds the plugin, from its sources:
-- src/plugin/net.cc `initPluginLibsOnceFunc`: `NCCL_NET_PLUGIN` unset means the library
-  `libnccl-net.so`; set, it is a comma-separated list tried in order; `none` means no
-  external plugin at all.
-- src/plugin/plugin_open.cc `openPluginLib`: each entry is dlopen'ed (RTLD_NOW|RTLD_LOCAL)
-  as given, then, unless it holds a '/' or is already a `lib*.so` name, as
-  `libnccl-net-<entry>.so`.
-- src/plugin/net.cc `ncclNetPluginLoad` with src/plugin/net/net_v*.cc: a library is a
-  plugin when it exports `ncclNetPlugin_v11` (tried first) down to `ncclNetPlugin_v6`.
-- src/include/plugin/net/net_v6.h .. net_v11.h: the struct's first member is the net's
-  `name`; src/init.cc reads `NCCL_NET` into the communicator's netName, and net.cc only
-  uses a plugin whose name matches it (strcasecmp).
-aws-ofi-nccl names its NVIDIA net "Libfabric" from v1.16.0 ("AWS Libfabric" before; see
-src/nccl_ofi_interface_nvidia.cpp), which is why the name is read, never written down here.
+Without a plugin NCCL silently falls back to TCP, many times slower on EFA nodes. A worker
+whose pod asks for one (`ALCHEMIST_NCCL_NET_PLUGIN=required`: GPU pods of stacks with
+`gpu.efa`) finds it first, stops with one line when it is missing, and pins `NCCL_NET` to the
+plugin's own net name so NCCL fails loudly rather than falls back. The search follows NCCL
+2.29.7's src/plugin/net.cc and plugin_open.cc (library names, `ncclNetPlugin_v11`..`_v6`
+symbols); the net's name is read from the plugin because aws-ofi-nccl changed it in v1.16.0.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ payload, and the whole exchange must end within HANDSHAKE_TIMEOUT_S (a peer that
 byte at a time gets no more); afterwards the server bounds every payload by its shard's size
 before reading it.
 A hand-written protocol rather than gRPC: bench/ps_transport.py measures it faster on
-model-sized payloads (docs/parameter-server.md).
+model-sized payloads (docs/paradigms.md).
 """
 
 from __future__ import annotations

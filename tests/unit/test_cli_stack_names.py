@@ -1,5 +1,5 @@
 """`alchemist stack`: --root anywhere on the line, and replica names that are refused in
-one line before anything is written (a bad name used to break `stack list` for good)."""
+one line before anything is written (a stack file with a bad name would break `stack list`)."""
 
 from __future__ import annotations
 

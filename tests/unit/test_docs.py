@@ -104,3 +104,12 @@ def test_commands_in_docs_and_benchmarks_use_paths_relative_to_the_repository():
     found = [f"{p.relative_to(REPO)}:{n}" for p in files
              for n, line in enumerate(p.read_text().splitlines(), 1) if absolute_venv.search(line)]
     assert found == []
+
+
+def test_every_doc_the_code_points_to_exists():
+    """Docstrings, comments and messages send readers to docs/*.md: each of those pages exists."""
+    pointed = {(p.relative_to(REPO).as_posix(), m.group(0))
+               for top in ("alchemist_jobs", "infra", "monitoring", "bench", "images", "scripts")
+               for p in sorted((REPO / top).rglob("*")) if p.is_file() and p.suffix != ".pyc"
+               for m in re.finditer(r"docs/[A-Za-z0-9_-]+\.md", p.read_text(errors="replace"))}
+    assert sorted((f, d) for f, d in pointed if not (REPO / d).exists()) == []

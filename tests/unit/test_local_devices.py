@@ -2,8 +2,8 @@
 a spec asking for GPUs the machine does not have is one line at dry run, nothing started.
 
 The device plan itself is unit-tested in test_trainer.py; this checks the launcher uses it
-(on the old code every agent inherited the whole CUDA_VISIBLE_DEVICES, so local `nodes > 1`
-put node 1's LOCAL_RANK 0 on the same GPU as node 0's, which NCCL refuses)."""
+(an agent that inherited the whole CUDA_VISIBLE_DEVICES would put node 1's LOCAL_RANK 0 on
+node 0's GPU, which NCCL refuses)."""
 
 from __future__ import annotations
 

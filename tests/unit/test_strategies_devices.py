@@ -49,7 +49,7 @@ def test_start_check_hands_the_group_only_device_tensors(monkeypatch, algo):
 
     monkeypatch.setattr("torch.distributed.all_reduce", stop_after)
     strategy = (BmufStrategy if algo["name"] == "bmuf" else EasgdStrategy)(_ctx(algo, META, 2))
-    with SameDevice(), pytest.raises(_Reached):  # Refused (a CPU float64) before the fix
+    with SameDevice(), pytest.raises(_Reached):  # reached: the device check passed (a CPU float64 fails it)
         strategy.setup(_model(META))
     assert group.calls == [META]
 
@@ -81,7 +81,7 @@ def test_checkpoint_state_comes_back_on_the_models_device(algo, key):
     on_device.setup(_model(META))
     on_device.load_state_dict(state)
     for k in key:
-        assert on_device.state_dict()[k].device == META, k  # stayed on CPU before the fix
+        assert on_device.state_dict()[k].device == META, k  # moved to the model's device
 
 
 def test_parameter_server_answers_are_moved_to_the_device_before_use():
@@ -108,7 +108,7 @@ def test_bmuf_without_nesterov_local_steps_never_move_the_global_model(monkeypat
     w, delta, start = block_update(torch.zeros(3), torch.ones(3), torch.zeros(3), 0.5, 1.0,
                                    nesterov=False)
     start.add_(10.0)  # what a local optimizer step does to the parameters
-    assert torch.equal(w, torch.ones(3))  # start aliased W_t before the fix
+    assert torch.equal(w, torch.ones(3))  # W_t is a copy, not an alias of the parameters
 
     NcclLikeGroup(monkeypatch, "cpu")  # a peer that holds exactly our values
     strategy = BmufStrategy(_ctx({"name": "bmuf", "tau": 1, "nesterov": False,
@@ -154,7 +154,7 @@ def test_sync_communication_is_the_wait_after_the_last_bucket_on_the_host_clock(
     for start, end in BUCKETS:
         comm.window(start / 1e3, end / 1e3, overlaps=True)
     comm.close_window(tag="step")
-    (tag, exposed, overlapped), = comm.settle()  # 9 ms in flight before the fix
+    (tag, exposed, overlapped), = comm.settle()
     assert tag == "step"
     assert exposed == pytest.approx(0.006) and overlapped == pytest.approx(0.003)
     assert comm.seconds == pytest.approx(0.006) and comm.overlapped_seconds == pytest.approx(0.003)
@@ -169,7 +169,7 @@ def test_gpu_communication_is_read_from_events_only_when_the_loop_syncs():
     comm.close_window(tag=1)
     comm.event_window(_FakeEvent(20), _FakeEvent(24))  # a blocking exchange (bmuf, easgd)
     comm.close_window(tag=2)
-    assert _FakeEvent.waits == 0  # close_window synchronised every step's events before the fix
+    assert _FakeEvent.waits == 0  # close_window does not synchronise the step's events
     assert comm.settle(block=False) == [] and _FakeEvent.waits == 0
     got = comm.settle(block=True)
     assert [t for t, _, _ in got] == [1, 2]

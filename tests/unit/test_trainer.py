@@ -73,8 +73,8 @@ def test_a_nan_loss_stops_the_run(tmp_path: Path, monkeypatch):
 
 
 def test_a_cpu_job_on_a_gpu_host_never_touches_cuda(tmp_path: Path, monkeypatch):
-    """Saving RNG state used to call torch.cuda.get_rng_state_all whenever CUDA existed,
-    which initialises CUDA on every device and then reports GPU metrics for a CPU job."""
+    """Saving RNG state must not call torch.cuda.get_rng_state_all merely because CUDA exists:
+    it initialises CUDA on every device, and GPU metrics would be reported for a CPU job."""
     touched = []
 
     def forbidden(*_a, **_k):

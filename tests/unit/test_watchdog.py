@@ -31,8 +31,8 @@ class _Dog:
 
 def test_the_first_step_of_an_attempt_waits_for_the_peers_start_even_under_a_short_limit():
     # A peer importing its libraries, restoring a checkpoint or building the model delays
-    # everyone's first collective: with a fixed 8 s limit, rank 1 used to give up on rank 0
-    # at every start, and the run failed after max_restarts without one step.
+    # everyone's first collective: under an 8 s limit on the first step, rank 1 would give up
+    # on rank 0 at every start, and the run fail after max_restarts without one step.
     d = _Dog(8.0)
     d.dog.start()
     assert d.quiet_until(FIRST_STEP_S - 1)
