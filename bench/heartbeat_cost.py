@@ -28,7 +28,7 @@ def main() -> None:
     ap.add_argument("--dir", type=Path)
     a = ap.parse_args()
     with tempfile.TemporaryDirectory(dir=a.dir) as d:
-        ranks = [Liveness(Path(d), r, a.world, restart=0) for r in range(a.world)]
+        ranks = [Liveness(Path(d), r, a.world) for r in range(a.world)]
         for r in ranks:
             r.write()
         me = ranks[0]

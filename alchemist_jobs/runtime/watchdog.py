@@ -137,7 +137,8 @@ class StallWatchdog:
             v = judge(before[1], reading)
             before, check_at = (beat_at, reading), now + WINDOW_S
             if v.stopped:
-                names = ("ranks " if len(v.stopped) > 1 else "rank ") + ", ".join(map(str, v.stopped))
+                names = ", ".join(map(str, v.stopped))
+                names = f"ranks {names}" if len(v.stopped) > 1 else f"rank {names}"
                 return self._stalled(
                     f"{head}: {names} stopped (no heartbeat for {WINDOW_S:g} s: frozen, "
                     f"or its process is gone)")

@@ -58,10 +58,9 @@ def test_a_rank_suddenly_slow_but_computing_is_waited_for_without_a_restart(home
     # limit (10 x). Rank 0 waits for it in its next collective.
     r = subprocess.run(
         [sys.executable, "-m", "alchemist_jobs", "run", str(EXAMPLES / "digits.yaml"),
-         "--set", "hyper.epochs=2", "--set", "checkpoint.stall_timeout_s=8",
-         "--set", "env.ALCHEMIST_FAULT_STALL_AT_STEP=20", "--set", "env.ALCHEMIST_FAULT_STALL_RANK=1",
-         "--set", "env.ALCHEMIST_FAULT_STALL_SECONDS=40", "--set", "env.ALCHEMIST_FAULT_STALL_BUSY=1",
-         "--quiet"],
+         "--set", "hyper.epochs=2", "--set", "checkpoint.stall_timeout_s=8", "--quiet",
+         *[a for kv in ("STALL_AT_STEP=20", "STALL_RANK=1", "STALL_SECONDS=40", "STALL_BUSY=1")
+           for a in ("--set", f"env.ALCHEMIST_FAULT_{kv}")]],
         cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True,
         timeout=480)
     assert r.returncode == 0, r.stdout + r.stderr
