@@ -136,6 +136,8 @@ FAULT_STALL_AT_STEP = _var("FAULT_STALL_AT_STEP", int, FAULT,
 FAULT_STALL_SECONDS = _var("FAULT_STALL_SECONDS", float, FAULT,
                            "... for this many seconds (default: until the run is stopped)")
 FAULT_STALL_RANK = _var("FAULT_STALL_RANK", int, FAULT, "... on this rank (default 0)")
+FAULT_STALL_BUSY = _var("FAULT_STALL_BUSY", _flag, FAULT,
+                        "1: the stalled rank computes (a busy loop) instead of sleeping")
 FAULT_HOLD_FILE = _var("FAULT_HOLD_FILE", _path, FAULT,
                        "after step 1, every rank waits until this file exists")
 SLOW_RANKS = _var("SLOW_RANKS", str, FAULT, "RANK:FACTOR,...: stretch each step of these ranks")

@@ -8,6 +8,7 @@
         logs/rank-<N>.log      each worker's stdout and stderr, all attempts appended
         logs/agent-<K>.log     the torchrun agent of node K
         workers/rank-<N>.json  where each worker runs and serves its metrics
+        workers/rank-<N>.heartbeat  its heartbeat: last step, CPU time (runtime/liveness.py)
         checkpoints/           step-<S>.pt, written atomically
         tensorboard/           rank 0's event files
 

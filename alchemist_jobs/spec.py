@@ -233,7 +233,9 @@ class CheckpointSpec(_Node):
         "auto", description="a worker that sees no optimizer step for this long (a stopped "
         "or hung peer) exits, so the group restarts from the newest checkpoint; auto: from "
         "the run's own step time (100 x its recent median, at least 60 s; the first step of "
-        "an attempt gets 300 s); seconds: a fixed limit; null: never"
+        "an attempt gets 300 s); seconds: a fixed limit; null: never. Past the limit a "
+        "rank still computing (its heartbeat's CPU time advancing) is waited for, up to 10 "
+        "x the limit"
     )
 
     @field_validator("stall_timeout_s", mode="before")

@@ -4,6 +4,8 @@
     ALCHEMIST_FAULT_STALL_SECONDS=S     ... for S seconds (default: until the run is stopped)
     ALCHEMIST_FAULT_STALL_RANK=R        ... on rank R (default 0); the others then wait for it
                                         in their next collective, as behind a hung worker
+    ALCHEMIST_FAULT_STALL_BUSY=1        ... and keeps a CPU busy meanwhile: a step suddenly
+                                        much slower (swapping, throttled), not a hang
     ALCHEMIST_SLOW_RANKS=1:3            (comma-separated RANK:FACTOR) stretches each step of
                                         rank 1 to 3 times its duration by sleeping, as if that
                                         worker ran on a slower machine
@@ -49,6 +51,7 @@ class Faults:
         self.stall_at = E.FAULT_STALL_AT_STEP.get(env)
         self.stall_s = E.FAULT_STALL_SECONDS.get(env)
         self.active = self.stall_at is not None and rank == E.FAULT_STALL_RANK.get(env, 0)
+        self.stall_busy = bool(E.FAULT_STALL_BUSY.get(env))
         self.slow = slowdown(rank, E.SLOW_RANKS.get(env, ""))
         self.allow_nan = bool(E.ALLOW_NAN.get(env))
         self.hold_file = E.FAULT_HOLD_FILE.get(env)
@@ -71,7 +74,10 @@ class Faults:
         if not self.active or step != self.stall_at:
             return
         print(f"alchemist: fault injection: stalling after step {step} "
-              f"for {'ever' if self.stall_s is None else f'{self.stall_s:g} s'}", flush=True)
+              f"for {'ever' if self.stall_s is None else f'{self.stall_s:g} s'}"
+              f"{', computing' if self.stall_busy else ''}", flush=True)
         deadline = None if self.stall_s is None else time.monotonic() + self.stall_s
         while deadline is None or time.monotonic() < deadline:
+            if self.stall_busy:
+                continue
             time.sleep(0.2 if deadline is None else min(0.2, max(0.0, deadline - time.monotonic())))

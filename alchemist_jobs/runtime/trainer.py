@@ -42,6 +42,7 @@ from alchemist_jobs.runtime.step_metrics import StepMetrics
 from alchemist_jobs.runtime.strategies import build_strategy
 from alchemist_jobs.runtime.strategies.base import WorkerContext
 from alchemist_jobs.runtime.tasks import build_model, load_task_data
+from alchemist_jobs.runtime.liveness import Liveness
 from alchemist_jobs.runtime.train_state import (TrainState, param_digest, rng_state,
                                                 seed_everything, set_rng_state)
 from alchemist_jobs.runtime.watchdog import StallWatchdog
@@ -81,6 +82,11 @@ class Trainer:
         self.rank, self.world = place.rank, place.world
         self.device = device if device is not None else Precision.device_for(spec, place.local_rank)
         self.precision = Precision(spec, self.device)
+        # Peers' watchdogs wait for this worker's start too: its heartbeat (started with the
+        # watchdog otherwise) tells them it is starting, not stopped.
+        self.liveness = Liveness(run.workers, self.rank, self.world)
+        if self.world > 1 and spec.checkpoint.stall_timeout_s is not None:
+            self.liveness.start()
         if self.world > 1 and not dist.is_initialized():
             # gloo on CPU, NCCL on GPU; the address comes from torchrun's environment
             dist.init_process_group("nccl" if self.device.type == "cuda" else "gloo")
@@ -126,7 +132,7 @@ class Trainer:
         self.history: list[dict[str, Any]] = []
         self.loss_value = float("nan")
         self.epoch_ends: list[float] = []
-        self.watchdog = StallWatchdog.from_spec(spec, self.rank)
+        self.watchdog = StallWatchdog.from_spec(spec, self.rank, self.liveness)
 
     # --- setup pieces ---------------------------------------------------------------------
 
@@ -371,6 +377,7 @@ class Trainer:
 
     def close(self) -> None:
         self.watchdog.stop()
+        self.liveness.stop()
         if self.writer is not None:
             self.writer.close()
         self.strategy.close()

@@ -14,6 +14,13 @@ How long is too long (`checkpoint.stall_timeout_s`):
 - `null` turns the watchdog off.
 The first step of an attempt also waits for every peer's start (imports, restoring the
 checkpoint, building the model), so it gets at least FIRST_STEP_S in every mode.
+
+Slow or stopped: once the limit has passed, the watchdog reads every rank's heartbeat
+(runtime/liveness.py) over WINDOW_S. A rank with no new heartbeat has stopped (frozen or
+gone): the stall is declared, naming it. A rank whose CPU time advances is still working: the
+run is slow, not stopped, so the watchdog says so in one line and keeps waiting, checking
+again every window, up to PATIENCE times the limit. When every rank is alive but none works
+(a deadlock), the stall is declared.
 """
 
 from __future__ import annotations
@@ -26,11 +33,18 @@ import time
 from collections import deque
 from typing import Callable
 
+from alchemist_jobs.runtime.liveness import WINDOW_S, Beat, Liveness, judge
+
 STALL_EXIT_CODE = 75  # EX_TEMPFAIL: try again
 AUTO_FACTOR = 100
 AUTO_FLOOR_S = 60.0
 FIRST_STEP_S = 300.0
 STEP_WINDOW = 50
+PATIENCE = 10  # a rank still working is waited for up to 10 x the limit
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 def _exit_now(message: str) -> None:
@@ -45,9 +59,11 @@ class StallWatchdog:
 
     def __init__(self, timeout_s: float | str | None, rank: int,
                  on_stall: Callable[[str], None] = _exit_now,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic,
+                 liveness: Liveness | None = None, say: Callable[[str], None] = _say):
         self.timeout_s, self.rank = timeout_s, rank
         self.on_stall, self.clock = on_stall, clock
+        self.liveness, self.say = liveness, say
         self.last_beat = clock()
         self.step: int | None = None  # no step yet in this attempt
         self.intervals: deque[float] = deque(maxlen=STEP_WINDOW)
@@ -55,12 +71,14 @@ class StallWatchdog:
         self._thread: threading.Thread | None = None
 
     @classmethod
-    def from_spec(cls, spec, rank: int) -> "StallWatchdog":
-        return cls(spec.checkpoint.stall_timeout_s, rank)
+    def from_spec(cls, spec, rank: int, liveness: Liveness | None = None) -> "StallWatchdog":
+        return cls(spec.checkpoint.stall_timeout_s, rank, liveness=liveness)
 
     def start(self) -> None:
         if self.timeout_s is None or self._thread is not None:
             return
+        if self.liveness is not None:
+            self.liveness.start()
         self.last_beat = self.clock()
         self._thread = threading.Thread(target=self._watch, name="alchemist-stall-watchdog",
                                         daemon=True)
@@ -71,6 +89,8 @@ class StallWatchdog:
         if self.step is not None:
             self.intervals.append(now - self.last_beat)
         self.step, self.last_beat = step, now
+        if self.liveness is not None:
+            self.liveness.stepped(step)
 
     def stop(self) -> None:
         self._stop.set()
@@ -94,13 +114,55 @@ class StallWatchdog:
 
     def _watch(self) -> None:
         poll = 1.0 if self.timeout_s == "auto" else min(1.0, float(self.timeout_s) / 4)
+        waited_for = None  # the last beat whose overrun was found slow, not stopped
+        before, check_at = None, 0.0
         while not self._stop.wait(poll):
-            idle = self.clock() - self.last_beat
+            now, beat_at = self.clock(), self.last_beat
+            idle = now - beat_at
             limit, why = self.limit()
-            if idle >= limit:
-                after = "before its first step" if self.step is None else f"after step {self.step}"
-                self.on_stall(
-                    f"alchemist: rank {self.rank} made no optimizer step for {idle:.0f} s {after} "
-                    f"({why}): a worker is stopped or hung; exiting so the group restarts "
-                    f"from the newest checkpoint")
-                return
+            if idle < limit:
+                before = None
+                continue
+            after = "before its first step" if self.step is None else f"after step {self.step}"
+            head = (f"alchemist: rank {self.rank} made no optimizer step for {idle:.0f} s "
+                    f"{after} ({why})")
+            if self.liveness is None:
+                return self._stalled(f"{head}: a worker is stopped or hung")
+            if before is None or before[0] != beat_at:
+                before, check_at = (beat_at, self.liveness.read()), now + WINDOW_S
+                continue
+            if now < check_at:
+                continue
+            reading = self.liveness.read()
+            v = judge(before[1], reading)
+            before, check_at = (beat_at, reading), now + WINDOW_S
+            if v.stopped:
+                names = ", ".join(map(str, v.stopped))
+                names = f"ranks {names}" if len(v.stopped) > 1 else f"rank {names}"
+                return self._stalled(
+                    f"{head}: {names} stopped (no heartbeat for {WINDOW_S:g} s: frozen, "
+                    f"or its process is gone)")
+            if not v.working:
+                return self._stalled(
+                    f"{head}: no rank is working (ranks {', '.join(map(str, v.idle))} are "
+                    f"alive but use no CPU: a deadlock, or a wait that never ends)")
+            hard = PATIENCE * limit
+            busy = ", ".join(_working(b, share) for b, share in v.working)
+            if idle >= hard:
+                return self._stalled(
+                    f"{head}: {busy} still working, but the step has passed the hard limit "
+                    f"of {hard:.0f} s ({PATIENCE} x the limit)")
+            if waited_for != beat_at:
+                waited_for = beat_at
+                self.say(f"alchemist: rank {self.rank}: the step {after} has taken {idle:.0f} s, "
+                         f"over the limit of {limit:.0f} s, but {busy} still working: the run "
+                         f"is slow, not stopped; waiting for it, at most {hard:.0f} s in all")
+
+    def _stalled(self, cause: str) -> None:
+        self.on_stall(f"{cause}; exiting so the group restarts from the newest checkpoint")
+
+
+def _working(b: Beat, share: float | None) -> str:
+    doing = "starting" if b.step is None else f"on step {b.step + 1}"
+    cpu = "just started" if share is None else f"{share:.0%} of a CPU"
+    return f"rank {b.rank} ({doing} for {b.since:.0f} s, {cpu})"
