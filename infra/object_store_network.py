@@ -71,15 +71,6 @@ def store_egress(cfg: StackConfig) -> StoreEgress | None:
     return StoreEgress(cidrs, _endpoint_port(store.endpoint))  # type: ignore[arg-type]
 
 
-def object_store_access(cfg: StackConfig, aws: Any | None) -> StoreEgress | None:
-    """What job pods may reach of the store; on AWS, first the endpoints that answer there."""
-    if aws is not None:
-        StoreEndpoints("object-store-endpoints", StoreEndpointsArgs(
-            aws_provider=aws.aws_provider, region=aws.region, vpc_id=aws.vpc_id,
-            vpc_cidr=cfg.aws.vpc_cidr, zones=list(cfg.aws.availability_zones)))  # fmt: skip
-    return store_egress(cfg)
-
-
 @dataclass
 class StoreEndpointsArgs:
     aws_provider: Any
