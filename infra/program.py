@@ -47,13 +47,13 @@ def run(stack: str, monitoring_dir: Path, repo_root: Path = REPO_ROOT) -> None:
                    frameworks=tuple(cfg.images.frameworks), **provider.images_args(facts)),
         opts=pulumi.ResourceOptions(depends_on=facts.registry.ready),
     )  # fmt: skip
-    provider.object_store_network(cfg, facts)
+    store_addresses = provider.object_store_network(cfg, facts) or store_egress(cfg)
     platform = Platform(
         "platform",
         PlatformArgs(
             teams=list(cfg.teams), pod_security=cfg.pod_security, depends_on=facts.depends_on,
             gpu_driver_by_operator=facts.gpu_driver_by_operator, toolkit_by_operator=facts.toolkit_by_operator,
-            object_store=store_egress(cfg),
+            object_store=store_addresses,
         ),
         opts=on_cluster,
     )

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from infra.cluster_facts import ClusterFacts
     from infra.config import StackConfig
+    from infra.object_store_network import StoreEgress
 
 
 class Provider:
@@ -44,9 +45,10 @@ class Provider:
         """Extra ObjectStoreArgs fields: what an object store it creates needs."""
         return {}
 
-    def object_store_network(self, cfg: StackConfig, facts: ClusterFacts) -> None:
-        """Create what makes the object store reachable at the addresses of
-        infra/object_store_network.py's store_egress (nothing: it is reachable already)."""
+    def object_store_network(self, cfg: StackConfig, facts: ClusterFacts) -> StoreEgress | None:
+        """Create what puts its object store on known addresses and return them; None: the
+        config's S3-compatible endpoint, if any (infra/object_store_network.py store_egress)."""
+        return None
 
     def jobs_access(self, cfg: StackConfig, facts: ClusterFacts, platform: Any, on_cluster: Any) -> dict[str, Any]:
         """The stack output's fields jobs reach the cluster with (`kubeconfig` is made a secret)."""

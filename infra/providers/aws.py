@@ -9,6 +9,7 @@ from infra.providers import Provider
 if TYPE_CHECKING:
     from infra.cluster_facts import AwsCloud, ClusterFacts
     from infra.config import StackConfig
+    from infra.object_store_network import StoreEgress
 
 
 class AwsProvider(Provider):
@@ -31,15 +32,16 @@ class AwsProvider(Provider):
     def object_store_args(self, facts: ClusterFacts) -> dict[str, Any]:
         return {"aws": _cloud(facts).network}
 
-    def object_store_network(self, cfg: StackConfig, facts: ClusterFacts) -> None:
-        """S3's and STS's interface endpoints, in the VPC block store_egress opens."""
-        from infra.object_store_network import StoreEndpoints, StoreEndpointsArgs
+    def object_store_network(self, cfg: StackConfig, facts: ClusterFacts) -> StoreEgress:
+        """S3's and STS's interface endpoints in a VPC block of their own, which pods may reach."""
+        from infra.object_store_network import StoreEndpoints, StoreEndpointsArgs, vpc_endpoint_egress
 
         assert cfg.aws is not None  # checked by config.parse
         net = _cloud(facts).network
         StoreEndpoints("object-store-endpoints", StoreEndpointsArgs(
             aws_provider=net.aws_provider, region=net.region, vpc_id=net.vpc_id,
             vpc_cidr=cfg.aws.vpc_cidr, zones=list(cfg.aws.availability_zones)))  # fmt: skip
+        return vpc_endpoint_egress(cfg.aws.vpc_cidr)
 
     def jobs_access(self, cfg: StackConfig, facts: ClusterFacts, platform: Any, on_cluster: Any) -> dict[str, Any]:
         """The EKS cluster's name and address: jobs sign their own token with boto3."""
