@@ -21,7 +21,6 @@ Dns1123Label = Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", 
 LabelValue = Annotated[str, Field(pattern=r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$",
                                   max_length=63)]
 
-PROVIDERS = ("kind", "onprem", "existing", "aws")
 SHARED_FS_KINDS = ("efs", "fsx-lustre", "nfs", "hostpath")
 
 # Labels every job pod carries. The platform's PodMonitor and NetworkPolicy select on them,
@@ -140,7 +139,7 @@ class StackOutput(_Strict):
     """The stack output `alchemist`: the one contract between infra and jobs (docs/kubernetes.md)."""
 
     stack: str
-    provider: Literal["kind", "onprem", "existing", "aws"]
+    provider: Dns1123Label  # the stack's infra provider (infra/providers/)
     kubeconfig: SecretStr | None = None
     eks: EksAccess | None = None
     namespace: Dns1123Label

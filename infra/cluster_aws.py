@@ -19,6 +19,7 @@ from infra.cluster_facts import (
     GPU_TOLERATIONS,
     GPU_TAINT,
     SYSTEM_NODE_LABELS,
+    AwsCloud,
     AwsNetwork,
     ClusterArgs,
     ClusterFacts,
@@ -120,23 +121,25 @@ class EksCluster(pulumi.ComponentResource):
         self.facts = ClusterFacts(
             provider=self.provider,
             kubeconfig=None,
-            eks=EksFacts(cluster_name=cluster_name, region=cfg.region, endpoint=endpoint,
-                         certificate_authority=ca),  # fmt: skip
             gpus_per_node=gpu.gpus_per_node,
             gpu_driver_by_operator=False,
             toolkit_by_operator=False,
             registry=Registry(prefix="", host="", ecr_repositories=True),
             efa_per_node=gpu.efa_interfaces,
             efa_rdma_read=bool(gpu.efa_interfaces) and group_efa_rdma_read(list(gpu.instance_types)),
-            aws=AwsNetwork(
-                aws_provider=self.aws_provider,
-                region=cfg.region,
-                vpc_id=vpc.id,
-                vpc_cidr=str(cfg.vpc_cidr),
-                private_subnet_ids=private_ids,
-                oidc_provider_arn=self.cluster.oidc_provider_arn,
-                oidc_provider_url=self.cluster.oidc_provider_url,
-                node_security_group_id=self.cluster.node_security_group_id,
+            cloud=AwsCloud(
+                network=AwsNetwork(
+                    aws_provider=self.aws_provider,
+                    region=cfg.region,
+                    vpc_id=vpc.id,
+                    vpc_cidr=str(cfg.vpc_cidr),
+                    private_subnet_ids=private_ids,
+                    oidc_provider_arn=self.cluster.oidc_provider_arn,
+                    oidc_provider_url=self.cluster.oidc_provider_url,
+                    node_security_group_id=self.cluster.node_security_group_id,
+                ),
+                eks=EksFacts(cluster_name=cluster_name, region=cfg.region, endpoint=endpoint,
+                             certificate_authority=ca),  # fmt: skip
             ),
             depends_on=[self.system_nodes, self.ebs_csi],
         )

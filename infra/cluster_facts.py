@@ -54,6 +54,14 @@ class AwsNetwork:
 
 
 @dataclass
+class AwsCloud:
+    """ClusterFacts.cloud of an EKS cluster."""
+
+    network: AwsNetwork
+    eks: EksFacts
+
+
+@dataclass
 class ClusterArgs:
     """What every cluster component takes: the stack's name and its validated config."""
 
@@ -81,15 +89,14 @@ class ClusterFacts:
     """The facts jobs and the platform need about a cluster, whatever made it."""
 
     provider: Any  # kubernetes.Provider
-    kubeconfig: pulumi.Output[str] | None  # secret; None where `eks` is given
-    eks: EksFacts | None
+    kubeconfig: pulumi.Output[str] | None  # secret; None where jobs reach the cluster otherwise
     gpus_per_node: int
     # The GPU Operator installs what the nodes lack: the driver unless the AMI/host has it,
     # the container toolkit unless cluster creation already configured the runtime.
     gpu_driver_by_operator: bool
     toolkit_by_operator: bool
     registry: Registry
-    aws: AwsNetwork | None = None
+    cloud: Any = None  # the provider's own facts, read by its module only (AwsCloud on AWS)
     efa_per_node: int = 0  # EFA interfaces of every GPU node; 0 when EFA is off
     efa_rdma_read: bool = False  # every GPU node's EFA devices do RDMA read (infra/instance_types.py)
     depends_on: list[Any] = field(default_factory=list)  # what k8s resources must wait for

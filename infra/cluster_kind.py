@@ -106,7 +106,6 @@ class KindCluster(pulumi.ComponentResource):
         self.facts = ClusterFacts(
             provider=self.provider,
             kubeconfig=self.kubeconfig,
-            eks=None,
             gpus_per_node=0,
             gpu_driver_by_operator=False,
             toolkit_by_operator=False,

@@ -252,7 +252,6 @@ class K3sCluster(pulumi.ComponentResource):
         self.facts = ClusterFacts(
             provider=self.provider,
             kubeconfig=self.kubeconfig,
-            eks=None,
             gpus_per_node=max((h.gpus for h in onprem.hosts), default=0),
             gpu_driver_by_operator=onprem.gpu_driver == "operator",
             toolkit_by_operator=False,  # configured over SSH before the agent joins
@@ -318,7 +317,6 @@ class ExistingCluster(pulumi.ComponentResource):
         self.facts = ClusterFacts(
             provider=self.provider,
             kubeconfig=None,  # the deployer's, for `pulumi up` only: jobs get infra/team_credential.py's
-            eks=None,
             gpus_per_node=existing.gpus_per_node,
             gpu_driver_by_operator=existing.gpu_driver == "operator",
             toolkit_by_operator=existing.container_toolkit == "operator",

@@ -12,9 +12,10 @@ import ipaddress
 import json
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
+from infra import providers
 from infra.versions import K3S_VERSIONS, KUBERNETES_VERSIONS, k3s_installer
 
 NAMESPACE = "alchemist"
@@ -287,9 +288,7 @@ class ObjectStoreConfig(_Model):
 class StackConfig(_Model):
     """All `alchemist:*` keys of one stack."""
 
-    provider: Literal["kind", "onprem", "existing", "aws"] = Field(
-        description="'kind', 'onprem', 'existing' or 'aws'"
-    )
+    provider: str = Field(description="a provider of infra/providers/")
     kubernetes_version: Literal[KUBERNETES_VERSIONS] = Field(  # type: ignore[valid-type]
         description=" or ".join(repr(v) for v in KUBERNETES_VERSIONS) + " (a quoted string)"
     )
@@ -312,6 +311,13 @@ class StackConfig(_Model):
     object_store: ObjectStoreConfig | None = None
     object_store_secret_key: SecretStr | None = None
 
+    @field_validator("provider")
+    @classmethod
+    def _known_provider(cls, value: str) -> str:
+        if value not in providers.names():
+            raise ValueError(_choices(providers.names()))
+        return value
+
     @property
     def default_team(self) -> Team:
         """Jobs go to the first team unless they name another."""
@@ -324,15 +330,6 @@ class StackConfig(_Model):
                 uid = t.uid if t.uid is not None else 1000 + i
                 return uid, t.gid if t.gid is not None else uid
         raise KeyError(team)
-
-
-# Which shared file systems each provider can give every pod.
-SHARED_FS_BY_PROVIDER = {
-    "kind": ("hostpath",),
-    "onprem": ("nfs",),
-    "existing": ("nfs",),
-    "aws": ("efs", "fsx-lustre"),
-}
 
 
 def pulumi_value(value: Any) -> str:
@@ -468,29 +465,43 @@ def _describe(loc: list[Any]) -> str:
 
 
 _NO_DESCRIPTION = "a value (see docs/infra.md)"
+# The providers' own sections of the config (each checked against `provider`).
+PROVIDER_SECTIONS = ("kind", "onprem", "existing", "aws")
+
+
+def _choices(values: list[str]) -> str:
+    quoted = [repr(v) for v in values]
+    return quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} or {quoted[-1]}"
+
+
+def _providers_with(rule: str) -> str:
+    """`provider 'x'` (or `providers 'x' or 'y'`): those whose `rule` holds."""
+    found = [n for n in providers.names() if getattr(providers.get(n), rule)]
+    return f"provider{'s' if len(found) > 1 else ''} {_choices(found)}"
 
 
 def _check_consistency(cfg: StackConfig) -> None:
     """Rules that span keys: the provider's section, its file system, its secrets."""
     ns = NAMESPACE
     provider = cfg.provider
-    for section in ("kind", "onprem", "existing", "aws"):
+    rules = providers.get(provider)
+    for section in PROVIDER_SECTIONS:
         present = getattr(cfg, section) is not None
-        if section == provider and not present and section != "kind":
+        if section == provider and not present and rules.section_required:
             raise StackConfigError(f"{ns}:{section}", None,
                                    f"provider {provider!r} needs an `{section}` section", missing=True)  # fmt: skip
         if section != provider and present:
             raise StackConfigError(f"{ns}:{section}", "{...}",
                                    f"only the `{provider}` section with provider {provider!r}")  # fmt: skip
-    allowed_fs = SHARED_FS_BY_PROVIDER[provider]
+    allowed_fs = rules.shared_fs_kinds
     if cfg.shared_fs.kind not in allowed_fs:
         raise StackConfigError(f"{ns}:sharedFs.kind", cfg.shared_fs.kind,
                                f"{' or '.join(allowed_fs)} with provider {provider!r}")  # fmt: skip
-    if provider == "existing" and cfg.kubeconfig is None:
+    if rules.reads_kubeconfig and cfg.kubeconfig is None:
         raise StackConfigError(f"{ns}:kubeconfig", None,
                                "the cluster's kubeconfig, set with `pulumi config set --secret "
                                "alchemist:kubeconfig < kubeconfig.yaml`", missing=True)  # fmt: skip
-    if provider == "existing" and cfg.kubeconfig is not None:
+    if rules.reads_kubeconfig and cfg.kubeconfig is not None:
         import yaml
 
         try:  # jobs get this cluster with a team token (infra/team_credential.py)
@@ -498,16 +509,15 @@ def _check_consistency(cfg: StackConfig) -> None:
         except (ValueError, AttributeError, TypeError, KeyError, yaml.YAMLError):
             raise StackConfigError(f"{ns}:kubeconfig", "<secret>",
                                    "a kubeconfig whose current-context names a cluster with a server") from None
-    if provider != "existing" and cfg.kubeconfig is not None:
+    if not rules.reads_kubeconfig and cfg.kubeconfig is not None:
         raise StackConfigError(f"{ns}:kubeconfig", "<secret>",
-                               "no kubeconfig: only provider 'existing' reads one")  # fmt: skip
-    if provider != "onprem" and cfg.ssh_private_key is not None:
-        raise StackConfigError(f"{ns}:sshPrivateKey", "<secret>", "only with provider 'onprem'")
-    if provider in ("kind", "aws") and cfg.images.registry is not None:
-        where = "kind's local registry" if provider == "kind" else "ECR repositories"
+                               f"no kubeconfig: only {_providers_with('reads_kubeconfig')} reads one")  # fmt: skip
+    if not rules.reads_ssh_key and cfg.ssh_private_key is not None:
+        raise StackConfigError(f"{ns}:sshPrivateKey", "<secret>", f"only with {_providers_with('reads_ssh_key')}")
+    if rules.own_registry is not None and cfg.images.registry is not None:
         raise StackConfigError(f"{ns}:images.registry", cfg.images.registry,
-                               f"no registry: provider {provider!r} pushes to {where} it creates")  # fmt: skip
-    if provider in ("onprem", "existing") and cfg.images.registry is None:
+                               f"no registry: provider {provider!r} pushes to {rules.own_registry} it creates")  # fmt: skip
+    if rules.own_registry is None and cfg.images.registry is None:
         raise StackConfigError(f"{ns}:images.registry", None,
                                "the registry the cluster pulls from, such as registry.lab:5000/alchemist",
                                missing=True)  # fmt: skip
@@ -538,9 +548,9 @@ def _check_identities(cfg: StackConfig) -> None:
             raise StackConfigError(f"{NAMESPACE}:teams[{i}].uid", uid,
                                    f"a uid no other team has (team {seen[uid]!r} has {uid})")  # fmt: skip
         seen[uid] = team.name
-        if team.principals and cfg.provider != "aws":
+        if team.principals and not providers.get(cfg.provider).iam:
             raise StackConfigError(f"{NAMESPACE}:teams[{i}].principals", team.principals,
-                                   "IAM principals only with provider 'aws' (elsewhere: groups)")  # fmt: skip
+                                   f"IAM principals only with {_providers_with('iam')} (elsewhere: groups)")  # fmt: skip
 
 
 def _check_onprem(onprem: OnpremConfig, kubernetes_minor: str) -> None:
@@ -612,15 +622,15 @@ def _check_object_store(cfg: StackConfig) -> None:
             raise StackConfigError(f"{NAMESPACE}:objectStoreSecretKey", "<secret>",
                                    "only with an objectStore section")  # fmt: skip
         return
-    if cfg.provider == "aws":
+    if providers.get(cfg.provider).iam:
         for field_, value in (("endpoint", store.endpoint), ("accessKeyId", store.access_key_id),
                               ("cidrs", [str(c) for c in store.cidrs] or None)):
             if value is not None:
-                raise StackConfigError(f"{key}.{field_}", value, f"no {field_}: provider 'aws' "
+                raise StackConfigError(f"{key}.{field_}", value, f"no {field_}: provider {cfg.provider!r} "
                                        "creates its bucket and grants jobs access through IAM")  # fmt: skip
         if cfg.object_store_secret_key is not None:
             raise StackConfigError(f"{NAMESPACE}:objectStoreSecretKey", "<secret>",
-                                   "no key: provider 'aws' grants jobs access through IAM")  # fmt: skip
+                                   f"no key: provider {cfg.provider!r} grants jobs access through IAM")  # fmt: skip
         return
     for field_, value in (("endpoint", store.endpoint), ("bucket", store.bucket)):
         if value is None:

@@ -60,24 +60,18 @@ def _endpoint_port(endpoint: str) -> int:
     return url.port or (HTTPS if url.scheme == "https" else 80)
 
 
+def vpc_endpoint_egress(vpc_cidr: ipaddress.IPv4Network) -> StoreEgress:
+    """AWS: the block of the VPC its S3 and STS endpoints sit in, on HTTPS."""
+    return StoreEgress((str(endpoint_block(vpc_cidr)),), HTTPS)
+
+
 def store_egress(cfg: StackConfig) -> StoreEgress | None:
-    """What the stack's job pods may reach of its object store; None where it has none."""
-    if cfg.aws is not None:
-        return StoreEgress((str(endpoint_block(cfg.aws.vpc_cidr)),), HTTPS)
+    """What job pods may reach of the S3-compatible store the config names; None where it names none."""
     store = cfg.object_store
     if store is None or store.endpoint is None:
         return None
     cidrs = tuple(str(c) for c in store.cidrs) or (endpoint_address(store.endpoint),)
     return StoreEgress(cidrs, _endpoint_port(store.endpoint))  # type: ignore[arg-type]
-
-
-def object_store_access(cfg: StackConfig, aws: Any | None) -> StoreEgress | None:
-    """What job pods may reach of the store; on AWS, first the endpoints that answer there."""
-    if aws is not None:
-        StoreEndpoints("object-store-endpoints", StoreEndpointsArgs(
-            aws_provider=aws.aws_provider, region=aws.region, vpc_id=aws.vpc_id,
-            vpc_cidr=cfg.aws.vpc_cidr, zones=list(cfg.aws.availability_zones)))  # fmt: skip
-    return store_egress(cfg)
 
 
 @dataclass

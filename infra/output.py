@@ -14,8 +14,9 @@ from infra.labels import MOUNT_PATH, SCRAPE_LABELS, SHARED_PVC
 def build_output(stack: str, cfg: StackConfig, facts: ClusterFacts, images: dict[str, pulumi.Input[str]],
                  monitoring_urls: dict[str, str], pull_secret: str | None = None,
                  object_store: dict[str, Any] | None = None,
-                 kubeconfig: pulumi.Output[str] | None = None) -> dict[str, Any]:  # fmt: skip
-    """Everything a job needs to run on this stack; the kubeconfig only as a secret."""
+                 access: dict[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
+    """Everything a job needs to run on this stack; `access` is how jobs reach the cluster
+    (the provider's jobs_access), its kubeconfig only as a secret."""
     team = cfg.default_team
     uid, gid = cfg.identity(team.name)
     out: dict[str, Any] = {
@@ -38,10 +39,9 @@ def build_output(stack: str, cfg: StackConfig, facts: ClusterFacts, images: dict
         },
         "monitoring": {**monitoring_urls, "pod_monitor_labels": dict(SCRAPE_LABELS)},
     }
-    if kubeconfig is not None:  # the jobs' own credential (program.py), never an admin's
-        out["kubeconfig"] = pulumi.Output.secret(kubeconfig)
-    if facts.eks is not None:
-        out["eks"] = facts.eks.output()
+    for key, value in (access or {}).items():  # the jobs' own credential, never an admin's
+        if value is not None:
+            out[key] = pulumi.Output.secret(value) if key == "kubeconfig" else value
     if object_store is not None:
         out["object_store"] = dict(object_store)
     return out

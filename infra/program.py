@@ -1,13 +1,12 @@
-"""The Pulumi program: check the stack config, then cluster -> platform -> shared FS -> object store -> monitoring, images."""
+"""The Pulumi program: check the stack config, then the provider's cluster -> platform -> shared FS -> object store -> monitoring, images."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pulumi
 
-from infra.cluster import make_cluster
+from infra import providers
 from infra.config import StackConfig, parse
 from infra.labels import MONITORING_NAMESPACE
 
@@ -30,7 +29,7 @@ def run(stack: str, monitoring_dir: Path, repo_root: Path = REPO_ROOT) -> None:
     from infra.images import Images, ImagesArgs
     from infra.monitoring import Monitoring, MonitoringArgs, load_monitoring_files
     from infra.object_store import ObjectStore, ObjectStoreArgs
-    from infra.object_store_network import object_store_access
+    from infra.object_store_network import store_egress
     from infra.output import build_output
     from infra.platform import Platform, PlatformArgs
     from infra.registry_access import RegistryAccess, RegistryAccessArgs
@@ -38,23 +37,23 @@ def run(stack: str, monitoring_dir: Path, repo_root: Path = REPO_ROOT) -> None:
 
     cfg = load_config(stack)
     load_monitoring_files(monitoring_dir)  # a bad dashboard or rule file stops us here too
-
-    facts = make_cluster(stack, cfg)
+    provider = providers.get(cfg.provider)  # every provider-specific piece comes from it
+    facts = provider.cluster(stack, cfg)
     on_cluster = pulumi.ResourceOptions(providers=[facts.provider])
     images = Images(
         "images",
         ImagesArgs(stack=stack, registry=facts.registry, repo_root=repo_root, version=__version__,
-                   aws_provider=facts.aws.aws_provider if facts.aws else None,
                    gpu_nodes=facts.gpus_per_node > 0, efa=facts.efa_per_node > 0,
-                   frameworks=tuple(cfg.images.frameworks)),
+                   frameworks=tuple(cfg.images.frameworks), **provider.images_args(facts)),
         opts=pulumi.ResourceOptions(depends_on=facts.registry.ready),
     )  # fmt: skip
+    store_addresses = provider.object_store_network(cfg, facts) or store_egress(cfg)
     platform = Platform(
         "platform",
         PlatformArgs(
             teams=list(cfg.teams), pod_security=cfg.pod_security, depends_on=facts.depends_on,
             gpu_driver_by_operator=facts.gpu_driver_by_operator, toolkit_by_operator=facts.toolkit_by_operator,
-            object_store=object_store_access(cfg, facts.aws),  # S3's and STS's endpoints on AWS
+            object_store=store_addresses,
         ),
         opts=on_cluster,
     )
@@ -72,16 +71,16 @@ def run(stack: str, monitoring_dir: Path, repo_root: Path = REPO_ROOT) -> None:
             identities={t.name: cfg.identity(t.name) for t in cfg.teams},
             prepare_image=images.refs["train"],
             pull_secret=registry.pull_secret, pull_secret_ready=list(registry.secrets.values()),
-            aws=facts.aws,
-            depends_on=facts.depends_on,
+            depends_on=facts.depends_on, **provider.shared_fs_args(facts),
         ),
         opts=on_cluster,
     )
     objects = ObjectStore(
         "object-store",
         ObjectStoreArgs(stack=stack, config=cfg.object_store, secret_key=cfg.object_store_secret_key,
-                        namespaces=platform.team_namespaces, aws=facts.aws, depends_on=facts.depends_on,
-                        service_accounts=platform.job_service_accounts, default_team=cfg.default_team.name),
+                        namespaces=platform.team_namespaces, depends_on=facts.depends_on,
+                        service_accounts=platform.job_service_accounts, default_team=cfg.default_team.name,
+                        **provider.object_store_args(facts)),
         opts=on_cluster,
     )
     password = cfg.grafana_admin_password
@@ -103,18 +102,5 @@ def run(stack: str, monitoring_dir: Path, repo_root: Path = REPO_ROOT) -> None:
     )
     pulumi.export("alchemist", build_output(stack, cfg, facts, images.refs, monitoring.urls,
                                               pull_secret=registry.pull_secret, object_store=objects.output,
-                                              kubeconfig=_jobs_kubeconfig(cfg, facts, platform, on_cluster)))
+                                              access=provider.jobs_access(cfg, facts, platform, on_cluster)))
 
-
-def _jobs_kubeconfig(cfg: Any, facts: Any, platform: Any, on_cluster: pulumi.ResourceOptions) -> Any:
-    """What jobs reach the cluster with: on `existing`, a team ServiceAccount's token, never the
-    deployer's kubeconfig; elsewhere the cluster's own (facts.kubeconfig)."""
-    if cfg.provider != "existing":
-        return facts.kubeconfig
-    from infra.team_credential import TeamCredential, TeamCredentialArgs
-
-    assert cfg.kubeconfig is not None  # checked by config.parse
-    team = cfg.default_team.name
-    return TeamCredential("team-credential", TeamCredentialArgs(
-        team=team, deployer_kubeconfig=pulumi.Output.secret(cfg.kubeconfig.get_secret_value()),
-        depends_on=[platform.teams[team]]), opts=on_cluster).kubeconfig  # fmt: skip

@@ -41,7 +41,7 @@ ALLOWED: tuple[Allowed, ...] = (
     Allowed("kubernetes:networking.k8s.io/v1:NetworkPolicy", "platform-team-*-netpol-object-store", "*",
             "only where the stack has an object store, opening its addresses and port (AWS: its VPC endpoints)"),
     Allowed(*OUTPUT_KEY, "stack", "each stack's name"),
-    Allowed(*OUTPUT_KEY, "provider", "kind, onprem, existing or aws"),
+    Allowed(*OUTPUT_KEY, "provider", "the stack's provider (infra/providers/)"),
     Allowed(*OUTPUT_KEY, "kubeconfig", "each cluster's credentials"),
     Allowed(*OUTPUT_KEY, "eks*", "each EKS cluster's name, region and endpoint"),
     Allowed(*OUTPUT_KEY, "shared_fs.kind", "EFS, FSx, NFS or hostPath behind the same PVC and path"),

@@ -1,5 +1,5 @@
-"""Talking to a stack's cluster: the `kubernetes` client built from the stack's kubeconfig (a
-secret) or from its `eks` facts (a boto3-made token), and one JSON-in, JSON-out call helper.
+"""Talking to a stack's cluster: the `kubernetes` client with the stack's credentials (auth.py),
+and one JSON-in, JSON-out call helper.
 
 Every call goes through `Cluster.call`, which asks the client for the raw response
 (`_preload_content=False`) and decodes the JSON itself: the backend handles the objects
@@ -9,14 +9,12 @@ become one line. Secrets (kubeconfig, token) never appear in errors.
 
 from __future__ import annotations
 
-import atexit
 import json
-import os
-import tempfile
 from typing import Any, Callable
 
 from alchemist_jobs.contract import StackOutput
 from alchemist_jobs.errors import UserError
+from alchemist_jobs.kubernetes.auth import credentials
 
 
 CONNECT_TIMEOUT_S = 15
@@ -91,54 +89,6 @@ def _api_reason(e: Any) -> str:
         return f"{e.status} {e.reason}"
 
 
-def _private_file(content: bytes, suffix: str) -> str:
-    fd, path = tempfile.mkstemp(prefix="alchemist-", suffix=suffix)
-    with os.fdopen(fd, "wb") as f:
-        f.write(content)
-    atexit.register(lambda: os.path.exists(path) and os.unlink(path))
-    return path
-
-
-def _configuration(out: StackOutput) -> Any:
-    import base64
-
-    import yaml
-    from kubernetes import client, config
-
-    cfg = client.Configuration()
-    if out.kubeconfig is not None:
-        try:
-            kubeconfig = yaml.safe_load(out.kubeconfig.get_secret_value())
-            config.load_kube_config_from_dict(kubeconfig, client_configuration=cfg,
-                                              persist_config=False)
-        except Exception as e:  # the message could quote the file: name the type only
-            raise UserError(f"stack {out.stack}: its kubeconfig cannot be used "
-                            f"({type(e).__name__}); accepted: a kubeconfig with a current "
-                            "context (re-run `pulumi up` for the stack)") from None
-        return cfg
-    from alchemist_jobs.kubernetes.eks_auth import Token, describe_cluster
-
-    eks = out.eks
-    endpoint, ca = eks.endpoint, eks.certificate_authority
-    if not endpoint or not ca:
-        endpoint, ca = describe_cluster(eks.cluster_name, eks.region)
-    cfg.host = endpoint
-    cfg.ssl_ca_cert = _private_file(base64.b64decode(ca), ".crt")
-    token = Token(eks.cluster_name, eks.region)
-    # kubernetes-client/python v36 (kubernetes/client/configuration.py, auth_settings and
-    # get_api_key_with_prefix): the header is sent only if api_key already holds
-    # 'BearerToken' (or the legacy 'authorization'), the refresh hook runs only then, and
-    # the prefix is read under 'BearerToken'. So seed the token under that key.
-    cfg.api_key_prefix["BearerToken"] = "Bearer"
-    cfg.api_key["BearerToken"] = token.value()
-
-    def refresh(c: Any) -> None:  # called before every request's headers are made
-        c.api_key["BearerToken"] = token.value()
-
-    cfg.refresh_api_key_hook = refresh
-    return cfg
-
-
 def connect(out: StackOutput) -> Cluster:
     """A client for the stack's cluster. Imports `kubernetes` (and boto3 on EKS) only now."""
     try:
@@ -146,7 +96,7 @@ def connect(out: StackOutput) -> Cluster:
     except ImportError:
         raise UserError(f"stack {out.stack}: the Kubernetes backend needs the `kubernetes` "
                         "package; accepted: pip install 'alchemist[cluster]'") from None
-    api = client.ApiClient(_configuration(out))
+    api = client.ApiClient(credentials(out))
     return Cluster(client.CoreV1Api(api), client.BatchV1Api(api), out.stack, out.namespace,
                    custom=client.CustomObjectsApi(api), networking=client.NetworkingV1Api(api))
 

@@ -12,7 +12,9 @@ import base64
 import time
 from typing import Any
 
+from alchemist_jobs.contract import StackOutput
 from alchemist_jobs.errors import UserError
+from alchemist_jobs.kubernetes.auth import private_file
 
 TOKEN_PREFIX = "k8s-aws-v1."
 CLUSTER_ID_HEADER = "x-k8s-aws-id"
@@ -94,6 +96,29 @@ def describe_cluster(cluster_name: str, region: str, session: Any = None,
         raise UserError(f"EKS cluster {cluster_name} ({region}): cannot describe it "
                         f"({type(e).__name__})") from None
     return c["endpoint"], c["certificateAuthority"]["data"]
+
+
+def configure(out: StackOutput, cfg: Any) -> None:
+    """Fill a `kubernetes` Configuration for the stack's `eks`: its address and CA (looked up
+    when the output lacks them) and a bearer token renewed before every request needs it."""
+    eks = out.eks
+    endpoint, ca = eks.endpoint, eks.certificate_authority
+    if not endpoint or not ca:
+        endpoint, ca = describe_cluster(eks.cluster_name, eks.region)
+    cfg.host = endpoint
+    cfg.ssl_ca_cert = private_file(base64.b64decode(ca), ".crt")
+    token = Token(eks.cluster_name, eks.region)
+    # kubernetes-client/python v36 (kubernetes/client/configuration.py, auth_settings and
+    # get_api_key_with_prefix): the header is sent only if api_key already holds
+    # 'BearerToken' (or the legacy 'authorization'), the refresh hook runs only then, and
+    # the prefix is read under 'BearerToken'. So seed the token under that key.
+    cfg.api_key_prefix["BearerToken"] = "Bearer"
+    cfg.api_key["BearerToken"] = token.value()
+
+    def refresh(c: Any) -> None:  # called before every request's headers are made
+        c.api_key["BearerToken"] = token.value()
+
+    cfg.refresh_api_key_hook = refresh
 
 
 class Token:

@@ -45,7 +45,7 @@ BAD = {
     "missing nested key": ("aws-us-west-2", {"alchemist:aws.gpuNodes.gpusPerNode": None},
                            "alchemist:aws.gpuNodes.gpusPerNode is missing; accepted: GPUs per node"),
     "wrong choice": ("aws-us-west-2", {"alchemist:provider": "gcp"},
-                     "alchemist:provider = 'gcp' is not accepted; accepted: 'kind', 'onprem', 'existing' or 'aws'"),
+                     "alchemist:provider = 'gcp' is not accepted; accepted: 'aws', 'existing', 'kind' or 'onprem'"),
     "unsupported version": ("aws-us-west-2", {"alchemist:kubernetesVersion": "1.24"},
                             "alchemist:kubernetesVersion = '1.24' is not accepted"),
     "wrong type": ("aws-us-west-2", {"alchemist:aws.gpuNodes.maxSize": "many"},

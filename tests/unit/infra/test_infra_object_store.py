@@ -218,7 +218,7 @@ def test_job_pods_reach_the_store_by_address_only():
     import yaml
 
     from infra.cluster_aws import subnet_cidrs
-    from infra.object_store_network import endpoint_block, endpoint_subnets, store_egress
+    from infra.object_store_network import endpoint_block, endpoint_subnets, store_egress, vpc_endpoint_egress
 
     from infra_helpers import DEPLOYER_CIDR, KUBECONFIG, existing_stack_config
 
@@ -228,8 +228,9 @@ def test_job_pods_reach_the_store_by_address_only():
     assert (egress.cidrs, egress.port) == (("10.20.0.9/32",), 80)
     aws = yaml.safe_load((STACKS / "Pulumi.aws-us-west-2.yaml").read_text())["config"]
     aws["alchemist:aws"]["publicAccessCidrs"] = [DEPLOYER_CIDR]
-    egress = store_egress(parse({k: pulumi_value(v) for k, v in aws.items()}, set()))
+    egress = vpc_endpoint_egress(parse({k: pulumi_value(v) for k, v in aws.items()}, set()).aws.vpc_cidr)
     assert (egress.cidrs, egress.port) == (("10.40.240.0/20",), 443)
+    assert store_egress(parse({k: pulumi_value(v) for k, v in aws.items()}, set())) is None  # the provider's own
     for prefix in range(16, 21):
         vpc = ipaddress.ip_network(f"10.40.0.0/{prefix}")
         for zones in range(2, 7):

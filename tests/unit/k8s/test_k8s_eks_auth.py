@@ -13,7 +13,7 @@ from moto import mock_aws
 
 from alchemist_jobs.errors import UserError
 from alchemist_jobs.kubernetes import eks_auth
-from alchemist_jobs.kubernetes.client import _configuration
+from alchemist_jobs.kubernetes.auth import credentials
 from tests.k8s_stacks import stack
 
 CLUSTER = "alchemist-aws-us-west-2"
@@ -76,7 +76,7 @@ def test_an_eks_stack_connects_with_a_bearer_token(aws_env):
     data["eks"] = {"cluster_name": CLUSTER, "region": "us-west-2"}  # no endpoint, no CA
     from alchemist_jobs.contract import StackOutput
 
-    cfg = _configuration(StackOutput.parse(data, "test"))
+    cfg = credentials(StackOutput.parse(data, "test"))
     assert cfg.host == made["endpoint"]
     with open(cfg.ssl_ca_cert, "rb") as f:
         assert f.read() == base64.b64decode(made["certificateAuthority"]["data"])

@@ -1,0 +1,26 @@
+"""Provider `kind`: a kind cluster on the deployer's Docker with a local registry (infra/cluster_kind.py)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from infra.providers import Provider
+
+if TYPE_CHECKING:
+    from infra.cluster_facts import ClusterFacts
+    from infra.config import StackConfig
+
+
+class KindProvider(Provider):
+    name = "kind"
+    shared_fs_kinds = ("hostpath",)
+    section_required = False  # every `alchemist:kind` key has a default
+    own_registry = "kind's local registry"
+
+    def cluster(self, stack: str, cfg: StackConfig) -> ClusterFacts:
+        from infra.cluster_kind import KindCluster, KindClusterArgs
+
+        return KindCluster("cluster", KindClusterArgs(stack=stack, cfg=cfg)).facts
+
+
+PROVIDER = KindProvider()

@@ -1,0 +1,25 @@
+"""Provider `onprem`: k3s installed over SSH on the deployer's hosts (infra/cluster_onprem.py)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from infra.providers import Provider
+
+if TYPE_CHECKING:
+    from infra.cluster_facts import ClusterFacts
+    from infra.config import StackConfig
+
+
+class OnpremProvider(Provider):
+    name = "onprem"
+    shared_fs_kinds = ("nfs",)
+    reads_ssh_key = True
+
+    def cluster(self, stack: str, cfg: StackConfig) -> ClusterFacts:
+        from infra.cluster_onprem import K3sCluster, K3sClusterArgs
+
+        return K3sCluster("cluster", K3sClusterArgs(stack=stack, cfg=cfg)).facts
+
+
+PROVIDER = OnpremProvider()
