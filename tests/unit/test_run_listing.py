@@ -122,6 +122,14 @@ def test_a_damaged_index_is_rebuilt_from_the_runs(tmp_path, many, damage):
     assert len(run_index.load(runs_root(tmp_path))) == N
 
 
+def test_the_previous_index_file_is_replaced(tmp_path, many):
+    old = runs_root(tmp_path) / run_index.OLD_INDEX
+    old.write_text('{"version": 2, "runs": {}}')
+    s = LocalScheduler(tmp_path)
+    s.list()
+    assert not old.exists() and len(run_index.load(runs_root(tmp_path))) == N
+
+
 def test_an_index_entry_cannot_speak_for_another_run(tmp_path, many):
     """An entry is trusted only for the run it names and only while its directory's mtime is
     the one recorded: a planted entry with a wrong mtime, or one whose document is another
