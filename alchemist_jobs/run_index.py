@@ -8,9 +8,9 @@ directory, which updates the directory's mtime, so an entry whose mtime still ma
 status those files would give. The mtime is taken before the files are read, so a write that
 lands during the read only makes the next listing read the run again.
 
-The file is JSON lines: `{"version": 3}`, then one line per run,
-`[run_id, mtime_ns, created, state]` TAB `the run's as_json() document`. The document stays
-encoded until something needs its fields, so `list --json` prints it as it is: decoding and
+The file is JSON lines: `{"version": 3}`; `[[run_id, mtime_ns, created, state], ...]`, one
+for each run; then each run's as_json() document, in that order. A document stays encoded
+until something needs its fields, so `list --json` prints it as it is: decoding and
 re-encoding 10,000 documents was most of such a listing.
 
 The file lives in the private runs folder; a missing, corrupt or foreign-shaped index is
@@ -62,19 +62,17 @@ def load(runs: Path) -> dict[str, Entry]:
             st = os.fstat(f.fileno())
             if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_INDEX_BYTES:
                 return {}
-            data = f.read()
-        lines = data.split("\n")
-        if lines[0] != HEADER or lines[-1] != "":
+            lines = f.read().split("\n")
+        if len(lines) < 3 or lines[0] != HEADER or lines[-1] != "":
             return {}
-        rows = [line.partition("\t") for line in lines[1:-1]]
-        heads = json.loads("[" + ",".join(head for head, _, _ in rows) + "]")
+        heads, texts = json.loads(lines[1]), lines[2:-1]
     except (OSError, ValueError, RecursionError):
         return {}
-    if len(heads) != len(rows):
+    if not isinstance(heads, list) or len(heads) != len(texts):
         return {}
     out = {}
-    for head, (_, tab, text) in zip(heads, rows):
-        if not (isinstance(head, list) and len(head) == 4 and tab):
+    for head, text in zip(heads, texts):
+        if not (isinstance(head, list) and len(head) == 4):
             return {}
         run_id, mtime, created, state = head
         # An entry speaks for the run it names only: its document opens with that id, as
@@ -88,10 +86,10 @@ def load(runs: Path) -> dict[str, Entry]:
 
 def save(runs: Path, entries: dict[str, Entry]) -> None:
     """Replace the index atomically; a listing that cannot write it still answers."""
-    lines = [HEADER] + [json.dumps([run_id, e.mtime, e.created, e.state]) + "\t" + e.text
-                        for run_id, e in entries.items()]
+    heads = json.dumps([[run_id, e.mtime, e.created, e.state] for run_id, e in entries.items()])
     try:
-        write_text_atomic(runs / INDEX, "\n".join(lines) + "\n")
+        write_text_atomic(runs / INDEX, "\n".join([HEADER, heads, *(e.text for e in entries.values())])
+                          + "\n")
         (runs / OLD_INDEX).unlink(missing_ok=True)
     except OSError:
         pass

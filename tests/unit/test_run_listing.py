@@ -110,10 +110,10 @@ def test_a_removed_run_leaves_the_listing_and_the_index(tmp_path, many):
 
 @pytest.mark.parametrize("damage", [
     "not json", '{"version": 2, "runs": {"x": [1, {"run_id": "y"}]}}', '{"version": 99, "runs": {}}',
-    "[]", '{"version": 3}\n["x", 1, 2.0, "succeeded"]\n',  # a line without its document
-    '{"version": 3}\n["x", 1, 2.0, "succeeded"]\t{"run_id": "x", ',  # cut short
-    '{"version": 3}\n["x", 1]\t{"run_id": "x", "state": "failed"}\n',  # a foreign head
-    '{"version": 3}\n["x", 1, 2.0, "succeeded"], 5\t{"run_id": "x", "state": "failed"}\n'])
+    "[]", '{"version": 3}\n[["x", 1, 2.0, "succeeded"]]\n',  # a run without its document
+    '{"version": 3}\n[["x", 1, 2.0, "succeeded"]]\n{"run_id": "x", ',  # cut short
+    '{"version": 3}\n[["x", 1]]\n{"run_id": "x", "state": "failed"}\n',  # a foreign entry
+    '{"version": 3}\n{"x": 1}\n{"run_id": "x", "state": "failed"}\n'])
 def test_a_damaged_index_is_rebuilt_from_the_runs(tmp_path, many, damage):
     s = LocalScheduler(tmp_path)
     want = [r.as_json() for r in s.list()]
