@@ -8,6 +8,7 @@ directory under the local shared-file-system root holds everything about the run
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import shutil
@@ -24,7 +25,7 @@ from typing import TYPE_CHECKING, Callable, Iterator
 
 import alchemist_jobs
 from alchemist_jobs import environment as E
-from alchemist_jobs import local_servers, server_role, store_bind
+from alchemist_jobs import local_servers, run_index, server_role, store_bind
 from alchemist_jobs.errors import UserError
 from alchemist_jobs.processes import (alive, environ_has, owned_pids, popen_group,
                                       record_procs, start_time, still_same, stop_groups,
@@ -33,7 +34,7 @@ from alchemist_jobs.rundir import (RUN_REF, RunDir, all_runs, match_runs, new_ru
                                    runs_root, write_private)
 from alchemist_jobs.run_files import Progress, Result, RunRecord
 from alchemist_jobs.scheduler import (CANCELLED, FAILED, FINAL_STATES, LOST, RUNNING, SUCCEEDED,
-                                      Request, RunStatus, Scheduler)
+                                      Listed, Request, RunStatus, Scheduler, listing_order)
 from alchemist_jobs.spec import JobSpec
 from alchemist_jobs.worker_env import WorkerEnv, threads_per_worker
 
@@ -544,35 +545,48 @@ class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
         """Every run, oldest first. An ended run's status comes from the index of ended runs
         while its directory is unchanged (alchemist_jobs/run_index.py); any other run's files
         are read once."""
-        from alchemist_jobs import run_index
+        read, indexed = self._scan()
+        out = read + run_index.statuses(indexed.values())
+        return sorted(out, key=listing_order)
 
+    def list_json(self) -> list[Listed]:
+        """`list()` encoded: an indexed run's document is the index's text, never decoded."""
+        read, indexed = self._scan()
+        out = [Listed(s.run_id, s.state, s.created, json.dumps(s.as_json())) for s in read]
+        out += [Listed(run_id, e.state, e.created, e.text) for run_id, e in indexed.items()]
+        return sorted(out, key=listing_order)
+
+    def _scan(self) -> tuple[list[RunStatus], dict[str, run_index.Entry]]:
+        """(the runs read from their files, the ended runs the index answers for); the index
+        is saved when that changed it."""
         base = runs_root(self.root)
         try:
             entries = list(os.scandir(base))
         except (FileNotFoundError, NotADirectoryError):
-            return []
+            return [], {}
         indexed = run_index.load(base)
-        keep: dict[str, tuple[int, dict]] = {}
-        out = []
+        keep: dict[str, run_index.Entry] = {}
+        hits: dict[str, run_index.Entry] = {}
+        read, changed = [], False
         for entry in entries:
             if not RUN_REF.fullmatch(entry.name) or not entry.is_dir(follow_symlinks=False):
                 continue
             mtime = run_index.dir_mtime(entry)  # before the files are read
             hit = indexed.get(entry.name)
-            if hit is not None and hit[0] == mtime:
-                keep[entry.name] = hit
-                out.append(run_index.status_from_json(hit[1]))
+            if hit is not None and hit.mtime == mtime:
+                keep[entry.name] = hits[entry.name] = hit
                 continue
             run = RunDir(Path(entry.path))
             if not run.spec.is_file():
                 continue
             st, recorded = self._status_and_record(run)
             if recorded in (SUCCEEDED, FAILED, CANCELLED):
-                keep[entry.name] = (mtime, st.as_json())
-            out.append(st)
-        if keep.keys() != indexed.keys() or any(keep[k][0] != indexed[k][0] for k in keep):
+                keep[entry.name] = run_index.Entry.of(mtime, st)
+                changed = True
+            read.append(st)
+        if changed or keep.keys() != indexed.keys():
             run_index.save(base, keep)
-        return sorted(out, key=lambda s: (s.created or 0.0, s.run_id))
+        return read, hits
 
     # -- process hygiene -------------------------------------------------------------------------
 

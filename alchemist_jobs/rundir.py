@@ -77,11 +77,17 @@ def write_private(path: Path, text: str) -> None:
 
 def write_json_atomic(path: Path, data: Any, fsync: bool = False, indent: int | None = 1) -> None:
     """Write JSON so a reader sees the old or the new file, never half of one."""
+    write_text_atomic(path, json.dumps(data, indent=indent, default=str,
+                                       separators=None if indent is not None else (",", ":")),
+                      fsync=fsync)
+
+
+def write_text_atomic(path: Path, text: str, fsync: bool = False) -> None:
+    """Write a private (0600) file so a reader sees the old or the new one, never half of one."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
-            json.dump(data, f, indent=indent, default=str,
-                      separators=None if indent is not None else (",", ":"))
+            f.write(text)
             if fsync:
                 f.flush()
                 os.fsync(f.fileno())

@@ -11,10 +11,11 @@ CLI's (following a run: commands/follow.py). Schedulers are built in one place, 
 from __future__ import annotations
 
 import abc
+import json
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Generic, Iterator, TypeVar
+from typing import Any, Callable, ClassVar, Generic, Iterable, Iterator, TypeVar
 
 from alchemist_jobs.run_files import Progress, Result
 
@@ -74,6 +75,28 @@ class RunStatus:
                 include=set(Progress.model_fields)),
             result=None if self.result is None else self.result.model_dump(
                 include=set(Result.model_fields)))
+
+
+@dataclass
+class Listed:
+    """A run as `list --json` orders, filters and prints it: its `as_json()` document already
+    encoded (the local index of ended runs keeps it so)."""
+
+    run_id: str
+    state: str
+    created: float | None
+    json_text: str
+
+
+def decode_all(texts: Iterable[str]) -> list[dict[str, Any]]:
+    """JSON documents (`Listed.json_text`) decoded in one go: one `json.loads` per document
+    takes twice as long."""
+    return json.loads("[" + ",".join(texts) + "]")
+
+
+def listing_order(run: RunStatus | Listed) -> tuple[float, str]:
+    """`list()`'s order: oldest first."""
+    return run.created or 0.0, run.run_id
 
 
 class Request(abc.ABC):
@@ -150,6 +173,10 @@ class Scheduler(abc.ABC, Generic[RequestT, HandleT]):
 
     @abc.abstractmethod
     def list(self) -> list[RunStatus]: ...
+
+    def list_json(self) -> list[Listed]:
+        """`list()` with each run's `as_json()` encoded, in the same order."""
+        return [Listed(r.run_id, r.state, r.created, json.dumps(r.as_json())) for r in self.list()]
 
     def remove(self, run_id: str, force: bool = False) -> RunStatus:
         """Delete a run and its files; a run that has not ended only with `force` (which

@@ -3,7 +3,6 @@ page that is built on it, served from the package's own files."""
 
 from __future__ import annotations
 
-import threading
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Callable
@@ -38,8 +37,9 @@ def create_app(backends: Backends, token: str | None, host: str, port: int,
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
-        # Read the ended local runs' files once now, not on the first page's request.
-        threading.Thread(target=backends.warm, name="warm-runs", daemon=True).start()
+        # The ended local runs' summaries are read before the server answers, so no request
+        # pays for them or reads them a second time.
+        backends.warm()
         if on_started is not None:
             on_started()
         yield

@@ -4,6 +4,7 @@ every answer leaves it as a model of alchemist_jobs/ui/models.py."""
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import pwd
@@ -128,7 +129,7 @@ class Backends:
         never changes again, so its summary is read once and kept: the page polls the list
         every second or two, and a home holds thousands of runs."""
         from alchemist_jobs.rundir import runs_root
-        from alchemist_jobs.scheduler import CANCELLED, FAILED, SUCCEEDED
+        from alchemist_jobs.scheduler import CANCELLED, FAILED, SUCCEEDED, decode_all
 
         base = runs_root(s.local_root)
         try:
@@ -139,21 +140,22 @@ class Backends:
         # takes ended runs from the index of ended runs, beats one status read per run.
         listed = {}
         if sum(1 for name in names if name not in self._ended) > 32:
-            listed = {st.run_id: st for st in s.scheduler.list()}
+            listed = {doc["run_id"]: doc for doc in
+                      decode_all(r.json_text for r in s.scheduler.list_json())}
         out = []
         for name in names:
             summary = self._ended.get(name)
             if summary is None:
-                st = listed.get(name)
-                if st is None:
+                doc = listed.get(name)
+                if doc is None:
                     if not os.path.exists(os.path.join(base, name, "spec.yaml")):
                         continue
                     try:
-                        st = s.scheduler.status(name)
+                        doc = s.scheduler.status(name).as_json()
                     except UserError:  # removed between the listing and the read
                         continue
-                summary = self._summary(s, st)
-                if st.state in (SUCCEEDED, FAILED, CANCELLED):
+                summary = summary_of(doc, _owner(doc["run_dir"]))
+                if doc["state"] in (SUCCEEDED, FAILED, CANCELLED):
                     self._ended[name] = summary
             out.append(summary)
         return out
@@ -318,18 +320,23 @@ def _dump(model: Any) -> dict:
 
 
 def summarize(st: Any, local: bool) -> m.RunSummary:
-    """A scheduler's RunStatus as the API's RunSummary (for the CLI's `--json` too)."""
-    prog, res = _dump(st.progress), _dump(st.result)
-    step, total = _int(st.step), _int(st.total_steps)
+    """A scheduler's RunStatus as the API's RunSummary."""
+    return summary_of(st.as_json(), _owner(st.run_dir) if local else st.extra.get("owner"))
+
+
+def summary_of(doc: dict[str, Any], owner: str | None) -> m.RunSummary:
+    """A run's `--json` document (RunStatus.as_json) as the API's RunSummary."""
+    prog, res = doc["progress"] or {}, doc["result"] or {}
+    step, total = _int(doc["step"]), _int(doc["total_steps"])
     return m.RunSummary(
-        stack=st.stack, run_id=st.run_id, name=st.name, state=st.state, reason=st.message,
-        owner=_owner(st) if local else st.extra.get("owner"), workers=st.workers,
-        restarts=st.restarts, step=step, total_steps=total,
+        stack=doc["stack"], run_id=doc["run_id"], name=doc["name"], state=doc["state"],
+        reason=doc["message"], owner=owner, workers=doc["workers"], restarts=doc["restarts"],
+        step=step, total_steps=total,
         progress=min(1.0, step / total) if step is not None and total else None,
         loss=_finite(res.get("final_loss", prog.get("loss"))),
         samples_per_s=_finite(res.get("samples_per_s", prog.get("samples_per_s"))),
         accuracy=_finite(res.get("test_accuracy")),
-        created=_finite(st.created), ended=_finite(st.ended))
+        created=_finite(doc["created"]), ended=_finite(doc["ended"]))
 
 
 def _source_name(filename: str | None) -> str:
@@ -353,12 +360,17 @@ def _redact_plan(text: str) -> str:
                   r"\1=***", text, flags=re.IGNORECASE)
 
 
-def _owner(st: Any) -> str | None:
+def _owner(run_dir: str | None) -> str | None:
     try:
-        uid = os.stat(st.run_dir).st_uid
-        return pwd.getpwuid(uid).pw_name
-    except (KeyError, OSError):
+        return _user(os.stat(run_dir).st_uid)
+    except (KeyError, OSError, TypeError):
         return None
+
+
+@functools.lru_cache(maxsize=256)
+def _user(uid: int) -> str:
+    """The user name of `uid` (a home of 10,000 runs has a few owners)."""
+    return pwd.getpwuid(uid).pw_name
 
 
 def _local_ranks(run: Any, st: Any) -> list[m.RankState]:

@@ -51,6 +51,40 @@ def test_runs_lists_the_real_run_with_its_numbers(client, finished_home):
     assert r["owner"] and r["created"] < r["ended"]
 
 
+def test_the_server_is_ready_once_the_runs_are_read(tmp_path, monkeypatch):
+    """The dashboard says it is ready (and prints its URL) only once it has read the ended
+    local runs, so its first GET /api/v1/runs reads no run: with 10,000 runs that request
+    used to read them all again while the start's own reading ran beside it."""
+    from alchemist_jobs.local_backend import LocalScheduler
+    from alchemist_jobs.ui.app import create_app
+    from alchemist_jobs.ui.backends import Backends
+    from tests.unit.test_run_listing import _run
+
+    for i in range(40):  # more than the dashboard reads one by one
+        _run(tmp_path, i)
+    reads: list[str] = []
+
+    def counted(method: str):
+        real = getattr(LocalScheduler, method)
+
+        def call(self, *args):
+            out = real(self, *args)
+            reads.append("list" if method.startswith("list") else args[0])
+            return out
+        monkeypatch.setattr(LocalScheduler, method, call)
+
+    for method in ("list", "list_json", "status"):
+        if hasattr(LocalScheduler, method):
+            counted(method)
+    ready: list[list[str]] = []
+    app = create_app(Backends(["local"], home=tmp_path, spec_dir=REPO), TEST_TOKEN, "127.0.0.1",
+                     8740, on_started=lambda: ready.append(list(reads)))
+    with TestClient(app, base_url=LOCAL, headers=AUTH) as c:
+        body = c.get("/api/v1/runs").json()
+    assert body["total"] == 40
+    assert ready == [["list"]] and reads == ["list"], (ready, reads)
+
+
 def test_run_detail_has_spec_ranks_checkpoints_and_result(client, finished_home):
     home, run_id = finished_home
     d = client.get(f"/api/v1/stacks/local/runs/{run_id}").json()

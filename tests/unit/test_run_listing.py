@@ -4,6 +4,7 @@ runs until their directory changes (figures for 10,000 runs: bench/run_listing.p
 
 from __future__ import annotations
 
+import json
 import os
 from collections import Counter
 from pathlib import Path
@@ -48,7 +49,6 @@ def reads(monkeypatch) -> Counter:
         return real(path, *a, **kw)
 
     monkeypatch.setattr(rundir, "read_json", counting)
-    monkeypatch.setattr(run_index, "read_json", counting)
     return seen
 
 
@@ -108,8 +108,12 @@ def test_a_removed_run_leaves_the_listing_and_the_index(tmp_path, many):
     assert many[0].run_id not in run_index.load(runs_root(tmp_path))
 
 
-@pytest.mark.parametrize("damage", ["not json", '{"version": 1, "runs": {"x": [1, {"run_id": "y"}]}}',
-                                    '{"version": 99, "runs": {}}', "[]"])
+@pytest.mark.parametrize("damage", [
+    "not json", '{"version": 2, "runs": {"x": [1, {"run_id": "y"}]}}', '{"version": 99, "runs": {}}',
+    "[]", '{"version": 3}\n[["x", 1, 2.0, "succeeded"]]\n',  # a run without its document
+    '{"version": 3}\n[["x", 1, 2.0, "succeeded"]]\n{"run_id": "x", ',  # cut short
+    '{"version": 3}\n[["x", 1]]\n{"run_id": "x", "state": "failed"}\n',  # a foreign entry
+    '{"version": 3}\n{"x": 1}\n{"run_id": "x", "state": "failed"}\n'])
 def test_a_damaged_index_is_rebuilt_from_the_runs(tmp_path, many, damage):
     s = LocalScheduler(tmp_path)
     want = [r.as_json() for r in s.list()]
@@ -118,16 +122,107 @@ def test_a_damaged_index_is_rebuilt_from_the_runs(tmp_path, many, damage):
     assert len(run_index.load(runs_root(tmp_path))) == N
 
 
+def test_the_previous_index_file_is_replaced(tmp_path, many):
+    old = runs_root(tmp_path) / run_index.OLD_INDEX
+    old.write_text('{"version": 2, "runs": {}}')
+    s = LocalScheduler(tmp_path)
+    s.list()
+    assert not old.exists() and len(run_index.load(runs_root(tmp_path))) == N
+
+
 def test_an_index_entry_cannot_speak_for_another_run(tmp_path, many):
     """An entry is trusted only for the run it names and only while its directory's mtime is
-    the one recorded: a planted entry with a wrong mtime is ignored."""
+    the one recorded: a planted entry with a wrong mtime, or one whose document is another
+    run's, is ignored."""
     s = LocalScheduler(tmp_path)
     s.list()
     path = runs_root(tmp_path) / run_index.INDEX
     entries = run_index.load(runs_root(tmp_path))
-    victim = many[5].run_id
-    mtime, doc = entries[victim]
-    entries[victim] = (mtime + 1, dict(doc, state="failed", message="planted"))
+    victim, other = many[5].run_id, many[6].run_id
+    planted = json.dumps(dict(json.loads(entries[victim].text), state="failed", message="planted"))
+    entries[victim] = entries[victim]._replace(mtime=entries[victim].mtime + 1, state="failed",
+                                               text=planted)
+    entries[other] = entries[other]._replace(state="failed", text=planted)
     run_index.save(runs_root(tmp_path), entries)
     assert path.stat().st_mode & 0o077 == 0  # private, like every run file
-    assert {r.run_id: r.state for r in s.list()}[victim] == "succeeded"
+    for listed in (s.list(), s.list_json()):
+        states = {r.run_id: r.state for r in listed}
+        assert states[victim] == states[other] == "succeeded"
+    assert "planted" not in "".join(r.json_text for r in s.list_json())
+
+
+def test_list_json_prints_the_statuses_as_they_are(tmp_path, many, capsys):
+    """`list --json` (newest first, --state, --limit) is each run's `status RUN --json`
+    document, byte for byte what encoding the listed statuses gives."""
+    from alchemist_jobs import cli
+
+    _run(tmp_path, N + 1, state="failed")
+    s = LocalScheduler(tmp_path)
+    for _ in range(2):  # the first listing reads the runs and writes the index, the second reads it
+        assert cli.main(["list", "--json", "--home", str(tmp_path)]) == 0
+        out = capsys.readouterr().out
+        newest_first = sorted(s.list(), key=lambda r: r.created or 0, reverse=True)
+        assert out == json.dumps([r.as_json() for r in newest_first]) + "\n"
+        assert json.loads(out) == [s.status(r.run_id).as_json() for r in newest_first]
+    assert cli.main(["list", "--json", "--state", "failed", "--home", str(tmp_path)]) == 0
+    assert [r["run_id"] for r in json.loads(capsys.readouterr().out)] == [f"digits-20260101-000000-{N + 1:08x}"]
+    assert cli.main(["list", "--json", "--limit", "2", "--home", str(tmp_path)]) == 0
+    assert [r["run_id"] for r in json.loads(capsys.readouterr().out)] == \
+        [r.run_id for r in newest_first[:2]]
+
+
+def test_list_json_of_indexed_runs_decodes_and_validates_none(tmp_path, many, capsys, monkeypatch):
+    """An ended run's document goes from the index to `list --json` as text: decoding and
+    re-encoding (and validating) 10,000 of them was most of such a listing."""
+    from alchemist_jobs import cli
+
+    s = LocalScheduler(tmp_path)
+    s.list()  # writes the index
+    decoded = []
+    real_loads = json.loads
+    monkeypatch.setattr(json, "loads", lambda text, *a, **kw: decoded.append(
+        text.decode() if isinstance(text, bytes) else text) or real_loads(text, *a, **kw))
+
+    def no_validation(*a, **kw):
+        raise AssertionError("a listed run was validated")
+
+    monkeypatch.setattr(Progress, "model_validate", no_validation)
+    monkeypatch.setattr(Result, "model_validate", no_validation)
+    assert cli.main(["list", "--json", "--home", str(tmp_path)]) == 0
+    during = list(decoded)
+    assert len(json.loads(capsys.readouterr().out)) == N
+    assert not [t for t in during if '"progress"' in t], "the listing decoded run documents"
+
+
+def test_list_with_a_limit_decodes_only_the_runs_it_shows(tmp_path, many, capsys, monkeypatch):
+    """`list --limit 2` (the table) decodes two runs' documents, not every indexed one, and
+    prints what the statuses hold."""
+    from alchemist_jobs import cli
+
+    s = LocalScheduler(tmp_path)
+    newest = sorted(s.list(), key=lambda r: r.created or 0, reverse=True)[:2]  # writes the index
+    decoded = []
+    real_loads = json.loads
+    monkeypatch.setattr(json, "loads", lambda text, *a, **kw: decoded.append(
+        text.decode() if isinstance(text, bytes) else text) or real_loads(text, *a, **kw))
+    assert cli.main(["list", "--limit", "2", "--home", str(tmp_path)]) == 0
+    rows = capsys.readouterr().out.splitlines()[1:]
+    assert sum(t.count('"progress"') for t in decoded) == 2, "the listing decoded runs it does not show"
+    assert [row.split()[:4] for row in rows] == \
+        [[r.run_id, r.state, str(r.workers), f"{r.step}/{r.total_steps}"] for r in newest]
+
+
+def test_listing_imports_no_training_stack(tmp_path, many):
+    """`list` and `status` start fast: neither imports torch (nor numpy)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, contextlib, io; from alchemist_jobs.cli import main\n"
+            "for argv in (['list', '--json'], ['list'], ['status', sys.argv[1], '--json']):\n"
+            "    with contextlib.redirect_stdout(io.StringIO()):\n"
+            "        assert main([*argv, '--home', sys.argv[2]]) == 0\n"
+            "print(sorted(m for m in ('torch', 'numpy') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code, many[0].run_id, str(tmp_path)],
+                         capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2],
+                         env=dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2])))
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr
