@@ -170,8 +170,8 @@ class EasgdAlgo(_Node):
     @model_validator(mode="after")
     def _sync_only(self) -> "EasgdAlgo":
         if self.variant == "async" and (self.overlap or self.exchange_dtype != "fp32"):
-            raise ValueError("overlap and exchange_dtype apply to variant: sync (the all-reduce); "
-                             "variant: async exchanges fp32 with the parameter server")
+            raise ValueError("variant: sync for overlap or exchange_dtype (variant: async "
+                             "sends fp32 to its parameter server)")
         return self
 
 
