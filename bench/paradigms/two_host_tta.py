@@ -9,8 +9,9 @@ egress; one worker per host (nodes: 2), the parameter server (async) in host 0. 
 64 per worker, lr 0.02, momentum 0.9 for every algorithm; bmuf and easgd exchange every
 tau = 8 steps (bmuf: block momentum 1 - 1/N = 0.5, Nesterov, block lr 1; easgd: alpha =
 0.9 / N = 0.45, the paper's beta = 0.9), plain, with `overlap`, with `exchange_dtype: fp16`
-and with both, and `bmuf+plan-tau`: overlap and fp16 at the tau `alchemist plan --tau auto`
-picks for this link. Needs root.
+and with both (with overlap, also with block momentum 0: delayed model averaging), and
+`bmuf+plan-tau`: that one at the tau `alchemist plan --tau auto` picks for this link. Needs
+root.
 
 The plan first: before any run, the link is probed (alchemist_jobs/planner/probe.py, on two
 fresh hosts at the same rate) and each variant is profiled with two processes computing at
@@ -25,7 +26,7 @@ the target is interpolated linearly between the two snapshots around the crossin
 variant runs `--repeats` times, round-robin (so slow drifts of the machine spread over all);
 the table gives medians and the spread (min-max).
 
-Writes bench/results/paradigms/two_host_tta.{md,png}.
+Writes bench/results/paradigms/two_host_tta.{md,png,json} and the probe two_host_tta-probe.json.
 """
 
 from __future__ import annotations
@@ -57,20 +58,23 @@ BMUF = {"name": "bmuf", "tau": 8}
 EASGD = {"name": "easgd", "tau": 8, "alpha": 0.45}
 ALGOS = {
     "sync": {"name": "sync"},
+    "sync+1mb": {"name": "sync", "bucket_mb": 1.0},  # four buckets in flight, not one
     "async": {"name": "async"},
     "bmuf": BMUF,
     "bmuf+overlap": dict(BMUF, overlap=True),
     "bmuf+fp16": dict(BMUF, exchange_dtype="fp16"),
     "bmuf+overlap+fp16": dict(BMUF, overlap=True, exchange_dtype="fp16"),
+    # overlap with plain delayed averaging (block momentum 0), as overlapping local SGD does
+    "bmuf+overlap+fp16+avg": dict(BMUF, overlap=True, exchange_dtype="fp16", block_momentum=0.0),
     "easgd": EASGD,
     "easgd+overlap": dict(EASGD, overlap=True),
     "easgd+fp16": dict(EASGD, exchange_dtype="fp16"),
     "easgd+overlap+fp16": dict(EASGD, overlap=True, exchange_dtype="fp16"),
 }
-PLAN_TAU = "bmuf+plan-tau"  # overlap + fp16 at the tau the plan picks (--tau auto)
-ALGOS[PLAN_TAU] = dict(BMUF, overlap=True, exchange_dtype="fp16")
-DEFAULT = ["sync", "bmuf", "bmuf+overlap", "bmuf+fp16", "bmuf+overlap+fp16", PLAN_TAU, "easgd",
-           "easgd+overlap+fp16"]
+PLAN_TAU = "bmuf+plan-tau"  # bmuf+overlap+fp16+avg at the tau the plan picks (--tau auto)
+ALGOS[PLAN_TAU] = dict(ALGOS["bmuf+overlap+fp16+avg"])
+DEFAULT = ["sync", "bmuf", "bmuf+fp16", "bmuf+overlap", "bmuf+overlap+fp16+avg", PLAN_TAU,
+           "easgd", "easgd+fp16", "easgd+overlap+fp16"]
 
 
 def job(name: str, algo: dict, epochs: float) -> dict:
