@@ -158,6 +158,11 @@ class BmufAlgo(_Node):
     reset_momentum: bool = Field(
         True, description="clear the local optimizer's momentum after each block (as CNTK "
                           "does): it points along the old local path, not the new model")
+    overlap: bool = Field(
+        False, description="start each exchange on a snapshot and apply it one block later, "
+                           "while the next block's local steps run (hides the link's time)")
+    exchange_dtype: Literal["fp32", "fp16", "bf16"] = Field(
+        "fp32", description="precision of the exchanged model differences on the wire")
 
 
 class EasgdAlgo(_Node):
@@ -167,6 +172,18 @@ class EasgdAlgo(_Node):
     tau: int = Field(8, ge=1, description="local steps between elastic exchanges")
     alpha: float = Field(0.1, gt=0, lt=1, description="moving rate of the elastic force")
     variant: Literal["sync", "async"] = Field("sync", description="all-reduce or parameter server")
+    overlap: bool = Field(
+        False, description="start each exchange on a snapshot and apply it one block later, "
+                           "while the next block's local steps run (hides the link's time)")
+    exchange_dtype: Literal["fp32", "fp16", "bf16"] = Field(
+        "fp32", description="precision of the exchanged model differences on the wire")
+
+    @model_validator(mode="after")
+    def _sync_only(self) -> "EasgdAlgo":
+        if self.variant == "async" and (self.overlap or self.exchange_dtype != "fp32"):
+            raise ValueError("variant: sync for overlap or exchange_dtype (variant: async "
+                             "sends fp32 to its parameter server)")
+        return self
 
 
 Algorithm = Annotated[
@@ -255,6 +272,14 @@ class CheckpointSpec(_Node):
 _Quantity = Annotated[str, Field(pattern=_QUANTITY)]
 
 
+class CurveSpec(_Node):
+    every_steps: int | None = Field(
+        None, ge=1, description="rank 0 writes the model it would hand out now (bmuf: the "
+        "global model, easgd: the centre) to the run's snapshots/ every N optimizer steps, "
+        "with its wall time, for a learning curve evaluated off the training path "
+        "(runtime/curve.py); the end-of-epoch evaluations are then skipped. none: off")
+
+
 class SecretRef(_Node):
     """Where a secret environment variable's value comes from. The value itself is never
     written to the spec, a manifest, a log or a checkpoint: only this reference is.
@@ -313,6 +338,7 @@ class JobSpec(_Node):
     data: DataSpec = Field(default_factory=DataSpec)
     checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
     precision: PrecisionSpec = Field(default_factory=PrecisionSpec)
+    curve: CurveSpec = Field(default_factory=CurveSpec)
     env: dict[str, str] = Field(default_factory=dict, description="extra environment variables")
     secret_env: dict[str, SecretRef] = Field(
         default_factory=dict, description="environment variables whose values are secrets"

@@ -12,6 +12,7 @@ throughput and efficiency against nodes.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import sys
@@ -46,6 +47,15 @@ _US = _number("microseconds >= 0, at most 10^9", 0.0, 1e9)
 _COUNT = _number("a whole number >= 1", 1, 10**6, integer=True)
 
 
+def _tau(text: str) -> int | str:
+    if text == "auto":
+        return text
+    try:
+        return _COUNT(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"{text!r}; accepted: a whole number >= 1, or auto") from None
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = command(sub, "plan", "predict speed-up and efficiency at N nodes before paying for them",
                 ["alchemist plan examples/digits.yaml --nodes 1,2,4,8 --algorithms sync,bmuf "
@@ -73,8 +83,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--workers-per-node", type=_COUNT, default=None,
                    help="workers per node (default: the stack's GPUs per node when the spec "
                         "asks for GPUs, else the spec's procs_per_node)")
-    p.add_argument("--tau", type=_COUNT, default=None, help="bmuf/easgd steps per exchange "
-                   "(default: the spec's, else 8)")
+    p.add_argument("--tau", type=_tau, default=None, help="bmuf/easgd steps per exchange "
+                   "(default: the spec's, else 8); auto: the smallest at which a step waits "
+                   "for communication at most 10%% of its compute at the largest node count")
     p.add_argument("--step-ms", type=_MS, default=None, help="a measured step time instead "
                    "of profiling (needs --model-mb)")
     p.add_argument("--model-mb", type=_MB, default=None, help="MB one exchange moves")
@@ -98,10 +109,11 @@ def _algorithms(args: argparse.Namespace, spec) -> list:
         if name not in PLANNED:
             raise UserError(f"--algorithms: {name!r} is not planned; expected some of "
                             f"{','.join(PLANNED)} (async's pace depends on the server, not a ring)")
-        tau = args.tau or getattr(spec.algorithm, "tau", None) or 8
+        tau = (None if args.tau == "auto" else args.tau) or getattr(spec.algorithm, "tau", None) or 8
         if tau < 1:
             raise UserError(f"--tau {tau}: expected a whole number of at least 1")
-        out.append(Algorithm(name=name, tau=tau if name != "sync" else 1))
+        out.append(Algorithm(name=name, tau=tau if name != "sync" else 1,
+                             overlap=name != "sync" and getattr(spec.algorithm, "overlap", False)))
     return out
 
 
@@ -151,15 +163,31 @@ def build_plan(args: argparse.Namespace) -> dict:
                                         concurrent=n * workers) for n in sorted({1, *nodes})}
     else:
         prof = profile.profile_spec(spec, home, steps=args.profile_steps)
+    if args.tau == "auto":
+        n = max(nodes)
+        algos = [a if a.name == "sync" else dataclasses.replace(a, tau=model.choose_tau(
+                     at_nodes(prof, n), a, n, at_nodes(cluster, n))) for a in algos]
+        assumptions.append(
+            "tau auto: " + ", ".join(f"{a.name} {a.tau}" for a in algos if a.name != "sync")
+            + f", the smallest at which a step waits at most {model.AUTO_TAU_EXPOSED:.0%} of its "
+            f"compute at {n} node(s)" + (" with the exchange overlapped" if any(
+                a.overlap for a in algos) else ""))
     points = model.predict(prof, algos, nodes, cluster)
     plan = dict(job=spec.name,
                 profile=profile_summary(prof if isinstance(prof, model.Profile) else prof[1]),
                 assumptions=assumptions,
                 points=[p.as_dict() for p in points],
-                best=model.best_by_nodes(points))
+                best=model.best_by_nodes(points),
+                tau={a.name: a.tau for a in algos if a.name != "sync"})
     if isinstance(prof, dict):  # --emulated: the profile of each node count
         plan["profiles"] = {str(n): profile_summary(p) for n, p in prof.items()}
     return plan
+
+
+def at_nodes(facts, n: int):
+    from alchemist_jobs.planner.model import nearest
+
+    return nearest(facts, n) if isinstance(facts, dict) else facts
 
 
 def profile_summary(prof) -> dict:

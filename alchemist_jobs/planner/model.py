@@ -25,12 +25,14 @@ of its gradients, in bucket order, one after another on the link; the optimizer 
 the last bucket is back. So the step is forward + the later of (backward, the last bucket's
 all-reduce) + optimizer: communication hides behind the backward that is still to run when a
 bucket is ready, and no more (`sync_exposed_s`). `bmuf`/`easgd` block at the exchange, so the
-whole exchange (its all-reduce and its local arithmetic) adds, spread over `tau` steps.
+whole exchange (its all-reduce and its local arithmetic) adds, spread over `tau` steps; with
+`overlap` the all-reduce runs behind the next block's `tau` steps and only what outlasts them
+adds (the local arithmetic still does).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 MIB = 1 << 20
 DDP_BUCKET_BYTES = 25 * MIB  # DDP's bucket_cap_mb default, and the spec's algorithm.bucket_mb
@@ -72,6 +74,7 @@ class Cluster:
 class Algorithm:
     name: str  # sync, bmuf or easgd
     tau: int = 1  # steps between exchanges (bmuf, easgd)
+    overlap: bool = False  # bmuf/easgd: the all-reduce runs behind the next block
 
 
 @dataclass(frozen=True)
@@ -166,12 +169,28 @@ def step_s(profile: Profile, algo: Algorithm, nodes: int, cluster: Cluster) -> t
         comm, exposed = sync_exposed_s(buckets, profile.backward_s * scale, nodes, cluster)
         return compute, comm, compute + exposed
     if algo.name in ("bmuf", "easgd"):
-        exchange = allreduce_s(profile.exchange_bytes, nodes, cluster)
-        if nodes * cluster.workers_per_node > 1:
-            exchange += profile.exchange_local_s * scale
-        per_step = exchange / max(algo.tau, 1)
-        return compute, per_step, compute + per_step
+        tau = max(algo.tau, 1)
+        t = allreduce_s(profile.exchange_bytes, nodes, cluster)
+        local = profile.exchange_local_s * scale if nodes * cluster.workers_per_node > 1 else 0.0
+        waited = max(0.0, t - tau * compute) if algo.overlap else t
+        return compute, (t + local) / tau, compute + (waited + local) / tau
     raise ValueError(f"no scaling model for algorithm {algo.name!r} (sync, bmuf, easgd)")
+
+
+# `--tau auto`: the fewest local steps per exchange (the closest to sync, the least drift)
+# at which the step waits for communication at most this share of its compute.
+AUTO_TAU_EXPOSED = 0.10
+AUTO_TAU_MAX = 256
+
+
+def choose_tau(profile: Profile, algo: Algorithm, nodes: int, cluster: Cluster) -> int:
+    """The smallest tau (up to AUTO_TAU_MAX) whose step waits at most AUTO_TAU_EXPOSED of its
+    compute at `nodes` nodes; AUTO_TAU_MAX if none does."""
+    for tau in range(1, AUTO_TAU_MAX + 1):
+        compute, _, step = step_s(profile, replace(algo, tau=tau), nodes, cluster)
+        if step - compute <= AUTO_TAU_EXPOSED * compute:
+            return tau
+    return AUTO_TAU_MAX
 
 
 def nearest(by_nodes: dict[int, "Profile | Cluster"], n: int):

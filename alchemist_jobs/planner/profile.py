@@ -43,8 +43,12 @@ _BYTES_PER_ELEMENT = {"none": None, "fp16": 2, "bf16": 2}
 
 
 def exchange_bytes(spec: JobSpec, params: int, element_size: int) -> int:
-    """Bytes of one exchange: every parameter, at the precision the algorithm sends it in."""
-    compression = getattr(spec.algorithm, "compression", "none")
+    """Bytes of one exchange: every parameter, at the precision the algorithm sends it in
+    (sync: `compression`; bmuf/easgd: `exchange_dtype`)."""
+    compression = getattr(spec.algorithm, "compression", None)
+    if compression is None:  # bmuf, easgd
+        dtype = getattr(spec.algorithm, "exchange_dtype", "fp32")
+        compression = "none" if dtype == "fp32" else dtype
     if compression not in _BYTES_PER_ELEMENT:
         raise UserError(f"algorithm.compression={compression!r}: the plan models none, fp16 and "
                         "bf16 (PowerSGD's volume depends on the rank and the layer shapes)")

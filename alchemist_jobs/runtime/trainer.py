@@ -33,6 +33,7 @@ from alchemist_jobs.rundir import RunDir, read_json, write_json_atomic
 from alchemist_jobs.contract import PROGRESS_LINE_PREFIX
 from alchemist_jobs.runtime.batches import Batches, evaluate
 from alchemist_jobs.runtime.checkpoint import Checkpointer
+from alchemist_jobs.runtime.curve import write_snapshot
 from alchemist_jobs.runtime.faults import Faults
 from alchemist_jobs.runtime.metrics import WorkerMetrics
 from alchemist_jobs.runtime.optim import build_optimizer
@@ -258,7 +259,7 @@ class Trainer:
         s = self.state
         s.epoch, s.batch_in_epoch = s.epoch + 1, 0
         self.epoch_ends.append(time.time())  # every rank: its own pace, for throughput studies
-        if self.rank != 0:
+        if self.rank != 0 or self.spec.curve.every_steps:  # the curve comes from snapshots
             return
         with self.strategy.evaluation_model() as current:
             _, acc = evaluate(current, self.data, self.device)
@@ -267,6 +268,14 @@ class Trainer:
         self.writer.add_scalar("test/accuracy", acc, s.step)
         self.metrics["alchemist_test_accuracy_ratio"].set(acc)
         print(f"epoch {s.epoch} done at step {s.step}: test accuracy {acc:.4f}", flush=True)
+
+    def snapshot(self) -> None:
+        """Rank 0, every `curve.every_steps`: the model the strategy would hand out now, for a
+        curve evaluated off the training path (runtime/curve.py)."""
+        t0 = time.perf_counter()
+        with self.strategy.evaluation_model() as current:
+            write_snapshot(self.run, self.state.step, time.time() - self.t_start, current)
+        self.snapshot_s += time.perf_counter() - t0
 
     def _read_loss(self, loss: torch.Tensor) -> None:
         self.loss_value = float(loss.item())
@@ -281,6 +290,10 @@ class Trainer:
         self.first_step, self.train_started = s.step, time.time()
         last_progress, loss = 0.0, None
         self.model.train()
+        every = spec.curve.every_steps if self.rank == 0 else None
+        self.snapshot_s = 0.0
+        if every and s.step % every == 0:
+            self.snapshot()  # where the curve starts
         self.watchdog.start()
         try:
             while s.step < self.total_steps:
@@ -306,6 +319,8 @@ class Trainer:
                         self._read_loss(loss)
                     if checkpoint:
                         self.save_checkpoint()
+                    if every and s.step % every == 0:
+                        self.snapshot()
                     if due:
                         if self.rank == 0:
                             self.publish()
@@ -357,7 +372,7 @@ class Trainer:
             communication=dict(sent_bytes=comm.sent_bytes, received_bytes=comm.received_bytes,
                                rounds=comm.rounds, seconds=comm.seconds,
                                overlapped_seconds=comm.overlapped_seconds),
-            history=self.history, algorithm=spec.algorithm.name)
+            history=self.history, algorithm=spec.algorithm.name, curve_snapshot_s=self.snapshot_s)
         if self.rank == 0:
             self.publish(final=True)
             print(f"finished at step {s.step}: test accuracy {test_acc:.4f}, test loss "

@@ -1,44 +1,88 @@
-"""Experiment 3: time to a target accuracy for sync, async, bmuf and easgd on two hosts
+"""Experiment 3: time to a target accuracy for sync, bmuf and easgd (and async) on two hosts
 joined by a 100 Mbit/s link, with a model of about a million parameters.
 
-    .venv/bin/python bench/paradigms/two_host_tta.py [--epochs 6] [--rate 100]
+    .venv/bin/python bench/paradigms/two_host_tta.py [--epochs 6] [--rate 100] [--repeats 3]
 
 Two network namespaces (tests/netns.py) with a token-bucket limit on each host's
 egress; one worker per host (nodes: 2), the parameter server (async) in host 0. The task is
 `synthetic` (8 features, 8192 samples) with an MLP of ~1M parameters (8-991-991-10), batch
 64 per worker, lr 0.02, momentum 0.9 for every algorithm; bmuf and easgd exchange every
 tau = 8 steps (bmuf: block momentum 1 - 1/N = 0.5, Nesterov, block lr 1; easgd: alpha =
-0.9 / N = 0.45, the paper's beta = 0.9). Time runs from the workers' start; accuracy is rank
-0's at each epoch end (the global model for bmuf, the centre for easgd). Needs root.
+0.9 / N = 0.45, the paper's beta = 0.9), plain, with `overlap`, with `exchange_dtype: fp16`
+and with both (with overlap, also with block momentum 0: delayed model averaging), and
+`bmuf+plan-tau`: that one at the tau `alchemist plan --tau auto` picks for this link. Needs
+root.
 
-Writes bench/results/paradigms/two_host_tta.{md,png}.
+The plan first: before any run, the link is probed (alchemist_jobs/planner/probe.py, on two
+fresh hosts at the same rate) and each variant is profiled with two processes computing at
+once (`alchemist plan --emulated --link-probe`); the table compares the plan's step time with
+rank 0's measured steady-state step time (bench/plan_validate.py's window: from its first
+progress point at step 4 or later to its last step).
+
+The curve: rank 0 writes the model it would hand out (bmuf: the global model, easgd: the
+centre) every 16 steps (`curve.every_steps`); this script evaluates the snapshots after the
+run, so evaluation never holds up training. Time runs from the workers' start; the time to
+the target is interpolated linearly between the two snapshots around the crossing. Each
+variant runs `--repeats` times, round-robin (so slow drifts of the machine spread over all);
+the table gives medians and the spread (min-max).
+
+Writes bench/results/paradigms/two_host_tta.{md,png,json} and the probe two_host_tta-probe.json.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import statistics
 import subprocess
 import sys
+from pathlib import Path
 
-from common import curve, figure, home, run_job, save_figure, time_to, write_markdown
+from common import figure, home, run_job, save_figure, write_markdown
 
+from bench.plan_validate import probe_link, steady_window
+from alchemist_jobs.planner import model
+from alchemist_jobs.planner.facts import cluster_facts
+from alchemist_jobs.planner.profile import profile_spec
+from alchemist_jobs.rundir import RunDir
+from alchemist_jobs.runtime.curve import evaluate_snapshots, time_to_target
+from alchemist_jobs.spec import parse_spec
+from common import REPO, RESULTS
 from tests.netns import Hosts, NetnsScheduler, unavailable
 
 TASK = {"builtin": "synthetic",
         "synthetic": {"params": 1_000_000, "samples": 8192, "features": 8}}
 TARGET = 0.82
+EVERY = 16  # steps between snapshots (two bmuf/easgd blocks)
+BMUF = {"name": "bmuf", "tau": 8}
+EASGD = {"name": "easgd", "tau": 8, "alpha": 0.45}
 ALGOS = {
     "sync": {"name": "sync"},
+    "sync+1mb": {"name": "sync", "bucket_mb": 1.0},  # four buckets in flight, not one
     "async": {"name": "async"},
-    "bmuf": {"name": "bmuf", "tau": 8},
-    "easgd": {"name": "easgd", "tau": 8, "alpha": 0.45},
+    "bmuf": BMUF,
+    "bmuf+overlap": dict(BMUF, overlap=True),
+    "bmuf+fp16": dict(BMUF, exchange_dtype="fp16"),
+    "bmuf+overlap+fp16": dict(BMUF, overlap=True, exchange_dtype="fp16"),
+    # overlap with plain delayed averaging (block momentum 0), as overlapping local SGD does
+    "bmuf+overlap+fp16+avg": dict(BMUF, overlap=True, exchange_dtype="fp16", block_momentum=0.0),
+    "easgd": EASGD,
+    "easgd+overlap": dict(EASGD, overlap=True),
+    "easgd+fp16": dict(EASGD, exchange_dtype="fp16"),
+    "easgd+overlap+fp16": dict(EASGD, overlap=True, exchange_dtype="fp16"),
 }
+PLAN_TAU = "bmuf+plan-tau"  # bmuf+overlap+fp16+avg at the tau the plan picks (--tau auto)
+ALGOS[PLAN_TAU] = dict(ALGOS["bmuf+overlap+fp16+avg"])
+DEFAULT = ["sync", "bmuf", "bmuf+fp16", "bmuf+overlap", "bmuf+overlap+fp16+avg", PLAN_TAU,
+           "easgd", "easgd+fp16", "easgd+overlap+fp16"]
 
 
 def job(name: str, algo: dict, epochs: float) -> dict:
-    return dict(name=f"tta-{name}", task=TASK, nodes=2, procs_per_node=1, algorithm=algo,
+    return dict(name=f"tta-{name.replace('+', '-')}", task=TASK, nodes=2, procs_per_node=1,
+                algorithm=algo,
                 hyper=dict(batch_size=64, lr=0.02, momentum=0.9, epochs=epochs, seed=0),
-                checkpoint={"every_steps": 1_000_000}, data={"path": "data"}, max_restarts=0)
+                checkpoint={"every_steps": 1_000_000}, curve={"every_steps": EVERY},
+                data={"path": "data"}, max_restarts=0)
 
 
 def link_mbit(hosts: Hosts, megabytes: int = 4) -> float:
@@ -57,63 +101,155 @@ def link_mbit(hosts: Hosts, megabytes: int = 4) -> float:
     return float(rx.communicate(timeout=120)[0])
 
 
+
+def plan_first(root: Path, names: list[str], epochs: float, rate: float) -> dict[str, dict]:
+    """The plan's step time for every variant, from a fresh link probe and profiles of two
+    processes computing at once; sets the plan-tau variant's tau."""
+    probe = probe_link(int(rate), RESULTS / "two_host_tta-probe.json")
+    cluster = cluster_facts(workers_per_node=1, link=None, latency_us=50.0, stack=None,
+                            runs_root=None, job_name="tta", probe=probe)
+    profiles: dict[tuple, model.Profile] = {}
+    out = {}
+    for name in names:
+        algo = ALGOS[name]
+        spec = parse_spec(job(name, algo, epochs), "<plan>", REPO)
+        key = (algo["name"], algo.get("exchange_dtype"))
+        if key not in profiles:
+            profiles[key] = profile_spec(spec, root, steps=60, warmup=10, concurrent=2)
+        prof = profiles[key]
+        a = model.Algorithm(algo["name"], algo.get("tau", 1), algo.get("overlap", False))
+        if name == PLAN_TAU:
+            a = model.Algorithm(a.name, model.choose_tau(prof, a, 2, cluster), a.overlap)
+            ALGOS[name] = dict(algo, tau=a.tau)
+        point = model.predict({2: prof}, [a], [2], cluster)[0]
+        out[name] = dict(tau=a.tau, step_s=point.step_s, compute_s=point.compute_s,
+                         exposed_s=point.exposed_s)
+        print(f"plan {name:>18}: tau {a.tau}, step {point.step_s * 1e3:.1f} ms "
+              f"(compute {point.compute_s * 1e3:.1f}, waited {point.exposed_s * 1e3:.1f})",
+              flush=True)
+    return out
+
+
+def med(xs: list) -> float | None:
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+def spread(xs: list) -> str:
+    ys = [x for x in xs if x is not None]
+    miss = len(xs) - len(ys)
+    text = f"{min(ys):.1f}-{max(ys):.1f}" if ys else "—"
+    return text + (f" ({miss} missed)" if miss else "")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--epochs", type=float, default=6)
     ap.add_argument("--rate", type=float, default=100, help="link limit, Mbit/s")
-    ap.add_argument("--only", nargs="*", default=list(ALGOS), help="subset of algorithms")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--only", nargs="*", default=DEFAULT, choices=list(ALGOS),
+                    help="variants to run (sync first: the baseline)")
     args = ap.parse_args()
     reason = unavailable()
     if reason:
         sys.exit(f"two_host_tta: {reason}")
     root = home("two_host_tta")
-    out = {}
+    runs: dict[str, list[dict]] = {n: [] for n in args.only}
+    plan = plan_first(root, args.only, args.epochs, args.rate)
     with Hosts(2, rate_mbit=args.rate) as hosts:
         measured = link_mbit(hosts)
         print(f"link: limit {args.rate:g} Mbit/s, measured {measured:.1f} Mbit/s", flush=True)
         sched = NetnsScheduler(root, hosts)
-        for name in args.only:
-            out[name] = o = run_job(root, job(name, ALGOS[name], args.epochs), scheduler=sched)
-            c = curve(o)
-            print(f"{name:>6}: accuracy {o['result']['test_accuracy']:.4f}, time to {TARGET}: "
-                  f"{time_to(c, TARGET)}, wall {o['result']['wall_s']:.1f} s", flush=True)
+        for rep in range(args.repeats):
+            for name in args.only:
+                o = run_job(root, job(name, ALGOS[name], args.epochs), scheduler=sched)
+                o["curve"] = evaluate_snapshots(RunDir(Path(o["run_dir"])), root)
+                o["tta"] = time_to_target(o["curve"], TARGET)
+                res = o["result"]
+                c = res["communication"]
+                busy = c["seconds"] + c["overlapped_seconds"]
+                o["link_use"] = c["sent_bytes"] * 8 / busy / (measured * 1e6) if busy else None
+                o["steady_step_s"] = steady_window(RunDir(Path(o["run_dir"])))["step_s"]
+                runs[name].append(o)
+                print(f"[{rep + 1}/{args.repeats}] {name:>18}: accuracy {res['test_accuracy']:.4f}, "
+                      f"time to {TARGET}: {o['tta'] and round(o['tta'], 1)} s, wall "
+                      f"{res['wall_s']:.1f} s, snapshots {res['curve_snapshot_s']:.2f} s",
+                      flush=True)
 
-    base = time_to(curve(out["sync"]), TARGET) if "sync" in out else None
-    sync_acc = out["sync"]["result"]["test_accuracy"] if "sync" in out else None
+    base = med([o["tta"] for o in runs.get("sync", [])])
+    sync_acc = med([o["result"]["test_accuracy"] for o in runs.get("sync", [])])
     rows = []
-    for name, o in out.items():
-        res, c = o["result"], curve(o)
-        t = time_to(c, TARGET)
-        w0 = o["workers"][0]
-        rows.append([name, res["test_accuracy"],
-                     None if sync_acc is None else round(100 * (res["test_accuracy"] - sync_acc), 2),
-                     t, None if (t is None or base is None) else round(base / t, 2),
-                     round(res["communication"]["sent_bytes"] / res["steps"]),
-                     round(w0["train_steps"] / w0["train_s"], 2), round(res["wall_s"], 1)])
+    for name, os_ in runs.items():
+        ttas = [o["tta"] for o in os_]
+        acc = med([o["result"]["test_accuracy"] for o in os_])
+        t = med(ttas)
+        steps_s = med([o["workers"][0]["train_steps"] / o["workers"][0]["train_s"] for o in os_])
+        rows.append([name, round(acc, 4),
+                     None if sync_acc is None else round(100 * (acc - sync_acc), 2),
+                     None if t is None else round(t, 1), spread(ttas),
+                     None if (t is None or base is None) else round(base / t, 2),
+                     round(med([o["result"]["communication"]["sent_bytes"] / o["result"]["steps"]
+                                for o in os_])),
+                     round(steps_s, 2),
+                     round(med([o["result"]["communication"]["seconds"] / o["result"]["steps"]
+                                for o in os_]) * 1e3, 1),
+                     None if med([o["link_use"] for o in os_]) is None
+                     else round(med([o["link_use"] for o in os_]), 2),
+                     round(med([o["result"]["curve_snapshot_s"] / o["result"]["wall_s"]
+                                for o in os_]) * 100, 2),
+                     ALGOS[name].get("tau", 1),
+                     round(plan[name]["step_s"] * 1e3, 1),
+                     round(med([o["steady_step_s"] for o in os_]) * 1e3, 1),
+                     f"{med([o['steady_step_s'] for o in os_]) / plan[name]['step_s'] - 1:+.1%}"])
     write_markdown(
-        "two_host_tta", f"Time to {TARGET} accuracy on two hosts over a {args.rate:g} Mbit/s link",
+        "two_host_tta",
+        f"Time to {TARGET} accuracy on two hosts over a {args.rate:g} Mbit/s link",
         f"Two network-namespace hosts, one worker each, link limited to {args.rate:g} Mbit/s "
         f"per direction (measured {measured:.1f} Mbit/s); `synthetic` with a "
         f"~1M-parameter MLP, batch 64 per worker, lr 0.02, momentum 0.9, {args.epochs:g} "
-        "epochs; bmuf and easgd exchange every 8 steps.",
-        ["algorithm", "final accuracy", "vs sync (points)", f"time to {TARGET} (s)",
-         "speed-up vs sync", "rank 0 bytes sent/step", "rank 0 steps/s", "wall (s)"], rows,
-        [f"time to {TARGET}: wall seconds from the workers' start to the first end-of-epoch "
-         "evaluation at or above it (epoch granularity)",
+        f"epochs; bmuf and easgd exchange every 8 steps. Medians of {args.repeats} runs "
+        "each, run round-robin.",
+        ["variant", "final accuracy", "vs sync (points)", f"time to {TARGET} (s)",
+         "spread (s)", "speed-up vs sync", "rank 0 bytes sent/step", "rank 0 steps/s",
+         "exposed comm/step (ms)", "link use", "snapshot cost (% of wall)", "tau",
+         "plan ms/step", "measured ms/step", "measured vs plan"], rows,
+        [f"time to {TARGET}: wall seconds from the workers' start, interpolated linearly "
+         f"between rank 0's snapshots (every {EVERY} steps) around the first crossing, "
+         "evaluated after the run; spread: min-max over the runs",
          "bytes: ring all-reduce accounting for collectives, bytes on the wire for the "
-         "parameter server"])
+         "parameter server",
+         "exposed comm: what the steps waited for; link use: bytes sent over the seconds "
+         "communication was in flight (exposed + overlapped), over the measured capacity",
+         "snapshot cost: rank 0's seconds copying and writing snapshots, the only part of "
+         "the measurement on the training path",
+         "plan ms/step: `alchemist plan --emulated --link-probe` before the runs (a fresh "
+         "probe, profiles of two processes at once); measured: rank 0's steady-state step "
+         f"time, median; tau of {PLAN_TAU}: the plan's --tau auto choice"])
+    (RESULTS / "two_host_tta.json").write_text(json.dumps(dict(
+        link_mbit=measured, rate_mbit=args.rate, epochs=args.epochs, target=TARGET, plan=plan,
+        algorithms={n: ALGOS[n] for n in runs},
+        runs={n: [dict(tta=o["tta"], accuracy=o["result"]["test_accuracy"],
+                       wall_s=o["result"]["wall_s"], steady_step_s=o["steady_step_s"],
+                       link_use=o["link_use"], communication=o["result"]["communication"],
+                       steps=o["result"]["steps"], curve=o["curve"], run=o["run_dir"])
+                  for o in os_] for n, os_ in runs.items()}), indent=1) + "\n")
 
-    fig, ax = figure(1, 2, (12, 4.5))
-    for name, o in out.items():
-        c = curve(o)
-        ax[0][0].plot([p["wall_s"] for p in c], [p["accuracy"] for p in c], marker="o", label=name)
+    fig, ax = figure(1, 2, (13, 4.5))
+    for i, (name, os_) in enumerate(runs.items()):
+        for j, o in enumerate(os_):
+            ax[0][0].plot([p["wall_s"] for p in o["curve"]], [p["accuracy"] for p in o["curve"]],
+                          color=f"C{i}", lw=1, alpha=0.8, label=name if j == 0 else None)
     ax[0][0].axhline(TARGET, color="grey", ls=":", lw=1)
     ax[0][0].set(xlabel="wall time (s)", ylabel="test accuracy",
-                 title=f"accuracy against time, {args.rate:g} Mbit/s link")
-    ax[0][0].legend()
-    names = list(out)
-    ax[0][1].bar(names, [time_to(curve(out[n]), TARGET) or 0 for n in names])
-    ax[0][1].set(ylabel="seconds", title=f"time to {TARGET} (0 = not reached)")
+                 title=f"accuracy against time, {args.rate:g} Mbit/s link (every run)")
+    ax[0][0].legend(fontsize=8)
+    names = list(runs)
+    meds = [med([o["tta"] for o in runs[n]]) or 0 for n in names]
+    ax[0][1].bar(names, meds)
+    for k, n in enumerate(names):
+        ax[0][1].scatter([k] * len(runs[n]), [o["tta"] or 0 for o in runs[n]], color="k", s=8)
+    ax[0][1].set(ylabel="seconds", title=f"time to {TARGET}: median and each run (0 = not reached)")
+    ax[0][1].tick_params(axis="x", rotation=30)
     save_figure(fig, "two_host_tta")
 
 

@@ -97,12 +97,12 @@ def _local_block(model: torch.nn.Module, rank: int, block: int) -> torch.Tensor:
 # --- BMUF -----------------------------------------------------------------------------------------
 
 
-def _bmuf_ranks(rank, world, eta, zeta, nesterov, tau=2):
+def _bmuf_ranks(rank, world, eta, zeta, nesterov, tau=2, blocks=2, **more):
     model = _model()
     s, _, ctx = _strategy(rank, world, dict(name="bmuf", tau=tau, block_momentum=eta,
-                                            block_lr=zeta, nesterov=nesterov), model)
+                                            block_lr=zeta, nesterov=nesterov, **more), model)
     seen = {"w0": parameters_to_vector(model.parameters()).detach().clone()}
-    for block in (1, 2):
+    for block in range(1, blocks + 1):
         seen[f"local{block}"] = _local_block(model, rank, block)
         for step in range(1, tau + 1):
             s.after_step((block - 1) * tau + step)
@@ -159,14 +159,56 @@ def _bmuf_partial(rank, world):
             "rounds": ctx.comm.rounds}
 
 
+def test_overlapped_bmuf_applies_each_block_update_one_block_late():
+    eta, zeta = 0.5, 1.5
+    r = _run_ranks(_bmuf_ranks, eta=eta, zeta=zeta, nesterov=True, blocks=3, overlap=True)
+    w, delta = r[0]["w0"], torch.zeros_like(r[0]["w0"])
+    x = {k: r[k]["w0"] for k in (0, 1)}  # each worker's model
+    sent: dict = {}
+    for block in (1, 2, 3):
+        # the block's local moves, on top of where the worker stood
+        x = {k: x[k] + (r[k][f"local{block}"] - r[k][f"after{block - 1}"] if block > 1
+                        else r[k]["local1"] - r[k]["w0"]) for k in (0, 1)}
+        if sent:  # the exchange started a block ago lands: its update moves the snapshot
+            avg = (sent[0] + sent[1]) / 2
+            delta = eta * delta + zeta * (avg - w)
+            w = w + delta
+            x = {k: x[k] + (w + eta * delta - sent[k]) for k in (0, 1)}
+        sent = dict(x)
+        for k in (0, 1):
+            assert torch.allclose(r[k][f"after{block}"], x[k], atol=1e-5), (block, k)
+    avg = (sent[0] + sent[1]) / 2  # finish lands the last one and hands out W
+    w = w + eta * delta + zeta * (avg - w)
+    for k in (0, 1):
+        assert torch.allclose(r[k]["final"], w, atol=1e-5)
+    assert torch.equal(r[0]["final"], r[1]["final"])
+    assert r[0]["rounds"] == 3  # one exchange per block, the last landed by finish
+    # the non-overlapped run differs: block 2 already moves by block 1's average
+    r_sync = _run_ranks(_bmuf_ranks, eta=eta, zeta=zeta, nesterov=True, blocks=3)
+    assert not torch.allclose(r_sync[0]["after1"], r[0]["after1"], atol=1e-3)
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+def test_half_precision_exchange_sends_half_the_bytes_and_stays_close(dtype):
+    full = _run_ranks(_bmuf_ranks, eta=0.5, zeta=1.0, nesterov=True)
+    half = _run_ranks(_bmuf_ranks, eta=0.5, zeta=1.0, nesterov=True, exchange_dtype=dtype)
+    n = full[0]["w0"].numel()
+    assert full[0]["sent"] == pytest.approx(2 * n * 4 + 16)
+    assert half[0]["sent"] == pytest.approx(2 * n * 2 + 16)
+    tol = 2e-2 if dtype == "bf16" else 2e-3  # the differences' rounding, relative
+    for k in (0, 1):
+        assert torch.allclose(half[k]["final"], full[k]["final"], rtol=tol, atol=tol)
+        assert not torch.equal(half[k]["final"], full[k]["final"])  # it did round
+
+
 # --- EASGD ----------------------------------------------------------------------------------------
 
 
-def _easgd_ranks(rank, world, alpha, tau=3):
+def _easgd_ranks(rank, world, alpha, tau=3, blocks=2, **more):
     model = _model()
-    s, _, ctx = _strategy(rank, world, dict(name="easgd", tau=tau, alpha=alpha), model)
+    s, _, ctx = _strategy(rank, world, dict(name="easgd", tau=tau, alpha=alpha, **more), model)
     seen = {"c0": parameters_to_vector(model.parameters()).detach().clone()}
-    for block in (1, 2):
+    for block in range(1, blocks + 1):
         seen[f"local{block}"] = _local_block(model, rank, block)
         for step in range(1, tau + 1):
             s.after_step((block - 1) * tau + step)
@@ -174,7 +216,7 @@ def _easgd_ranks(rank, world, alpha, tau=3):
         seen[f"centre{block}"] = s.centre.clone()
     s.finish()
     seen["final"] = parameters_to_vector(model.parameters()).detach().clone()
-    seen["rounds"] = ctx.comm.rounds
+    seen["rounds"], seen["sent"] = ctx.comm.rounds, ctx.comm.sent_bytes
     return seen
 
 
@@ -193,6 +235,34 @@ def test_easgd_exchange_follows_the_formula():
     for k in (0, 1):
         assert torch.equal(r[k]["final"], r[k]["centre2"])  # finish hands out the centre
     assert r[0]["rounds"] == 2
+
+
+def test_overlapped_easgd_applies_each_elastic_force_one_exchange_late():
+    alpha = 0.3
+    r = _run_ranks(_easgd_ranks, alpha=alpha, blocks=3, overlap=True)
+    centre = r[0]["c0"]
+    x = {k: r[k]["c0"] for k in (0, 1)}
+    sent: dict = {}
+    for block in (1, 2, 3):
+        x = {k: x[k] + (r[k][f"local{block}"] - (r[k][f"after{block - 1}"] if block > 1
+                                                   else r[k]["c0"])) for k in (0, 1)}
+        if sent:
+            x = {k: x[k] - alpha * sent[k] for k in (0, 1)}
+            centre = centre + alpha * (sent[0] + sent[1])
+        sent = {k: x[k] - centre for k in (0, 1)}
+        for k in (0, 1):
+            assert torch.allclose(r[k][f"after{block}"], x[k], atol=1e-5), (block, k)
+            assert torch.allclose(r[k][f"centre{block}"], centre, atol=1e-5), (block, k)
+    centre = centre + alpha * (sent[0] + sent[1])  # finish lands the last one
+    for k in (0, 1):
+        assert torch.allclose(r[k]["final"], centre, atol=1e-5)
+    assert r[0]["rounds"] == 3
+
+
+def test_overlap_and_exchange_dtype_need_the_all_reduce_variant():
+    with pytest.raises(ValueError, match="variant: sync"):
+        JobSpec(name="t", task={"builtin": "digits"},
+                algorithm=dict(name="easgd", variant="async", overlap=True))
 
 
 # --- sync: compression hooks and gradient accumulation --------------------------------------------

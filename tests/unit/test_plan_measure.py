@@ -126,6 +126,13 @@ def test_compressed_buckets_carry_half_the_bytes(tmp_path):
     assert half.exchange_bytes * 2 == full.exchange_bytes
 
 
+def test_a_half_precision_block_exchange_carries_half_the_bytes(tmp_path):
+    full = profile.profile_spec(_spec({"name": "bmuf", "tau": 2}), tmp_path, steps=2, warmup=1)
+    half = profile.profile_spec(_spec({"name": "bmuf", "tau": 2, "exchange_dtype": "fp16"}),
+                                tmp_path, steps=2, warmup=1)
+    assert half.exchange_bytes * 2 == full.exchange_bytes
+
+
 def test_block_algorithms_profile_their_exchange_arithmetic(tmp_path):
     for algo in ({"name": "bmuf", "tau": 2}, {"name": "easgd", "tau": 2}):
         prof = profile.profile_spec(_spec(algo), tmp_path, steps=4, warmup=1)

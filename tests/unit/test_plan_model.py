@@ -93,6 +93,45 @@ def test_block_algorithms_amortise_one_blocking_exchange_over_tau():
         model.step_s(prof(), model.Algorithm("async"), 2, cluster())
 
 
+def test_an_overlapped_exchange_waits_only_for_what_outlasts_the_next_block():
+    # 2 nodes: the ring moves 4 MB each way, 4 s at 1 MB/s; a block of 8 steps computes 0.24 s
+    _, comm, step = model.step_s(prof(local=0.2), model.Algorithm("bmuf", tau=8, overlap=True),
+                                 2, cluster())
+    assert comm == pytest.approx(4.2 / 8) and step == pytest.approx(0.03 + (4.0 - 0.24 + 0.2) / 8)
+    # a link fast enough to finish within the block: only the local arithmetic remains
+    _, comm, step = model.step_s(prof(local=0.01), model.Algorithm("easgd", tau=2, overlap=True),
+                                 2, cluster(link=1e8))
+    assert comm == pytest.approx(0.05 / 2) and step == pytest.approx(0.03 + 0.01 / 2)
+
+
+def test_auto_tau_is_the_smallest_that_waits_at_most_a_tenth_of_compute():
+    # t = 0.04 s per exchange, compute 0.03 s per step: blocking needs t / tau <= 0.003
+    assert model.choose_tau(prof(), model.Algorithm("bmuf"), 2, cluster(link=1e8)) == 14
+    # overlapped, two steps' compute (0.06 s) cover the 0.04 s exchange
+    assert model.choose_tau(prof(), model.Algorithm("bmuf", overlap=True), 2, cluster(link=1e8)) == 2
+    # a link too slow for any tau up to the cap
+    assert model.choose_tau(prof(), model.Algorithm("bmuf"), 2, cluster(link=1e3)) == model.AUTO_TAU_MAX
+
+
+def test_plan_tau_auto_names_its_choice(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("ALCHEMIST_HOME", str(tmp_path))
+    argv = ["plan", "examples/digits.yaml", "--nodes", "1,2", "--link", "100mbit", "--step-ms",
+            "60", "--model-mb", "4", "--algorithms", "sync,bmuf", "--tau", "auto", "--json"]
+    assert cli.main(argv) == 0
+    plan = json.loads(capsys.readouterr().out)
+    tau = plan["tau"]["bmuf"]
+    assert 1 < tau < model.AUTO_TAU_MAX
+    assert any(a.startswith(f"tau auto: bmuf {tau},") for a in plan["assumptions"])
+    at2 = {p["algorithm"]: p for p in plan["points"] if p["nodes"] == 2}
+    assert at2["bmuf"]["exposed_s"] <= model.AUTO_TAU_EXPOSED * at2["bmuf"]["compute_s"] + 1e-12
+    assert at2["sync"]["exposed_s"] > at2["bmuf"]["exposed_s"]
+    # one step fewer would wait longer than the rule allows
+    assert cli.main([*argv[:-3], "--tau", str(tau - 1), "--json"]) == 0
+    worse = next(p for p in json.loads(capsys.readouterr().out)["points"]
+                 if p["nodes"] == 2 and p["algorithm"] == "bmuf")
+    assert worse["exposed_s"] > model.AUTO_TAU_EXPOSED * worse["compute_s"]
+
+
 def test_speedup_and_efficiency_are_against_one_node_of_the_same_algorithm():
     c = cluster(workers=8, link=1000 * MB)
     pts = model.predict(prof(nbytes=100 * MB), [model.Algorithm("sync")], [1, 2, 4], c)
@@ -164,6 +203,7 @@ def test_a_point_says_what_the_step_waits_for_as_a_run_reports_it():
     (["--nodes", "1,2", "--link", "1gbit", "--algorithms", "async"], "--algorithms"),
     (["--nodes", "1,2", "--link", "1gbit", "--stack", "no-such-stack"], "no-such-stack"),
     (["--nodes", "1,2", "--link", "1gbit", "--step-ms", "5"], "--model-mb"),
+    (["--nodes", "1,2", "--link", "1gbit", "--tau", "often"], "--tau"),
 ])
 def test_bad_input_is_one_line_and_exit_2(argv, field, capsys, tmp_path, monkeypatch):
     monkeypatch.setenv("ALCHEMIST_HOME", str(tmp_path))

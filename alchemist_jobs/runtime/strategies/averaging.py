@@ -36,3 +36,48 @@ def swapped(params: list[torch.Tensor], vec: torch.Tensor) -> Iterator[None]:
     finally:
         with torch.no_grad():
             vector_to_parameters(saved, params)
+
+
+WIRE_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+class Exchange:
+    """One all-reduce (sum) of a model-sized vector, in the wire precision the spec asks for,
+    blocking or left in flight (`start`, later `land`) while local steps run. Counts its bytes
+    and a round in `comm`, and the time a step waited for it."""
+
+    def __init__(self, comm: Any, world: int, device: torch.device, dtype: str):
+        self.comm, self.world, self.device = comm, world, device
+        self.dtype = WIRE_DTYPES[dtype]
+        self.work: Any = None
+        self.buf: torch.Tensor | None = None
+
+    @property
+    def in_flight(self) -> bool:
+        return self.work is not None
+
+    def start(self, vec: torch.Tensor) -> None:
+        """Sum `vec` over ranks in the background (on a copy: `vec` may change meanwhile)."""
+        assert self.work is None, "one exchange in flight at a time"
+        self.buf = vec.detach().to(self.dtype, copy=True)
+        self.work = dist.all_reduce(self.buf, async_op=True)
+        self.comm.allreduce(self.buf.numel() * self.buf.element_size(), self.world)
+        self.comm.rounds += 1
+
+    def land(self) -> torch.Tensor:
+        """Wait for the exchange in flight (the step waits only for what is left); its sum
+        in fp32."""
+        with self.comm.timed(self.device):
+            self.work.wait()
+        return self._take()
+
+    def sum(self, vec: torch.Tensor) -> torch.Tensor:
+        """A blocking exchange: the step waits for all of it."""
+        with self.comm.timed(self.device):
+            self.start(vec)
+            self.work.wait()
+        return self._take()
+
+    def _take(self) -> torch.Tensor:
+        out, self.work, self.buf = self.buf.float(), None, None
+        return out

@@ -10,6 +10,15 @@ all-reduce, and the global model moves by a filtered block update:
 
 With η = 0 and ζ = 1 this is periodic model averaging. W_{t-1} and Δ are identical on every
 rank (they are computed from the all-reduced average), so they need no exchange of their own.
+What is all-reduced is W_i − W_{t-1}, in the spec's `exchange_dtype`.
+
+`overlap: true` hides the exchange behind the next block (as overlapping local SGD does): at
+a block's end each worker snapshots S_i = W_i, starts the all-reduce of S_i − W_{t-1} and
+keeps stepping; at the next block's end it waits for it, computes the block update and
+moves by what the update changes of its snapshot, W_i ← W_i + (start − S_i), keeping the
+local steps made meanwhile; then it snapshots and starts the next one. The average it
+applies is one block old. A checkpoint does not keep an exchange in flight: a resumed run
+drops it.
 """
 
 from __future__ import annotations
@@ -21,7 +30,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
-from alchemist_jobs.runtime.strategies.averaging import check_same_start, swapped
+from alchemist_jobs.runtime.strategies.averaging import Exchange, check_same_start, swapped
 from alchemist_jobs.runtime.strategies.base import Strategy
 
 
@@ -52,7 +61,11 @@ class BmufStrategy(Strategy):
         self.active = self.ctx.world_size > 1 and dist.is_initialized()
         self.global_model = parameters_to_vector(self.params).detach().clone()  # W_{t-1}
         self.delta = torch.zeros_like(self.global_model)
-        self.pending = 0  # local steps since the last block update
+        self.pending = 0  # local steps not yet in any exchange
+        self.overlap = algo.overlap
+        self.exchange = Exchange(self.ctx.comm, self.ctx.world_size, self.ctx.device,
+                                 algo.exchange_dtype)
+        self.sent: torch.Tensor | None = None  # the snapshot of the exchange in flight
         if self.active:
             check_same_start(self.global_model, self.ctx.comm, "bmuf")
         return model
@@ -62,29 +75,50 @@ class BmufStrategy(Strategy):
             return
         self.pending += 1
         if step % self.tau == 0:
-            self._block()
+            self._overlapped_block() if self.overlap else self._block()
 
     @torch.no_grad()
     def _block(self) -> None:
-        comm, world = self.ctx.comm, self.ctx.world_size
-        with comm.timed(self.ctx.device):
-            avg = parameters_to_vector(self.params).detach().clone()
-            dist.all_reduce(avg)
-            avg.div_(world)
-        comm.allreduce(avg.numel() * avg.element_size(), world)
-        comm.rounds += 1
+        x = parameters_to_vector(self.params).detach()
+        diff = self.exchange.sum(x - self.global_model)
+        vector_to_parameters(self._update(diff), self.params)
+        self.pending = 0
+
+    @torch.no_grad()
+    def _overlapped_block(self) -> None:
+        x = parameters_to_vector(self.params).detach()
+        if self.exchange.in_flight:
+            x = self._land(x)
+            vector_to_parameters(x, self.params)
+        self.sent = x.clone()
+        self.exchange.start(self.sent - self.global_model)
+        self.pending = 0
+
+    def _land(self, x: torch.Tensor) -> torch.Tensor:
+        """The exchange in flight, applied to the local model x (a new tensor)."""
+        start = self._update(self.exchange.land())
+        x = x + (start - self.sent)
+        self.sent = None
+        return x
+
+    def _update(self, diff_sum: torch.Tensor) -> torch.Tensor:
+        """The block update from Σ_i (W_i − W_{t-1}); the point workers restart from."""
+        avg = self.global_model + diff_sum / self.ctx.world_size
         self.global_model, self.delta, start = block_update(
             self.global_model, avg, self.delta, self.eta, self.zeta, self.nesterov)
-        vector_to_parameters(start, self.params)
-        self.pending = 0
         if self.reset_momentum and self.optimizer is not None:
             for state in self.optimizer.state.values():
                 state.pop("momentum_buffer", None)  # SGD and LARS start a fresh one
+        return start
 
     @torch.no_grad()
     def finish(self) -> None:
-        """Close a partial last block, then hand every rank the global model W_t."""
+        """Land the exchange in flight, close a partial last block, then hand every rank
+        the global model W_t."""
         if self.active:
+            if self.exchange.in_flight:
+                vector_to_parameters(self._land(parameters_to_vector(self.params).detach()),
+                                     self.params)
             if self.pending:
                 self._block()
             vector_to_parameters(self.global_model.clone(), self.params)

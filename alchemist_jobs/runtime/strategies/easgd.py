@@ -13,6 +13,13 @@ every rank (it is updated from the all-reduced sum), so it needs no exchange of 
 sends x_i and gets back α·(x_i − x̃) while the server adds the same to x̃ (one atomic
 exchange per worker, as in the paper's asynchronous EASGD). The centre is the model that
 finish() hands every rank: it is what the method trains.
+
+With `variant: sync`, `exchange_dtype` sets the differences' precision on the wire, and
+`overlap: true` hides the exchange behind the next tau steps: each worker snapshots its
+difference d_i = x_i − x̃, starts the all-reduce and keeps stepping; tau steps later it
+waits for it and applies x_i ← x_i − α·d_i and x̃ ← x̃ + α·Σ_j d_j (the elastic force one
+exchange old, on top of the local steps made meanwhile), then starts the next one. A
+checkpoint does not keep an exchange in flight: a resumed run drops it.
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ import torch.distributed as dist
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from alchemist_jobs.runtime.strategies.base import Strategy, WorkerContext
-from alchemist_jobs.runtime.strategies.averaging import check_same_start, swapped
+from alchemist_jobs.runtime.strategies.averaging import Exchange, check_same_start, swapped
 
 
 def elastic_round(x: torch.Tensor, centre: torch.Tensor, diff_sum: torch.Tensor,
@@ -48,29 +55,47 @@ class EasgdStrategy(Strategy):
         self.tau, self.alpha = algo.tau, algo.alpha
         self.active = self.ctx.world_size > 1 and dist.is_initialized()
         self.centre = parameters_to_vector(self.params).detach().clone()
+        self.overlap = algo.overlap
+        self.exchange = Exchange(self.ctx.comm, self.ctx.world_size, self.ctx.device,
+                                 algo.exchange_dtype)
+        self.sent: torch.Tensor | None = None  # this worker's difference in flight
         if self.active:
             check_same_start(self.centre, self.ctx.comm, "easgd")
         return model
 
     def after_step(self, step: int) -> None:
         if self.active and step % self.tau == 0:
-            self._exchange()
+            self._overlapped_exchange() if self.overlap else self._exchange()
 
     @torch.no_grad()
     def _exchange(self) -> None:
-        comm, world = self.ctx.comm, self.ctx.world_size
         x = parameters_to_vector(self.params).detach()
-        with comm.timed(self.ctx.device):
-            diff_sum = x - self.centre
-            dist.all_reduce(diff_sum)
-        comm.allreduce(diff_sum.numel() * diff_sum.element_size(), world)
-        comm.rounds += 1
+        diff_sum = self.exchange.sum(x - self.centre)
         x_new, self.centre = elastic_round(x, self.centre, diff_sum, self.alpha)
         vector_to_parameters(x_new, self.params)
 
     @torch.no_grad()
+    def _overlapped_exchange(self) -> None:
+        x = parameters_to_vector(self.params).detach()
+        if self.exchange.in_flight:
+            x = self._land(x)
+            vector_to_parameters(x, self.params)
+        self.sent = x - self.centre
+        self.exchange.start(self.sent)
+
+    def _land(self, x: torch.Tensor) -> torch.Tensor:
+        """The exchange in flight, applied to the local model x (a new tensor)."""
+        diff_sum = self.exchange.land()
+        x = x - self.alpha * self.sent
+        self.centre = self.centre + self.alpha * diff_sum
+        self.sent = None
+        return x
+
+    @torch.no_grad()
     def finish(self) -> None:
         if self.active:
+            if self.exchange.in_flight:
+                self._land(parameters_to_vector(self.params).detach())
             vector_to_parameters(self.centre.clone(), self.params)
 
     @contextlib.contextmanager
