@@ -25,12 +25,7 @@ CLUSTER_BASE_PORT = 29600
 
 def server_count(spec: Any) -> int:
     """Parameter-server shards the job needs (0: none)."""
-    algo = spec.algorithm
-    if algo.name == "async":
-        return algo.servers
-    if algo.name == "easgd" and algo.variant == "async":
-        return 1
-    return 0
+    return spec.algorithm.server_shards
 
 
 def server_env(run_dir: Path | str, shard: int, port: int | str) -> dict[str, str]:

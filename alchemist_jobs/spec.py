@@ -11,7 +11,7 @@ import math
 import re
 import sys
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union, get_args
+from typing import Annotated, Any, ClassVar, Literal, Union, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -123,10 +123,71 @@ class TaskSpec(_Node):
 
 # --- how to train: the algorithm ---------------------------------------------------------
 
+# How an algorithm uses the link, which is what the planner models (planner/model.py).
+GRADIENTS = "gradients"  # every step: gradient buckets all-reduced as backward produces them
+MODEL = "model"  # every `steps_per_exchange` steps: one all-reduce of the model's change
+SERVER = "server"  # through parameter servers: the pace is the servers', not a ring's
 
-class SyncAlgo(_Node):
+
+class _Algo(_Node):
+    """One algorithm in one place: its spec fields (the subclass), the worker's strategy, its
+    parameter servers and what the planner needs. Nothing else asks an algorithm's name."""
+
+    strategy: ClassVar[str]  # "module:attribute" that builds the worker's Strategy
+    # "module:attribute" of the exchange's local arithmetic, which the planner's profile times
+    # (planner/profile.py); None: the exchange has none worth timing.
+    local_update: ClassVar[str | None] = None
+
+    @property
+    def exchange(self) -> str:
+        return GRADIENTS
+
+    @property
+    def micro_batches(self) -> int:
+        """Micro-batches accumulated per optimizer step."""
+        return 1
+
+    @property
+    def steps_per_exchange(self) -> int:
+        """Optimizer steps between the points where every worker waits for all the others."""
+        return 1
+
+    @property
+    def server_shards(self) -> int:
+        """Parameter-server shards the job needs (0: none)."""
+        return 0
+
+    @property
+    def server_optimizer(self) -> bool:
+        """The servers apply gradients with the job's optimizer (else: elastic differences)."""
+        return False
+
+    @property
+    def staleness_limit(self) -> int | None:
+        """Steps a worker may run ahead of the slowest (None: unbounded)."""
+        return None
+
+    @property
+    def wire_format(self) -> str:
+        """What one exchange sends per parameter: none (the parameter's own precision), fp16,
+        bf16 or powersgd."""
+        return "none"
+
+    @property
+    def overlapped(self) -> bool:
+        """The exchange runs behind the next local steps."""
+        return False
+
+    @property
+    def gradient_bucket_mb(self) -> float:
+        """The gradient bucket size an all-reduce of gradients uses (DDP's default)."""
+        return 25.0
+
+
+class SyncAlgo(_Algo):
     """Synchronous SGD: gradients all-reduced every step (DistributedDataParallel)."""
 
+    strategy: ClassVar[str] = "alchemist_jobs.runtime.strategies.sync:SyncStrategy"
     name: Literal["sync"] = "sync"
     grad_accum: int = Field(1, ge=1, description="micro-batches accumulated per optimizer step")
     compression: Literal["none", "fp16", "bf16", "powersgd"] = Field(
@@ -135,20 +196,71 @@ class SyncAlgo(_Node):
     powersgd_rank: int = Field(2, ge=1, description="matrix rank for PowerSGD compression")
     bucket_mb: float = Field(25.0, gt=0, description="DDP gradient bucket size, MiB")
 
+    @property
+    def micro_batches(self) -> int:
+        return self.grad_accum
 
-class AsyncAlgo(_Node):
+    @property
+    def wire_format(self) -> str:
+        return self.compression
+
+    @property
+    def gradient_bucket_mb(self) -> float:
+        return self.bucket_mb
+
+
+class AsyncAlgo(_Algo):
     """Asynchronous SGD through a parameter server that applies each update on arrival."""
 
+    strategy: ClassVar[str] = "alchemist_jobs.runtime.strategies.async_ps:AsyncStrategy"
     name: Literal["async"] = "async"
     servers: int = Field(1, ge=1, le=64, description="parameter-server shards")
     staleness_bound: int | None = Field(
         None, ge=0, description="max steps a worker may run ahead of the slowest (SSP); none = unbounded"
     )
 
+    @property
+    def exchange(self) -> str:
+        return SERVER
 
-class BmufAlgo(_Node):
+    @property
+    def server_shards(self) -> int:
+        return self.servers
+
+    @property
+    def server_optimizer(self) -> bool:
+        return True
+
+    @property
+    def staleness_limit(self) -> int | None:
+        return self.staleness_bound
+
+
+class _BlockAlgo(_Algo):
+    """bmuf and easgd: local steps, then an exchange of models every `tau` steps."""
+
+    @property
+    def exchange(self) -> str:
+        return MODEL
+
+    @property
+    def steps_per_exchange(self) -> int:
+        return self.tau
+
+    @property
+    def wire_format(self) -> str:
+        return "none" if self.exchange_dtype == "fp32" else self.exchange_dtype
+
+    @property
+    def overlapped(self) -> bool:
+        return self.overlap
+
+
+class BmufAlgo(_BlockAlgo):
     """Blockwise model-update filtering (Chen & Huo, 2016)."""
 
+    strategy: ClassVar[str] = "alchemist_jobs.runtime.strategies.bmuf:BmufStrategy"
+    local_update: ClassVar[str | None] = "alchemist_jobs.runtime.strategies.bmuf:timed_exchange"
     name: Literal["bmuf"] = "bmuf"
     tau: int = Field(8, ge=1, description="local steps per block")
     block_momentum: float | None = Field(
@@ -165,9 +277,11 @@ class BmufAlgo(_Node):
         "fp32", description="precision of the exchanged model differences on the wire")
 
 
-class EasgdAlgo(_Node):
+class EasgdAlgo(_BlockAlgo):
     """Elastic averaging SGD (Zhang, Choromanska & LeCun, 2015), synchronous variant."""
 
+    strategy: ClassVar[str] = "alchemist_jobs.runtime.strategies.easgd:easgd_strategy"
+    local_update: ClassVar[str | None] = "alchemist_jobs.runtime.strategies.easgd:timed_exchange"
     name: Literal["easgd"] = "easgd"
     tau: int = Field(8, ge=1, description="local steps between elastic exchanges")
     alpha: float = Field(0.1, gt=0, lt=1, description="moving rate of the elastic force")
@@ -185,10 +299,19 @@ class EasgdAlgo(_Node):
                              "sends fp32 to its parameter server)")
         return self
 
+    @property
+    def exchange(self) -> str:
+        return MODEL if self.variant == "sync" else SERVER
 
-Algorithm = Annotated[
-    Union[SyncAlgo, AsyncAlgo, BmufAlgo, EasgdAlgo], Field(discriminator="name")
-]
+    @property
+    def server_shards(self) -> int:
+        return 1 if self.variant == "async" else 0
+
+
+# Every algorithm by its name: a new one is its class above, added here.
+ALGORITHMS: dict[str, type[_Algo]] = {
+    cls.model_fields["name"].default: cls for cls in (SyncAlgo, AsyncAlgo, BmufAlgo, EasgdAlgo)}
+Algorithm = Annotated[Union[tuple(ALGORITHMS.values())], Field(discriminator="name")]
 
 
 # --- hyper-parameters ---------------------------------------------------------------------
@@ -435,7 +558,7 @@ def _describe_error(err: dict) -> tuple[str, str]:
     """(field path, what is accepted) for one pydantic error, in the spec's own words."""
     loc = [str(p) for p in err["loc"]]
     # Discriminated unions put the tag in the path (algorithm.bmuf.tau): drop it.
-    if len(loc) >= 2 and loc[0] == "algorithm" and loc[1] in ("sync", "async", "bmuf", "easgd"):
+    if len(loc) >= 2 and loc[0] == "algorithm" and loc[1] in ALGORITHMS:
         loc = [loc[0]] + loc[2:]
     kind, ctx, msg = err["type"], err.get("ctx") or {}, err["msg"]
     accepted = {
@@ -497,7 +620,7 @@ def _check_task(spec: JobSpec, spec_dir: Path, source: str) -> None:
                 f"= {spec.global_batch} exceeds the {n} training samples of task "
                 f"{spec.task.builtin}; accepted: batch_size <= {n // spec.world_size}"
             )
-        accum = getattr(spec.algorithm, "grad_accum", 1)
+        accum = spec.algorithm.micro_batches
         if spec.global_batch * accum > n:
             raise UserError(
                 f"{source}: algorithm.grad_accum: {accum} micro-batches of {spec.global_batch} "

@@ -22,7 +22,6 @@ from alchemist_jobs.commands import command, complete_files
 from alchemist_jobs.commands.stack import complete_stack
 from alchemist_jobs.errors import UserError
 
-PLANNED = ("sync", "bmuf", "easgd")
 EMULATED_MAX_WORKERS = 64  # --emulated runs this many profile processes at once, at most
 
 
@@ -99,21 +98,36 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_plan)
 
 
+def planned() -> tuple[str, ...]:
+    """The algorithms whose exchange the scaling model knows (async's pace is its servers')."""
+    from alchemist_jobs.planner.model import PATTERNS
+    from alchemist_jobs.spec import ALGORITHMS
+
+    return tuple(name for name, cls in ALGORITHMS.items() if cls().exchange in PATTERNS)
+
+
 def _algorithms(args: argparse.Namespace, spec) -> list:
     from alchemist_jobs.planner.model import Algorithm
+    from alchemist_jobs.spec import ALGORITHMS, MODEL
 
+    known = planned()
     names = (args.algorithms.split(",") if args.algorithms
-             else [spec.algorithm.name] if spec.algorithm.name in PLANNED else list(PLANNED))
+             else [spec.algorithm.name] if spec.algorithm.name in known else list(known))
+    # The spec's own block length and overlap, where it has them, for every block algorithm.
+    own = spec.algorithm if spec.algorithm.exchange == MODEL else None
     out = []
     for name in (n.strip() for n in names):
-        if name not in PLANNED:
+        if name not in known:
             raise UserError(f"--algorithms: {name!r} is not planned; expected some of "
-                            f"{','.join(PLANNED)} (async's pace depends on the server, not a ring)")
-        tau = (None if args.tau == "auto" else args.tau) or getattr(spec.algorithm, "tau", None) or 8
+                            f"{','.join(known)} (async's pace depends on the server, not a ring)")
+        exchange = ALGORITHMS[name]().exchange
+        tau = (None if args.tau == "auto" else args.tau) or \
+            (own.steps_per_exchange if own else None) or 8
         if tau < 1:
             raise UserError(f"--tau {tau}: expected a whole number of at least 1")
-        out.append(Algorithm(name=name, tau=tau if name != "sync" else 1,
-                             overlap=name != "sync" and getattr(spec.algorithm, "overlap", False)))
+        blocks = exchange == MODEL
+        out.append(Algorithm(name=name, tau=tau if blocks else 1, exchange=exchange,
+                             overlap=blocks and own is not None and own.overlapped))
     return out
 
 
@@ -121,7 +135,7 @@ def build_plan(args: argparse.Namespace) -> dict:
     """Everything the plan prints, as one JSON-ready dict."""
     from alchemist_jobs.planner import facts, model, profile
     from alchemist_jobs.rundir import default_root, runs_root
-    from alchemist_jobs.spec import load_spec
+    from alchemist_jobs.spec import MODEL, load_spec
 
     spec = load_spec(args.spec, args.overrides)
     nodes = facts.parse_nodes(args.nodes)
@@ -165,10 +179,10 @@ def build_plan(args: argparse.Namespace) -> dict:
         prof = profile.profile_spec(spec, home, steps=args.profile_steps)
     if args.tau == "auto":
         n = max(nodes)
-        algos = [a if a.name == "sync" else dataclasses.replace(a, tau=model.choose_tau(
+        algos = [a if a.exchange != MODEL else dataclasses.replace(a, tau=model.choose_tau(
                      at_nodes(prof, n), a, n, at_nodes(cluster, n))) for a in algos]
         assumptions.append(
-            "tau auto: " + ", ".join(f"{a.name} {a.tau}" for a in algos if a.name != "sync")
+            "tau auto: " + ", ".join(f"{a.name} {a.tau}" for a in algos if a.exchange == MODEL)
             + f", the smallest at which a step waits at most {model.AUTO_TAU_EXPOSED:.0%} of its "
             f"compute at {n} node(s)" + (" with the exchange overlapped" if any(
                 a.overlap for a in algos) else ""))

@@ -34,6 +34,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
 
+from alchemist_jobs.spec import ALGORITHMS, GRADIENTS, MODEL
+
 MIB = 1 << 20
 DDP_BUCKET_BYTES = 25 * MIB  # DDP's bucket_cap_mb default, and the spec's algorithm.bucket_mb
 
@@ -70,11 +72,20 @@ class Cluster:
     assumptions: tuple[str, ...] = field(default_factory=tuple)
 
 
+# The exchange patterns this model knows (spec.py: what an algorithm says of its exchange).
+PATTERNS = (GRADIENTS, MODEL)
+
+
 @dataclass(frozen=True)
 class Algorithm:
     name: str  # sync, bmuf or easgd
     tau: int = 1  # steps between exchanges (bmuf, easgd)
     overlap: bool = False  # bmuf/easgd: the all-reduce runs behind the next block
+    exchange: str = ""  # the algorithm's exchange pattern; "": asked of the algorithm
+
+    def __post_init__(self) -> None:
+        if not self.exchange and self.name in ALGORITHMS:
+            object.__setattr__(self, "exchange", ALGORITHMS[self.name]().exchange)
 
 
 @dataclass(frozen=True)
@@ -164,17 +175,18 @@ def step_s(profile: Profile, algo: Algorithm, nodes: int, cluster: Cluster) -> t
     """(compute, communication per step, step time) for one worker."""
     scale = cluster.compute_scale
     compute = profile.compute_s * scale
-    if algo.name == "sync":
+    if algo.exchange == GRADIENTS:
         buckets = profile.buckets or uniform_buckets(profile.exchange_bytes)
         comm, exposed = sync_exposed_s(buckets, profile.backward_s * scale, nodes, cluster)
         return compute, comm, compute + exposed
-    if algo.name in ("bmuf", "easgd"):
+    if algo.exchange == MODEL:
         tau = max(algo.tau, 1)
         t = allreduce_s(profile.exchange_bytes, nodes, cluster)
         local = profile.exchange_local_s * scale if nodes * cluster.workers_per_node > 1 else 0.0
         waited = max(0.0, t - tau * compute) if algo.overlap else t
         return compute, (t + local) / tau, compute + (waited + local) / tau
-    raise ValueError(f"no scaling model for algorithm {algo.name!r} (sync, bmuf, easgd)")
+    raise ValueError(f"no scaling model for algorithm {algo.name!r} (its exchange: "
+                     f"{algo.exchange or 'unknown'}; modelled: {', '.join(PATTERNS)})")
 
 
 # `--tau auto`: the fewest local steps per exchange (the closest to sync, the least drift)

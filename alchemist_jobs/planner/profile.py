@@ -28,6 +28,7 @@ Only the built-in tasks can be profiled here: a `script:` task's cost is given w
 
 from __future__ import annotations
 
+import importlib
 import itertools
 import queue
 import statistics
@@ -45,10 +46,7 @@ _BYTES_PER_ELEMENT = {"none": None, "fp16": 2, "bf16": 2}
 def exchange_bytes(spec: JobSpec, params: int, element_size: int) -> int:
     """Bytes of one exchange: every parameter, at the precision the algorithm sends it in
     (sync: `compression`; bmuf/easgd: `exchange_dtype`)."""
-    compression = getattr(spec.algorithm, "compression", None)
-    if compression is None:  # bmuf, easgd
-        dtype = getattr(spec.algorithm, "exchange_dtype", "fp32")
-        compression = "none" if dtype == "fp32" else dtype
+    compression = spec.algorithm.wire_format
     if compression not in _BYTES_PER_ELEMENT:
         raise UserError(f"algorithm.compression={compression!r}: the plan models none, fp16 and "
                         "bf16 (PowerSGD's volume depends on the rank and the layer shapes)")
@@ -58,7 +56,7 @@ def exchange_bytes(spec: JobSpec, params: int, element_size: int) -> int:
 def bucket_cap_bytes(spec: JobSpec) -> int:
     """DDP's bucket limit as the sync strategy builds it: bucket_cap_mb=algorithm.bucket_mb,
     which (given explicitly) is also the first bucket's limit."""
-    return int(getattr(spec.algorithm, "bucket_mb", 25.0) * MIB)
+    return int(spec.algorithm.gradient_bucket_mb * MIB)
 
 
 def profile_spec(spec: JobSpec, data_root: Path, steps: int = 200, warmup: int = 20,
@@ -118,43 +116,12 @@ def _combine(spec: JobSpec, runs: list[dict[str, Any]], steps: int, concurrent: 
 
 
 def _exchange_arithmetic(spec: JobSpec, params: list, optimizer: Any, world: int) -> Any:
-    """A function doing one bmuf/easgd exchange's local work (not its all-reduce) on `params`,
-    with the strategy's own update; None for algorithms without one."""
-    import torch
-    from torch.nn.utils import parameters_to_vector, vector_to_parameters
-
-    algo = spec.algorithm
-    if algo.name == "bmuf":
-        from alchemist_jobs.runtime.strategies.bmuf import block_update
-
-        eta = algo.block_momentum if algo.block_momentum is not None else 1.0 - 1.0 / world
-        state = {"w": parameters_to_vector(params).detach().clone()}
-        state["delta"] = torch.zeros_like(state["w"])
-
-        def bmuf() -> None:
-            avg = parameters_to_vector(params).detach().clone()
-            # The strategy divides the all-reduced sum by the world size; alone, this replica
-            # is the average, so the same division is by 1.
-            avg.div_(1.0)
-            state["w"], state["delta"], start = block_update(
-                state["w"], avg, state["delta"], eta, algo.block_lr, algo.nesterov)
-            vector_to_parameters(start, params)
-            if algo.reset_momentum:
-                for st in optimizer.state.values():
-                    st.pop("momentum_buffer", None)
-        return bmuf
-    if algo.name == "easgd":
-        from alchemist_jobs.runtime.strategies.easgd import elastic_round
-
-        centre = {"c": parameters_to_vector(params).detach().clone()}
-
-        def easgd() -> None:
-            x = parameters_to_vector(params).detach()
-            diff_sum = x - centre["c"]
-            x_new, centre["c"] = elastic_round(x, centre["c"], diff_sum, algo.alpha)
-            vector_to_parameters(x_new, params)
-        return easgd
-    return None
+    """A function doing one exchange's local work (not its all-reduce) on `params`, as the
+    algorithm's strategy does it (`local_update` in spec.py); None for algorithms without one."""
+    if spec.algorithm.local_update is None:
+        return None
+    module, _, attr = spec.algorithm.local_update.partition(":")
+    return getattr(importlib.import_module(module), attr)(spec.algorithm, params, optimizer, world)
 
 
 class _Worker:
@@ -174,8 +141,8 @@ class _Worker:
         self.model = build_model(spec, data)
         self.params = list(self.model.parameters())
         self.optimizer = build_optimizer(spec.hyper, self.params)
-        self.accum = getattr(spec.algorithm, "grad_accum", 1)
-        self.tau = getattr(spec.algorithm, "tau", 0)
+        self.accum = spec.algorithm.micro_batches
+        self.tau = spec.algorithm.steps_per_exchange
         self.exchange = _exchange_arithmetic(spec, self.params, self.optimizer, world)
         batches = Batches(data, spec.hyper.batch_size, 0, 1, spec.hyper.seed,
                           torch.device("cpu"), spec.data.loader_workers)
@@ -233,7 +200,7 @@ class _Worker:
 def lockstep_period(spec: JobSpec) -> int:
     """Steps between the points where every worker waits for all the others: each step for
     sync (the gradient all-reduce), each block of tau steps for bmuf/easgd."""
-    return max(1, getattr(spec.algorithm, "tau", 1)) if spec.algorithm.name in ("bmuf", "easgd") else 1
+    return max(1, spec.algorithm.steps_per_exchange)
 
 
 def _measure(spec: JobSpec, data_root: Path, steps: int, warmup: int, together: Any = None,

@@ -62,11 +62,10 @@ class Shard:
         self.numels = [p.numel() for p in self.params]
         self.payload_bytes = 4 * sum(self.numels)  # float32: the only payload a request may carry
         # async SGD: the job's optimizer runs here; async EASGD only adds elastic differences.
-        self.async_sgd = spec.algorithm.name == "async"
+        self.async_sgd = spec.algorithm.server_optimizer
         self.optimizer = (build_optimizer(spec.hyper, self.params)
                           if self.async_sgd and self.params else None)
-        bound = getattr(spec.algorithm, "staleness_bound", None)
-        self.bound: int | None = bound
+        self.bound: int | None = spec.algorithm.staleness_limit
         self.version = 0  # updates applied
         self.clocks = {r: 0 for r in range(world)}  # each worker's steps, as last reported
         self.done: set[int] = set()

@@ -105,7 +105,7 @@ class Trainer:
                                  local_rank=place.local_rank, device=self.device,
                                  metrics=self.metrics, extra={"run": run})
         self.strategy = build_strategy(self.ctx)
-        self.accum = getattr(spec.algorithm, "grad_accum", 1)
+        self.accum = spec.algorithm.micro_batches
         self.batches = Batches(self.data, spec.hyper.batch_size, self.rank, self.world,
                                spec.hyper.seed, self.device, spec.data.loader_workers)
         # A step takes `accum` whole micro-batches; an epoch's remainder (< accum) is skipped.

@@ -141,3 +141,23 @@ class BmufStrategy(Strategy):
             self.global_model = state["global_model"].to(device, copy=True)
             self.delta = state["delta"].to(device, copy=True)
             self.pending = int(state["pending"])
+
+
+def timed_exchange(algo: Any, params: list, optimizer: Any, world: int) -> Any:
+    """One block's local arithmetic as the strategy does it (not its all-reduce), on `params`:
+    what the planner's profile times (planner/profile.py)."""
+    eta = algo.block_momentum if algo.block_momentum is not None else 1.0 - 1.0 / world
+    state = {"w": parameters_to_vector(params).detach().clone()}
+    state["delta"] = torch.zeros_like(state["w"])
+
+    def exchange() -> None:
+        # The strategy divides the all-reduced sum by the world size; alone, this replica is
+        # the average, so the same division is by 1.
+        avg = parameters_to_vector(params).detach().clone().div_(1.0)
+        state["w"], state["delta"], start = block_update(
+            state["w"], avg, state["delta"], eta, algo.block_lr, algo.nesterov)
+        vector_to_parameters(start, params)
+        if algo.reset_momentum:
+            for st in optimizer.state.values():
+                st.pop("momentum_buffer", None)
+    return exchange

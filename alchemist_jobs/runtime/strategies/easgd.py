@@ -121,3 +121,15 @@ def easgd_strategy(ctx: WorkerContext) -> Strategy:
 
         return AsyncEasgdStrategy(ctx)
     return EasgdStrategy(ctx)
+
+
+def timed_exchange(algo: Any, params: list, optimizer: Any, world: int) -> Any:
+    """One elastic round's local arithmetic as the strategy does it (not its all-reduce), on
+    `params`: what the planner's profile times (planner/profile.py)."""
+    centre = {"c": parameters_to_vector(params).detach().clone()}
+
+    def exchange() -> None:
+        x = parameters_to_vector(params).detach()
+        x_new, centre["c"] = elastic_round(x, centre["c"], x - centre["c"], algo.alpha)
+        vector_to_parameters(x_new, params)
+    return exchange
