@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import sys
 
+from alchemist_jobs import store_bind
+
 
 def main(args: list[str]) -> None:
-    from alchemist_jobs import store_bind
-
     store_bind.apply()
     import torch.distributed.run as torchrun
 

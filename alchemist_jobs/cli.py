@@ -7,6 +7,7 @@ import argparse
 import importlib
 import os
 import sys
+from importlib.metadata import PackageNotFoundError, version
 
 from alchemist_jobs import warm_agent
 from alchemist_jobs.errors import JobFailed, UserError
@@ -46,8 +47,6 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
     try:
         return version("alchemist")
     except PackageNotFoundError:

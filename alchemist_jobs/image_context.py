@@ -19,6 +19,8 @@ import re
 import sys
 from pathlib import Path
 
+from alchemist_jobs import __version__
+
 IMAGES = ("train", "interactive")
 PARENT = {"interactive": "train"}  # FROM ${TRAIN_IMAGE}: the parent's content is part of ours
 
@@ -130,8 +132,6 @@ def context_hash(root: Path, image: str, build_args: dict[str, str] | None = Non
 
 def image_tag(root: Path, image: str, build_args: dict[str, str] | None = None) -> str:
     """The tag both images/build and infra/images.py give an image: `<version>-<hash:12>`."""
-    from alchemist_jobs import __version__
-
     return f"{__version__}-{context_hash(root, image, build_args)[:12]}"
 
 

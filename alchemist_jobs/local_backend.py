@@ -8,6 +8,7 @@ directory under the local shared-file-system root holds everything about the run
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shlex
@@ -27,12 +28,14 @@ import alchemist_jobs
 from alchemist_jobs import environment as E
 from alchemist_jobs import local_servers, run_index, server_role, store_bind
 from alchemist_jobs.errors import UserError
-from alchemist_jobs.processes import (alive, environ_has, owned_pids, popen_group,
-                                      record_procs, start_time, still_same, stop_groups,
-                                      stop_pids)
-from alchemist_jobs.rundir import (RUN_REF, RunDir, all_runs, match_runs, new_run_id,
-                                   runs_root, write_private)
+from alchemist_jobs.failures import exit_text, failure_record
+from alchemist_jobs.frameworks import MODULES, install_hint
+from alchemist_jobs.processes import (alive, environ_has, owned_pids, popen_group, record_procs,
+                                      start_time, still_same, stop_groups, stop_pids)
 from alchemist_jobs.run_files import Progress, Result, RunRecord
+from alchemist_jobs.rundir import (RUN_REF, RunDir, all_runs, match_runs, new_run_id, runs_root,
+                                   write_private)
+from alchemist_jobs.runtime.devices import DeviceError, plan_local_devices, visible_devices
 from alchemist_jobs.scheduler import (CANCELLED, FAILED, FINAL_STATES, LOST, RUNNING, SUCCEEDED,
                                       Listed, Request, RunStatus, Scheduler, listing_order)
 from alchemist_jobs.spec import JobSpec
@@ -157,8 +160,6 @@ def _restarts(run: RunDir) -> int:
 def agents_message(procs: list[subprocess.Popen], codes: list[int | None]) -> str:
     """What a signal that ended a torchrun agent says (a killed agent takes its workers
     with it; torchrun's own report never says that the agent itself died)."""
-    from alchemist_jobs.failures import exit_text
-
     for node, (proc, code) in enumerate(zip(procs, codes)):
         if code is not None and code < 0:
             return (f"the torchrun agent of node {node} (pid {proc.pid}) was killed by "
@@ -179,10 +180,6 @@ def worker_target(spec: JobSpec, spec_dir: Path) -> list[str]:
 
 def check_framework(spec: JobSpec) -> None:
     """Local workers run this very Python: a framework it lacks is one line before any start."""
-    import importlib.util
-
-    from alchemist_jobs.frameworks import MODULES, install_hint
-
     fw = spec.task.framework
     if fw != "torch" and importlib.util.find_spec(MODULES[fw]) is None:
         raise UserError(f"task.framework: {fw} is not installed in {sys.executable}; "
@@ -258,8 +255,6 @@ def _node_devices(spec: JobSpec) -> list[str | None]:
     """Each local node's CUDA_VISIBLE_DEVICES (None: leave as is). Local nodes share one
     machine and each restarts LOCAL_RANK at 0, so each gets its own slice of the visible GPUs;
     a spec asking for more than the machine has is one line (or CPU, with gpu_fallback)."""
-    from alchemist_jobs.runtime.devices import DeviceError, plan_local_devices, visible_devices
-
     try:
         return plan_local_devices(spec.resources.gpu, spec.nodes, spec.procs_per_node,
                                   visible_devices())
@@ -413,7 +408,6 @@ class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
             ok = all(c == 0 for c in codes) and not message
             outcome: dict = dict(restarts=_restarts(run))
             if not ok:  # told from the logs now, while they are certainly complete
-                from alchemist_jobs.failures import failure_record
 
                 outcome["failure"] = failure_record(run.logs)
                 message = message or outcome["failure"]["summary"]

@@ -6,10 +6,11 @@ Standard library only: the CLI imports this before anything heavy (warm_agent.py
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
-import subprocess
 import socket
+import subprocess
 import sys
 import time
 from typing import Any, Iterable
@@ -20,7 +21,6 @@ PR_SET_PDEATHSIG = 1
 def _libc():
     if sys.platform != "linux":
         return None
-    import ctypes
 
     try:
         return ctypes.CDLL("libc.so.6", use_errno=True)

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from alchemist_jobs import environment as E
-
+from alchemist_jobs.errors import UserError, shown
 
 RUNS = "runs"
 
@@ -62,7 +62,6 @@ def check_run_ref(ref: str) -> str:
     """`ref` if it can name a run, else a UserError naming it and what is accepted."""
     if RUN_REF.fullmatch(ref):
         return ref
-    from alchemist_jobs.errors import UserError, shown
 
     raise UserError(f"run id {shown(ref)}: accepted: a run id or a unique part of one "
                     "(lowercase letters, digits and '-', at most 200 characters)")

@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Generic, Iterable, Iterator, TypeVar
 
+from alchemist_jobs.errors import UserError
 from alchemist_jobs.run_files import Progress, Result
 
 # Run states, the same words on every backend.
@@ -181,7 +182,5 @@ class Scheduler(abc.ABC, Generic[RequestT, HandleT]):
     def remove(self, run_id: str, force: bool = False) -> RunStatus:
         """Delete a run and its files; a run that has not ended only with `force` (which
         cancels it first)."""
-        from alchemist_jobs.errors import UserError
-
         raise UserError(f"rm: stack {self.stack}: removing runs is done on the local stack; "
                         "on a cluster stack `alchemist cancel RUN` deletes the run's JobSet")

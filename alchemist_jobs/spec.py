@@ -17,8 +17,10 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
+from alchemist_jobs.data.source import parse_s3_uri, resolve_local_source
 from alchemist_jobs.errors import UserError, shown
 from alchemist_jobs.input_files import load_yaml, read_text
+from alchemist_jobs.secret_scan import value_looks_secret
 
 BUILTIN_TASKS = ("digits", "synthetic")
 DIGITS_SAMPLES = 1797  # sklearn's load_digits
@@ -606,7 +608,6 @@ def _check_task(spec: JobSpec, spec_dir: Path, source: str) -> None:
                 "directory)")
         spec.task.script = script.relative_to(top).as_posix()
     if spec.data.source is not None:  # an S3 URI checked, a local directory made absolute
-        from alchemist_jobs.data.source import parse_s3_uri, resolve_local_source
 
         if spec.data.source.startswith("s3://"):
             parse_s3_uri(spec.data.source, f"{source}: data.source")
@@ -661,7 +662,6 @@ def _warn_secret_looking_env(spec: JobSpec, source: str) -> None:
     the value itself is never printed."""
     if not any(spec.env.values()):
         return
-    from alchemist_jobs.secret_scan import value_looks_secret
 
     for key, value in spec.env.items():
         kinds = value_looks_secret(key, value)

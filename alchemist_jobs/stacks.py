@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from alchemist_jobs import environment as E
-
+from alchemist_jobs.commands.stack import project_stacks
 from alchemist_jobs.contract import StackOutput
 from alchemist_jobs.errors import UserError
 from alchemist_jobs.rundir import default_root
@@ -57,6 +57,7 @@ def local_scheduler(home: Path | None = None) -> LocalScheduler:
 def cluster_scheduler(out: StackOutput) -> KubernetesScheduler:
     """A cluster stack's scheduler, from its validated `alchemist` output."""
     from alchemist_jobs.kubernetes.scheduler import KubernetesScheduler  # local commands
+
     # skip the cluster backend's modules
 
     return KubernetesScheduler(out)
@@ -126,7 +127,6 @@ def _pulumi_output(stack: str) -> dict:
     if shutil.which("pulumi") is None:
         # Every Alchemist stack has its config file (stacks/Pulumi.<stack>.yaml): without the
         # CLI to ask, a name with none is a typo, said as such rather than asking for a CLI.
-        from alchemist_jobs.commands.stack import project_stacks
 
         names = project_stacks() if "/" not in stack else None
         if names is not None and stack not in names:

@@ -17,8 +17,10 @@ from __future__ import annotations
 import os
 import socket
 import sys
+import time
 
 from alchemist_jobs import environment as E
+
 RENDEZVOUS_FILE = "rendezvous"
 
 
@@ -155,8 +157,6 @@ def wait_listening(host: str, port: int, timeout_s: float, every_s: float = 0.01
     half a second of a short job's start-up, measured. Polling every 10 ms here is cheap, and
     the probe connection is closed before the store's own handshake begins.
     """
-    import time
-
     deadline = time.monotonic() + timeout_s
     while True:
         try:

@@ -18,8 +18,8 @@ import os
 import subprocess
 import sys
 
+from alchemist_jobs import agent
 from alchemist_jobs import environment as E
-
 from alchemist_jobs.processes import popen_group
 
 
@@ -100,7 +100,6 @@ def _serve() -> None:
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)  # workers inherit stdin: give them what a plain Popen would
     os.close(null)
-    from alchemist_jobs import agent
 
     agent.main(req["args"])  # torch is imported already: this binds its stores, then runs
 

@@ -10,7 +10,7 @@ https://github.com/kubernetes/autoscaler (Apache-2.0).
 
 from __future__ import annotations
 
-from infra.versions import ChartPin
+from infra.versions import KIND_NODE_IMAGES, ChartPin
 
 AUTOSCALER_REPO = "https://kubernetes.github.io/autoscaler"
 # Kubernetes minor -> (chart version, the chart's appVersion)
@@ -51,8 +51,6 @@ KIND_NODE_DIGESTS = {
 
 def kind_node_image(kubernetes_minor: str) -> str:
     """The kind node image of this Kubernetes minor, pinned by digest."""
-    from infra.versions import KIND_NODE_IMAGES
-
     image = KIND_NODE_IMAGES[kubernetes_minor]
     return f"{image}@{KIND_NODE_DIGESTS[image]}"
 

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import ipaddress
 import json
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal, Union, get_args
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator,
+                      model_validator)
 from pydantic.alias_generators import to_camel
 
 from infra import providers
+from infra.instance_types import efa_interfaces, group_efa
 from infra.versions import K3S_VERSIONS, KUBERNETES_VERSIONS, k3s_installer
 
 NAMESPACE = "alchemist"
@@ -171,8 +174,6 @@ class GpuPool(_Model):
     @property
     def efa_interfaces(self) -> int:
         """EFA interfaces each GPU node gets: 0 when EFA is off or a type lacks it."""
-        from infra.instance_types import group_efa
-
         return 0 if self.efa is False else group_efa(list(self.instance_types))
 
 
@@ -439,8 +440,6 @@ def _model_at(loc: list[Any]) -> type[BaseModel] | None:
 
 
 def _inner_model(annotation: Any) -> Any:
-    from typing import get_args
-
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return annotation
     for arg in get_args(annotation):
@@ -607,8 +606,6 @@ def _check_aws(aws: AwsConfig) -> None:
 
 def endpoint_address(endpoint: str) -> str | None:
     """An object-store endpoint's host as a /32 when it is an IP address; None for a host name."""
-    from urllib.parse import urlsplit
-
     try:
         return str(ipaddress.ip_network(urlsplit(endpoint).hostname or ""))
     except ValueError:
@@ -647,8 +644,6 @@ def _check_object_store(cfg: StackConfig) -> None:
 
 
 def _check_gpu_pool(aws: AwsConfig) -> None:
-    from infra.instance_types import efa_interfaces
-
     key = f"{NAMESPACE}:aws.gpuNodes"
     gpu = aws.gpu_nodes
     if gpu.ami_type != "AL2023_x86_64_NVIDIA":

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pulumi
 
+from alchemist_jobs import __version__
 from infra import providers
 from infra.config import StackConfig, parse
 from infra.labels import MONITORING_NAMESPACE
@@ -25,7 +26,6 @@ def load_config(stack: str) -> StackConfig:
 
 def run(stack: str, monitoring_dir: Path, repo_root: Path = REPO_ROOT) -> None:
     """Register every resource of the stack and export `alchemist`. Bad input raises before any."""
-    from alchemist_jobs import __version__
     from infra.images import Images, ImagesArgs
     from infra.monitoring import Monitoring, MonitoringArgs, load_monitoring_files
     from infra.object_store import ObjectStore, ObjectStoreArgs

@@ -21,13 +21,18 @@ import argparse
 import asyncio
 import base64
 import hashlib
+import importlib
 import json
+import os
 import sys
+import tempfile
 import threading
+import traceback
 from pathlib import Path
 from typing import Any
 
 import yaml
+from google.protobuf import json_format
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:  # the program imports alchemist_jobs (the contract's labels)
@@ -132,8 +137,6 @@ def _jsonable(value: Any, path: str, secret_paths: list[str]) -> Any:
 
 
 def _struct(message: Any) -> dict[str, Any]:
-    from google.protobuf import json_format
-
     return json_format.MessageToDict(message)
 
 
@@ -372,8 +375,6 @@ def render(stack_file: Path, stack: str | None = None, sets: dict[str, Any] | No
 
 def _preload() -> None:
     """Import the SDK modules every render needs (most of a render's time) once, before forking."""
-    import importlib
-
     for module in (
         "pulumi", "pulumi_command.local", "pulumi_command.remote", "pulumi_eks",
         "pulumi_kubernetes.core.v1", "pulumi_kubernetes.apps.v1", "pulumi_kubernetes.rbac.v1",
@@ -394,10 +395,6 @@ def render_many(jobs: list[dict[str, Any]], parallel: int = 2) -> list[dict[str,
 
     The SDKs are imported once in this process first, so each fork only runs the program.
     """
-    import os
-    import tempfile
-    import traceback
-
     _preload()
     results: list[dict[str, Any]] = [{} for _ in jobs]
     with tempfile.TemporaryDirectory() as tmp:

@@ -13,6 +13,8 @@ import json
 import sys
 from typing import Any
 
+from infra.stack_diff import compare
+
 
 def check(req: dict[str, Any]) -> dict[str, Any]:
     from infra.config import SECRET_KEYS, StackConfigError, parse, pulumi_value
@@ -30,8 +32,6 @@ def check(req: dict[str, Any]) -> dict[str, Any]:
 
 
 def diff(req: dict[str, Any]) -> dict[str, Any]:
-    from infra.stack_diff import compare
-
     ra, rb = req["a"], req["b"]
     report = compare(ra, rb)
     a, b = ra["stack"], rb["stack"]

@@ -15,11 +15,12 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from alchemist_jobs import environment as E
-
-from alchemist_jobs.errors import UserError
 from alchemist_jobs.commands import command, complete_files
 from alchemist_jobs.commands.stack import complete_stack
-
+from alchemist_jobs.data import push, s3
+from alchemist_jobs.data.s3 import error_code
+from alchemist_jobs.data.source import dataset_uri, parse_s3_uri
+from alchemist_jobs.errors import UserError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -70,7 +71,6 @@ def object_store(stack: str, outputs: Path | None) -> Any:
             raise UserError(f"--stack local: the local stack has no object store; accepted: set "
                             f"{E.OBJECT_STORE.name}=s3://BUCKET (and AWS_ENDPOINT_URL for MinIO and "
                             "other S3-compatible services), or --stack a stack that has one")
-        from alchemist_jobs.data.source import parse_s3_uri
 
         uri = parse_s3_uri(value, E.OBJECT_STORE.name)
         return ObjectStore(bucket=uri.bucket, region=os.environ.get("AWS_REGION")
@@ -90,8 +90,6 @@ def _s3_errors(what: str) -> Iterator[None]:
     """boto3's failures as one line: no credentials, no endpoint, access denied, no bucket."""
     from botocore.exceptions import BotoCoreError, ClientError
 
-    from alchemist_jobs.data.s3 import error_code
-
     try:
         yield
     except ClientError as e:
@@ -101,9 +99,6 @@ def _s3_errors(what: str) -> Iterator[None]:
 
 
 def cmd_push(args: argparse.Namespace) -> int:
-    from alchemist_jobs.data import push, s3
-    from alchemist_jobs.data.source import dataset_uri
-
     root = args.dir
     if not root.is_dir():
         raise UserError(f"DIR {str(root)!r}: not a directory; accepted: a directory of files to push")
@@ -150,9 +145,6 @@ def _progress(quiet: bool) -> Iterator[_Bar]:
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
-    from alchemist_jobs.data import push, s3
-    from alchemist_jobs.data.source import dataset_uri
-
     store = object_store(args.stack, args.outputs)
     with _s3_errors(f"s3://{store.bucket}"):
         found = push.list_datasets(s3.client(store), store.bucket, store.prefix)
@@ -167,9 +159,6 @@ def cmd_ls(args: argparse.Namespace) -> int:
 
 
 def cmd_rm(args: argparse.Namespace) -> int:
-    from alchemist_jobs.data import push, s3
-    from alchemist_jobs.data.source import dataset_uri
-
     store = object_store(args.stack, args.outputs)
     uri = dataset_uri(store.bucket, args.name, store.prefix, what="NAME")
     with _s3_errors(str(uri)):

@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 from alchemist_jobs.errors import JobFailed, UserError
+from alchemist_jobs.kubernetes.progress import describe
 from alchemist_jobs.scheduler import RUNNING, SUCCEEDED, Scheduler
 
 POLL_S = 2.0
@@ -20,8 +21,6 @@ LOG_DRAIN_S = 30.0  # how long a finished run's log thread may take to print the
 def follow(scheduler: Scheduler, handle: Any, spec: Any, logs: bool = False,
            quiet: bool = False) -> int:
     """Watch a run to its end; the exit code of the CLI. Ctrl-C detaches; the run goes on."""
-    from alchemist_jobs.kubernetes.progress import describe
-
     run_id, stack = scheduler.run_id(handle), scheduler.stack
     say = (lambda m: None) if quiet else (lambda m: print(m, file=sys.stderr, flush=True))
     log_thread, log_stop = None, threading.Event()

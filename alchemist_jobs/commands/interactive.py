@@ -11,9 +11,10 @@ import sys
 from pathlib import Path
 
 from alchemist_jobs import environment as E
+from alchemist_jobs.commands import command
 from alchemist_jobs.commands.jobs import _stack_args
 from alchemist_jobs.errors import UserError
-from alchemist_jobs.commands import command
+from alchemist_jobs.rundir import default_root
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -63,7 +64,6 @@ def cmd_interactive(args: argparse.Namespace) -> int:
 
 def _local_shell(args: argparse.Namespace) -> int:
     """A shell whose environment is a local worker's (shared root, stack, PYTHONPATH...)."""
-    from alchemist_jobs.rundir import default_root
     from alchemist_jobs.spec import JobSpec
     from alchemist_jobs.stacks import local_scheduler
 

@@ -13,10 +13,15 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from alchemist_jobs import defaults
 from alchemist_jobs import environment as E
+from alchemist_jobs import warm_agent
 from alchemist_jobs.commands import complete_files
 from alchemist_jobs.commands.stack import complete_stack
 from alchemist_jobs.errors import JobFailed, UserError
+from alchemist_jobs.failures import failure_lines
+from alchemist_jobs.processes import popen_group
+from alchemist_jobs.rundir import RunDir, default_root, run_dirs, runs_root
 
 if TYPE_CHECKING:  # the scheduler (pydantic) is imported by the commands that use it, so
     from alchemist_jobs.scheduler import RunStatus  # building the parser stays fast
@@ -60,8 +65,6 @@ def _add(sub: argparse._SubParsersAction, command: str, text: str) -> argparse.A
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    from alchemist_jobs import defaults
-
     for command, text in (("run", "run a job spec on a stack and follow it to the end"),
                           ("submit", "submit a job spec and return (local: run it detached)")):
         p = _add(sub, command, text)
@@ -141,8 +144,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def complete_run(prefix: str, parsed_args: argparse.Namespace, **_) -> list[str]:
     """Shell completion of a RUN: the ids of the local stack's runs (their directory names,
     no run's state is read); none for a cluster stack, which only its API server could list."""
-    from alchemist_jobs.rundir import default_root, run_dirs
-
     if getattr(parsed_args, "stack", "local") != "local":
         return []
     given = set(getattr(parsed_args, "runs", None) or ())  # `rm A B`: A is not offered again
@@ -152,7 +153,6 @@ def complete_run(prefix: str, parsed_args: argparse.Namespace, **_) -> list[str]
 
 
 def _scheduler(args: argparse.Namespace):
-    from alchemist_jobs import defaults
     from alchemist_jobs.stacks import get_scheduler
 
     outputs = args.outputs
@@ -232,9 +232,6 @@ def _start_detached(args: argparse.Namespace, run_id: str) -> int:
     """`run --detach` / `submit --stack local`: a launcher in its own session (no terminal:
     closing it, or SIGHUP, does not stop the run) runs the job; this command returns once
     the run has started. Follow it with status, logs and cancel."""
-    from alchemist_jobs.processes import popen_group
-    from alchemist_jobs.rundir import RunDir, runs_root
-
     argv = [sys.executable, "-m", "alchemist_jobs", "run", str(args.spec), "--quiet",
             "--run-id", run_id, "--launcher", "--home", str(_home(args))]
     argv += [a for kv in args.overrides for a in ("--set", kv)]
@@ -258,8 +255,6 @@ def _start_detached(args: argparse.Namespace, run_id: str) -> int:
 
 
 def _home(args: argparse.Namespace) -> Path:
-    from alchemist_jobs.rundir import default_root
-
     return (args.home or default_root()).resolve()
 
 
@@ -330,8 +325,6 @@ def _warm_agent(args: argparse.Namespace):
     import of torch overlaps ours of pydantic (alchemist_jobs/warm_agent.py). It starts
     nothing until the job is valid and is killed otherwise. ALCHEMIST_WARM_AGENT=0 turns
     this off."""
-    from alchemist_jobs import warm_agent
-
     early = warm_agent.take_early()  # cli.main starts one as soon as the command is `run`
     if args.command != "run" or args.stack != "local" or args.dry_run or \
             not E.WARM_AGENT.get(default=True):
@@ -431,8 +424,6 @@ def _summary(status: RunStatus, wall: float, handle) -> None:
     from alchemist_jobs.scheduler import CANCELLED, SUCCEEDED
 
     if status.state not in (SUCCEEDED, CANCELLED):
-        from alchemist_jobs.failures import failure_lines
-
         tail = failure_lines(handle.run.logs)
         if tail:
             lines.append("  why it failed:")

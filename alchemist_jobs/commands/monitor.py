@@ -11,6 +11,7 @@ Ctrl-C (or SIGTERM) stops Prometheus and TensorBoard with it; they also die if i
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import re
@@ -34,8 +35,6 @@ from alchemist_jobs.rundir import RunDir, default_root, read_json, runs_root, wr
 def _monitoring_dir() -> Path:
     """The checkout's monitoring/ folder: installed as alchemist_jobs.monitoring_data (a wheel,
     or an editable install; pyproject.toml maps the folder), or found beside alchemist_jobs."""
-    import importlib.util
-
     try:
         found = importlib.util.find_spec("alchemist_jobs.monitoring_data")
     except (ImportError, ValueError):

@@ -21,6 +21,7 @@ from pathlib import Path
 from alchemist_jobs.commands import command, complete_files
 from alchemist_jobs.commands.stack import complete_stack
 from alchemist_jobs.errors import UserError
+from alchemist_jobs.rundir import default_root, runs_root
 
 EMULATED_MAX_WORKERS = 64  # --emulated runs this many profile processes at once, at most
 
@@ -134,7 +135,6 @@ def _algorithms(args: argparse.Namespace, spec) -> list:
 def build_plan(args: argparse.Namespace) -> dict:
     """Everything the plan prints, as one JSON-ready dict."""
     from alchemist_jobs.planner import facts, model, profile
-    from alchemist_jobs.rundir import default_root, runs_root
     from alchemist_jobs.spec import MODEL, load_spec
 
     spec = load_spec(args.spec, args.overrides)

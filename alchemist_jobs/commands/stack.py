@@ -8,6 +8,7 @@ subprocess (the `infra` extra), so no Pulumi CLI and no cloud account are needed
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import re
 import subprocess
@@ -16,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from alchemist_jobs import environment as E
-from alchemist_jobs.errors import UserError, shown
 from alchemist_jobs.commands import command
+from alchemist_jobs.errors import UserError, shown
 
 EXIT_DIFFERS = 1
 
@@ -312,8 +313,6 @@ def render(root: Path, paths: list[Path]) -> list[dict[str, Any]]:
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
-    import importlib.util
-
     root = repo_root(args.root)
     if importlib.util.find_spec("pulumi") is None:
         raise UserError("alchemist stack diff: needs the Pulumi SDK; accepted: pip install 'alchemist[infra]'")

@@ -26,8 +26,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from alchemist_jobs import environment as E
-
 from alchemist_jobs.contract import JOB_SERVICE_ACCOUNT, OBJECT_STORE_SECRET
+from alchemist_jobs.data import push, s3
+from alchemist_jobs.data.source import S3Uri
+from alchemist_jobs.data.stage import listing_identity, local_listing
 from alchemist_jobs.errors import UserError
 
 if TYPE_CHECKING:
@@ -76,8 +78,6 @@ def plan_local_source(spec: "JobSpec", stack: "StackOutput") -> tuple["JobSpec",
         raise UserError(f"data.source: {source!r} is a local directory, and stack {stack.stack} "
                         "has no object store to upload it to; accepted: s3://BUCKET/PREFIX, data.path "
                         "on the shared file system, or a stack with `objectStore` (docs/datasets.md)")
-    from alchemist_jobs.data.source import S3Uri
-    from alchemist_jobs.data.stage import listing_identity, local_listing
 
     root = Path(source)
     identity = listing_identity(root, local_listing(root))  # by content, not names and times
@@ -91,8 +91,6 @@ def plan_local_source(spec: "JobSpec", stack: "StackOutput") -> tuple["JobSpec",
 
 def push_planned(stack: "StackOutput", todo: tuple[Path, Any]) -> None:
     """Send what plan_local_source planned (resumable: a resubmit sends what is missing)."""
-    from alchemist_jobs.data import push, s3
-
     push.push(s3.client(stack.object_store), *todo)
 
 

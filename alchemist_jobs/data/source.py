@@ -6,6 +6,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from alchemist_jobs.data.local_dir import list_files
 from alchemist_jobs.errors import UserError
 
 # S3 bucket naming rules (lower case, digits, dots, hyphens; 3 to 63 characters).
@@ -39,7 +40,6 @@ def resolve_local_source(value: str, spec_dir: Path, where: str) -> str:
     if not path.is_dir():
         raise UserError(f"{where}: data.source: {value!r} is not a directory (looked for {path}); "
                         "accepted: s3://BUCKET/PREFIX or a local directory, relative to the spec")
-    from alchemist_jobs.data.local_dir import list_files
 
     list_files(path, f"{where}: data.source {path}")  # a link out of it is refused now, not in a worker
     return str(path)

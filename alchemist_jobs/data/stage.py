@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from alchemist_jobs import environment as E
-
+from alchemist_jobs.data import s3
 from alchemist_jobs.data.cache import DataError, Entry, NodeCache, parse_size
 from alchemist_jobs.data.local_dir import LocalFile, list_files, sha256_listed
 from alchemist_jobs.data.source import DATASETS_PREFIX, parse_s3_uri
@@ -64,8 +64,6 @@ def stage(spec: "JobSpec", shared_root: Path, run_dir: Path | None = None) -> En
 def _stage_s3(source: str, cache: NodeCache) -> Entry:
     """A pushed dataset is addressed by its manifest (every file's key, size and SHA-256), so a
     cache hit costs one HEAD; any other prefix by its listing (keys, sizes, ETags)."""
-    from alchemist_jobs.data import s3
-
     uri = parse_s3_uri(source)
     client = s3.client()
     etag = s3.manifest_etag(client, uri)

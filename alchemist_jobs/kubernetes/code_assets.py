@@ -21,7 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
+from alchemist_jobs import secret_scan
 from alchemist_jobs.errors import UserError
+from alchemist_jobs.rundir import default_root
 
 IGNORE_FILES = (".gitignore", ".alchemistignore")  # read in every directory, in this order
 # Never shipped, whatever the ignore files say: VCS internals and bytecode of this machine,
@@ -182,8 +184,6 @@ def shipped_files(root: Path, skip: Iterable[Path] = (), ship_secrets: Iterable[
     for its name or content is one warning line on stderr, naming it and the override."""
     import pathspec
 
-    from alchemist_jobs import secret_scan
-
     root = Path(root).resolve()
     ship_secrets = list(ship_secrets)
     withheld: dict[str, str] = {}
@@ -244,8 +244,6 @@ def _tarball(root: Path, files: list[str]) -> bytes:
 
 def pack(root: Path, source: str = "task", ship_secrets: Iterable[str] = ()) -> CodeSnapshot:
     """Pack a directory for shipping; one UserError line if it is too large for a ConfigMap."""
-    from alchemist_jobs.rundir import default_root
-
     root = Path(root).resolve()
     files = shipped_files(root, [default_root()], ship_secrets, source)
     tarball = _tarball(root, files)

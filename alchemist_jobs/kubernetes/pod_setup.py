@@ -19,6 +19,7 @@ import sys
 import tarfile
 from pathlib import Path
 
+from alchemist_jobs.kubernetes.code_assets import tree_hash
 from alchemist_jobs.rundir import RunDir
 
 
@@ -42,8 +43,6 @@ def unpack_code(tarball: Path, code_dir: Path) -> bool:
     rename(2) of a directory onto an existing non-empty one fails, so exactly one wins and
     the snapshot is never seen half-written.
     """
-    from alchemist_jobs.kubernetes.code_assets import tree_hash
-
     if code_dir.is_dir():
         _verify(code_dir)
         return False
@@ -93,8 +92,6 @@ def _extract(tar: tarfile.TarFile, dest: Path) -> None:
 
 def _verify(code_dir: Path) -> None:
     """A snapshot already in place is used only if its content still hashes to its name."""
-    from alchemist_jobs.kubernetes.code_assets import tree_hash
-
     got = tree_hash(code_dir)
     if got != code_dir.name:
         raise SystemExit(f"pod_setup: code snapshot {code_dir} hashes to {got}, not to its name "

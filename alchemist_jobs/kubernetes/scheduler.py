@@ -9,6 +9,7 @@ detaches, `alchemist cancel` stops it.
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 import time
@@ -16,11 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from alchemist_jobs.contract import (MANAGED_BY_LABEL, PROGRESS_LINE_PREFIX, RUN_LABEL,
-                                     StackOutput)
+from alchemist_jobs.contract import MANAGED_BY_LABEL, PROGRESS_LINE_PREFIX, RUN_LABEL, StackOutput
 from alchemist_jobs.errors import UserError
 from alchemist_jobs.kubernetes import manifests as mf
-from alchemist_jobs.kubernetes.client import ClusterError, Cluster, Connector, NotFound
+from alchemist_jobs.kubernetes.api_checks import validate_for_api_server
+from alchemist_jobs.kubernetes.client import Cluster, ClusterError, Connector, NotFound
 from alchemist_jobs.kubernetes.code_assets import CodeSnapshot, pack
 from alchemist_jobs.kubernetes.job_state import newest_pods, parse_time, run_status
 from alchemist_jobs.rundir import new_run_id
@@ -187,7 +188,6 @@ class KubernetesScheduler(Scheduler[KubeRequest, KubeHandle]):
             code = pack(Path(spec_dir), source="task", ship_secrets=spec.ship_secrets)
             if spec.task.script:
                 _check_shipped(spec.task.script, code)
-        from alchemist_jobs.kubernetes.api_checks import validate_for_api_server
 
         from alchemist_jobs.data.pods import plan_local_source
 
@@ -203,8 +203,6 @@ class KubernetesScheduler(Scheduler[KubeRequest, KubeHandle]):
         so its TTL (or a cancel) removes them all. If anything fails, what was created is
         deleted again. Checks the API server would make first (validate_for_api_server).
         A cluster job has no use for a `warm` agent: it is discarded."""
-        from alchemist_jobs.kubernetes.api_checks import validate_for_api_server
-
         if warm is not None:
             warm.discard()
 
@@ -425,8 +423,6 @@ class KubernetesScheduler(Scheduler[KubeRequest, KubeHandle]):
         """Rank 0's newest progress line from the tail of its pod log, through the API server
         (pods/log reaches the kubelet, not the pod's network, so the platform's default-deny
         NetworkPolicy does not stand in the way), with the client's request timeout."""
-        import json
-
         pod = st.extra["pods"].get(rank_pod_index(0, st.extra["nodes"] or 1, 1))
         if pod is None:
             return None

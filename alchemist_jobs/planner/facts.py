@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from alchemist_jobs.errors import UserError
+from alchemist_jobs.planner import probe
+from alchemist_jobs.planner import probe as probe_mod
 from alchemist_jobs.planner.model import Cluster
 
 _RATE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(k|m|g)bit\s*$", re.IGNORECASE)
@@ -73,8 +75,6 @@ def measured_bandwidth(runs_root: Path, job_name: str) -> tuple[float, str] | No
 
 def link_probe(path: Path) -> tuple[float, float, str]:
     """(bytes/s, seconds per message, a description) from a link probe's result file."""
-    from alchemist_jobs.planner import probe
-
     try:
         data = probe.load(path)
     except ValueError as e:
@@ -136,8 +136,6 @@ def probed_clusters(probes: list[Path], **facts: Any) -> tuple[dict[int, Cluster
     their assumptions merged. Each node count takes the probe of the nearest count: on emulated
     nodes the network stacks share this machine's processors, so the link depends on how many
     nodes send at once; on a real cluster one two-node probe serves every count."""
-    from alchemist_jobs.planner import probe as probe_mod
-
     clusters: dict[int, Cluster] = {}
     for path in probes:
         try:

@@ -27,10 +27,11 @@ import json
 import statistics
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
 
 from alchemist_jobs import environment as E
-
+from alchemist_jobs.errors import UserError
 
 KIND = "alchemist-link-probe"
 DEFAULT_SIZES = (4_096, 65_536, 1_048_576, 4_194_304)  # bytes: latency-bound to link-bound
@@ -90,7 +91,6 @@ def result(world: int, points: list[dict], where: str) -> dict:
 
 def load(path: Path) -> dict:
     """A probe result file, checked; raises ValueError naming what is wrong."""
-    from alchemist_jobs.errors import UserError
     from alchemist_jobs.input_files import read_text
 
     try:  # a regular file of bounded size: never /dev/zero or a FIFO read to the end
@@ -128,7 +128,6 @@ def main(argv: list[str] | None = None) -> int:
     else:
         host, port = args.master.rsplit(":", 1)
         import torch.distributed as tdist
-        from datetime import timedelta
 
         store = tdist.TCPStore(host, int(port), args.world, is_master=args.rank == 0,
                                timeout=timedelta(seconds=120))

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import importlib
 import itertools
+import multiprocessing as mp
 import queue
 import statistics
 import time
@@ -39,6 +40,7 @@ from typing import Any
 from alchemist_jobs.errors import UserError
 from alchemist_jobs.planner.model import MIB, Profile, ddp_buckets, uniform_buckets
 from alchemist_jobs.spec import JobSpec
+from alchemist_jobs.worker_env import threads_per_worker
 
 _BYTES_PER_ELEMENT = {"none": None, "fp16": 2, "bf16": 2}
 
@@ -133,7 +135,6 @@ class _Worker:
         from alchemist_jobs.runtime.batches import Batches
         from alchemist_jobs.runtime.optim import build_optimizer
         from alchemist_jobs.runtime.tasks import build_model, load_task_data
-        from alchemist_jobs.worker_env import threads_per_worker
 
         torch.set_num_threads(threads_per_worker(spec.resources.cpu, spec.procs_per_node))
         torch.manual_seed(spec.hyper.seed)
@@ -239,8 +240,6 @@ def _child(spec_json: dict, data_root: str, steps: int, warmup: int, together: A
 
 def _measure_concurrently(spec: JobSpec, data_root: Path, steps: int, warmup: int,
                           copies: int) -> list[dict[str, Any]]:
-    import multiprocessing as mp
-
     from alchemist_jobs.runtime.tasks import load_task_data
 
     load_task_data(spec, data_root)  # prepared once here, not raced by the copies

@@ -12,20 +12,31 @@ target. A user script runs unmodified, as `python PATH ARGS` would run it.
 
 from __future__ import annotations
 
+import atexit
+import gc
+import io
 import os
 import runpy
 import signal
 import socket
 import sys
+import threading
 import time
+import traceback
 from pathlib import Path
 
 from alchemist_jobs import environment as E
+from alchemist_jobs import store_bind
+from alchemist_jobs.processes import die_with_parent
+from alchemist_jobs.rundir import read_json, write_json_atomic
+from alchemist_jobs.runtime import config_error, framework_env, nccl_net
+from alchemist_jobs.runtime.devices import DeviceError
+from alchemist_jobs.runtime.script_report import install
+from alchemist_jobs.worker_env import restarts
+
 
 def _die_with_parent() -> None:
     """The kernel sends SIGKILL to this worker if torchrun dies."""
-    from alchemist_jobs.processes import die_with_parent
-
     launcher = os.getppid()
     die_with_parent(signal.SIGKILL)
     # Re-parented: the launcher died before prctl took effect. Compared with the parent seen
@@ -37,7 +48,6 @@ def _die_with_parent() -> None:
 def _redirect_output(log: Path, rank: int) -> None:
     log.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    from alchemist_jobs.worker_env import restarts
 
     os.write(fd, (f"=== rank {rank} attempt {restarts() + 1} pid {os.getpid()} "
                   f"at {time.strftime('%Y-%m-%d %H:%M:%S')} ===\n").encode())
@@ -50,9 +60,6 @@ def _redirect_output(log: Path, rank: int) -> None:
 
 def _record(run_dir: Path, rank: int, kind: str) -> None:
     """Builtin workers write a fuller record (with the metrics port) themselves."""
-    from alchemist_jobs.rundir import write_json_atomic
-    from alchemist_jobs.worker_env import restarts
-
     workers = run_dir / "workers"
     workers.mkdir(parents=True, exist_ok=True)
     write_json_atomic(workers / f"rank-{rank}.json", dict(
@@ -73,10 +80,8 @@ def main(argv: list[str]) -> int:
     if not E.LOG_TO_CONSOLE.get():
         _redirect_output(run_dir / "logs" / f"rank-{rank}.log", rank)
     _record(run_dir, rank, kind)
-    from alchemist_jobs import store_bind
 
     store_bind.apply()  # rank 0's worker store stays where the run allows (local: a private file)
-    from alchemist_jobs.runtime import config_error, nccl_net
 
     try:  # an EFA pod without NCCL's net plugin would train over TCP without a word
         plugin = nccl_net.require()
@@ -88,15 +93,12 @@ def main(argv: list[str]) -> int:
 
     if kind == "builtin":
         from alchemist_jobs.runtime import trainer
-        from alchemist_jobs.runtime.devices import DeviceError
 
         try:
             code = trainer.main()
         except DeviceError as e:  # the spec asks for what this pod lacks: one line, no restart
             code = config_error.fail(str(e))
         except BaseException:
-            import traceback
-
             traceback.print_exc()
             code = 1
         # A prompt exit without interpreter teardown: gloo's destructors can abort after a
@@ -109,8 +111,6 @@ def main(argv: list[str]) -> int:
     # and its place in the job told as TF_CONFIG or JAX_* (runtime/framework_env.py).
     framework = E.FRAMEWORK.get(default="torch")
     if framework != "torch":
-        from alchemist_jobs.runtime import framework_env
-
         try:
             framework_env.require(framework)
         except framework_env.FrameworkMissing as e:  # the image lacks it: no restart helps
@@ -156,13 +156,9 @@ def _run_program(kind: str, target: str, args: list[str]) -> int:
         print(e.code, file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        import traceback
-
         traceback.print_exc()
         return 128 + signal.SIGINT
     except BaseException:
-        import traceback
-
         traceback.print_exc()
         return 1
     return 0
@@ -182,11 +178,6 @@ def _exit_before_teardown(code: int) -> None:
     window but does not close it, under plain torchrun too. So: wait for the program's
     non-daemon threads, run its atexit handlers and flush every open file, as the exit would;
     then leave without finalizing."""
-    import atexit
-    import gc
-    import io
-    import threading
-
     for t in threading.enumerate():
         if t is not threading.current_thread() and not t.daemon:
             t.join()
@@ -210,10 +201,6 @@ def _serve_script_metrics(run_dir: Path, rank: int, kind: str):
     """Process metrics for every script worker, and the report() API (script_report.py)."""
     try:
         import yaml
-
-        from alchemist_jobs.rundir import read_json, write_json_atomic
-        from alchemist_jobs.runtime.script_report import install
-        from alchemist_jobs.worker_env import restarts
 
         raw = yaml.safe_load((run_dir / "spec.yaml").read_text()) or {}
         algorithm = (raw.get("algorithm") or {}).get("name", "sync")

@@ -22,8 +22,8 @@ import time
 from typing import Any, Iterator
 
 from alchemist_jobs import environment as E
-
 from alchemist_jobs.metric_contract import BY_NAME, METRICS, SYSTEM_METRICS, Metric
+from alchemist_jobs.runtime.system_metrics import SystemCollector
 
 
 class _Null:
@@ -187,7 +187,6 @@ class WorkerMetrics:
         """
         if self.registry is None:
             return
-        from alchemist_jobs.runtime.system_metrics import SystemCollector
 
         self.registry.register(SystemCollector(self.labels, role=self.role))
 

@@ -33,6 +33,7 @@ import math
 import os
 import signal
 import socket
+import socket as _s
 import socketserver
 import sys
 import threading
@@ -47,6 +48,7 @@ from alchemist_jobs.rundir import RunDir, write_json_atomic
 from alchemist_jobs.runtime import ps_wire
 from alchemist_jobs.runtime.checkpoint import Checkpointer
 from alchemist_jobs.runtime.metrics import WorkerMetrics
+from alchemist_jobs.server_role import server_count as count
 from alchemist_jobs.spec import JobSpec
 
 
@@ -364,16 +366,12 @@ def build_shard_tensors(spec: JobSpec, shard: int, shared_root: Path) -> tuple[l
 
 
 def server_count(spec: JobSpec) -> int:
-    from alchemist_jobs.server_role import server_count as count
-
     return count(spec)
 
 
 def serve(spec: JobSpec, run: RunDir, shard: int, port: int, shared_root: Path,
           bind: str = "0.0.0.0", restart: int = 0) -> int:
     """Run one shard until every worker is done; returns the exit code."""
-    import socket as _s
-
     node = E.NODE.get() or _s.gethostname()
     labels = dict(job=spec.name, run=run.run_id, rank=f"server-{shard}", node=node,
                   algorithm=spec.algorithm.name)

@@ -19,6 +19,7 @@ from typing import Any, Iterator
 
 from alchemist_jobs.metric_contract import metric
 from alchemist_jobs.rundir import RunDir, write_json_atomic
+from alchemist_jobs.runtime.event_writer import summary_writer
 from alchemist_jobs.runtime.metrics import WorkerMetrics
 
 PROGRESS_EVERY_S = 0.5
@@ -122,8 +123,6 @@ class ScriptReporter:
 
     def _tensorboard(self) -> Any:
         if self._writer is None:
-            from alchemist_jobs.runtime.event_writer import summary_writer
-
             self._writer = summary_writer(str(self.run.tensorboard))
         return self._writer
 

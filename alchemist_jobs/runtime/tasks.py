@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from alchemist_jobs import environment as E
+from alchemist_jobs.data.cache import DataError
+from alchemist_jobs.data.stage import stage
 from alchemist_jobs.spec import DIGITS_TEST
 
 if TYPE_CHECKING:
@@ -96,9 +98,6 @@ def load_staged(spec: "JobSpec", shared_root: Path) -> TaskData:
     """Stage `data.source` into the node's dataset cache (once per node) and load its .npz files."""
     import numpy as np
     import torch
-
-    from alchemist_jobs.data.cache import DataError
-    from alchemist_jobs.data.stage import stage
 
     entry = stage(spec, shared_root, E.RUN_DIR.get())
     _staged.append(entry)

@@ -29,12 +29,14 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from alchemist_jobs import environment as E
-from alchemist_jobs.rundir import RunDir, read_json, write_json_atomic
 from alchemist_jobs.contract import PROGRESS_LINE_PREFIX
+from alchemist_jobs.rundir import RunDir, read_json, write_json_atomic
 from alchemist_jobs.runtime.batches import Batches, evaluate
 from alchemist_jobs.runtime.checkpoint import Checkpointer
 from alchemist_jobs.runtime.curve import write_snapshot
+from alchemist_jobs.runtime.event_writer import summary_writer
 from alchemist_jobs.runtime.faults import Faults
+from alchemist_jobs.runtime.liveness import Liveness
 from alchemist_jobs.runtime.metrics import WorkerMetrics
 from alchemist_jobs.runtime.optim import build_optimizer
 from alchemist_jobs.runtime.precision import Precision
@@ -43,11 +45,11 @@ from alchemist_jobs.runtime.step_metrics import StepMetrics
 from alchemist_jobs.runtime.strategies import build_strategy
 from alchemist_jobs.runtime.strategies.base import WorkerContext
 from alchemist_jobs.runtime.tasks import build_model, load_task_data
-from alchemist_jobs.runtime.liveness import Liveness
 from alchemist_jobs.runtime.train_state import (TrainState, param_digest, rng_state,
                                                 seed_everything, set_rng_state)
 from alchemist_jobs.runtime.watchdog import StallWatchdog
 from alchemist_jobs.spec import JobSpec
+from alchemist_jobs.worker_env import restarts
 
 PROGRESS_EVERY_S = 0.5
 LOG_EVERY_S = 5.0  # rank 0's human-readable progress line in its log (`alchemist logs RUN`)
@@ -64,8 +66,6 @@ class WorkerPlace:
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> "WorkerPlace":
-        from alchemist_jobs.worker_env import restarts
-
         e = os.environ if environ is None else environ
         # restarts: torchrun's count locally, the JobSet's group restart on a cluster
         return cls(rank=int(e.get("RANK", 0)), world=int(e.get("WORLD_SIZE", 1)),
@@ -155,8 +155,6 @@ class Trainer:
         return metrics
 
     def _tensorboard(self) -> Any:
-        from alchemist_jobs.runtime.event_writer import summary_writer
-
         return summary_writer(str(self.run.tensorboard))
 
     def _restore_model(self, loaded: tuple[int, dict[str, Any]] | None) -> dict[str, Any]:

@@ -17,8 +17,10 @@ from urllib.parse import quote
 import yaml
 
 from alchemist_jobs.errors import UserError
+from alchemist_jobs.processes import alive
+from alchemist_jobs.rundir import RunDir, default_root, runs_root
 from alchemist_jobs.ui import models as m
-from alchemist_jobs.ui.series import SeriesBook
+from alchemist_jobs.ui.series import SeriesBook, scrape_rank0
 
 LOCAL = "local"
 # Run ids as new_run_id makes them (name-YYYYmmdd-HHMMSS-hex), or a prefix of one, like the
@@ -84,8 +86,6 @@ class Backends:
         self.stacks: dict[str, Stack] = {}
         for name in dict.fromkeys(stacks):  # in order, once each
             if name == LOCAL:
-                from alchemist_jobs.rundir import default_root
-
                 root = Path(home).expanduser().resolve() if home else default_root()
                 self.stacks[name] = Stack(name, local_scheduler(root),
                                          _local_facts(root, local_links), root)
@@ -128,7 +128,6 @@ class Backends:
         """Every run under the local root. A run that ended (succeeded, failed, cancelled)
         never changes again, so its summary is read once and kept: the page polls the list
         every second or two, and a home holds thousands of runs."""
-        from alchemist_jobs.rundir import runs_root
         from alchemist_jobs.scheduler import CANCELLED, FAILED, SUCCEEDED, decode_all
 
         base = runs_root(s.local_root)
@@ -166,8 +165,6 @@ class Backends:
         out = m.RunDetail(**self._summary(s, st).model_dump())
         out.links = self._links(s, st.name, st.run_id)
         if s.is_local:
-            from alchemist_jobs.rundir import RunDir
-
             run = RunDir(Path(st.run_dir))
             out.spec = _redact(yaml.safe_load(run.spec.read_text()) or {})
             out.ranks = _local_ranks(run, st)
@@ -197,8 +194,6 @@ class Backends:
         if s.is_local:
             prog = _dump(st.progress)
             if not st.finished:
-                from alchemist_jobs.ui.series import scrape_rank0
-
                 prog.update(scrape_rank0(Path(st.run_dir)) or {})
             return prog or None
         prog = s.scheduler.progress(st)
@@ -374,8 +369,6 @@ def _user(uid: int) -> str:
 
 
 def _local_ranks(run: Any, st: Any) -> list[m.RankState]:
-    from alchemist_jobs.processes import alive
-
     out = []
     for rec in run.worker_records():
         if rec.get("role", "worker") != "worker":

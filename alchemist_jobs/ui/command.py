@@ -8,9 +8,10 @@ import sys
 from pathlib import Path
 
 from alchemist_jobs import environment as E
-from alchemist_jobs.errors import UserError
 from alchemist_jobs.commands import command
 from alchemist_jobs.commands.stack import complete_stack
+from alchemist_jobs.errors import UserError
+from alchemist_jobs.ui import security
 
 DEFAULT_PORT = 8740
 
@@ -110,8 +111,6 @@ def _bind(host: str, port: int) -> socket.socket:
 
 
 def cmd_ui(args: argparse.Namespace) -> int:
-    from alchemist_jobs.ui import security
-
     try:
         import uvicorn  # noqa: F401  (the `ui` extra)
     except ImportError:

@@ -204,3 +204,117 @@ def test_the_training_loop_re_exports_nothing():
                 and (n.module or "").startswith("alchemist_jobs") for a in n.names}
     used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
     assert sorted(imported - used) == []
+
+
+# Third-party packages that take tens of milliseconds or more to import (`python -X importtime`
+# on this project's lock): a command that does not need one must not pay for it, so importing
+# one (or a module of ours that imports one) inside a function is start-up time well spent.
+HEAVY = {"torch", "numpy", "sklearn", "matplotlib", "tensorflow", "jax", "kubernetes", "boto3",
+         "botocore", "s3transfer", "pulumi", "pulumi_kubernetes", "pulumi_aws", "pulumi_eks",
+         "pulumi_command", "tensorboard", "prometheus_client", "yaml", "pydantic", "fastapi",
+         "uvicorn", "jinja2", "rich", "pathspec", "detect_secrets", "psutil", "pynvml",
+         "argcomplete", "grafana_foundation_sdk", "requests", "urllib3", "cel"}
+
+
+def _top_level_imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    out = set()
+    for node in tree.body:
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            continue
+        for n in ast.walk(node) if isinstance(node, (ast.Import, ast.ImportFrom, ast.Try)) else ():
+            if isinstance(n, ast.Import):
+                out |= {a.name for a in n.names}
+            elif isinstance(n, ast.ImportFrom) and n.module and not n.level:
+                out |= {n.module} | {f"{n.module}.{a.name}" for a in n.names}
+    return out
+
+
+def _heavy(target: str, known: dict[str, Path], seen: set[str]) -> bool:
+    """Whether importing `target` imports a HEAVY package (following our modules' top-level
+    imports)."""
+    if target.split(".")[0] in HEAVY:
+        return True
+    while target and target not in known:
+        target = target.rpartition(".")[0]
+    if not target or target in seen:
+        return False
+    seen.add(target)
+    return any(_heavy(t, known, seen) for t in _top_level_imports(known[target]))
+
+
+def lazy_imports_without_reason() -> list[str]:
+    """Imports inside functions that save no start-up time and give no reason."""
+    known = modules()
+    out = []
+    for name, path in known.items():
+        lines = path.read_text().splitlines()
+        for fn in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(fn):
+                if not isinstance(node, (ast.Import, ast.ImportFrom)):
+                    continue
+                targets = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                    [node.module or ""] + [f"{node.module}.{a.name}" for a in node.names]
+                if "#" in lines[node.lineno - 1] or \
+                        any(_heavy(t, known, set()) for t in targets):
+                    continue
+                out.append(f"{path.relative_to(REPO)}:{node.lineno}: {ast.unparse(node)}")
+    return sorted(set(out))
+
+
+def test_imports_inside_functions_save_start_up_time_or_say_why():
+    """A module's dependencies are at its top, where a reader sees them; an import inside a
+    function is for start-up time (it pulls a HEAVY package) or carries its reason."""
+    found = lazy_imports_without_reason()
+    assert found == [], f"{len(found)} lazy imports:\n" + "\n".join(found)
+
+
+def _algorithm_probes(path: Path) -> list[str]:
+    """`getattr(<...algorithm...>, ...)` and comparisons of an algorithm's name with a name."""
+    from alchemist_jobs.spec import ALGORITHMS
+
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "getattr" and \
+                node.args and re.search(r"\balgo(rithm)?\b", ast.unparse(node.args[0])):
+            found.append(f"{path.relative_to(REPO)}:{node.lineno}: {ast.unparse(node)}")
+        elif isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            names = {c.value for s in sides for c in ast.walk(s)
+                     if isinstance(c, ast.Constant) and c.value in ALGORITHMS}
+            if names and any(re.search(r"\balgo(rithm)?\.name$", ast.unparse(s)) for s in sides):
+                found.append(f"{path.relative_to(REPO)}:{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_only_an_algorithms_own_class_knows_what_it_is():
+    """One home per algorithm (spec.py's class: strategy, servers, exchange, micro-batches):
+    no module probes an algorithm's fields with getattr or asks its name."""
+    found = [f for path in sorted((REPO / "alchemist_jobs").rglob("*.py"))
+             if path.name != "spec.py" for f in _algorithm_probes(path)]
+    assert found == [], "\n".join(found)
+
+
+def test_the_probe_check_finds_a_probe(tmp_path):
+    module = tmp_path / "m.py"
+    module.write_text('a = getattr(spec.algorithm, "tau", 1)\nb = algo.name in ("bmuf", "x")\n'
+                      'c = spec.algorithm.steps_per_exchange\n')
+    globals()["REPO"], old = tmp_path, REPO
+    try:
+        assert [f.split(": ")[1] for f in _algorithm_probes(module)] == [
+            "getattr(spec.algorithm, 'tau', 1)", "algo.name in ('bmuf', 'x')"]
+    finally:
+        globals()["REPO"] = old
+
+
+def test_every_algorithm_names_a_strategy_that_exists():
+    import importlib
+
+    from alchemist_jobs.spec import ALGORITHMS
+
+    for name, cls in ALGORITHMS.items():
+        for target in filter(None, (cls.strategy, cls.local_update)):
+            module, _, attr = target.partition(":")
+            assert callable(getattr(importlib.import_module(module), attr)), (name, target)

@@ -29,6 +29,7 @@ from alchemist_jobs import environment as E
 from alchemist_jobs.runtime import ps_wire
 from alchemist_jobs.runtime.strategies.base import Strategy, WorkerContext
 from alchemist_jobs.runtime.strategies.comm_stats import OFF_STEP
+from alchemist_jobs.server_role import server_count
 
 CONNECT_TIMEOUT_S = E.PS_CONNECT_TIMEOUT.get(default=300.0)
 
@@ -187,8 +188,6 @@ class _PSStrategy(Strategy):
     replicas_identical = False
 
     def setup(self, model: torch.nn.Module) -> torch.nn.Module:
-        from alchemist_jobs.server_role import server_count
-
         self.model = model
         named = list(model.named_parameters())
         layout = ps_wire.shard_layout([p.numel() for _, p in named], server_count(self.ctx.spec))
