@@ -241,6 +241,12 @@ class AsyncAlgo(_Algo):
 class _BlockAlgo(_Algo):
     """bmuf and easgd: local steps, then an exchange of models every `tau` steps."""
 
+    overlap: bool = Field(
+        False, description="start each exchange on a snapshot and apply it one block later, "
+                           "while the next block's local steps run (hides the link's time)")
+    exchange_dtype: Literal["fp32", "fp16", "bf16"] = Field(
+        "fp32", description="precision of the exchanged model differences on the wire")
+
     @property
     def exchange(self) -> str:
         return MODEL
@@ -272,11 +278,6 @@ class BmufAlgo(_BlockAlgo):
     reset_momentum: bool = Field(
         True, description="clear the local optimizer's momentum after each block (as CNTK "
                           "does): it points along the old local path, not the new model")
-    overlap: bool = Field(
-        False, description="start each exchange on a snapshot and apply it one block later, "
-                           "while the next block's local steps run (hides the link's time)")
-    exchange_dtype: Literal["fp32", "fp16", "bf16"] = Field(
-        "fp32", description="precision of the exchanged model differences on the wire")
 
 
 class EasgdAlgo(_BlockAlgo):
@@ -288,11 +289,6 @@ class EasgdAlgo(_BlockAlgo):
     tau: int = Field(8, ge=1, description="local steps between elastic exchanges")
     alpha: float = Field(0.1, gt=0, lt=1, description="moving rate of the elastic force")
     variant: Literal["sync", "async"] = Field("sync", description="all-reduce or parameter server")
-    overlap: bool = Field(
-        False, description="start each exchange on a snapshot and apply it one block later, "
-                           "while the next block's local steps run (hides the link's time)")
-    exchange_dtype: Literal["fp32", "fp16", "bf16"] = Field(
-        "fp32", description="precision of the exchanged model differences on the wire")
 
     @model_validator(mode="after")
     def _sync_only(self) -> "EasgdAlgo":
