@@ -1,33 +1,11 @@
 """The scaling model behind `alchemist plan`: step time, throughput and speed-up per node count.
 
-Pure arithmetic over three sets of facts, each assumption named where it is used:
-
-- `Profile`: what one worker costs, measured on the cheap target: seconds of forward, of
-  backward and of the optimizer step per step at the spec's per-worker batch; the bytes one
-  exchange of the model moves (every parameter, at the precision it is exchanged in); how
-  `sync`'s DDP groups the gradients into buckets and when in backward each bucket is ready;
-  and the local arithmetic of one `bmuf`/`easgd` exchange.
-- `Cluster`: the target's shape and links: workers per node, the bandwidth of the link each
-  node sends on and the per-message latency between nodes, the bandwidth between workers of one
-  node, and how much slower compute is than profiled (1 when the profile ran under the
-  target's own contention, as it does for emulated nodes, and on a real cluster).
-- `Algorithm`: `sync` all-reduces gradients every step; `bmuf` and `easgd` all-reduce the
-  model (or its elastic difference) once every `tau` steps.
-
-Communication is a ring all-reduce (gloo's `allreduce` for CPU tensors runs its ring algorithm
-unless told otherwise; NCCL's ring for large tensors): each of the `W` workers sends
-`2 (W-1)/W * S` bytes over `2 (W-1)` sequential steps. Across nodes every node's link carries
-that volume, so the inter-node time is `2 (W-1)/W * S / B_link + 2 (W-1) * latency`; inside one
-node the node-local bandwidth counts instead.
-
-`sync` (DistributedDataParallel) all-reduces each bucket as soon as backward has produced all
-of its gradients, in bucket order, one after another on the link; the optimizer steps once
-the last bucket is back. So the step is forward + the later of (backward, the last bucket's
-all-reduce) + optimizer: communication hides behind the backward that is still to run when a
-bucket is ready, and no more (`sync_exposed_s`). `bmuf`/`easgd` block at the exchange, so the
-whole exchange (its all-reduce and its local arithmetic) adds, spread over `tau` steps; with
-`overlap` the all-reduce runs behind the next block's `tau` steps and only what outlasts them
-adds (the local arithmetic still does).
+Pure arithmetic over a `Profile` (one worker's measured cost), a `Cluster` (the target's
+shape and links) and an `Algorithm` (its exchange pattern, from spec.py). Communication is a
+ring all-reduce: `2 (W-1)/W * S / B_link + 2 (W-1) * latency` across nodes. `sync` hides each
+bucket's all-reduce behind the backward still to run (`sync_exposed_s`); `bmuf`/`easgd` add
+their exchange once every `tau` steps, or with `overlap` only what outlasts the next block.
+docs/plan.md states the assumptions.
 """
 
 from __future__ import annotations

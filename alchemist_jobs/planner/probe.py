@@ -1,23 +1,11 @@
 """Measure the link between nodes with the traffic training puts on it: timed gloo all-reduces.
 
-A nominal link rate says what the wire carries, not what gloo over TCP gets through it: the
-congestion control, the queueing discipline (a token bucket on emulated hosts), ACKs sharing
-the reverse direction and gloo's own pipelining all take their share, and the share differs
-from one target to another. So the plan can measure it instead of assuming it:
-
     torchrun --nnodes 2 --nproc-per-node 1 ... -m alchemist_jobs.planner.probe --out link.json
     alchemist plan job.yaml --nodes 1,2,4 --link-probe link.json
 
-Run with one process on each of two (or more) nodes of the target; every process all-reduces
-float32 tensors of a few sizes (small ones for the per-message latency, megabytes for the
-bandwidth), each timed `repeats` times after a barrier, and rank 0 writes the result. The
-times are fitted to the ring all-reduce the plan's model uses,
-
-    t(S) = 2 (W-1)/W x S / B + 2 (W-1) x latency
-
-by least squares, so B is the bandwidth of the very collective training runs, with every
-overhead that scales with bytes inside it, and `latency` every overhead per message. Outside
-torchrun, `--rank/--world/--master` name the process and the address of rank 0's store.
+Each process all-reduces float32 tensors of a few sizes, and the times are fitted to the
+plan's ring model, `t(S) = 2 (W-1)/W x S / B + 2 (W-1) x latency`, by least squares: B is the
+bandwidth of the very collective training runs, latency every per-message overhead.
 """
 
 from __future__ import annotations

@@ -1,29 +1,12 @@
-"""Measure one worker's cost for `alchemist plan`: forward, backward and optimizer time per step
-at the spec's per-worker batch, when in backward each of DDP's buckets is ready, the local
-arithmetic of a bmuf/easgd exchange, and the bytes one exchange of the model moves.
+"""Measure one worker's cost for `alchemist plan`: forward, backward and optimizer seconds per
+step, when in backward each of DDP's buckets is ready, the local arithmetic of an exchange
+(the algorithm's `local_update`), and the bytes one exchange moves.
 
-The profile runs the job's real model, data (the same `Batches` the worker slices) and
-optimizer, for a few hundred steps on one worker (no process group, no communication), with
-as many threads as one worker gets (`resources.cpu` shared by the node's workers, as the
-launcher sets OMP_NUM_THREADS). The first steps warm up the allocator and are not timed.
-
-- **Buckets.** A hook on every parameter records when backward has accumulated its gradient;
-  DDP's own bucketing rule (model.ddp_buckets) groups the gradients in that order into
-  buckets of `algorithm.bucket_mb`, each ready when its last gradient is.
-- **Exchange arithmetic.** Every `tau` steps the profile does what a bmuf (or easgd) worker
-  does around its all-reduce: flatten the parameters, average, the block update (the
-  strategy's own `block_update` / `elastic_round`), and load the result back.
-- **Emulated nodes.** Nodes emulated on this machine (network namespaces, the local stack)
-  share its processors; with `concurrent=k` the profile runs k copies at once, each in its own
-  process, so compute is measured under the contention k workers make. Workers wait for each
-  other at every exchange (each step for sync, each block of tau steps for bmuf/easgd), so the
-  copies start each such period together (a barrier) and the period lasts until the slowest
-  is done: 3 copies on 2 cores, say, take about twice one copy's time, not the 1.5x of a fair
-  share. The profile's times are scaled by that slowest-copy span over the copies' mean.
-  On a real cluster every worker has its own processors and `concurrent` stays 1.
-
-Only the built-in tasks can be profiled here: a `script:` task's cost is given with
-`--step-ms` and `--model-mb` instead.
+It runs the job's real model, data and optimizer on one worker, with the threads a worker
+gets, without communication. Emulated nodes (`concurrent=k`) share this machine's processors:
+k copies run at once, start each lockstep period together, and the times are scaled by the
+slowest copy's span over their mean. Only built-in tasks can be profiled; a script's cost is
+given with `--step-ms` and `--model-mb`.
 """
 
 from __future__ import annotations

@@ -1,23 +1,7 @@
-"""Fault injection for drills and tests: documented knobs that make a healthy run misbehave.
-
-    ALCHEMIST_FAULT_STALL_AT_STEP=N     after optimizer step N, one rank stops making progress
-    ALCHEMIST_FAULT_STALL_SECONDS=S     ... for S seconds (default: until the run is stopped)
-    ALCHEMIST_FAULT_STALL_RANK=R        ... on rank R (default 0); the others then wait for it
-                                        in their next collective, as behind a hung worker
-    ALCHEMIST_FAULT_STALL_BUSY=1        ... and keeps a CPU busy meanwhile: a step suddenly
-                                        much slower (swapping, throttled), not a hang
-    ALCHEMIST_SLOW_RANKS=1:3            (comma-separated RANK:FACTOR) stretches each step of
-                                        rank 1 to 3 times its duration by sleeping, as if that
-                                        worker ran on a slower machine
-    ALCHEMIST_ALLOW_NAN=1               keep training when the loss is not finite (the loop
-                                        otherwise stops with an error)
-    ALCHEMIST_FAULT_HOLD_FILE=PATH      after step 1, every rank waits until PATH exists (a
-                                        test lets the job go once monitoring has seen it)
-
-The stalled rank keeps serving its metrics, so monitoring sees a live worker that no longer
-steps: what the `AlchemistJobStalled` alert is for (docs/monitoring.md), and what the stall
-watchdog (`checkpoint.stall_timeout_s`) turns into a restart. Set them in a spec's `env:`
-(or `--set env.ALCHEMIST_FAULT_STALL_AT_STEP=200`).
+"""Fault injection for drills and tests: knobs that make a healthy run misbehave, set in a
+spec's `env:` (or `--set env.ALCHEMIST_FAULT_STALL_AT_STEP=200`); docs/environment.md lists
+them. A stalled rank keeps serving its metrics, so monitoring sees a live worker that no
+longer steps: what the `AlchemistJobStalled` alert and the stall watchdog are for.
 """
 
 from __future__ import annotations

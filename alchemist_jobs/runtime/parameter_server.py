@@ -1,30 +1,14 @@
 """The parameter server: one process per shard, holding and updating its share of the model.
 
-    ALCHEMIST_PS_SHARD=k ALCHEMIST_PS_PORT=p ALCHEMIST_RUN_DIR=... \\
+    ALCHEMIST_PS_SHARD=k ALCHEMIST_PS_PORT=p ALCHEMIST_RUN_DIR=... \
         python -m alchemist_jobs.runtime.parameter_server
 
-The launcher adds these processes beside the workers (locally: server_role.py; on a cluster:
-extra indexes of the job). Workers find them through ALCHEMIST_PS_ADDRS.
-
-Transport: torch.distributed.rpc binds every participant into one static world at start-up
-and does not survive a worker's restart, so the server speaks a small length-prefixed TCP
-protocol carrying raw tensor bytes (ps_wire.py); a restarted worker or server simply
-reconnects.
-
-Requests (one persistent connection per worker):
-- hello   register a worker (after every (re)connect); checks both sides agree on the layout
-- pull    the current parameters
-- push    a gradient and the worker's learning rate: applied at once by the server's
-          optimizer (the job's own, so momentum, weight decay and LARS apply), answered with
-          the new parameters; `staleness` = updates applied since the worker's read
-- elastic async EASGD: x_i in, e = α(x_i − x̃) back, x̃ += e
-- done    the worker finished; answered with the final parameters once every worker is done
-
-With `staleness_bound` s (stale-synchronous parallel), the answer to a push waits while the
-worker is more than s steps ahead of the slowest unfinished worker. The server checkpoints
-its parameters atomically (prefix server<k>) every `checkpoint.every_steps` updates and a
-restarted server resumes from the newest one (updates after it are lost, which asynchronous
-SGD tolerates). It exits by itself once every worker is done.
+The launcher starts these beside the workers (server_role.py), which find them through
+ALCHEMIST_PS_ADDRS and speak ps_wire.py's protocol over one connection each (torch's rpc
+cannot survive a worker's restart). Requests: `hello`, `pull`, `push` (a gradient, applied at
+once by the job's optimizer; with `staleness_bound` the answer waits for the slowest worker),
+`elastic` (async EASGD) and `done`. The server checkpoints every `checkpoint.every_steps`
+updates, resumes from the newest checkpoint, and exits once every worker is done.
 """
 
 from __future__ import annotations

@@ -1,26 +1,11 @@
 """Stall watchdog: a worker that makes no optimizer step for too long exits, so the group restarts.
 
-A stopped (SIGSTOP) or hung worker cannot notice anything itself, but its peers wait for it
-in their next collective, and torch's collective timeout is 30 minutes. Each worker's
-watchdog thread sees its own loop stop stepping, prints one line naming the cause and exits
-with STALL_EXIT_CODE; torchrun (locally and in every pod alike) then stops the group and
-restarts it from the newest checkpoint, within `max_restarts`.
-
-How long is too long (`checkpoint.stall_timeout_s`):
-- `auto` (the default) follows the run's own pace: AUTO_FACTOR times the median of the
-  last STEP_WINDOW intervals between optimizer steps, and never under AUTO_FLOOR_S. A worker
-  that slows down gradually (a loaded machine) is waited for; one that stops is not.
-- a number of seconds is a fixed limit between steps;
-- `null` turns the watchdog off.
-The first step of an attempt also waits for every peer's start (imports, restoring the
-checkpoint, building the model), so it gets at least FIRST_STEP_S in every mode.
-
-Slow or stopped: once the limit has passed, the watchdog reads every rank's heartbeat
-(runtime/liveness.py) over WINDOW_S. A rank with no new heartbeat has stopped (frozen or
-gone): the stall is declared, naming it. A rank whose CPU time advances is still working: the
-run is slow, not stopped, so the watchdog says so in one line and keeps waiting, checking
-again every window, up to PATIENCE times the limit. When every rank is alive but none works
-(a deadlock), the stall is declared.
+A stopped or hung worker cannot notice anything itself, but its peers wait for it in their
+next collective (torch's timeout: 30 minutes). Each worker's watchdog thread sees its own
+loop stop stepping, prints one line naming the cause and exits with STALL_EXIT_CODE; torchrun
+then restarts the group from the newest checkpoint. The limit (`checkpoint.stall_timeout_s`:
+`auto`, seconds or off) and how heartbeats (runtime/liveness.py) tell a slow rank from a
+stopped one are described in docs/paradigms.md.
 """
 
 from __future__ import annotations
