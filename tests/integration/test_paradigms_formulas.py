@@ -130,9 +130,10 @@ def test_bmuf_block_momentum_and_nesterov_follow_the_formula():
     r = _run_ranks(_bmuf_ranks, eta=eta, zeta=zeta, nesterov=True)
     w_prev, delta = r[0]["w0"], torch.zeros_like(r[0]["w0"])
     for block in (1, 2):
-        # the workers began this block from the previous restart point (not from W)
+        # the workers began this block from the previous restart point (not from W), and
+        # the block's progress is measured from there (Chen & Huo 2016, eq. 3)
         avg = (r[0][f"local{block}"] + r[1][f"local{block}"]) / 2
-        delta = eta * delta + zeta * (avg - w_prev)
+        delta = eta * delta + zeta * (avg - (w_prev + eta * delta))
         w_prev = w_prev + delta
         for rank in (0, 1):
             assert torch.allclose(r[rank][f"after{block}"], w_prev + eta * delta, atol=1e-5)
@@ -171,14 +172,14 @@ def test_overlapped_bmuf_applies_each_block_update_one_block_late():
                         else r[k]["local1"] - r[k]["w0"]) for k in (0, 1)}
         if sent:  # the exchange started a block ago lands: its update moves the snapshot
             avg = (sent[0] + sent[1]) / 2
-            delta = eta * delta + zeta * (avg - w)
+            delta = eta * delta + zeta * (avg - (w + eta * delta))
             w = w + delta
             x = {k: x[k] + (w + eta * delta - sent[k]) for k in (0, 1)}
         sent = dict(x)
         for k in (0, 1):
             assert torch.allclose(r[k][f"after{block}"], x[k], atol=1e-5), (block, k)
     avg = (sent[0] + sent[1]) / 2  # finish lands the last one and hands out W
-    w = w + eta * delta + zeta * (avg - w)
+    w = w + eta * delta + zeta * (avg - (w + eta * delta))
     for k in (0, 1):
         assert torch.allclose(r[k]["final"], w, atol=1e-5)
     assert torch.equal(r[0]["final"], r[1]["final"])

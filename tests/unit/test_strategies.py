@@ -31,15 +31,36 @@ T = torch.tensor
 
 
 def test_bmuf_block_update_by_hand():
-    # G = W̄ - W_prev = [2, 0]; Δ = 0.5*[1, 0] + 2*[2, 0] = [4.5, 0]; W = [5.5, 2]
+    # Nesterov: the block began at S = W_prev + η·Δ_prev = [1.5, 2]; G = W̄ - S = [1.5, 0];
+    # Δ = 0.5*[1, 0] + 2*[1.5, 0] = [3.5, 0]; W = W_prev + Δ = [4.5, 2]
     w, delta, start = block_update(T([1.0, 2.0]), T([3.0, 2.0]), T([1.0, 0.0]),
                                    eta=0.5, zeta=2.0, nesterov=True)
+    assert torch.equal(delta, T([3.5, 0.0]))
+    assert torch.equal(w, T([4.5, 2.0]))
+    assert torch.equal(start, T([6.25, 2.0]))  # Nesterov: W + η·Δ
+    # Without Nesterov the block began at W_prev: G = [2, 0], Δ = [4.5, 0], W = [5.5, 2]
+    w, delta, plain = block_update(T([1.0, 2.0]), T([3.0, 2.0]), T([1.0, 0.0]),
+                                   eta=0.5, zeta=2.0, nesterov=False)
     assert torch.equal(delta, T([4.5, 0.0]))
-    assert torch.equal(w, T([5.5, 2.0]))
-    assert torch.equal(start, T([7.75, 2.0]))  # Nesterov: W + η·Δ
-    _, _, plain = block_update(T([1.0, 2.0]), T([3.0, 2.0]), T([1.0, 0.0]),
-                               eta=0.5, zeta=2.0, nesterov=False)
-    assert torch.equal(plain, T([5.5, 2.0]))
+    assert torch.equal(plain, T([5.5, 2.0])) and torch.equal(w, plain)
+
+
+@pytest.mark.parametrize("nesterov", [True, False])
+def test_bmuf_block_momentum_decays_by_eta_when_a_block_makes_no_progress(nesterov):
+    # Chen & Huo (ICASSP 2016), eqs. 3-6: G(t) = W̄(t) - W_g(t-1), the block's progress from
+    # where the workers began it (W_g = W + η·Δ with Nesterov; CNTK's BlockMomentumSGD and
+    # fairseq's bmuf.py keep that point as the reference too). Workers that stay where they
+    # began add nothing, so the filtered update decays geometrically with ratio η, never
+    # grows (measuring G from W instead made it 2η·Δ: no decay at all for η = 1 - 1/2).
+    eta = 0.5
+    w, delta = T([0.0, 0.0]), T([1.0, -2.0])
+    for _ in range(4):
+        began = w + eta * delta if nesterov else w
+        w_next, new_delta, start = block_update(w, began.clone(), delta, eta=eta, zeta=1.0,
+                                                nesterov=nesterov)
+        assert torch.allclose(new_delta, eta * delta)
+        assert torch.allclose(w_next, w + eta * delta)
+        w, delta = w_next, new_delta
 
 
 def test_bmuf_without_momentum_is_model_averaging():

@@ -3,19 +3,21 @@
 Each worker runs tau local optimizer steps (a block). Then the models are averaged with one
 all-reduce, and the global model moves by a filtered block update:
 
-    G_t   = W̄_t - W_{t-1}                  (the block's averaged progress)
+    S_{t-1} = W_{t-1} + η·Δ_{t-1}  with Nesterov, else W_{t-1}   (where the block began)
+    G_t   = W̄_t - S_{t-1}                  (the block's averaged progress)
     Δ_t   = η·Δ_{t-1} + ζ·G_t              (block momentum η, block learning rate ζ)
     W_t   = W_{t-1} + Δ_t
-    start = W_t + η·Δ_t  with Nesterov, else W_t   (where workers begin the next block)
 
-With η = 0 and ζ = 1 this is periodic model averaging. W_{t-1} and Δ are identical on every
-rank (they are computed from the all-reduced average), so they need no exchange of their own.
-What is all-reduced is W_i − W_{t-1}, in the spec's `exchange_dtype`.
+as in the paper (and CNTK's and fairseq's implementations): the block's progress is measured
+from the point the workers started it, so a block that makes no progress leaves
+Δ_t = η·Δ_{t-1}. With η = 0 and ζ = 1 this is periodic model averaging. W and Δ are identical
+on every rank (they are computed from the all-reduced average), so they need no exchange of
+their own. What is all-reduced is W_i − S_{t-1}, in the spec's `exchange_dtype`.
 
 `overlap: true` hides the exchange behind the next block (as overlapping local SGD does): at
 a block's end each worker snapshots S_i = W_i, starts the all-reduce of S_i − W_{t-1} and
 keeps stepping; at the next block's end it waits for it, computes the block update and
-moves by what the update changes of its snapshot, W_i ← W_i + (start − S_i), keeping the
+moves by what the update changes of its snapshot, W_i ← W_i + (S_t − S_i), keeping the
 local steps made meanwhile; then it snapshots and starts the next one. The average it
 applies is one block old. A checkpoint does not keep an exchange in flight: a resumed run
 drops it.
@@ -34,15 +36,21 @@ from alchemist_jobs.runtime.strategies.averaging import Exchange, check_same_sta
 from alchemist_jobs.runtime.strategies.base import Strategy
 
 
+def start_point(w: torch.Tensor, delta: torch.Tensor, eta: float, nesterov: bool) -> torch.Tensor:
+    """Where workers begin a block after the update (W, Δ): S = W + η·Δ with Nesterov, else W.
+    A separate tensor even without Nesterov: vector_to_parameters makes the parameters views
+    of what it is given, and local steps must not move W."""
+    return w + eta * delta if nesterov else w.clone()
+
+
 def block_update(w_prev: torch.Tensor, w_avg: torch.Tensor, delta: torch.Tensor, eta: float,
                  zeta: float, nesterov: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """One BMUF block update: (W_t, Δ_t, the point workers restart from)."""
-    delta = eta * delta + zeta * (w_avg - w_prev)
+    """One BMUF block update: (W_t, Δ_t, the point workers restart from), given W_{t-1},
+    the workers' average W̄_t and Δ_{t-1}."""
+    began = start_point(w_prev, delta, eta, nesterov)  # S_{t-1}
+    delta = eta * delta + zeta * (w_avg - began)
     w = w_prev + delta
-    # A separate tensor even without Nesterov: vector_to_parameters makes the parameters
-    # views of what it is given, and local steps must not move W_t.
-    start = w + eta * delta if nesterov else w.clone()
-    return w, delta, start
+    return w, delta, start_point(w, delta, eta, nesterov)
 
 
 class BmufStrategy(Strategy):
@@ -80,7 +88,7 @@ class BmufStrategy(Strategy):
     @torch.no_grad()
     def _block(self) -> None:
         x = parameters_to_vector(self.params).detach()
-        diff = self.exchange.sum(x - self.global_model)
+        diff = self.exchange.sum(x - self._began())
         vector_to_parameters(self._update(diff), self.params)
         self.pending = 0
 
@@ -91,7 +99,7 @@ class BmufStrategy(Strategy):
             x = self._land(x)
             vector_to_parameters(x, self.params)
         self.sent = x.clone()
-        self.exchange.start(self.sent - self.global_model)
+        self.exchange.start(self.sent - self._began())
         self.pending = 0
 
     def _land(self, x: torch.Tensor) -> torch.Tensor:
@@ -101,9 +109,13 @@ class BmufStrategy(Strategy):
         self.sent = None
         return x
 
+    def _began(self) -> torch.Tensor:
+        """S_{t-1}: where the workers began the block now ending."""
+        return start_point(self.global_model, self.delta, self.eta, self.nesterov)
+
     def _update(self, diff_sum: torch.Tensor) -> torch.Tensor:
-        """The block update from Σ_i (W_i − W_{t-1}); the point workers restart from."""
-        avg = self.global_model + diff_sum / self.ctx.world_size
+        """The block update from Σ_i (W_i − S_{t-1}); the point workers restart from."""
+        avg = self._began() + diff_sum / self.ctx.world_size
         self.global_model, self.delta, start = block_update(
             self.global_model, avg, self.delta, self.eta, self.zeta, self.nesterov)
         if self.reset_momentum and self.optimizer is not None:
