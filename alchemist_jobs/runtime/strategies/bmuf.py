@@ -15,9 +15,9 @@ on every rank (they are computed from the all-reduced average), so they need no 
 their own. What is all-reduced is W_i − S_{t-1}, in the spec's `exchange_dtype`.
 
 `overlap: true` hides the exchange behind the next block (as overlapping local SGD does): at
-a block's end each worker snapshots S_i = W_i, starts the all-reduce of S_i − W_{t-1} and
+a block's end each worker snapshots P_i = W_i, starts the all-reduce of P_i − S_{t-1} and
 keeps stepping; at the next block's end it waits for it, computes the block update and
-moves by what the update changes of its snapshot, W_i ← W_i + (S_t − S_i), keeping the
+moves by what the update changes of its snapshot, W_i ← W_i + (S_t − P_i), keeping the
 local steps made meanwhile; then it snapshots and starts the next one. The average it
 applies is one block old. A checkpoint does not keep an exchange in flight: a resumed run
 drops it.
