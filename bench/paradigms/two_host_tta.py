@@ -26,7 +26,8 @@ the target is interpolated linearly between the two snapshots around the crossin
 variant runs `--repeats` times, round-robin (so slow drifts of the machine spread over all);
 the table gives medians and the spread (min-max).
 
-Writes bench/results/paradigms/two_host_tta.{md,png,json} and the probe two_host_tta-probe.json.
+Writes bench/results/paradigms/two_host_tta.{md,png,json} and the probe two_host_tta-probe.json;
+`--replot` redraws the figure from the JSON.
 """
 
 from __future__ import annotations
@@ -153,7 +154,13 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--only", nargs="*", default=DEFAULT, choices=list(ALGOS),
                     help="variants to run (sync first: the baseline)")
+    ap.add_argument("--replot", action="store_true",
+                    help="redraw the figure from the last run's JSON, running nothing")
     args = ap.parse_args()
+    if args.replot:
+        saved = json.loads((RESULTS / "two_host_tta.json").read_text())
+        plot(saved["runs"], saved["rate_mbit"])
+        return
     reason = unavailable()
     if reason:
         sys.exit(f"two_host_tta: {reason}")
@@ -241,14 +248,22 @@ def main() -> None:
                        steps=o["result"]["steps"], curve=o["curve"], run=o["run_dir"])
                   for o in os_] for n, os_ in runs.items()}), indent=1) + "\n")
 
+    plot({n: [dict(curve=o["curve"], tta=o["tta"]) for o in os_] for n, os_ in runs.items()},
+         args.rate)
+
+
+def plot(runs: dict[str, list[dict]], rate: float) -> None:
+    """The figure: every run's curve (log time: sync's minutes next to seconds) and the
+    median time to target with each run's; `runs` as the JSON keeps them."""
     fig, ax = figure(1, 2, (13, 4.5))
     for i, (name, os_) in enumerate(runs.items()):
         for j, o in enumerate(os_):
             ax[0][0].plot([p["wall_s"] for p in o["curve"]], [p["accuracy"] for p in o["curve"]],
                           color=f"C{i}", lw=1, alpha=0.8, label=name if j == 0 else None)
     ax[0][0].axhline(TARGET, color="grey", ls=":", lw=1)
-    ax[0][0].set(xlabel="wall time (s)", ylabel="test accuracy",
-                 title=f"accuracy against time, {args.rate:g} Mbit/s link (every run)")
+    ax[0][0].set_xscale("log")
+    ax[0][0].set(xlabel="wall time (s, log scale)", ylabel="test accuracy",
+                 title=f"accuracy against time, {rate:g} Mbit/s link (every run)")
     ax[0][0].legend(fontsize=8)
     names = list(runs)
     meds = [med([o["tta"] for o in runs[n]]) or 0 for n in names]
@@ -258,7 +273,6 @@ def main() -> None:
     ax[0][1].set(ylabel="seconds", title=f"time to {TARGET}: median and each run (0 = not reached)")
     ax[0][1].tick_params(axis="x", rotation=30)
     save_figure(fig, "two_host_tta")
-
 
 if __name__ == "__main__":
     main()
