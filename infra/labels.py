@@ -12,6 +12,10 @@ RUN_LABEL = RUN_LABEL  # re-exported: the PodMonitor copies it onto every series
 MONITORING_NAMESPACE = "monitoring"
 GPU_OPERATOR_NAMESPACE = "gpu-operator"
 KUEUE_NAMESPACE = "kueue-system"
+# Kueue's Helm release: its chart names every object `<release>-<suffix>` (the release contains
+# the chart's name), and the manager hard-codes `kueue-validating-webhook-configuration` and
+# `kueue-mutating-webhook-configuration` (pkg/util/cert/cert.go at v0.13.4), so it must be `kueue`.
+KUEUE_RELEASE = "kueue"
 JOBSET_NAMESPACE = "jobset-system"
 TEAM_LABEL = "alchemist.io/team"  # on every team namespace
 

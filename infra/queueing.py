@@ -11,7 +11,7 @@ import yaml
 
 from infra.cluster import EFA_RESOURCE, GPU_NODE_LABELS, GPU_RESOURCE, GPU_TOLERATIONS
 from infra.config import Team
-from infra.labels import JOBSET_NAMESPACE, KUEUE_COHORT, KUEUE_NAMESPACE, PRIORITY_CLASSES, TEAM_LABEL
+from infra.labels import JOBSET_NAMESPACE, KUEUE_COHORT, KUEUE_NAMESPACE, KUEUE_RELEASE, PRIORITY_CLASSES, TEAM_LABEL
 from infra.versions import CHARTS
 
 KUEUE_API = "kueue.x-k8s.io/v1beta1"
@@ -41,6 +41,11 @@ def kueue_manager_config() -> dict[str, Any]:
             "Job.batch": 5, "Pod": 5, "Workload.kueue.x-k8s.io": 5, "LocalQueue.kueue.x-k8s.io": 1,
             "ClusterQueue.kueue.x-k8s.io": 1, "ResourceFlavor.kueue.x-k8s.io": 1}},  # fmt: skip
         "clientConnection": {"qps": 50, "burst": 100},
+        # The manager writes its webhook certificate into this Secret, for this Service: the
+        # names the chart gives them under release KUEUE_RELEASE (its pod mounts that Secret).
+        # Without a Secret of this name the manager exits (pkg/util/cert/cert.go at v0.13.4).
+        "internalCertManagement": {"enable": True, "webhookServiceName": f"{KUEUE_RELEASE}-webhook-service",
+                                   "webhookSecretName": f"{KUEUE_RELEASE}-webhook-server-cert"},
         # Only team namespaces hold jobs Kueue manages; system pods are never gated.
         "managedJobsNamespaceSelector": {"matchExpressions": [{"key": TEAM_LABEL, "operator": "Exists"}]},
         "integrations": {"frameworks": ["batch/job", "jobset.x-k8s.io/jobset", "pod"]},
@@ -143,9 +148,11 @@ class Queueing(pulumi.ComponentResource):
         k8s = kubernetes
         child = pulumi.ResourceOptions(parent=self, depends_on=args.depends_on)
         kueue, jobset = CHARTS["kueue"], CHARTS["jobset"]
+        # The release name is explicit: helm.v4.Chart would take the resource's name
+        # (`platform-queueing-kueue`), and every name the chart derives from it with it.
         self.kueue = k8s.helm.v4.Chart(
-            f"{name}-kueue", chart=kueue.chart, version=kueue.version, namespace=KUEUE_NAMESPACE,
-            values=kueue_values(),
+            f"{name}-kueue", name=KUEUE_RELEASE, chart=kueue.chart, version=kueue.version,
+            namespace=KUEUE_NAMESPACE, values=kueue_values(),
             opts=pulumi.ResourceOptions(parent=self, depends_on=[*args.depends_on, args.kueue_namespace]),
         )  # fmt: skip
         self.jobset = k8s.helm.v4.Chart(
