@@ -26,6 +26,7 @@ from infra.labels import (
     SHARED_PVC,
     metrics_port_name,
 )
+from infra.queueing import kueue_service_monitor_spec
 from infra.versions import CHARTS, GRAFANA_IMAGE_TAG
 
 DASHBOARD_LABEL = {"grafana_dashboard": "1"}  # what kube-prometheus-stack's Grafana sidecar loads
@@ -212,7 +213,8 @@ class MonitoringArgs:
 
 
 class Monitoring(pulumi.ComponentResource):
-    """kube-prometheus-stack, Grafana dashboards, alert rules, the job PodMonitor and a TensorBoard per team."""
+    """kube-prometheus-stack, Grafana dashboards, alert rules, the job PodMonitor, Kueue's
+    ServiceMonitor and a TensorBoard per team."""
 
     def __init__(self, name: str, args: MonitoringArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("alchemist:infra:Monitoring", name, None, opts)
@@ -278,6 +280,15 @@ class Monitoring(pulumi.ComponentResource):
             metadata={"name": "alchemist-jobs", "namespace": MONITORING_NAMESPACE,
                       "labels": dict(PROMETHEUS_SELECTOR)},
             spec=pod_monitor_spec(args.job_namespaces),
+            opts=after_crds,
+        )  # fmt: skip
+        self.kueue_monitor = k8s.apiextensions.CustomResource(
+            f"{name}-servicemonitor-kueue",
+            api_version="monitoring.coreos.com/v1",
+            kind="ServiceMonitor",
+            metadata={"name": "alchemist-kueue", "namespace": MONITORING_NAMESPACE,
+                      "labels": dict(PROMETHEUS_SELECTOR)},
+            spec=kueue_service_monitor_spec(),
             opts=after_crds,
         )  # fmt: skip
         self.tensorboards = {}

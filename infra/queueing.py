@@ -70,6 +70,31 @@ def kueue_values() -> dict[str, Any]:
     }
 
 
+# Kueue's metrics Service (charts/kueue/templates/manager/auth_proxy_service.yaml at v0.13.4):
+# labelled `kueue.metricsService.labels`, its port `https` (values.yaml metricsService.ports)
+# forwarding to the manager's `metrics.bindAddress`.
+KUEUE_METRICS_LABELS = {"app.kubernetes.io/name": "kueue", "app.kubernetes.io/instance": KUEUE_RELEASE,
+                        "app.kubernetes.io/component": "metrics"}
+
+
+def kueue_service_monitor_spec() -> dict[str, Any]:
+    """How the platform's Prometheus scrapes Kueue (the Queue dashboard's data).
+
+    The manager serves metrics over TLS behind controller-runtime's authentication and
+    authorization filter (cmd/kueue/main.go at v0.13.4): Prometheus sends its ServiceAccount's
+    token, which kube-prometheus-stack's ClusterRole lets GET `/metrics`; the serving
+    certificate is self-signed in memory (internal certificates), so it is not verified.
+    The chart's own ServiceMonitor (`enablePrometheus`) carries no label our Prometheus selects.
+    """
+    return {
+        "namespaceSelector": {"matchNames": [KUEUE_NAMESPACE]},
+        "selector": {"matchLabels": dict(KUEUE_METRICS_LABELS)},
+        "endpoints": [{"port": "https", "scheme": "https", "path": "/metrics", "interval": "30s",
+                       "bearerTokenFile": "/var/run/secrets/kubernetes.io/serviceaccount/token",
+                       "tlsConfig": {"insecureSkipVerify": True}}],
+    }
+
+
 def jobset_values() -> dict[str, Any]:
     return {"controller": {"replicas": 1}}
 
