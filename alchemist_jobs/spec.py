@@ -7,6 +7,7 @@ line names the file, the field path, the bad value and what is accepted.
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
 import sys
@@ -25,6 +26,8 @@ from alchemist_jobs.secret_scan import value_looks_secret
 BUILTIN_TASKS = ("digits", "synthetic")
 DIGITS_SAMPLES = 1797  # sklearn's load_digits
 DIGITS_TEST = 360  # its train_test_split(test_size=0.2), the built-in task's test split
+# FILE.py:FUNCTION (a path relative to the spec) or package.module:FUNCTION
+_ENTRY = re.compile(r"(?:[^:\0]+\.py|[A-Za-z_][\w]*(?:\.[A-Za-z_][\w]*)*):[A-Za-z_]\w*")
 _QUANTITY = r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$"
 
 
@@ -73,9 +76,14 @@ class DigitsTask(_Node):
 
 
 class TaskSpec(_Node):
-    """Exactly one of `builtin`, `script` or `module`."""
+    """Exactly one of `builtin`, `entry`, `script` or `module`."""
 
     builtin: Literal["digits", "synthetic"] | None = None
+    entry: str | None = Field(
+        None, max_length=512,
+        description="your own model through the built-in trainer: `FILE.py:FUNCTION` (a file "
+        "in the spec's directory) or `package.module:FUNCTION`, returning the model, train "
+        "and test sets and loss (docs/bring-your-model.md); every algorithm applies")
     script: str | None = Field(None, description="path of a torchrun-compatible script")
     module: str | None = Field(None, description="a module run as `python -m MODULE`")
     args: list[str] = Field(default_factory=list, description="arguments for script/module")
@@ -96,22 +104,57 @@ class TaskSpec(_Node):
 
     @model_validator(mode="after")
     def _exactly_one(self) -> "TaskSpec":
-        given = [k for k in ("builtin", "script", "module") if getattr(self, k)]
+        given = [k for k in ("builtin", "entry", "script", "module") if getattr(self, k)]
         if len(given) != 1:
             raise ValueError(
-                f"needs exactly one of builtin ({'|'.join(BUILTIN_TASKS)}), script or module; "
-                f"got {', '.join(given) or 'none'}"
+                f"needs exactly one of builtin ({'|'.join(BUILTIN_TASKS)}), entry, script or "
+                f"module; got {', '.join(given) or 'none'}"
             )
         if self.module is not None and not re.fullmatch(r"[A-Za-z_][\w.]*", self.module):
             raise ValueError(f"module {self.module!r} is not a dotted Python module name")
-        if self.builtin and self.framework != "torch":
+        if self.entry is not None and not _ENTRY.fullmatch(self.entry):
+            raise ValueError(f"entry {shown(self.entry)} is not FILE.py:FUNCTION or "
+                             "package.module:FUNCTION")
+        if (self.builtin or self.entry) and self.framework != "torch":
             raise ValueError(f"framework {self.framework} is for script and module tasks; "
-                             f"built-in tasks train with torch")
+                             f"built-in and entry tasks train with torch")
         return self
 
     @property
     def kind(self) -> str:
-        return self.builtin or ("script" if self.script else "module")
+        if self.builtin:
+            return self.builtin
+        return "entry" if self.entry else "script" if self.script else "module"
+
+    @property
+    def trained_by_alchemist(self) -> bool:
+        """The built-in trainer runs it (built-in and entry tasks), not the user's own loop."""
+        return bool(self.builtin or self.entry)
+
+    @property
+    def entry_point(self) -> str:
+        """The function that builds the task: the user's, or a built-in task's own."""
+        if self.entry:
+            return self.entry
+        if self.builtin:
+            return f"alchemist_jobs.runtime.tasks:{self.builtin}"
+        raise ValueError(f"a {self.kind} task runs its own loop: it has no entry point")
+
+    def worker_args(self) -> list[str]:
+        """What each worker runs after the bootstrap, the same words on every stack: the
+        built-in trainer (built-in and entry tasks), or the user's script or module."""
+        if self.trained_by_alchemist:
+            return ["trainer"]
+        if self.script:
+            return ["script", self.script, *self.args]
+        return ["module", self.module, *self.args]
+
+    @property
+    def entry_file(self) -> str | None:
+        """The FILE.py of a `FILE.py:FUNCTION` entry (relative to the spec), else None."""
+        if self.entry and self.entry.rpartition(":")[0].endswith(".py"):
+            return self.entry.rpartition(":")[0]
+        return None
 
     @property
     def train_set_size(self) -> int:
@@ -555,6 +598,7 @@ def apply_override(raw: dict, assignment: str, source: str = "--set") -> None:
 def _describe_error(err: dict) -> tuple[str, str]:
     """(field path, what is accepted) for one pydantic error, in the spec's own words."""
     loc = [str(p) for p in err["loc"]]
+    guess = _closest_field(loc) if err["type"] == "extra_forbidden" else None
     # Discriminated unions put the tag in the path (algorithm.bmuf.tau): drop it.
     if len(loc) >= 2 and loc[0] == "algorithm" and loc[1] in ALGORITHMS:
         loc = [loc[0]] + loc[2:]
@@ -576,33 +620,70 @@ def _describe_error(err: dict) -> tuple[str, str]:
                   "less_than_equal": "<="}[kind]
             bound = next(iter(ctx.values()))
             accepted = f"a number {op} {bound}"
+        elif kind == "string_pattern_mismatch" and ctx.get("pattern") == _QUANTITY:
+            accepted = ("a Kubernetes quantity such as 2Gi, 512Mi or 1.5 (a number, optionally "
+                        "with a suffix: Ki Mi Gi Ti Pi Ei, k M G T P E or m)")
         elif kind == "string_pattern_mismatch":
             accepted = f"a string matching {ctx.get('pattern')}"
         elif kind == "value_error":
             accepted = msg.removeprefix("Value error, ")
         else:
             accepted = msg[0].lower() + msg[1:]
+    if guess is not None:
+        accepted = f"no such field; did you mean {guess}? (see examples/ for every field)"
     return ".".join(loc) or "(top level)", accepted
 
 
+def _closest_field(loc: list[str]) -> str | None:
+    """The field of the spec's model at loc[:-1] whose name is closest to the unknown
+    loc[-1] (difflib), if one is close enough to be what was meant."""
+    models: list[type[BaseModel]] = [JobSpec]
+    for part in loc[:-1]:
+        reached = [m for model in models if part in model.model_fields
+                   for m in _models_in(model.model_fields[part].annotation)]
+        if reached:
+            models = reached
+            continue
+        # a union's tag (algorithm.bmuf.tau) picks its member; a list index or key keeps all
+        tagged = [m for m in models if "name" in m.model_fields
+                  and part in get_args(m.model_fields["name"].annotation)]
+        models = tagged or models
+    names = sorted({n for m in models for n in m.model_fields})
+    found = difflib.get_close_matches(loc[-1], names, n=1, cutoff=0.6) if loc else []
+    return found[0] if found else None
+
+
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    """The pydantic models an annotation holds (X, X | None, a union, Annotated, list[X])."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for arg in get_args(annotation) for m in _models_in(arg)]
+
+
+def _inside_spec_dir(rel: str, field: str, spec_dir: Path, source: str) -> str:
+    """A Python file the task names, as its path inside the spec's directory: the run
+    executes its own copy of that directory, so a file outside it would run from wherever
+    it lies, as it is then."""
+    path = (spec_dir / rel).resolve()
+    if not path.is_file():
+        raise UserError(f"{source}: {field}: {rel!r} not found (looked for {path}); accepted: "
+                        "a path to a Python file, relative to the spec")
+    top = Path(spec_dir).resolve()
+    if top not in path.parents:
+        raise UserError(
+            f"{source}: {field}: {rel!r} lies outside the spec's directory {top}; accepted: a "
+            "file inside it (the run executes its own copy of that directory)")
+    return path.relative_to(top).as_posix()
+
+
 def _check_task(spec: JobSpec, spec_dir: Path, source: str) -> None:
-    """Checks that need the task: the script exists; the batch fits the data set."""
+    """Checks that need the task: the script or entry file exists; the batch fits the data."""
     if spec.task.script is not None:
-        script = (spec_dir / spec.task.script).resolve()
-        if not script.is_file():
-            raise UserError(
-                f"{source}: task.script: {spec.task.script!r} not found "
-                f"(looked for {script}); accepted: a path to a Python file, relative to the spec"
-            )
-        # The run executes its own copy of the spec's directory, so the script is named by its
-        # place in that copy; one outside it would run from wherever it lies, as it is then.
-        top = Path(spec_dir).resolve()
-        if top not in script.parents:
-            raise UserError(
-                f"{source}: task.script: {spec.task.script!r} lies outside the spec's directory "
-                f"{top}; accepted: a script inside it (the run executes its own copy of that "
-                "directory)")
-        spec.task.script = script.relative_to(top).as_posix()
+        spec.task.script = _inside_spec_dir(spec.task.script, "task.script", spec_dir, source)
+    if spec.task.entry_file is not None:
+        function = spec.task.entry.rpartition(":")[2]
+        rel = _inside_spec_dir(spec.task.entry_file, "task.entry", spec_dir, source)
+        spec.task.entry = f"{rel}:{function}"
     if spec.data.source is not None:  # an S3 URI checked, a local directory made absolute
 
         if spec.data.source.startswith("s3://"):

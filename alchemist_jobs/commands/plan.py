@@ -174,9 +174,11 @@ def build_plan(args: argparse.Namespace) -> dict:
                             f"worker(s) would profile {too_many[0] * workers} processes at once "
                             f"on this machine; at most {EMULATED_MAX_WORKERS}")
         prof = {n: profile.profile_spec(spec, home, steps=args.profile_steps,
-                                        concurrent=n * workers) for n in sorted({1, *nodes})}
+                                        concurrent=n * workers, code_dir=Path(args.spec).resolve().parent)
+                for n in sorted({1, *nodes})}
     else:
-        prof = profile.profile_spec(spec, home, steps=args.profile_steps)
+        prof = profile.profile_spec(spec, home, steps=args.profile_steps,
+                                    code_dir=Path(args.spec).resolve().parent)
     if args.tau == "auto":
         n = max(nodes)
         algos = [a if a.exchange != MODEL else dataclasses.replace(a, tau=model.choose_tau(

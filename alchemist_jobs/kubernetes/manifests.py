@@ -134,12 +134,7 @@ def check_fits(spec: JobSpec, stack: StackOutput) -> None:
 
 def worker_target(spec: JobSpec) -> list[str]:
     """The bootstrap's arguments: the same words as on the local stack."""
-    t = spec.task
-    if t.builtin:
-        return ["builtin"]
-    if t.script:
-        return ["script", PurePosixPath(t.script).as_posix(), *t.args]
-    return ["module", t.module, *t.args]
+    return spec.task.worker_args()
 
 
 def _cpu(q: float) -> str:

@@ -184,10 +184,12 @@ class KubernetesScheduler(Scheduler[KubeRequest, KubeHandle]):
         """The manifests; reads the code directory, touches no cluster."""
         mf.check_fits(spec, self.out)  # cheap refusals before packing anything
         code = None
-        if spec.task.script or spec.task.module:
+        if not spec.task.builtin:  # a script, a module or an entry: the user's code travels
             code = pack(Path(spec_dir), source="task", ship_secrets=spec.ship_secrets)
-            if spec.task.script:
-                _check_shipped(spec.task.script, code)
+            for field, rel in (("task.script", spec.task.script),
+                               ("task.entry", spec.task.entry_file)):
+                if rel:
+                    _check_shipped(rel, code, field)
 
         from alchemist_jobs.data.pods import plan_local_source
 
@@ -444,15 +446,15 @@ class KubernetesScheduler(Scheduler[KubeRequest, KubeHandle]):
         return None
 
 
-def _check_shipped(script: str, code: CodeSnapshot) -> None:
+def _check_shipped(script: str, code: CodeSnapshot, field: str = "task.script") -> None:
     path = (code.root / script).resolve()
     try:
         rel = path.relative_to(code.root).as_posix()
     except ValueError:
-        raise UserError(f"task.script: {script!r} lies outside {code.root}, the directory "
-                        "that ships to the cluster; accepted: a script inside the spec's "
+        raise UserError(f"{field}: {script!r} lies outside {code.root}, the directory "
+                        "that ships to the cluster; accepted: a file inside the spec's "
                         "directory") from None
     if rel not in code.files:
-        raise UserError(f"task.script: {script!r} is excluded by .gitignore or "
-                        ".alchemistignore, so it would not ship; accepted: a script that is "
+        raise UserError(f"{field}: {script!r} is excluded by .gitignore or "
+                        ".alchemistignore, so it would not ship; accepted: a file that is "
                         "not ignored")

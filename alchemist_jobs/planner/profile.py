@@ -45,20 +45,22 @@ def bucket_cap_bytes(spec: JobSpec) -> int:
 
 
 def profile_spec(spec: JobSpec, data_root: Path, steps: int = 200, warmup: int = 20,
-                 concurrent: int = 1) -> Profile:
+                 concurrent: int = 1, code_dir: Path | None = None) -> Profile:
     """Time `steps` real training steps of the spec's model on this machine, in `concurrent`
-    processes at once (emulated nodes sharing it), and average them."""
-    if spec.task.builtin is None:
-        raise UserError(f"task: a script task cannot be profiled by `alchemist plan`; give its "
-                        f"cost with --step-ms MS and --model-mb MB (task.script={spec.task.script!r})")
+    processes at once (emulated nodes sharing it), and average them. `code_dir`: where a
+    `task.entry` file lies (the spec's directory)."""
+    if not spec.task.trained_by_alchemist:
+        raise UserError(f"task: a {spec.task.kind} task runs its own loop, which `alchemist "
+                        "plan` cannot profile; give its cost with --step-ms MS and --model-mb MB, "
+                        "or make it a task.entry (docs/bring-your-model.md)")
     if steps < 1:
         raise UserError(f"--profile-steps {steps}: expected a whole number of at least 1")
     if concurrent < 1:
         raise ValueError(f"concurrent={concurrent}: expected at least 1 process")
     if concurrent == 1:
-        runs = [_measure(spec, data_root, steps, warmup)]
+        runs = [_measure(spec, data_root, steps, warmup, code_dir=code_dir)]
     else:
-        runs = _measure_concurrently(spec, data_root, steps, warmup, concurrent)
+        runs = _measure_concurrently(spec, data_root, steps, warmup, concurrent, code_dir)
     return _combine(spec, runs, steps, concurrent)
 
 
@@ -112,23 +114,23 @@ def _exchange_arithmetic(spec: JobSpec, params: list, optimizer: Any, world: int
 class _Worker:
     """One profiled worker: the job's model, data and optimizer, stepped and timed."""
 
-    def __init__(self, spec: JobSpec, data_root: Path, world: int):
+    def __init__(self, spec: JobSpec, data_root: Path, world: int, code_dir: Path | None = None):
         import torch
 
         from alchemist_jobs.runtime.batches import Batches
         from alchemist_jobs.runtime.optim import build_optimizer
-        from alchemist_jobs.runtime.tasks import build_model, load_task_data
+        from alchemist_jobs.runtime.tasks import load_task
 
         torch.set_num_threads(threads_per_worker(spec.resources.cpu, spec.procs_per_node))
-        torch.manual_seed(spec.hyper.seed)
-        data = load_task_data(spec, data_root)
-        self.model = build_model(spec, data)
+        self.task = load_task(spec, data_root, code_dir=code_dir)
+        self.model = self.task.model
         self.params = list(self.model.parameters())
-        self.optimizer = build_optimizer(spec.hyper, self.params)
+        self.optimizer = (self.task.optimizer(self.params, spec.hyper) if self.task.optimizer
+                          else build_optimizer(spec.hyper, self.params))
         self.accum = spec.algorithm.micro_batches
         self.tau = spec.algorithm.steps_per_exchange
         self.exchange = _exchange_arithmetic(spec, self.params, self.optimizer, world)
-        batches = Batches(data, spec.hyper.batch_size, 0, 1, spec.hyper.seed,
+        batches = Batches(self.task, spec.hyper.batch_size, 0, 1, spec.hyper.seed,
                           torch.device("cpu"), spec.data.loader_workers)
         self.feed = (b for epoch in itertools.count() for b in batches.epoch(epoch))
         self.stamps = [0.0] * len(self.params)  # when backward accumulated each gradient
@@ -142,15 +144,13 @@ class _Worker:
     def step(self, n: int, timed: bool) -> float:
         """Optimizer step `n` (1-based), then the exchange's local work every tau steps.
         Returns when the step's own compute ended (before the exchange)."""
-        import torch.nn.functional as F
-
         t0 = time.perf_counter()
         self.optimizer.zero_grad(set_to_none=True)
         f = b = 0.0
         for _ in range(self.accum):
             ta = time.perf_counter()
             _, x, y = next(self.feed)
-            loss = F.cross_entropy(self.model(x), y) / self.accum
+            loss = self.task.loss(self.model(x), y) / self.accum
             tb = time.perf_counter()
             loss.backward()
             tc = time.perf_counter()
@@ -188,11 +188,11 @@ def lockstep_period(spec: JobSpec) -> int:
 
 
 def _measure(spec: JobSpec, data_root: Path, steps: int, warmup: int, together: Any = None,
-             copies: int = 1) -> dict[str, Any]:
+             copies: int = 1, code_dir: Path | None = None) -> dict[str, Any]:
     """One worker's measurements over whole lockstep periods. With `together` (a barrier
     shared by the copies) every period starts when all copies are there, as after an
     exchange, and its (start, end) times are returned for the slowest-copy figure."""
-    worker = _Worker(spec, data_root, max(2, copies))
+    worker = _Worker(spec, data_root, max(2, copies), code_dir)
     period = lockstep_period(spec)
     warmup = -(-warmup // period) * period  # whole periods: exchanges fall at period ends
     for n in range(1, warmup + 1):
@@ -211,10 +211,11 @@ def _measure(spec: JobSpec, data_root: Path, steps: int, warmup: int, together: 
 
 
 def _child(spec_json: dict, data_root: str, steps: int, warmup: int, together: Any,
-           copies: int, results: Any) -> None:
+           copies: int, results: Any, code_dir: str | None) -> None:
     spec = JobSpec.model_validate(spec_json)
     try:
-        results.put(_measure(spec, Path(data_root), steps, warmup, together, copies))
+        results.put(_measure(spec, Path(data_root), steps, warmup, together, copies,
+                             Path(code_dir) if code_dir else None))
     except BaseException as e:  # the parent must not wait for a result that never comes
         results.put(dict(error=f"{type(e).__name__}: {e}"))
         together.abort()
@@ -222,15 +223,15 @@ def _child(spec_json: dict, data_root: str, steps: int, warmup: int, together: A
 
 
 def _measure_concurrently(spec: JobSpec, data_root: Path, steps: int, warmup: int,
-                          copies: int) -> list[dict[str, Any]]:
-    from alchemist_jobs.runtime.tasks import load_task_data
+                          copies: int, code_dir: Path | None = None) -> list[dict[str, Any]]:
+    from alchemist_jobs.runtime.tasks import load_task
 
-    load_task_data(spec, data_root)  # prepared once here, not raced by the copies
+    load_task(spec, data_root, code_dir=code_dir)  # data prepared once, not raced by copies
     ctx = mp.get_context("spawn")
     together, results = ctx.Barrier(copies), ctx.Queue()
     procs = [ctx.Process(target=_child, daemon=True,
                          args=(spec.model_dump(mode="json"), str(data_root), steps, warmup,
-                               together, copies, results))
+                               together, copies, results, str(code_dir) if code_dir else None))
              for _ in range(copies)]
     for p in procs:
         p.start()

@@ -34,23 +34,25 @@ def write_snapshot(run: RunDir, step: int, wall_s: float, model: torch.nn.Module
 
 
 def evaluate_snapshots(run: RunDir, shared_root: Path) -> list[dict[str, Any]]:
-    """(step, wall_s, loss, accuracy) of every snapshot of `run`, in step order."""
+    """(step, wall_s, loss, accuracy and the task's metrics) of every snapshot of `run`, in
+    step order. An entry task is built from the run's own copy of its code."""
     import yaml
 
     from alchemist_jobs.runtime.batches import evaluate
-    from alchemist_jobs.runtime.tasks import build_model, load_task_data
+    from alchemist_jobs.runtime.tasks import load_task
     from alchemist_jobs.spec import JobSpec
 
     spec = JobSpec.model_validate(yaml.safe_load(run.spec.read_text()))
-    data = load_task_data(spec, shared_root)
-    model = build_model(spec, data)
+    code = run.path / "code"  # the run's copy of the spec's directory (where entries live)
+    task = load_task(spec, shared_root, code_dir=code if code.is_dir() else None)
     points = []
     for f in sorted(snapshot_dir(run).glob("step-*.pt")):
         snap = torch.load(f, weights_only=True)
         with torch.no_grad():
-            vector_to_parameters(snap["params"], model.parameters())
-        loss, acc = evaluate(model, data, torch.device("cpu"))
-        points.append(dict(step=snap["step"], wall_s=snap["wall_s"], loss=loss, accuracy=acc))
+            vector_to_parameters(snap["params"], task.model.parameters())
+        test = evaluate(task.model, task, torch.device("cpu"))
+        points.append(dict(step=snap["step"], wall_s=snap["wall_s"], loss=test["loss"],
+                           accuracy=test.get("accuracy"), test=test))
     return points
 
 

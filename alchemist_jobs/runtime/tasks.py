@@ -1,6 +1,8 @@
 """Built-in tasks: data sets on the shared file system and the models that learn them.
 
-`digits` is scikit-learn's bundled 8x8 digits set; `synthetic` is generated classification
+Each is a `task.entry` function like a user's (`digits`, `synthetic` below, alchemist_jobs/
+task.py): the trainer, the parameter server's worker, the planner and the learning curve
+reach every task, built-in or not, through `load_task`. `digits` is scikit-learn's bundled 8x8 digits set; `synthetic` is generated classification
 data with a model whose parameter count the spec sets. Both are prepared once into
 `<shared root>/<data.path>/` (under a file lock, written atomically) and then loaded by every
 worker as tensors, so workers never import scikit-learn after the first run. With
@@ -20,6 +22,7 @@ from alchemist_jobs import environment as E
 from alchemist_jobs.data.cache import DataError
 from alchemist_jobs.data.stage import stage
 from alchemist_jobs.spec import DIGITS_TEST
+from alchemist_jobs.task import Task, TaskContext, build_task
 
 if TYPE_CHECKING:
     import torch
@@ -162,3 +165,34 @@ def synthetic_width(params: int, features: int, classes: int, layers: int) -> in
     if a == 0:
         return max(1, round((params - classes) / b))
     return max(1, round((-b + math.sqrt(b * b + 4 * a * max(params - classes, 1))) / (2 * a)))
+
+
+def _builtin(ctx: "TaskContext") -> "Task":
+    import torch.nn.functional as F
+    from torch.utils.data import TensorDataset
+
+    data = load_task_data(ctx.spec, ctx.shared_root)
+    return Task(model=build_model(ctx.spec, data),
+                train=TensorDataset(data.x_train, data.y_train),
+                test=TensorDataset(data.x_test, data.y_test), loss=F.cross_entropy)
+
+
+def digits(ctx: "TaskContext") -> "Task":
+    """scikit-learn's digits and an MLP of `task.digits.hidden` widths."""
+    return _builtin(ctx)
+
+
+def synthetic(ctx: "TaskContext") -> "Task":
+    """Generated classification data and an MLP of about `task.synthetic.params` parameters."""
+    return _builtin(ctx)
+
+
+def load_task(spec: "JobSpec", shared_root: Path, rank: int = 0, world: int = 1,
+              code_dir: Path | None = None) -> "Task":
+    """The job's task, built-in or the user's entry, built after seeding every generator
+    with the job's seed: every process that calls this builds the same initial model."""
+    from alchemist_jobs.runtime.train_state import seed_everything
+
+    seed_everything(spec.hyper.seed)
+    ctx = TaskContext(spec=spec, rank=rank, world_size=world, shared_root=Path(shared_root))
+    return build_task(spec.task.entry_point, ctx, code_dir)

@@ -1,4 +1,4 @@
-"""The training loop of built-in tasks, readable top to bottom.
+"""The training loop of built-in and entry tasks, readable top to bottom.
 
 Per optimizer step: learning rate from the schedule; forward/backward over the step's
 micro-batches; the strategy's hook (gradient exchange); optimizer step; the strategy's
@@ -13,7 +13,6 @@ in runtime/faults.py; the stall watchdog in runtime/watchdog.py.
 
 from __future__ import annotations
 
-import io
 import json
 import math
 import os
@@ -26,13 +25,11 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 
 from alchemist_jobs import environment as E
 from alchemist_jobs.contract import PROGRESS_LINE_PREFIX
 from alchemist_jobs.rundir import RunDir, read_json, write_json_atomic
-from alchemist_jobs.runtime.batches import Batches, evaluate
-from alchemist_jobs.runtime.checkpoint import Checkpointer
+from alchemist_jobs.runtime.batches import Batches, batch_len, evaluate
 from alchemist_jobs.runtime.curve import write_snapshot
 from alchemist_jobs.runtime.event_writer import summary_writer
 from alchemist_jobs.runtime.faults import Faults
@@ -44,10 +41,10 @@ from alchemist_jobs.runtime.schedule import build_schedule
 from alchemist_jobs.runtime.step_metrics import StepMetrics
 from alchemist_jobs.runtime.strategies import build_strategy
 from alchemist_jobs.runtime.strategies.base import WorkerContext
-from alchemist_jobs.runtime.tasks import build_model, load_task_data
-from alchemist_jobs.runtime.train_state import (TrainState, param_digest, rng_state,
-                                                seed_everything, set_rng_state)
+from alchemist_jobs.runtime.tasks import load_task
+from alchemist_jobs.runtime.train_state import TrainState, param_digest
 from alchemist_jobs.runtime.watchdog import StallWatchdog
+from alchemist_jobs.runtime.worker_checkpoint import WorkerCheckpoints
 from alchemist_jobs.spec import JobSpec
 from alchemist_jobs.worker_env import restarts
 
@@ -73,7 +70,8 @@ class WorkerPlace:
 
 
 class Trainer:
-    """One worker of a built-in task: builds everything in __init__, then `train()`."""
+    """One worker of a task (built-in or `task.entry`): builds everything in __init__, then
+    `train()`."""
 
     _logged_at = float("-inf")  # when rank 0 last printed its progress line
 
@@ -98,15 +96,15 @@ class Trainer:
         self.state = TrainState()
 
         # Same seed everywhere: identical initial models; sampler shuffles by seed + epoch.
-        seed_everything(spec.hyper.seed)
-        self.data = load_task_data(spec, shared_root)
-        self.model = build_model(spec, self.data).to(self.device)
+        # An entry file lies in the run's copy of the spec's directory, the workers' cwd.
+        self.task = load_task(spec, shared_root, self.rank, self.world, code_dir=Path.cwd())
+        self.model = self.task.model.to(self.device)
         self.ctx = WorkerContext(spec=spec, rank=self.rank, world_size=self.world,
                                  local_rank=place.local_rank, device=self.device,
                                  metrics=self.metrics, extra={"run": run})
         self.strategy = build_strategy(self.ctx)
         self.accum = spec.algorithm.micro_batches
-        self.batches = Batches(self.data, spec.hyper.batch_size, self.rank, self.world,
+        self.batches = Batches(self.task, spec.hyper.batch_size, self.rank, self.world,
                                spec.hyper.seed, self.device, spec.data.loader_workers)
         # A step takes `accum` whole micro-batches; an epoch's remainder (< accum) is skipped.
         self.steps_per_epoch = self.batches.per_epoch // self.accum
@@ -119,16 +117,24 @@ class Trainer:
                                        self.total_steps)
         self.metrics["alchemist_global_batch_size"].set(self.global_batch)
         # Workers that do not move in lock-step (async) each keep their own checkpoints.
-        prefix = "step" if self.strategy.collective_checkpoint else f"rank{self.rank}"
-        self.checkpointer = Checkpointer(run.checkpoints, keep=spec.checkpoint.keep, prefix=prefix)
-
-        loaded = self.checkpointer.latest() if spec.checkpoint.resume else None
-        mine = self._restore_model(loaded)  # into the bare model, before the strategy wraps it
+        self.checkpoints = WorkerCheckpoints(run, spec.checkpoint.keep, self.strategy,
+                                             self.rank, self.world, self.device.type == "cuda")
+        loaded = self.checkpoints.newest() if spec.checkpoint.resume else None
+        if loaded is not None:  # into the bare model, before the strategy wraps it
+            self.checkpoints.restore_model(self.model, loaded)
+            self.state.load_position(loaded[1], loaded[0])
         self.train_model = self.strategy.setup(self.model)
-        self.optimizer = build_optimizer(spec.hyper, self.model.parameters())
+        self.optimizer = (self.task.optimizer(self.model.parameters(), spec.hyper)
+                          if self.task.optimizer else
+                          build_optimizer(spec.hyper, self.model.parameters()))
         self.strategy.bind_optimizer(self.optimizer)
         if loaded is not None:
-            self._restore_rest(loaded[1], mine)
+            self.checkpoints.restore_rest(self.model, self.optimizer, loaded)
+            s = self.state
+            if self.checkpoints.writes:
+                print(f"alchemist: resumed from checkpoint at step {s.resumed_from} (epoch "
+                      f"{s.epoch}, batch {s.batch_in_epoch}), restart {self.place.restarts}",
+                      flush=True)
         self.writer = self._tensorboard() if self.rank == 0 else None
         self.history: list[dict[str, Any]] = []
         self.loss_value = float("nan")
@@ -157,28 +163,6 @@ class Trainer:
     def _tensorboard(self) -> Any:
         return summary_writer(str(self.run.tensorboard))
 
-    def _restore_model(self, loaded: tuple[int, dict[str, Any]] | None) -> dict[str, Any]:
-        """Model weights and position from the newest checkpoint; returns this rank's entry."""
-        if loaded is None:
-            return {}
-        step, payload = loaded
-        mine = _rank_entry(payload, self.rank)  # this rank's RNG, and model where replicas differ
-        self.model.load_state_dict(mine.get("model", payload["model"]))
-        self.state.load_position(payload, step)
-        return mine
-
-    def _restore_rest(self, payload: dict[str, Any], mine: dict[str, Any]) -> None:
-        """Optimizer, strategy and RNG: the parts that exist only once the strategy is set up."""
-        self.optimizer.load_state_dict(mine.get("optimizer", payload["optimizer"]))
-        self.strategy.load_state_dict(payload.get("strategy", {}))
-        if "rng" in mine:
-            set_rng_state(mine["rng"], cuda=self.device.type == "cuda")
-        s = self.state
-        if self.rank == 0 or not self.strategy.collective_checkpoint:
-            print(f"alchemist: resumed from checkpoint at step {s.resumed_from} "
-                  f"(epoch {s.epoch}, batch {s.batch_in_epoch}), restart {self.place.restarts}",
-                  flush=True)
-
     # --- the parts of a step ----------------------------------------------------------------
 
     def train_step(self, micro_batches: Any) -> torch.Tensor:
@@ -198,10 +182,10 @@ class Trainer:
             s.batch_in_epoch = b + 1
             with strategy.accumulate(last=(i == self.accum - 1)):
                 with self.precision.autocast():
-                    loss = F.cross_entropy(self.train_model(x), y) / self.accum
+                    loss = self.task.loss(self.train_model(x), y) / self.accum
                 loss.backward()
             loss_sum += loss.detach().float()
-            self._samples += len(x)
+            self._samples += batch_len(y)
         strategy.after_backward(s.step)  # gradient exchange (async: PS push/pull)
         optimizer.step()
         s.step += 1
@@ -209,22 +193,15 @@ class Trainer:
         return loss_sum
 
     def save_checkpoint(self) -> None:
-        """Every rank contributes its RNG (and, where replicas differ, its model). Collective
-        strategies gather them and rank 0 writes one file; the others write one file each."""
+        """Every rank contributes its RNG (and, where replicas differ, its model): one file
+        for collective strategies, one per worker otherwise (runtime/worker_checkpoint.py)."""
         t0 = time.perf_counter()
-        strategy, s = self.strategy, self.state
-        mine: dict[str, Any] = {"rng": rng_state(cuda=self.device.type == "cuda")}
-        if not strategy.replicas_identical:
-            mine["model"], mine["optimizer"] = self.model.state_dict(), self.optimizer.state_dict()
-        ranks: Any = _gather_to_all(mine, self.world) if strategy.collective_checkpoint else {self.rank: mine}
-        if self.rank == 0 or not strategy.collective_checkpoint:
-            _, size, _ = self.checkpointer.save(s.step, dict(
-                config=self.spec.model_dump(mode="json"), **s.position(),
-                model=self.model.state_dict(), optimizer=self.optimizer.state_dict(),
-                strategy=strategy.state_dict(), ranks=ranks))
+        size = self.checkpoints.save(self.state.step, self.model, self.optimizer, dict(
+            config=self.spec.model_dump(mode="json"), **self.state.position()))
+        if size is not None:
             self.metrics["alchemist_checkpoint_size_bytes"].set(size)
         self.metrics["alchemist_checkpoint_seconds"].observe(time.perf_counter() - t0)
-        self.metrics["alchemist_checkpoint_step"].set(s.step)
+        self.metrics["alchemist_checkpoint_step"].set(self.state.step)
 
     def publish(self, final: bool = False) -> None:
         """Rank 0's progress for the console, TensorBoard scalars."""
@@ -260,12 +237,19 @@ class Trainer:
         if self.rank != 0 or self.spec.curve.every_steps:  # the curve comes from snapshots
             return
         with self.strategy.evaluation_model() as current:
-            _, acc = evaluate(current, self.data, self.device)
-        self.history.append(dict(epoch=s.epoch, step=s.step, accuracy=acc, loss=self.loss_value,
-                                 wall_s=time.time() - self.t_start))
-        self.writer.add_scalar("test/accuracy", acc, s.step)
-        self.metrics["alchemist_test_accuracy_ratio"].set(acc)
-        print(f"epoch {s.epoch} done at step {s.step}: test accuracy {acc:.4f}", flush=True)
+            test = evaluate(current, self.task, self.device)
+        self.history.append(dict(epoch=s.epoch, step=s.step, accuracy=test.get("accuracy"),
+                                 loss=self.loss_value, wall_s=time.time() - self.t_start,
+                                 test=test))
+        self._record_test(test, s.step)
+        print(f"epoch {s.epoch} done at step {s.step}: {_shown(test)}", flush=True)
+
+    def _record_test(self, test: dict[str, float], step: int) -> None:
+        """Rank 0: an evaluation's figures into TensorBoard (and accuracy into Prometheus)."""
+        for name, value in test.items():
+            self.writer.add_scalar(f"test/{name}", value, step)
+        if "accuracy" in test:
+            self.metrics["alchemist_test_accuracy_ratio"].set(test["accuracy"])
 
     def snapshot(self) -> None:
         """Rank 0, every `curve.every_steps`: the model the strategy would hand out now, for a
@@ -342,8 +326,10 @@ class Trainer:
         self.strategy.finish()
         # The final exchange (bmuf's last block, the parameter server's final model) counts.
         self.step_metrics.record_final_exchange(self.ctx.comm)
-        test_loss, test_acc = evaluate(self.model, self.data, self.device)
-        self.metrics["alchemist_test_accuracy_ratio"].set(test_acc)
+        test = evaluate(self.model, self.task, self.device)
+        test_loss, test_acc = test["loss"], test.get("accuracy")
+        if test_acc is not None:
+            self.metrics["alchemist_test_accuracy_ratio"].set(test_acc)
         elapsed = time.perf_counter() - self.t_loop
         # Every rank records its final parameters' digest next to its metrics endpoint, and
         # this attempt's own pace (up to its last step: finish() may wait for the others).
@@ -359,6 +345,7 @@ class Trainer:
         result = dict(
             run=self.run.run_id, steps=s.step, epochs=s.step / self.steps_per_epoch,
             final_loss=self.loss_value, test_loss=test_loss, test_accuracy=test_acc,
+            test_metrics=test,
             world_size=self.world, global_batch=self.global_batch,
             wall_s=time.time() - self.t_start, train_s=elapsed,
             samples_per_s=samples * self.world / elapsed if elapsed else 0.0,
@@ -373,19 +360,21 @@ class Trainer:
             history=self.history, algorithm=spec.algorithm.name, curve_snapshot_s=self.snapshot_s)
         if self.rank == 0:
             self.publish(final=True)
-            print(f"finished at step {s.step}: test accuracy {test_acc:.4f}, test loss "
-                  f"{test_loss:.4f}, {result['samples_per_s']:,.0f} samples/s", flush=True)
-            self._hparams(test_acc)
+            print(f"finished at step {s.step}: {_shown(test)}, "
+                  f"{result['samples_per_s']:,.0f} samples/s", flush=True)
+            self._record_test(test, s.step)
+            self._hparams(test)
             write_json_atomic(self.run.result_file, result)
         return result
 
-    def _hparams(self, test_acc: float) -> None:
+    def _hparams(self, test: dict[str, float]) -> None:
         h = self.spec.hyper
         self.writer.add_hparams(
             dict(algorithm=self.spec.algorithm.name, world_size=self.world,
                  batch_size=h.batch_size, global_batch=self.global_batch, lr=h.lr,
                  optimizer=h.optimizer, lr_scaling=h.lr_scaling, seed=h.seed),
-            {"hparam/test_accuracy": test_acc, "hparam/final_loss": self.loss_value},
+            {**{f"hparam/test_{k}": v for k, v in test.items() if k != "loss"},
+             "hparam/final_loss": self.loss_value},
             run_name=".")
 
     def close(self) -> None:
@@ -400,27 +389,10 @@ class Trainer:
             dist.barrier()
 
 
-def _gather_to_all(obj: dict[str, Any], world: int) -> list[dict[str, Any]]:
-    """all_gather_object of a dict holding tensors. Serialised with torch.save first:
-    all_gather_object's own pickling of tensors fails to load on torch 2.13
-    ("UntypedStorage has no attribute dtype"). Loaded to CPU: without map_location every
-    process would touch every rank's GPU."""
-    buf = io.BytesIO()
-    torch.save(obj, buf)
-    if world == 1:
-        blobs = [buf.getvalue()]
-    else:
-        blobs = [None] * world
-        dist.all_gather_object(blobs, buf.getvalue())
-    return [torch.load(io.BytesIO(b), map_location="cpu", weights_only=True) for b in blobs]
-
-
-def _rank_entry(payload: dict[str, Any], rank: int) -> dict[str, Any]:
-    """This rank's part of a checkpoint: a list indexed by rank (collective) or {rank: ...}."""
-    ranks = payload.get("ranks", [])
-    if isinstance(ranks, dict):
-        return ranks.get(rank, {})
-    return ranks[rank] if rank < len(ranks) else {}
+def _shown(test: dict[str, float]) -> str:
+    """'test accuracy 0.9722, test loss 0.0913, test perplexity 4.1' (accuracy first)."""
+    order = sorted(test, key=lambda k: (k != "accuracy", k != "loss", k))
+    return ", ".join(f"test {k} {test[k]:.4f}" for k in order)
 
 
 def train(spec: JobSpec, run: RunDir, shared_root: Path) -> dict[str, Any]:

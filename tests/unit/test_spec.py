@@ -153,7 +153,7 @@ def test_dry_run_prints_the_processes_and_starts_nothing(tmp_path, home, capsys)
     assert cli.main(["run", str(EXAMPLES / "digits.yaml"), "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "-m alchemist_jobs.agent" in out and "--nproc-per-node=2" in out
-    assert "alchemist_jobs.runtime.bootstrap builtin" in out
+    assert "alchemist_jobs.runtime.bootstrap trainer" in out
     assert not home.exists()
 
 

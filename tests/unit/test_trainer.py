@@ -162,11 +162,11 @@ def test_rank_0s_event_writer_leaves_tensorflow_unimported(tmp_path: Path):
 
 def test_loader_workers_yield_the_same_batches_in_the_same_order(tmp_path: Path):
     from alchemist_jobs.runtime.batches import Batches
-    from alchemist_jobs.runtime.tasks import load_task_data
+    from alchemist_jobs.runtime.tasks import load_task
 
-    data = load_task_data(_spec(1), tmp_path)
-    plain = Batches(data, 32, 1, 2, 0, CPU, loader_workers=0)
-    ahead = Batches(data, 32, 1, 2, 0, CPU, loader_workers=3)
+    task = load_task(_spec(1), tmp_path)
+    plain = Batches(task, 32, 1, 2, 0, CPU, loader_workers=0)
+    ahead = Batches(task, 32, 1, 2, 0, CPU, loader_workers=3)
     got = list(ahead.epoch(1, start_batch=5))
     want = list(plain.epoch(1, start_batch=5))
     assert [b for b, _, _ in got] == [b for b, _, _ in want] == list(range(5, plain.per_epoch))
@@ -206,13 +206,16 @@ def test_rank_0s_log_tells_progress_evaluations_and_the_result(tmp_path: Path, c
 def test_evaluation_builds_no_autograd_graph():
     """Each epoch's evaluation of the whole test set ran with autograd on: a graph of every
     activation (time, and on a GPU memory) that nothing ever used."""
+    from torch.utils.data import TensorDataset
+
     from alchemist_jobs.runtime.batches import evaluate
-    from alchemist_jobs.runtime.tasks import TaskData
+    from alchemist_jobs.task import Task
 
     seen = []
     model = torch.nn.Linear(4, 3)
     model.register_forward_hook(lambda m, i, out: seen.append(out.requires_grad))
-    data = TaskData(x_train=torch.zeros(1, 4), y_train=torch.zeros(1, dtype=torch.long),
-                    x_test=torch.randn(8, 4), y_test=torch.zeros(8, dtype=torch.long), classes=3)
-    evaluate(model, data, torch.device("cpu"))
+    task = Task(model=model, train=TensorDataset(torch.zeros(1, 4), torch.zeros(1).long()),
+                test=TensorDataset(torch.randn(8, 4), torch.zeros(8, dtype=torch.long)),
+                loss=torch.nn.functional.cross_entropy)
+    evaluate(model, task, torch.device("cpu"))
     assert seen == [False]

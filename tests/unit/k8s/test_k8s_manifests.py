@@ -271,7 +271,7 @@ def test_jobset_with_its_headless_service_and_rendezvous_at_pod_0():
         assert flag in torchrun
     assert torchrun[-4:-1] == ["-m", "alchemist_jobs.runtime.bootstrap", "$@"]
     assert "--rdzv-conf=is_host=$host,join_timeout=900,read_timeout=900" in torchrun
-    assert pod["containers"][0]["command"][3:] == ["alchemist", "builtin"]
+    assert pod["containers"][0]["command"][3:] == ["alchemist", "trainer"]
     env = _env(pod["containers"][0])
     assert env["ALCHEMIST_RUN_DIR"] == f"/shared/runs/{RUN}"
     assert env["ALCHEMIST_SHARED_ROOT"] == "/shared"
