@@ -9,6 +9,11 @@ cannot survive a worker's restart). Requests: `hello`, `pull`, `push` (a gradien
 once by the job's optimizer; with `staleness_bound` the answer waits for the slowest worker),
 `elastic` (async EASGD) and `done`. The server checkpoints every `checkpoint.every_steps`
 updates, resumes from the newest checkpoint, and exits once every worker is done.
+
+A server never builds the model: rank 0's `hello` carries its shard's names, shapes and
+initial values (the other workers' `hello` waits for them), so the same server serves a
+built-in task, a user's entry task and a user's own loop (`alchemist_jobs.prepare`) alike.
+A server resumed from its checkpoint keeps the checkpoint's values.
 """
 
 from __future__ import annotations
@@ -36,21 +41,28 @@ from alchemist_jobs.server_role import server_count as count
 from alchemist_jobs.spec import JobSpec
 
 
+# An uninitialised shard takes rank 0's model of at most this size (an authenticated peer:
+# only the job's own workers hold the run's secret).
+MAX_INIT_BYTES = 64 << 30
+
+
 class Shard:
-    """One shard's parameters, optimizer, clocks and bookkeeping; every method holds the lock."""
+    """One shard's parameters, optimizer, clocks and bookkeeping; every method holds the lock.
+    Without names and tensors it waits for rank 0's (`hello`) or a checkpoint's."""
 
-    def __init__(self, spec: JobSpec, shard: int, names: list[str], tensors: list[torch.Tensor],
-                 world: int, metrics: WorkerMetrics, ckpt: Checkpointer | None):
-        from alchemist_jobs.runtime.optim import build_optimizer
-
-        self.spec, self.shard, self.names, self.world = spec, shard, names, world
-        self.params = [torch.nn.Parameter(t.detach().clone(), requires_grad=False) for t in tensors]
-        self.numels = [p.numel() for p in self.params]
-        self.payload_bytes = 4 * sum(self.numels)  # float32: the only payload a request may carry
+    def __init__(self, spec: JobSpec, shard: int, names: list[str] | None,
+                 tensors: list[torch.Tensor] | None, world: int, metrics: WorkerMetrics,
+                 ckpt: Checkpointer | None):
+        self.spec, self.shard, self.world = spec, shard, world
         # async SGD: the job's optimizer runs here; async EASGD only adds elastic differences.
         self.async_sgd = spec.algorithm.server_optimizer
-        self.optimizer = (build_optimizer(spec.hyper, self.params)
-                          if self.async_sgd and self.params else None)
+        self.names: list[str] | None = None
+        self.params: list[torch.nn.Parameter] = []
+        self.numels: list[int] = []
+        self.payload_bytes = 0
+        self.optimizer: Any = None
+        if names is not None:
+            self._take(names, tensors or [])
         self.bound: int | None = spec.algorithm.staleness_limit
         self.version = 0  # updates applied
         self.clocks = {r: 0 for r in range(world)}  # each worker's steps, as last reported
@@ -63,6 +75,22 @@ class Shard:
         self.closing = False
 
     # -- state --------------------------------------------------------------------------------
+    @property
+    def ready(self) -> bool:
+        return self.names is not None
+
+    def _take(self, names: list[str], tensors: list[torch.Tensor]) -> None:
+        from alchemist_jobs.runtime.optim import build_optimizer
+
+        self.names = list(names)
+        self.params = [torch.nn.Parameter(t.detach().clone(), requires_grad=False) for t in tensors]
+        self.numels = [p.numel() for p in self.params]
+        self.payload_bytes = 4 * sum(self.numels)  # float32: the only payload a request may carry
+        self.optimizer = (build_optimizer(self.spec.hyper, self.params)
+                          if self.async_sgd and self.params else None)
+        print(f"alchemist: server {self.shard} serving {len(self.names)} tensors "
+              f"({sum(self.numels)} parameters)", flush=True)
+
     def vector(self) -> torch.Tensor:
         return ps_wire.flat(self.params)
 
@@ -74,6 +102,8 @@ class Shard:
                     config=self.spec.model_dump(mode="json"))
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        if not self.ready:
+            self._take(list(state["names"]), [state["params"][n] for n in state["names"]])
         if list(state["names"]) != self.names:
             raise RuntimeError(f"checkpoint of shard {state['shard']} holds {state['names']}, "
                                f"this shard {self.names}")
@@ -86,7 +116,7 @@ class Shard:
         self.clocks.update({int(r): int(c) for r, c in state["clocks"].items()})
 
     def checkpoint(self) -> None:
-        if self.ckpt is None:
+        if self.ckpt is None or not self.ready:
             return
         t0 = time.perf_counter()
         _, size, _ = self.ckpt.save(self.version, self.state_dict())
@@ -102,7 +132,19 @@ class Shard:
         self.cond.notify_all()
 
     # -- requests -----------------------------------------------------------------------------
-    def hello(self, h: dict[str, Any]) -> tuple[dict[str, Any], torch.Tensor | None]:
+    def hello(self, h: dict[str, Any], payload: bytearray = bytearray()
+              ) -> tuple[dict[str, Any], torch.Tensor | None]:
+        with self.cond:
+            if not self.ready and h["rank"] == 0:  # rank 0's model is where training starts
+                vec, off, tensors = ps_wire.from_bytes(payload), 0, []
+                for shape in h["shapes"]:
+                    n = math.prod(shape)
+                    tensors.append(vec[off:off + n].view(shape))
+                    off += n
+                self._take(h["names"], tensors)
+                self.cond.notify_all()
+            while not self.ready and not self.closing:
+                self.cond.wait(1.0)  # another worker's hello waits for rank 0's model
         if h.get("names") != self.names:
             return {"error": f"shard {self.shard} holds {self.names}, worker expects "
                              f"{h.get('names')}: different models"}, None
@@ -183,16 +225,37 @@ _OPS = {"hello", "pull", "push", "elastic", "done"}
 MIN_PENDING_HANDSHAKES = 32
 
 
+def _hello_size(h: dict[str, Any]) -> int | str:
+    """The payload bytes rank 0's hello must carry (its names' shapes in float32), or why
+    its header cannot describe a model."""
+    names, shapes = h.get("names"), h.get("shapes")
+    if not (isinstance(names, list) and all(isinstance(n, str) for n in names)
+            and isinstance(shapes, list) and len(shapes) == len(names)
+            and all(isinstance(s, list) and len(s) <= 16 and all(
+                isinstance(d, int) and not isinstance(d, bool) and 0 <= d for d in s)
+                for s in shapes)):
+        return "hello from rank 0: names and shapes are not lists of names and dimensions"
+    return 4 * sum(math.prod(s) for s in shapes)
+
+
 def check_request(shard: "Shard", h: dict[str, Any], payload: bytearray) -> str | None:
     """Why an (authenticated) request is refused, or None: unknown op, a rank outside the
-    job, a payload that is not exactly the shard's size, non-finite values or numbers."""
+    job, a payload that is not exactly the shard's size (rank 0's hello: its model's),
+    non-finite values or numbers, a request before the shard holds a model."""
     op = h.get("op")
     if op not in _OPS or (op == "push" and not shard.async_sgd):
         return f"unknown request {op!r} for algorithm {shard.spec.algorithm.name}"
     rank = h.get("rank")
     if not isinstance(rank, int) or isinstance(rank, bool) or not 0 <= rank < shard.world:
         return f"rank {rank!r} is not a worker of this job (0..{shard.world - 1})"
+    if op != "hello" and not shard.ready:
+        return f"{op} before rank 0's hello gave shard {shard.shard} its model"
     want = shard.payload_bytes if op in ("push", "elastic") else 0
+    if op == "hello" and rank == 0:  # rank 0's model (the shard's first, or the same again)
+        size = _hello_size(h)
+        if isinstance(size, str):
+            return size
+        want = size
     if len(payload) != want:
         return f"{op} carries {len(payload)} payload bytes; this shard takes exactly {want}"
     for key in {"push": ("lr",), "elastic": ("alpha",)}.get(op, ()):
@@ -237,7 +300,8 @@ class _Handler(socketserver.BaseRequestHandler):
         while True:
             try:
                 t0 = time.perf_counter()
-                h, payload, n_in = ps_wire.recv(sock, max_payload=shard.payload_bytes)
+                h, payload, n_in = ps_wire.recv(
+                    sock, max_payload=shard.payload_bytes if shard.ready else MAX_INIT_BYTES)
             except ps_wire.ProtocolError as e:
                 server.refuse(self.client_address, str(e))
                 return
@@ -250,7 +314,7 @@ class _Handler(socketserver.BaseRequestHandler):
                 server.refuse(self.client_address, problem)
                 reply, vec = {"error": problem}, None
             elif op == "hello":
-                reply, vec = shard.hello(h)
+                reply, vec = shard.hello(h, payload)
             elif op == "pull":
                 reply, vec = shard.pull(h)
             elif op == "push":
@@ -336,25 +400,11 @@ def _server(bind: str, port: int) -> _Server:
     return server
 
 
-def build_shard_tensors(spec: JobSpec, shard: int, shared_root: Path) -> tuple[list[str], list[torch.Tensor]]:
-    """This shard's names and initial tensors: the model the workers build, from the same
-    seed, split by the same layout."""
-    from alchemist_jobs.runtime.tasks import build_model, load_task_data
-    from alchemist_jobs.runtime.train_state import seed_everything
-
-    seed_everything(spec.hyper.seed)
-    data = load_task_data(spec, shared_root)
-    named = list(build_model(spec, data).named_parameters())
-    layout = ps_wire.shard_layout([p.numel() for _, p in named], server_count(spec))
-    return [named[i][0] for i in layout[shard]], [named[i][1] for i in layout[shard]]
-
-
 def server_count(spec: JobSpec) -> int:
     return count(spec)
 
 
-def serve(spec: JobSpec, run: RunDir, shard: int, port: int, shared_root: Path,
-          bind: str = "0.0.0.0", restart: int = 0) -> int:
+def serve(spec: JobSpec, run: RunDir, shard: int, port: int, bind: str = "0.0.0.0", restart: int = 0) -> int:
     """Run one shard until every worker is done; returns the exit code."""
     node = E.NODE.get() or _s.gethostname()
     labels = dict(job=spec.name, run=run.run_id, rank=f"server-{shard}", node=node,
@@ -365,9 +415,8 @@ def serve(spec: JobSpec, run: RunDir, shard: int, port: int, shared_root: Path,
         metrics.add_system_collector()
     metrics["alchemist_restarts"].set(restart)
 
-    names, tensors = build_shard_tensors(spec, shard, shared_root)
     ckpt = Checkpointer(run.checkpoints, keep=spec.checkpoint.keep, prefix=f"server{shard}")
-    state = Shard(spec, shard, names, tensors, spec.world_size, metrics, ckpt)
+    state = Shard(spec, shard, None, None, spec.world_size, metrics, ckpt)
     resumed = ckpt.latest() if spec.checkpoint.resume else None
     if resumed is not None:
         state.load_state_dict(resumed[1])
@@ -382,8 +431,8 @@ def serve(spec: JobSpec, run: RunDir, shard: int, port: int, shared_root: Path,
     write_json_atomic(run.workers / f"server-{shard}.json", record)
     threading.Thread(target=server.serve_forever, kwargs=dict(poll_interval=0.2),
                      daemon=True, name="ps-accept").start()
-    print(f"alchemist: server {shard} serving {len(names)} tensors "
-          f"({sum(state.numels)} parameters) on {bind}:{server.server_address[1]}", flush=True)
+    print(f"alchemist: server {shard} listening on {bind}:{server.server_address[1]}"
+          + ("" if state.ready else "; its model comes with rank 0's hello"), flush=True)
     state.finished.wait()
     with state.cond:
         state.closing = True
@@ -423,9 +472,8 @@ def main() -> int:
                          f"{time.strftime('%Y-%m-%d %H:%M:%S')} ===\n")
     # SIGTERM (cancel, launcher gone): exit at once; the newest checkpoint stays.
     signal.signal(signal.SIGTERM, lambda *_: os._exit(143))
-    shared_root = E.SHARED_ROOT.get(default=run.path.parent.parent)
     spec = JobSpec.model_validate(yaml.safe_load(run.spec.read_text()))
-    code = serve(spec, run, shard, port, shared_root,
+    code = serve(spec, run, shard, port,
                  bind=E.PS_BIND.get(default="0.0.0.0"), restart=restart)
     sys.stdout.flush()
     sys.stderr.flush()

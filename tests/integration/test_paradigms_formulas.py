@@ -375,10 +375,9 @@ def _train_one(tmp_path: Path, algo: dict, monkeypatch: pytest.MonkeyPatch) -> s
         port = free_port()
         monkeypatch.setenv("ALCHEMIST_PS_ADDRS", f"127.0.0.1:{port}")
         server = threading.Thread(target=parameter_server.serve, daemon=True, args=(
-            spec, run, 0, port, tmp_path), kwargs=dict(bind="127.0.0.1"))
+            spec, run, 0, port), kwargs=dict(bind="127.0.0.1"))
         server.start()
-        # In one process the server's model building would race the worker's for torch's
-        # global RNG (separate processes in real runs): let it finish first.
+        # Listening before the worker starts: its hello gives the server the model.
         deadline = time.monotonic() + 60
         while not (run.workers / "server-0.json").exists():
             assert server.is_alive() and time.monotonic() < deadline

@@ -15,6 +15,7 @@ import torch
 
 from alchemist_jobs.rundir import RunDir, read_json
 from alchemist_jobs.runtime import parameter_server, ps_wire, trainer
+from alchemist_jobs.runtime.tasks import load_task
 from alchemist_jobs.spec import JobSpec
 
 
@@ -25,7 +26,8 @@ def _free_port() -> int:
 
 
 @pytest.fixture
-def server(tmp_path: Path, monkeypatch):
+def bare_server(tmp_path: Path, monkeypatch):
+    """A parameter server as the launcher starts it: no model until rank 0's hello."""
     for k, v in dict(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0").items():
         monkeypatch.setenv(k, v)
     monkeypatch.delenv("ALCHEMIST_SLOW_RANKS", raising=False)
@@ -39,19 +41,39 @@ def server(tmp_path: Path, monkeypatch):
     port = _free_port()
     monkeypatch.setenv("ALCHEMIST_PS_ADDRS", f"127.0.0.1:{port}")
     t = threading.Thread(target=parameter_server.serve, daemon=True,
-                         args=(spec, run, 0, port, tmp_path), kwargs=dict(bind="127.0.0.1"))
+                         args=(spec, run, 0, port), kwargs=dict(bind="127.0.0.1"))
     t.start()
     deadline = time.monotonic() + 60
     while not (run.workers / "server-0.json").exists():
         assert t.is_alive() and time.monotonic() < deadline
         time.sleep(0.05)
     rec = read_json(run.workers / "server-0.json")
-    yield dict(spec=spec, run=run, port=port, thread=t, root=tmp_path, numel=_numel(spec, tmp_path),
-               names=parameter_server.build_shard_tensors(spec, 0, tmp_path)[0], rec=rec)
+    srv = dict(spec=spec, run=run, port=port, thread=t, root=tmp_path, rec=rec)
+    # The job's real model, as rank 0's hello gives it to the shard (one server: all of it).
+    named = list(load_task(spec, tmp_path).model.named_parameters())
+    srv.update(names=[n for n, _ in named], tensors=[p for _, p in named],
+               numel=sum(p.numel() for _, p in named))
+    yield srv
 
 
-def _numel(spec: JobSpec, root: Path) -> int:
-    return sum(t.numel() for t in parameter_server.build_shard_tensors(spec, 0, root)[1])
+@pytest.fixture
+def server(bare_server):
+    """The server once rank 0's hello gave it the job's model."""
+    c = _authed(bare_server)
+    assert "version" in _hello(c, bare_server, rank=0)
+    return dict(bare_server, rank0=c)
+
+
+def _hello(sock: socket.socket, srv: dict, rank: int, shapes: list | None = None,
+           payload: torch.Tensor | None = None) -> dict:
+    """A worker's hello: rank 0's carries its model (names, shapes, values)."""
+    header = {"op": "hello", "rank": rank, "names": srv["names"]}
+    body = b""
+    if rank == 0:
+        header["shapes"] = shapes if shapes is not None else [list(t.shape) for t in srv["tensors"]]
+        body = ps_wire.as_bytes(payload if payload is not None else ps_wire.flat(srv["tensors"]))
+    ps_wire.send(sock, header, body)
+    return ps_wire.recv(sock)[0]
 
 
 def _connect(port: int) -> socket.socket:
@@ -157,3 +179,33 @@ def test_after_the_attacks_the_run_trains_to_the_end(server):
     server["thread"].join(60)
     assert not server["thread"].is_alive()  # the server stopped once its worker was done
     assert result["steps"] == 20 and math.isfinite(result["final_loss"])
+
+
+def test_only_rank_0s_well_formed_hello_gives_the_shard_its_model(bare_server):
+    """The server builds no model: rank 0's hello brings it. Before that a request is
+    refused, and a hello whose shapes do not describe its payload (or whose values are not
+    finite) is refused without initialising anything."""
+    c = _authed(bare_server)
+    ps_wire.send(c, {"op": "pull", "rank": 0})
+    assert "before rank 0's hello" in ps_wire.recv(c)[0]["error"]
+    n = bare_server["numel"]
+    shapes = [list(t.shape) for t in bare_server["tensors"]]
+    for bad, payload in (([[shapes[0][0] + 1, *shapes[0][1:]], *shapes[1:]], torch.zeros(n)),
+                         ([["x"], *shapes[1:]], torch.zeros(n)),  # not dimensions
+                         (shapes, torch.full((n,), math.nan))):  # non-finite values
+        c = _authed(bare_server)
+        assert "error" in _hello(c, bare_server, rank=0, shapes=bad, payload=payload)
+        assert _closed(c)
+
+    first = [p.detach().clone() + 1.0 for p in bare_server["tensors"]]
+    c = _authed(bare_server)
+    assert _hello(c, bare_server, rank=0, payload=ps_wire.flat(first))["version"] == 0
+    ps_wire.send(c, {"op": "pull", "rank": 0})
+    _, got, _ = ps_wire.recv(c)
+    assert torch.equal(ps_wire.from_bytes(got), ps_wire.flat(first))  # rank 0's values
+    # A later hello of rank 0 (a restarted worker) keeps the server's values.
+    again = _authed(bare_server)
+    assert "version" in _hello(again, bare_server, rank=0)
+    ps_wire.send(again, {"op": "pull", "rank": 0})
+    _, got, _ = ps_wire.recv(again)
+    assert torch.equal(ps_wire.from_bytes(got), ps_wire.flat(first))

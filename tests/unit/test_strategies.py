@@ -133,6 +133,28 @@ def _shard(spec: JobSpec, tensors, ckpt: Checkpointer | None = None) -> Shard:
                  metrics, ckpt)
 
 
+def test_a_shard_without_a_model_answers_other_ranks_once_rank_0_brought_it():
+    """Workers other than rank 0 wait in their hello until rank 0's gives the shard its model,
+    and then hold rank 0's values, whatever they built themselves."""
+    import threading
+
+    spec = _spec()
+    shard = Shard(spec, 0, None, None, spec.world_size, WorkerMetrics({}, role="server",
+                                                                     enabled=False), None)
+    model = [torch.arange(6.0).view(2, 3), torch.ones(3)]
+    answers: list = []
+    waiter = threading.Thread(target=lambda: answers.append(
+        shard.hello(dict(op="hello", rank=1, names=["p0", "p1"]))), daemon=True)
+    waiter.start()
+    waiter.join(0.3)
+    assert waiter.is_alive() and not answers and not shard.ready
+    shard.hello(dict(op="hello", rank=0, names=["p0", "p1"], shapes=[[2, 3], [3]]),
+                bytearray(ps_wire.as_bytes(ps_wire.flat(model))))
+    waiter.join(10)
+    assert answers and answers[0][0] == {"version": 0, "world": 2}
+    assert torch.equal(shard.vector(), ps_wire.flat(model))
+
+
 def _push(shard: Shard, rank: int, clock: int, grads: list[torch.Tensor], read: int = 0,
           lr: float = 0.1):
     payload = bytearray(ps_wire.as_bytes(ps_wire.flat(grads)))

@@ -38,8 +38,11 @@ class PSClient:
     """One persistent connection per shard. A broken connection (a server restarting from
     its checkpoint) is re-established and the request sent again."""
 
-    def __init__(self, ctx: WorkerContext, names: list[list[str]]):
+    def __init__(self, ctx: WorkerContext, names: list[list[str]],
+                 model: "list[list[torch.Tensor]] | None" = None):
         self.ctx = ctx
+        # Rank 0's hello gives each shard its model (the servers never build one).
+        self.model = model if ctx.rank == 0 else None
         self.addrs = ps_wire.parse_addrs(E.PS_ADDRS.get(default=""))
         if len(self.addrs) != len(names):
             raise ValueError(f"{E.PS_ADDRS.name} names {len(self.addrs)} servers; the job has "
@@ -55,8 +58,13 @@ class PSClient:
             sock = ps_wire.connect(*self.addrs[k], deadline=deadline)
             try:
                 shook = ps_wire.client_handshake(sock, self.secret)
-                sent = ps_wire.send(sock, {"op": "hello", "rank": self.ctx.rank,
-                                           "names": self.names[k]})
+                hello: dict[str, Any] = {"op": "hello", "rank": self.ctx.rank,
+                                         "names": self.names[k]}
+                body = b""
+                if self.model is not None:
+                    hello["shapes"] = [list(p.shape) for p in self.model[k]]
+                    body = ps_wire.as_bytes(ps_wire.flat(self.model[k]).cpu())
+                sent = ps_wire.send(sock, hello, body)
                 h, _, got = ps_wire.recv(sock)
                 got += shook
             except ps_wire.AuthError:
@@ -193,7 +201,8 @@ class _PSStrategy(Strategy):
         layout = ps_wire.shard_layout([p.numel() for _, p in named], server_count(self.ctx.spec))
         self.shards = [[named[i][1] for i in idx] for idx in layout]
         self.staging = HostStaging(self.shards, self.ctx.device)
-        self.client = PSClient(self.ctx, [[named[i][0] for i in idx] for idx in layout])
+        self.client = PSClient(self.ctx, [[named[i][0] for i in idx] for idx in layout],
+                               self.shards)
         self.client.connect()
         return model
 
