@@ -109,10 +109,11 @@ def code_of(spec: JobSpec, spec_dir: Path, home: Path) -> tuple[Path | None, lis
     secret_files = {(root / Path(r.file).expanduser()).resolve()
                     for r in spec.secret_env.values() if r.file}
     files = shipped_files(root, [home], spec.ship_secrets, leave_out=secret_files)
-    if spec.task.script and spec.task.script not in files:  # the run executes its copy only
-        raise UserError(f"task.script: {spec.task.script!r} is not in the run's copy of {root} "
-                        "(ignored by .gitignore or .alchemistignore, or held back as a secret); "
-                        "accepted: a script of that directory that is copied")
+    for field, rel in (("task.script", spec.task.script), ("task.entry", spec.task.entry_file)):
+        if rel and rel not in files:  # the run executes its copy only
+            raise UserError(f"{field}: {rel!r} is not in the run's copy of {root} (ignored by "
+                            ".gitignore or .alchemistignore, or held back as a secret); "
+                            "accepted: a file of that directory that is copied")
     size = sum((root / f).stat().st_size for f in files)
     if size > MAX_CODE_BYTES:
         raise UserError(f"task: code directory {root} holds {size >> 20} MiB; accepted: at most "
@@ -151,6 +152,20 @@ def disk_full(path: Path) -> str:
             "free some space and run the job again")
 
 
+def config_error_path(run: RunDir) -> Path:
+    """Where a local worker writes the line of a configuration error (config_error.py)."""
+    return run.path / "config-error"
+
+
+def config_error(run: RunDir) -> str:
+    """The first configuration error a worker wrote (no restart can mend it), else ''."""
+    try:
+        with open(config_error_path(run), encoding="utf-8", errors="replace") as f:
+            return f.readline(1000).strip()
+    except OSError:
+        return ""
+
+
 def _restarts(run: RunDir) -> int:
     """How often the group restarted: each worker records its attempt's restart count."""
     counts = [r.get("restart") for r in run.worker_records()]
@@ -170,12 +185,7 @@ def agents_message(procs: list[subprocess.Popen], codes: list[int | None]) -> st
 
 def worker_target(spec: JobSpec, spec_dir: Path) -> list[str]:
     """What each worker runs after the bootstrap: the same words on every stack."""
-    t = spec.task
-    if t.builtin:
-        return ["builtin"]
-    if t.script:
-        return ["script", t.script, *t.args]
-    return ["module", t.module, *t.args]
+    return spec.task.worker_args()
 
 
 def check_framework(spec: JobSpec) -> None:
@@ -295,7 +305,8 @@ class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
         worker = WorkerEnv(run_dir=str(run.path), shared_root=str(self.root), stack="local",
                            threads=threads_per_worker(spec.resources.cpu, spec.procs_per_node),
                            store_dir=stores, gloo_ifname="lo", pythonpath=pythonpath,
-                           framework=spec.task.framework)
+                           framework=spec.task.framework,
+                           config_error_file=str(config_error_path(run)))
         base_env = {**worker.as_dict(), **spec.env}
         # The parameter-server role, for algorithms that have one.
         servers = local_servers.server_processes(spec, run, base_env, cwd)
@@ -376,9 +387,10 @@ class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
         message, stopped = "", False
         while True:
             codes = [p.poll() for p in handle.procs]
-            full = disk_full(run.path)
+            full = disk_full(run.path) or config_error(run)
             if full:
-                # Restarting cannot free space: every attempt would die the same way.
+                # Restarting cannot free space or mend a configuration: every attempt would
+                # die the same way.
                 message, stopped = full, True
                 self._stop(handle, grace=CANCEL_GRACE_S)
                 codes = [p.poll() for p in handle.procs]

@@ -31,6 +31,7 @@ class WorkerEnv:
     log_prefix_template: str | None = None  # TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE
     pythonpath: str | None = None  # PYTHONPATH: where the job package is (local stack)
     framework: str = "torch"  # ALCHEMIST_FRAMEWORK: task.framework (frameworks.py); torch: unset
+    config_error_file: str | None = None  # ALCHEMIST_CONFIG_ERROR_FILE (runtime/config_error.py)
 
     def as_dict(self) -> dict[str, str]:
         env = {
@@ -54,6 +55,7 @@ class WorkerEnv:
             "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": self.log_prefix_template,
             "PYTHONPATH": self.pythonpath,
             E.FRAMEWORK.name: None if self.framework == "torch" else self.framework,
+            E.CONFIG_ERROR_FILE.name: self.config_error_file,
         }
         env.update({k: v for k, v in optional.items() if v is not None})
         return env

@@ -1,13 +1,16 @@
 """Every worker process starts here, under torchrun, before the task's own code.
 
-    python -m alchemist_jobs.runtime.bootstrap builtin
+    python -m alchemist_jobs.runtime.bootstrap trainer
     python -m alchemist_jobs.runtime.bootstrap script PATH [ARGS...]
     python -m alchemist_jobs.runtime.bootstrap module NAME [ARGS...]
 
 It sends the worker's stdout and stderr to `logs/rank-<RANK>.log` in the run directory
 (appending, one header per attempt), records the worker's pid, asks the kernel to kill the
 worker if its launcher dies (no orphans, whatever happens to the launcher), then runs the
-target. A user script runs unmodified, as `python PATH ARGS` would run it.
+target: the built-in trainer (built-in and `task.entry` tasks), or a user script run
+unmodified, as `python PATH ARGS` would run it. A script whose algorithm is not sync must
+hand its loop to `alchemist_jobs.prepare` (own_loop.py): one that never does fails with one
+line instead of training as plain independent processes.
 """
 
 from __future__ import annotations
@@ -26,12 +29,13 @@ import traceback
 from pathlib import Path
 
 from alchemist_jobs import environment as E
-from alchemist_jobs import store_bind
+from alchemist_jobs import own_loop, store_bind
 from alchemist_jobs.processes import die_with_parent
 from alchemist_jobs.rundir import read_json, write_json_atomic
 from alchemist_jobs.runtime import config_error, framework_env, nccl_net
 from alchemist_jobs.runtime.devices import DeviceError
 from alchemist_jobs.runtime.script_report import install
+from alchemist_jobs.task import TaskError
 from alchemist_jobs.worker_env import restarts
 
 
@@ -69,8 +73,8 @@ def _record(run_dir: Path, rank: int, kind: str) -> None:
 
 
 def main(argv: list[str]) -> int:
-    if not argv or argv[0] not in ("builtin", "script", "module"):
-        print("usage: python -m alchemist_jobs.runtime.bootstrap builtin|script PATH|module NAME",
+    if not argv or argv[0] not in ("trainer", "builtin", "script", "module"):
+        print("usage: python -m alchemist_jobs.runtime.bootstrap trainer|script PATH|module NAME",
               file=sys.stderr)
         return 2
     kind, rest = argv[0], argv[1:]
@@ -91,12 +95,12 @@ def main(argv: list[str]) -> int:
         print(f"alchemist: NCCL net plugin '{plugin.name}' (ncclNetPlugin_v{plugin.version}, "
               f"{plugin.library})", flush=True)
 
-    if kind == "builtin":
+    if kind in ("trainer", "builtin"):  # "builtin": the word before entry tasks existed
         from alchemist_jobs.runtime import trainer
 
         try:
             code = trainer.main()
-        except DeviceError as e:  # the spec asks for what this pod lacks: one line, no restart
+        except (DeviceError, TaskError) as e:  # what a restart cannot fix: one line, no restart
             code = config_error.fail(str(e))
         except BaseException:
             traceback.print_exc()
@@ -122,6 +126,8 @@ def main(argv: list[str]) -> int:
     reporter = _serve_script_metrics(run_dir, rank, kind)
     try:
         code = _run_program(kind, rest[0], rest[1:])
+        if code == 0:
+            code = _finish_own_loop(kind, rest[0])
     finally:
         if reporter is not None:
             reporter.close()
@@ -130,6 +136,17 @@ def main(argv: list[str]) -> int:
     if "torch.distributed" in sys.modules or framework != "torch":
         _exit_before_teardown(code)
     return code
+
+
+def _finish_own_loop(kind: str, target: str) -> int:
+    """After a script that returned normally: the algorithm's last exchange where the
+    script's loop went through `prepare` and did not finish it itself; a non-sync algorithm
+    that the script never applied fails the run with one line (no restart can fix it)."""
+    try:
+        own_loop.finish_at_exit()
+    except own_loop.NotApplied as e:
+        return config_error.fail(str(e))
+    return 0
 
 
 def _spec_gpus(run_dir: Path) -> int:

@@ -12,6 +12,8 @@ stays runnable with plain `python` or `torchrun`.
 from __future__ import annotations
 
 import math
+import os
+import sys
 import threading
 import time
 from pathlib import Path
@@ -19,6 +21,7 @@ from typing import Any, Iterator
 
 from alchemist_jobs.metric_contract import metric
 from alchemist_jobs.rundir import RunDir, write_json_atomic
+from alchemist_jobs.runtime.config_error import fail
 from alchemist_jobs.runtime.event_writer import summary_writer
 from alchemist_jobs.runtime.metrics import WorkerMetrics
 
@@ -60,6 +63,7 @@ class ScriptReporter:
         self._last_progress = 0.0
         self._writer: Any = None
         self._timer: threading.Timer | None = None
+        self.applied = False  # the script handed its loop to alchemist_jobs.prepare
         self._values = _ValuesCollector(metrics.labels)
         if metrics.registry is not None:
             metrics.registry.register(self._values)
@@ -67,6 +71,8 @@ class ScriptReporter:
     def report(self, step: int | None = None, loss: float | None = None,
                total_steps: int | None = None, samples: int | None = None,
                **values: float) -> None:
+        if step is not None:
+            self._check_applied()
         with self._lock:
             m = self.metrics
             if step is not None and step > self.step:
@@ -85,6 +91,26 @@ class ScriptReporter:
                 self._values.values[name] = float(value)
             if self.rank == 0:
                 self._publish(values, final=False)
+
+    def loop_step(self, step: int) -> None:
+        """A step of a loop under `alchemist_jobs.prepare`, whose step metrics are recorded
+        already (own_loop.py): progress only, and `report(step=...)` with the same count
+        adds nothing."""
+        with self._lock:
+            self.step = max(self.step, int(step))
+            if self.rank == 0:
+                self._publish({}, final=False)
+
+    def _check_applied(self) -> None:
+        """A script that reports a step under a non-sync algorithm without `prepare` would
+        train as independent copies: stop it here, with one line and no restart."""
+        algorithm = self.metrics.labels.get("algorithm", "sync")
+        if algorithm == "sync" or self.applied:
+            return
+        code = fail(not_applied_message(algorithm, sys.argv[0] or "the script"))
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
 
     def _publish(self, values: dict[str, float], final: bool) -> None:
         """Rank 0: progress for the console (throttled), every value into TensorBoard."""
@@ -137,6 +163,14 @@ class ScriptReporter:
             if self._writer is not None:
                 self._writer.close()
                 self._writer = None
+
+
+def not_applied_message(algorithm: str, target: str) -> str:
+    return (f"algorithm {algorithm} was never applied: {target} did not call "
+            f"alchemist_jobs.prepare(model, optimizer), so its workers would train as "
+            f"independent copies; add `model, optimizer = alchemist_jobs.prepare(model, "
+            f"optimizer)` after building them (docs/bring-your-model.md), or use "
+            f"algorithm: sync with your own DDP")
 
 
 def install(run_dir: Path, rank: int, world: int, local_rank: int, restarts: int,
