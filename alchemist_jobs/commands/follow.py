@@ -1,6 +1,7 @@
-"""Following a run that lives on its own (a cluster job) from the CLI: state changes and
-progress on stderr, rank 0's log on stdout with `--follow`. It asks the scheduler interface
-only (status, progress, logs), so every such backend is followed the same way."""
+"""Following a run that lives on its own (a cluster job, a detached local run) from the CLI:
+state changes and progress on stderr, a rank's log (rank 0's unless `--rank`) on stdout with
+`--follow`. It asks the scheduler interface only (status, progress, logs), so every backend
+is followed the same way."""
 
 from __future__ import annotations
 
@@ -18,14 +19,14 @@ PROGRESS_EVERY_S = 10.0  # progress may cost a log read on the cluster: not ever
 LOG_DRAIN_S = 30.0  # how long a finished run's log thread may take to print the rest
 
 
-def follow(scheduler: Scheduler, handle: Any, spec: Any, logs: bool = False,
-           quiet: bool = False) -> int:
+def follow(scheduler: Scheduler, run_id: str, spec: Any, logs: bool = False,
+           quiet: bool = False, rank: int = 0) -> int:
     """Watch a run to its end; the exit code of the CLI. Ctrl-C detaches; the run goes on."""
-    run_id, stack = scheduler.run_id(handle), scheduler.stack
+    stack = scheduler.stack
     say = (lambda m: None) if quiet else (lambda m: print(m, file=sys.stderr, flush=True))
     log_thread, log_stop = None, threading.Event()
     if logs:
-        log_thread = threading.Thread(target=_print_logs, args=(scheduler, run_id, log_stop),
+        log_thread = threading.Thread(target=_print_logs, args=(scheduler, run_id, log_stop, rank),
                                       daemon=True, name="alchemist-logs")
         log_thread.start()
     last, last_progress, progress, t_progress = "", "", None, 0.0
@@ -39,7 +40,7 @@ def follow(scheduler: Scheduler, handle: Any, spec: Any, logs: bool = False,
                     raise
                 raise JobFailed(f"run {run_id} is gone from stack {stack} "
                                 "(cancelled elsewhere?)") from None
-            line = f"  {st.state}: {st.message}"
+            line = f"  {st.state}" + (f": {st.message}" if st.message else "")
             if line != last:
                 say(line)
                 last = line
@@ -67,9 +68,9 @@ def follow(scheduler: Scheduler, handle: Any, spec: Any, logs: bool = False,
                     f"--stack {stack} --rank N`")
 
 
-def _print_logs(scheduler: Scheduler, run_id: str, stop: threading.Event) -> None:
+def _print_logs(scheduler: Scheduler, run_id: str, stop: threading.Event, rank: int) -> None:
     try:
-        for line in scheduler.logs(run_id, rank=0, follow=True, stop=stop):
+        for line in scheduler.logs(run_id, rank=rank, follow=True, stop=stop):
             sys.stdout.write(line)
             sys.stdout.flush()
     except UserError as e:

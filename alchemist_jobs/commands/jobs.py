@@ -86,9 +86,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                            help="local stack: run in the background (survives SIGHUP and a "
                                 "closed terminal) and return")
         p.add_argument("--quiet", action="store_true", default=defaults.get("quiet", False),
-                       help="no progress display, only the summary")
+                       help="no progress display and no worker output, only the summary")
+        p.add_argument("--rank", type=int, default=0,
+                       help="whose output to show while the job runs (default 0)")
         p.add_argument("--follow", "-f", action="store_true",
-                       help="cluster stacks: stream rank 0's log and progress until the end")
+                       help="stream the rank's log and progress until the end (submit, "
+                            "--detach and cluster stacks; `run` shows it anyway)")
         p.add_argument("--run-id", default=None, help=argparse.SUPPRESS)
         p.add_argument("--launcher", action="store_true", help=argparse.SUPPRESS)
         _stack_args(p)
@@ -170,6 +173,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         # Everything is validated before anything starts or is written.
         spec, spec_dir = _load(args)
+        if not 0 <= args.rank < spec.world_size:
+            raise UserError(f"--rank {args.rank}: the job has {spec.world_size} worker(s); "
+                            f"accepted: a rank of 0..{spec.world_size - 1}")
         scheduler = _scheduler(args)
         if detach and scheduler.runs_on_its_own:
             detach = False  # a cluster job lives on its own anyway
@@ -185,7 +191,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         if args.json and args.follow:
             raise UserError("--json with --follow: --follow streams a log; accepted: one of them")
         if detach:
-            return _start_detached(args, request.run_id)
+            code = _start_detached(args, request.run_id)
+            if not args.follow:
+                return code
+            from alchemist_jobs.commands.follow import follow
+
+            return follow(scheduler, request.run_id, spec, logs=True, quiet=args.quiet,
+                          rank=args.rank)
         t0 = time.time()
         handle = scheduler.schedule(request, warm=warm)
         warm = None  # the run's agent now (schedule discards it itself if it fails)
@@ -201,7 +213,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             return 0
         from alchemist_jobs.commands.follow import follow
 
-        return follow(scheduler, handle, spec, logs=args.follow, quiet=args.quiet)
+        return follow(scheduler, scheduler.run_id(handle), spec, logs=args.follow,
+                      quiet=args.quiet, rank=args.rank)
     return _follow_local(args, scheduler, request, handle, spec, t0)
 
 
@@ -283,7 +296,7 @@ def _follow_local_run(args, scheduler, request, handle, spec, t0: float) -> int:
     signal.signal(signal.SIGHUP, signal.SIG_IGN if args.launcher else stop.note)
     display = None
     try:
-        display = _Display(handle, spec, quiet=args.quiet or args.json)
+        display = _Display(handle, spec, quiet=args.quiet or args.json, rank=args.rank)
 
         def tick() -> None:
             stop.check()
@@ -349,13 +362,15 @@ class _StopRequest:
 
 
 class _Display:
-    """A progress bar on a terminal; a line every few seconds elsewhere (CI logs)."""
+    """A progress bar on a terminal (a line every few seconds elsewhere, as in CI logs), with
+    one rank's own output (its log, as torchrun shows a worker's) printed above it."""
 
-    def __init__(self, handle, spec, quiet: bool):
+    def __init__(self, handle, spec, quiet: bool, rank: int = 0):
         self.handle, self.spec, self.quiet = handle, spec, quiet
         self.tty = sys.stderr.isatty() and not quiet
         self.last_line = 0.0
         self.progress = None
+        self.log = None if quiet else LogTail(handle.run.rank_log(rank))
         if self.tty:
             from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -373,26 +388,79 @@ class _Display:
             return
         from alchemist_jobs.run_files import Progress
 
+        self._print(self.log.lines())
         raw = self.handle.run.progress()
         p = Progress.lenient(raw) if raw is not None else None
         if p is None or p.step is None:
-            info, p = "starting workers", None
+            # A worker's record is written as it starts: from then on the workers run.
+            p = None
+            info = "running" if self.handle.run.worker_records() else "starting workers"
         else:
             info = _progress_text(p)
         if self.progress is not None:
             if p is not None:
                 self.progress.update(self.task, total=p.total_steps, completed=p.step,
                                      info=info, steps=f"step {p.step}/{p.total_steps}")
+            else:
+                self.progress.update(self.task, info=info)
             return
         now = time.time()
         if p is not None and now - self.last_line >= 5.0:
             self.last_line = now
             print(f"  step {p.step}/{p.total_steps}  {info}", file=sys.stderr, flush=True)
 
+    def _print(self, lines: list[str]) -> None:
+        if not lines:
+            return
+        if self.progress is not None:  # above the bar, which rich redraws below them
+            from rich.text import Text
+
+            for line in lines:
+                self.progress.console.print(Text.from_ansi(line), soft_wrap=True)
+        else:
+            sys.stdout.write("".join(line + "\n" for line in lines))
+            sys.stdout.flush()
+
     def close(self) -> None:
+        if self.log is not None:  # the rank's last lines, before the summary
+            self._print(self.log.lines(final=True))
+            self.log.close()
+            self.log = None
         if self.progress is not None:
             self.progress.stop()
             self.progress = None
+
+
+class LogTail:
+    """The lines a worker's log gains, read as they come (the log may not exist yet). The
+    header of a first attempt is left out; a later attempt's says the group restarted."""
+
+    FIRST_ATTEMPT = re.compile(r"=== rank \d+ attempt 1 pid \d+ at .* ===")
+
+    def __init__(self, path: Path):
+        self.path, self.file, self.rest = path, None, b""
+
+    def lines(self, final: bool = False) -> list[str]:
+        if self.file is None:
+            try:
+                self.file = open(self.path, "rb")
+            except OSError:
+                return []
+        head, newline, self.rest = (self.rest + self.file.read()).rpartition(b"\n")
+        parts = head.split(b"\n") if newline else []
+        if final and self.rest:  # the end of a last line that has no newline
+            parts, self.rest = parts + [self.rest], b""
+        out = []
+        for raw in parts:
+            # A line redrawn in place (a tqdm bar) shows its last state.
+            line = raw.decode(errors="replace").rsplit("\r", 1)[-1]
+            if not self.FIRST_ATTEMPT.fullmatch(line):
+                out.append(line)
+        return out
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
 
 
 def _progress_text(p) -> str:
