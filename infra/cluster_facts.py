@@ -9,8 +9,9 @@ import pulumi
 
 from infra.config import StackConfig
 
-# GPU nodes carry the same label and taint on every provider, so a job's node selector and
-# tolerations (stack output `gpu`) and Kueue's GPU flavor are the same everywhere.
+# The GPU nodes the program makes carry this label and taint on every provider, so a job's node
+# selector and tolerations (stack output `gpu`) and Kueue's GPU flavor are the same there; an
+# `existing` cluster's GPU nodes are selected by their own labels (ClusterFacts.gpu_node_labels).
 GPU_NODE_LABELS = {"alchemist.io/pool": "gpu"}
 SYSTEM_NODE_LABELS = {"alchemist.io/pool": "system"}
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}
@@ -99,4 +100,8 @@ class ClusterFacts:
     cloud: Any = None  # the provider's own facts, read by its module only (AwsCloud on AWS)
     efa_per_node: int = 0  # EFA interfaces of every GPU node; 0 when EFA is off
     efa_rdma_read: bool = False  # every GPU node's EFA devices do RDMA read (infra/instance_types.py)
+    # The labels every GPU node carries: the node selector of GPU pods (stack output `gpu`) and
+    # the node labels of Kueue's `gpu` flavor. The platform's own GPU nodes get GPU_NODE_LABELS;
+    # an `existing` cluster's are whatever its config says (by default the GPU Operator's).
+    gpu_node_labels: dict[str, str] = field(default_factory=lambda: dict(GPU_NODE_LABELS))
     depends_on: list[Any] = field(default_factory=list)  # what k8s resources must wait for

@@ -321,5 +321,7 @@ class ExistingCluster(pulumi.ComponentResource):
             gpu_driver_by_operator=existing.gpu_driver == "operator",
             toolkit_by_operator=existing.container_toolkit == "operator",
             registry=registry_facts(args.cfg),
+            # nothing labels an existing cluster's nodes `alchemist.io/pool: gpu`
+            gpu_node_labels=dict(existing.gpu_node_selector),
         )
         self.register_outputs({"kubeconfig": self.kubeconfig})

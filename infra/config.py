@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import re
 from typing import Annotated, Any, Literal, Union, get_args
 from urllib.parse import urlsplit
 
@@ -136,12 +137,34 @@ class OnpremConfig(_Model):
     )
 
 
+# A node label (apimachinery validation.IsQualifiedName and IsValidLabelValue).
+LABEL_KEY = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+LABEL_VALUE = r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$"
+# What the GPU Operator, which the platform installs on every stack, labels every node Node
+# Feature Discovery found an NVIDIA GPU on (gpu-operator v25.10.1 controllers/state_manager.go).
+GPU_PRESENT_LABELS = {"nvidia.com/gpu.present": "true"}
+
+
 class ExistingConfig(_Model):
     """A cluster a team already runs, reached with the `kubeconfig` secret."""
 
     gpus_per_node: Size = 0
     gpu_driver: Literal["host", "operator"] = "host"
     container_toolkit: Literal["host", "operator"] = "operator"
+    gpu_node_selector: dict[str, str] = Field(
+        default_factory=lambda: dict(GPU_PRESENT_LABELS),
+        description="the labels the cluster's GPU nodes carry; GPU pods and Kueue's gpu flavor select them",
+    )
+
+    @field_validator("gpu_node_selector")
+    @classmethod
+    def _node_labels(cls, v: dict[str, str]) -> dict[str, str]:
+        bad = [f"{k}: {val}" for k, val in v.items()
+               if len(k) > 317 or not re.match(LABEL_KEY, k) or not re.match(LABEL_VALUE, val)]  # fmt: skip
+        if not v or bad:
+            raise ValueError("at least one node label `key: value` (a label key such as nvidia.com/gpu.present, "
+                             "a value of up to 63 letters, digits, '-', '_', '.')")
+        return v
 
 
 class NodePool(_Model):

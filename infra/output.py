@@ -6,7 +6,7 @@ from typing import Any
 
 import pulumi
 
-from infra.cluster import EFA_RESOURCE, GPU_NODE_LABELS, GPU_RESOURCE, GPU_TOLERATIONS, ClusterFacts
+from infra.cluster import EFA_RESOURCE, GPU_RESOURCE, GPU_TOLERATIONS, ClusterFacts
 from infra.config import StackConfig
 from infra.labels import MOUNT_PATH, SCRAPE_LABELS, SHARED_PVC
 
@@ -31,7 +31,7 @@ def build_output(stack: str, cfg: StackConfig, facts: ClusterFacts, images: dict
                    **({"pull_secret": pull_secret} if pull_secret else {})},
         "gpu": {
             "resource": GPU_RESOURCE,
-            "node_selector": dict(GPU_NODE_LABELS),
+            "node_selector": dict(facts.gpu_node_labels),
             "tolerations": [dict(t) for t in GPU_TOLERATIONS],
             "per_node": facts.gpus_per_node,
             **({"efa": {"resource": EFA_RESOURCE, "per_node": facts.efa_per_node,

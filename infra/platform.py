@@ -40,6 +40,7 @@ class PlatformArgs:
     toolkit_by_operator: bool
     depends_on: list[Any] = field(default_factory=list)
     object_store: StoreEgress | None = None  # where job pods reach the object store (none: no store)
+    gpu_node_labels: dict[str, str] | None = None  # the GPU nodes' labels (ClusterFacts); None: GPU_NODE_LABELS
 
 
 class Platform(pulumi.ComponentResource):
@@ -63,7 +64,8 @@ class Platform(pulumi.ComponentResource):
         self.queueing = Queueing(
             f"{name}-queueing",
             QueueingArgs(teams=list(args.teams), kueue_namespace=self.system_namespaces[KUEUE_NAMESPACE],
-                         jobset_namespace=self.system_namespaces[JOBSET_NAMESPACE], depends_on=args.depends_on),
+                         jobset_namespace=self.system_namespaces[JOBSET_NAMESPACE], depends_on=args.depends_on,
+                         gpu_node_labels=args.gpu_node_labels),
             opts=pulumi.ResourceOptions(parent=self),
         )  # fmt: skip
         self.teams = {

@@ -53,7 +53,7 @@ def run(stack: str, monitoring_dir: Path, repo_root: Path = REPO_ROOT) -> None:
         PlatformArgs(
             teams=list(cfg.teams), pod_security=cfg.pod_security, depends_on=facts.depends_on,
             gpu_driver_by_operator=facts.gpu_driver_by_operator, toolkit_by_operator=facts.toolkit_by_operator,
-            object_store=store_addresses,
+            object_store=store_addresses, gpu_node_labels=dict(facts.gpu_node_labels),
         ),
         opts=on_cluster,
     )

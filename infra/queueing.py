@@ -142,10 +142,12 @@ def most_admitted(team: Team, cohort: list[Team]) -> dict[str, str]:
             GPU_RESOURCE: str(sum(t.quota.gpu for t in teams))}
 
 
-def resource_flavors() -> dict[str, dict[str, Any]]:
+def resource_flavors(gpu_node_labels: dict[str, str] | None = None) -> dict[str, dict[str, Any]]:
+    """Kueue adds a flavor's nodeLabels to the node selector of the pods it admits with it: the
+    `gpu` flavor's are the labels the stack's GPU nodes carry."""
     return {
         "default": {},
-        "gpu": {"nodeLabels": dict(GPU_NODE_LABELS), "tolerations": GPU_TOLERATIONS},
+        "gpu": {"nodeLabels": dict(gpu_node_labels or GPU_NODE_LABELS), "tolerations": GPU_TOLERATIONS},
     }
 
 
@@ -160,6 +162,7 @@ class QueueingArgs:
     kueue_namespace: Any  # the Namespace resources the charts go into
     jobset_namespace: Any
     depends_on: list[Any] = field(default_factory=list)
+    gpu_node_labels: dict[str, str] | None = None  # the GPU nodes' labels; None: GPU_NODE_LABELS
 
 
 class Queueing(pulumi.ComponentResource):
@@ -191,7 +194,7 @@ class Queueing(pulumi.ComponentResource):
                 f"{name}-priority-{prio_name}", metadata={"name": prio_name}, value=value, global_default=False,
                 preemption_policy="PreemptLowerPriority", description=description, opts=child,
             )  # fmt: skip
-        for flavor, spec in resource_flavors().items():
+        for flavor, spec in resource_flavors(args.gpu_node_labels).items():
             k8s.apiextensions.CustomResource(
                 f"{name}-flavor-{flavor}", api_version=KUEUE_API, kind="ResourceFlavor",
                 metadata={"name": flavor}, spec=spec, opts=after_kueue,

@@ -26,6 +26,14 @@
   (`--node-label`, `--node-taint`), with its `gpus` as nvidia.com/gpu; the config gives no CPU
   or memory figure, so those are not judged there.
 - kind: each node of the rendered kind config, labels as configured; capacity is the laptop's.
+- `existing`: only what the platform itself puts on the cluster's nodes. The GPU Operator
+  chart deploys Node Feature Discovery, which labels a node with an NVIDIA PCI device
+  (`feature.node.kubernetes.io/pci-<vendor>.present` under the chart's `deviceLabelFields:
+  [vendor]`), and the operator then labels that node `nvidia.com/gpu.present: "true"`
+  (NVIDIA/gpu-operator v25.10.1 controllers/state_manager.go `labelGPUNodes`, vendored in
+  tests/fixtures/chart_names/); its device plugin advertises the GPUs (`gpusPerNode`). Any
+  other label, taint, CPU or memory is the cluster's own, unknown here: a GPU node and a node
+  without GPUs, each with only those labels.
 
 Fit: kube-scheduler's filters NodeResourcesFit (requests of resources the node advertises or
 the pod asks for, k8s.io/component-helpers PodRequests), TaintToleration (NoSchedule and
@@ -47,6 +55,7 @@ from kueue_model import pod_requests, quantity, required_affinity_matches, toler
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "autoscaler"
 INSTANCE_TYPES = json.loads((FIXTURES / "ec2_instance_types-1.35.0.json").read_text())["instance_types"]
 EKS_INSTANCE_INFO = json.loads((FIXTURES / "eks_instance_info-v20260724.json").read_text())["instance_info"]
+GPU_OPERATOR_LABELS = json.loads((FIXTURES.parent / "chart_names" / "gpu-operator-v25.10.1-node-labels.json").read_text())
 RESOURCE_TAG = "k8s.io/cluster-autoscaler/node-template/resources/"
 LABEL_TAG = "k8s.io/cluster-autoscaler/node-template/label/"
 TAINT_TAG = "k8s.io/cluster-autoscaler/node-template/taint/"
@@ -211,6 +220,29 @@ def kind_nodes(config_yaml: str) -> list[NodeGroup]:
         out.append(NodeGroup(labels["kubernetes.io/hostname"], 1, labels, taints,
                              {"pods": quantity(110)}, unknown={"cpu", "memory"}))
     return out
+
+
+def existing_nodes(gpus_per_node: int, operator_values: dict[str, Any]) -> list[NodeGroup]:
+    """An `existing` cluster's nodes as the platform's GPU Operator leaves them.
+
+    `operator_values` are the GPU Operator chart's values as rendered (ours over its defaults):
+    NFD must be on and label by vendor, or no node gets the operator's label.
+    """
+    generic = {"kubernetes.io/os": "linux"}
+    cpu = NodeGroup("existing-cpu", 1, {**generic, "kubernetes.io/hostname": "existing-cpu"}, [],
+                    {"pods": quantity(110)}, unknown={"cpu", "memory"})
+    if not gpus_per_node:
+        return [cpu]
+    nvidia = {k: v for k, v in GPU_OPERATOR_LABELS["nfd_gpu_labels"].items() if k.endswith("-10de.present")}
+    nfd_label = "feature.node.kubernetes.io/pci-10de.present"
+    assert operator_values["nfd.enabled"], "NFD off: nothing labels the GPU nodes"
+    assert operator_values["node-feature-discovery.worker.config.sources.pci.deviceLabelFields"] == ["vendor"]
+    assert nfd_label in nvidia
+    gpu_labels = {**generic, "kubernetes.io/hostname": "existing-gpu", nfd_label: "true",
+                  **GPU_OPERATOR_LABELS["common_gpu_label"]}
+    gpu = NodeGroup("existing-gpu", 1, gpu_labels, [], {"pods": quantity(110), "nvidia.com/gpu": quantity(gpus_per_node)},
+                    unknown={"cpu", "memory"})
+    return [cpu, gpu]
 
 
 def why_not(spec: dict[str, Any], group: NodeGroup) -> str | None:

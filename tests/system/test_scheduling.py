@@ -19,7 +19,8 @@ from system_tier import ALL_SHAPES, EXAMPLES, STACK_NAMES, Job, Platform
 from infra_helpers import stack_config
 from kueue_model import (QUEUE_LABEL, ClusterQueue, PodSet, admit, admitted_pod_spec, excluded_prefixes,
                          manager_config, pod_requests, potential_available, quantity, workload_pod_sets)
-from node_groups import NodeGroup, eks_nodes, eks_template_node, k3s_nodes, kind_nodes, why_not
+from helm_names import releases
+from node_groups import NodeGroup, eks_nodes, eks_template_node, existing_nodes, k3s_nodes, kind_nodes, why_not
 
 from alchemist_jobs.spec import parse_spec
 
@@ -104,8 +105,8 @@ def admit_job(platform: Platform, job: Job, excluded: list[str] | None = None):
 # --- the platform's nodes, as rendered --------------------------------------------------------
 
 
-def node_groups(platform: Platform) -> list[NodeGroup] | None:
-    """Every node group of the stack; None where the platform does not make the nodes (`existing`)."""
+def node_groups(platform: Platform) -> list[NodeGroup]:
+    """Every node group of the stack; on `existing`, its nodes as far as the platform labels them."""
     provider = platform.output.provider
     if provider == "aws":
         return [template for template, _ in eks_groups(platform)]
@@ -117,7 +118,10 @@ def node_groups(platform: Platform) -> list[NodeGroup] | None:
         (config,) = [r["inputs"]["stdin"] for r in platform.resources("command:local:Command")
                      if "kind: Cluster" in str(r["inputs"].get("stdin"))]  # `kind create cluster --config -`
         return kind_nodes(config)
-    return None
+    assert provider == "existing", provider
+    (operator,) = releases(platform.render, "gpu-operator")
+    values = {k: operator.value(k) for k in ("nfd.enabled", "node-feature-discovery.worker.config.sources.pci.deviceLabelFields")}
+    return existing_nodes(platform.output.gpu.per_node, values)
 
 
 def eks_groups(platform: Platform) -> list[tuple[NodeGroup, NodeGroup]]:
@@ -203,10 +207,7 @@ def test_every_pod_fits_a_node_group(platforms, job_of, stack, shape):
     if platform.output.provider == "aws":  # both views of each group must take the pod
         groups = [[template, node] for template, node in eks_groups(platform)]
     else:
-        found = node_groups(platform)
-        if found is None:
-            pytest.skip(f"{stack}: an existing cluster's nodes are not the platform's to know")
-        groups = [[g] for g in found]
+        groups = [[g] for g in node_groups(platform)]
     assert groups
     flavors = queueing(platforms[stack])[1]
     pods = [(ps.name, admitted_pod_spec(ps, admission.flavors.get(ps.name, {}), flavors))
