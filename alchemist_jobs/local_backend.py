@@ -94,6 +94,7 @@ def _read_secret_file(path: Path, where: str) -> str:
 
 
 MAX_CODE_BYTES = 256 << 20
+WARN_CODE_BYTES = 16 << 20
 
 
 def code_of(spec: JobSpec, spec_dir: Path, home: Path) -> tuple[Path | None, list[str]]:
@@ -114,11 +115,17 @@ def code_of(spec: JobSpec, spec_dir: Path, home: Path) -> tuple[Path | None, lis
             raise UserError(f"{field}: {rel!r} is not in the run's copy of {root} (ignored by "
                             ".gitignore or .alchemistignore, or held back as a secret); "
                             "accepted: a file of that directory that is copied")
-    size = sum((root / f).stat().st_size for f in files)
+    sizes = {f: (root / f).stat().st_size for f in files}
+    size = sum(sizes.values())
     if size > MAX_CODE_BYTES:
         raise UserError(f"task: code directory {root} holds {size >> 20} MiB; accepted: at most "
                         f"{MAX_CODE_BYTES >> 20} MiB of code (list data and outputs in "
                         ".alchemistignore: data belongs on the shared file system)")
+    if size > WARN_CODE_BYTES:  # copied into every run: say so, naming what weighs most
+        big = max(sizes, key=sizes.__getitem__)
+        print(f"warning: task: code directory {root} holds {size >> 20} MiB ({big}: "
+              f"{sizes[big] >> 20} MiB), copied into every run; list data and outputs in "
+              ".alchemistignore (data belongs on the shared file system)", file=sys.stderr)
     return root, files
 
 

@@ -124,14 +124,18 @@ def known_stacks() -> list[str]:
 
 
 def _pulumi_output(stack: str) -> dict:
+    # Every Alchemist stack has its config file (stacks/Pulumi.<stack>.yaml): without the
+    # CLI to ask, a name with none is a typo, said as such rather than asking for a CLI.
+    names = project_stacks() if "/" not in stack else None
     if shutil.which("pulumi") is None:
-        # Every Alchemist stack has its config file (stacks/Pulumi.<stack>.yaml): without the
-        # CLI to ask, a name with none is a typo, said as such rather than asking for a CLI.
-
-        names = project_stacks() if "/" not in stack else None
         if names is not None and stack not in names:
             raise UserError(f"--stack {stack}: no such stack; accepted: "
                             f"{', '.join(['local', *names])}")
+        if names is None and "/" not in stack:  # no checkout here to say which stacks exist
+            raise UserError(
+                f"--stack {stack}: no such stack here; accepted: local, a stack of an Alchemist "
+                f"checkout (run from it, or set {E.PULUMI_DIR.name} to it), or --outputs FILE "
+                f"holding its `pulumi stack output {OUTPUT_NAME} --json --show-secrets`")
         raise UserError(
             f"--stack {stack}: reading a stack's outputs needs the Pulumi CLI, and `pulumi` is "
             "not on PATH; accepted: install it (https://www.pulumi.com/docs/install/), or pass "
@@ -141,7 +145,8 @@ def _pulumi_output(stack: str) -> dict:
     if proc.returncode != 0:
         err = _first_error(proc.stderr)
         if "no stack named" in err:
-            names = known_stacks()
+            # those Pulumi knows, and the checkout's (a fresh one has initialised none yet)
+            names = sorted(set(known_stacks()) | set(names or ()))
             accepted = ", ".join(["local", *names]) if names else \
                 "local, or a stack of this project (`pulumi stack ls`)"
             raise UserError(f"--stack {stack}: no such stack; accepted: {accepted}")

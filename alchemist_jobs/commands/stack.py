@@ -67,17 +67,24 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def repo_root(explicit: Path | None) -> Path:
-    """The directory holding the project's Pulumi.yaml: --root, or the nearest one upward."""
+    """The directory holding the project's Pulumi.yaml: --root, else $ALCHEMIST_PULUMI_DIR,
+    else the nearest one upward."""
     if explicit is not None:
         if not (explicit / "Pulumi.yaml").is_file():
             raise UserError(f"--root {explicit}: no Pulumi.yaml there; accepted: the repository root")
         return explicit.resolve()
+    given = E.PULUMI_DIR.get()
+    if given is not None:
+        if not (Path(given) / "Pulumi.yaml").is_file():
+            raise UserError(f"{E.PULUMI_DIR.name}={given}: no Pulumi.yaml there; accepted: the "
+                            "root of an alchemist checkout")
+        return Path(given).resolve()
     here = Path.cwd().resolve()
     for d in (here, *here.parents):
         if (d / "Pulumi.yaml").is_file() and (d / "infra").is_dir():
             return d
     raise UserError(f"{here}: not inside an alchemist checkout (no Pulumi.yaml with infra/ above); "
-                    "run from the repository or pass --root")  # fmt: skip
+                    f"run from the repository, pass --root or set {E.PULUMI_DIR.name}")  # fmt: skip
 
 
 def stacks_dir(root: Path) -> Path:
@@ -202,9 +209,17 @@ def _summary(config: dict[str, Any]) -> str:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    root = repo_root(args.root)
-    stacks = {name: _load(stacks_dir(root) / f"Pulumi.{name}.yaml").get("config", {})
-              for name in stack_names(root)}
+    try:
+        root = repo_root(args.root)
+    except UserError as e:
+        if args.root is not None or E.PULUMI_DIR.get() is not None:
+            raise
+        # An installed package outside a checkout: the built-in stack is still there.
+        print(f"note: only the built-in stack: {e}", file=sys.stderr)
+        root = None
+    stacks = {} if root is None else {
+        name: _load(stacks_dir(root) / f"Pulumi.{name}.yaml").get("config", {})
+        for name in stack_names(root)}
     if args.json:
         local = {"name": "local", "provider": "local", "kubernetes_version": None,
                  "shared_fs": "directory", "summary": "processes on this machine, no Pulumi"}

@@ -7,8 +7,9 @@ all-reduces between nodes of the target, planner/probe.py: bandwidth and per-mes
 latency as the collective gets them, used as measured); else the stack's EFA devices
 (100 Gbit/s each, AWS's figure for p4d/p5 EFA interfaces); else the communication bandwidth
 measured by past runs of the same job on this stack (bytes and seconds that every worker
-records in result.json, the same figures the metric contract exports); else the plan refuses,
-naming the flag, rather than guess a link.
+records in result.json, the same figures the metric contract exports; a local run's loopback
+is no link between nodes and is refused as one); else the plan refuses, naming the flag,
+rather than guess a link.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from alchemist_jobs.errors import UserError
 from alchemist_jobs.planner import probe
 from alchemist_jobs.planner import probe as probe_mod
 from alchemist_jobs.planner.model import Cluster
+from alchemist_jobs.rundir import read_json
 
 _RATE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(k|m|g)bit\s*$", re.IGNORECASE)
 _UNIT = {"k": 1e3, "m": 1e6, "g": 1e9}
@@ -52,9 +54,12 @@ def parse_nodes(text: str) -> list[int]:
     return sorted(set(counts))
 
 
-def measured_bandwidth(runs_root: Path, job_name: str) -> tuple[float, str] | None:
+def measured_bandwidth(runs_root: Path, job_name: str, loopback: bool = False
+                       ) -> tuple[float, str] | None:
     """Bytes/s that past multi-worker runs of this job achieved while communicating (over
-    all the time communication was in flight, exposed or overlapped)."""
+    all the time communication was in flight, exposed or overlapped). A run of the local
+    stack measured loopback within this machine, no link between nodes: such runs count
+    only with `loopback` (to say that they are all there is)."""
     best: tuple[float, str] | None = None
     if not runs_root.is_dir():
         return None
@@ -68,7 +73,9 @@ def measured_bandwidth(runs_root: Path, job_name: str) -> tuple[float, str] | No
             world = int(result["world_size"])
         except (OSError, ValueError, KeyError, TypeError):
             continue  # an unreadable or older record is not evidence
-        if world > 1 and seconds > 0 and sent > 0 and result.get("algorithm") == "sync":
+        local = (read_json(result_file.parent / "run.json") or {}).get("stack") == "local"
+        if world > 1 and seconds > 0 and sent > 0 and result.get("algorithm") == "sync" \
+                and local == loopback:
             best = (sent / seconds, result_file.parent.name)
     return best
 
@@ -116,6 +123,13 @@ def cluster_facts(*, workers_per_node: int, link: str | None, latency_us: float,
                      f"device(s) of {EFA_GBIT_PER_DEVICE:g} Gbit/s (stack {stack.stack}){nominal}")
     else:
         measured = measured_bandwidth(runs_root, job_name) if runs_root else None
+        if measured is None and runs_root:
+            local = measured_bandwidth(runs_root, job_name, loopback=True)
+            if local is not None:
+                raise UserError(
+                    f"--link: the only measured link is past run {local[1]} of the local stack, "
+                    f"{local[0] * 8 / 1e6:,.0f} Mbit/s over loopback within this machine, not "
+                    "between nodes; give the link, e.g. --link 25gbit, or --link-probe FILE")
         if measured is None:
             where = (f"stack {stack.stack} exports no EFA devices" if stack
                      else f"no past multi-worker sync run of {job_name!r} measured one")
