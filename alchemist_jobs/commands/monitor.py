@@ -11,6 +11,7 @@ Ctrl-C (or SIGTERM) stops Prometheus and TensorBoard with it; they also die if i
 from __future__ import annotations
 
 import argparse
+import fcntl
 import importlib.util
 import json
 import os
@@ -266,6 +267,23 @@ def _follow_targets(finder: "TargetFinder", last: list, targets_file: Path,
             last = groups
 
 
+def _one_per_home(root: Path, state_dir: Path, state_file: Path) -> int:
+    """An exclusive lock on the home's monitor (a descriptor to keep open): two monitors
+    would share one Prometheus data directory. Taken before anything is written, so a second
+    monitor started while the first is still starting Prometheus is refused too."""
+    fd = os.open(state_dir / "monitor.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        other = read_json(state_file) or {}
+        pid = f" (pid {other['pid']})" if alive(other.get("pid")) else ""
+        url = f" at {other['prometheus_url']}" if pid and other.get("prometheus_url") else ""
+        raise UserError(f"alchemist monitor: another monitor{pid} already serves {root}{url}; "
+                        "accepted: one monitor per home: stop it first, or --home another") from None
+    return fd
+
+
 def cmd_monitor(args: argparse.Namespace) -> int:
     # Everything is checked before anything starts or is written.
     prom_bin = find_prometheus()
@@ -288,6 +306,7 @@ def cmd_monitor(args: argparse.Namespace) -> int:
                                 targets_file=targets_file, self_address=f"127.0.0.1:{port}")
 
     state_dir.mkdir(parents=True, exist_ok=True)
+    lock = _one_per_home(root, state_dir, state_file)  # held until this command ends
     runs_root(root).mkdir(parents=True, exist_ok=True)
     finder = TargetFinder(root)
     groups = finder.groups()
@@ -333,5 +352,6 @@ def cmd_monitor(args: argparse.Namespace) -> int:
         _stop(procs)
         if (read_json(state_file) or {}).get("pid") == os.getpid():
             state_file.unlink(missing_ok=True)
+        os.close(lock)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
