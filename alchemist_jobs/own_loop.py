@@ -17,8 +17,10 @@ model and resumes from the newest checkpoint that `alchemist_jobs.checkpoint.sav
 At the script's end the bootstrap runs the algorithm's last exchange (`finish`) if the
 script did not; call `alchemist_jobs.finish()` yourself before evaluating the final model.
 
-Outside an Alchemist run (plain `torchrun` or `python`) `prepare` wraps the model in DDP
-when a process group of several ranks is initialised, and otherwise returns both unchanged.
+Outside an Alchemist run the same script still runs: under plain `torchrun` `prepare`
+wraps the model in DDP (starting the process group if the script did not), under plain
+`python` it returns both unchanged; `finish`, `checkpoint.save` and `checkpoint.resume` then
+do nothing (resume gives {}).
 """
 
 from __future__ import annotations
@@ -119,13 +121,15 @@ def prepare(model: "torch.nn.Module", optimizer: "torch.optim.Optimizer"
                            "accepted: one model and optimizer per worker")
     run_dir = E.RUN_DIR.get()
     world = int(os.environ.get("WORLD_SIZE", 1))
-    if run_dir is None:  # plain torchrun or python: DDP where there is a group, else nothing
-        if world > 1 and dist.is_initialized():
+    if run_dir is None:  # plain torchrun: DDP over the group torchrun's variables describe
+        if world > 1:
             from torch.nn.parallel import DistributedDataParallel as DDP
 
             device = next(model.parameters()).device
+            if not dist.is_initialized():
+                dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
             return DDP(model, device_ids=[device.index] if device.type == "cuda" else None), optimizer
-        return model, optimizer
+        return model, optimizer  # plain python: one process, nothing to exchange
     _prepared = _prepare_in_run(run_dir, model, optimizer, world)
     return _prepared.train_model, optimizer
 
@@ -189,6 +193,11 @@ def _same_start(model: "torch.nn.Module") -> None:
 
 def current() -> Prepared | None:
     return _prepared
+
+
+def in_run() -> bool:
+    """This process is a worker of an Alchemist run (not plain torchrun or python)."""
+    return E.RUN_DIR.get() is not None
 
 
 def require(what: str) -> Prepared:

@@ -88,6 +88,9 @@ class Result(_File):
 
     final_loss: float | None = None
     test_accuracy: float | None = None
+    test_metrics: dict[str, float] = Field(
+        default_factory=dict, description="the final evaluation: loss, accuracy where it "
+        "applies, and a task's own metrics (task.entry's `metrics`)")
     samples_per_s: float | None = None
     steps: int | None = None
     global_batch: int | None = None

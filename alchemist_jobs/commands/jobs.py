@@ -470,6 +470,11 @@ def _progress_text(p) -> str:
     return text + (f"  restarts {p.restarts}" if p.restarts else "")
 
 
+def _own_metrics(res) -> list[tuple[str, float]]:
+    """A task's own test metrics (task.entry's `metrics`), beside loss and accuracy."""
+    return [(k, v) for k, v in sorted(res.test_metrics.items()) if k not in ("loss", "accuracy")]
+
+
 def _num(x: float | None, fmt: str = ".4f") -> str:
     return "-" if x is None else format(x, fmt)
 
@@ -482,6 +487,7 @@ def _summary(status: RunStatus, wall: float, handle) -> None:
     if res is not None:
         lines.append(f"  final loss      {_num(res.final_loss)}")
         lines.append(f"  test accuracy   {_num(res.test_accuracy)}")
+        lines += [f"  test {k:<11} {_num(v)}" for k, v in _own_metrics(res)]
         lines.append(f"  throughput      {_num(res.samples_per_s, ',.0f')} samples/s "
                      f"({res.steps} steps, global batch {res.global_batch})")
     lines.append(f"  wall time       {wall:.1f} s")
@@ -550,6 +556,8 @@ def cmd_status(args: argparse.Namespace) -> int:
               f"throughput {s.progress.samples_per_s:,.0f} samples/s")
     if s.result is not None and s.result.test_accuracy is not None:
         print(f"accuracy   {_num(s.result.test_accuracy)}")
+    for k, v in _own_metrics(s.result) if s.result is not None else ():
+        print(f"{k:<10} {_num(v)}")
     print(f"created    {_when(s.created)}\nended      {_when(s.ended)}")
     if s.message:
         print(f"message    {s.message}")
