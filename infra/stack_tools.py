@@ -2,9 +2,16 @@
 as `python -m infra.stack_tools COMMAND` in the checkout and never imports infra itself.
 
     check   stdin {"config": {key: value}, "left_out": [key], "where": str}
-            stdout {"error": str | null, "later": [secret keys left out, to set later]}
+            stdout {"error": str | null, "later": [secret keys left out, to set later],
+                    "deploy_time": [[key, the command its deployer sets it with]]}
+    stand-ins  stdin {"configs": [{key: value}]}
+               stdout {"stand_ins": [{dotted key: value}]}   (one per config, for infra.render)
     diff    stdin {"a": render, "b": render}   (renders from `python -m infra.render`)
             stdout {"differences": [line], "allowed": [[reason, line]], "a": name, "b": name}
+
+Deploy-time values are those only a stack's deployer can give (the network they deploy from,
+the k3s installer they reviewed): a shipped stack leaves them out, `pulumi up` demands them,
+and a replica's check or a read-only comparison takes a stand-in for them instead.
 """
 
 from __future__ import annotations
@@ -16,19 +23,51 @@ from typing import Any
 from infra.stack_diff import compare
 
 
+# section, key, stand-in, when the section needs it, how its deployer sets it
+DEPLOY_TIME = (
+    ("alchemist:aws", "publicAccessCidrs", ["100.20.30.40/32"],
+     lambda section: section.get("endpointPublicAccess", True) is not False,
+     "pulumi config set --path 'alchemist:aws.publicAccessCidrs[0]' <cidr>"),
+    ("alchemist:onprem", "k3sInstallerSha256", "0" * 64, lambda section: True,
+     "pulumi config set --path 'alchemist:onprem.k3sInstallerSha256' <sha256 of install.sh>"),
+)
+
+
+def stand_ins(config: dict[str, Any]) -> dict[str, Any]:
+    """{dotted key: stand-in} for each deploy-time value a stack's config leaves out."""
+    out = {}
+    for section, key, value, needed, _ in DEPLOY_TIME:
+        got = config.get(section)
+        if isinstance(got, dict) and key not in got and needed(got):
+            out[f"{section}.{key}"] = value
+    return out
+
+
 def check(req: dict[str, Any]) -> dict[str, Any]:
     from infra.config import SECRET_KEYS, StackConfigError, parse, pulumi_value
 
     config, left_out = req["config"], req.get("left_out", [])
-    # Secrets left out are checked as if set, so the rest of the replica is validated now.
+    # Secrets left out are checked as if set, so the rest of the replica is validated now;
+    # so are the deploy-time values its deployer has yet to give.
     later = [k for k in left_out if k.split(":", 1)[1] in SECRET_KEYS]
+    filled = stand_ins(config)
+    deploy_time = [[k, how] for section, key, _, _, how in DEPLOY_TIME
+                   for k in filled if k == f"{section}.{key}"]
+    config = {k: dict(v) if isinstance(v, dict) else v for k, v in config.items()}
+    for dotted, value in filled.items():
+        section, key = dotted.split(".", 1)
+        config[section][key] = value
     raw = {k: pulumi_value(v) for k, v in config.items()}
     raw.update({k: "set-later" for k in later})
     try:
         parse(raw, set(later), where=req.get("where", ""))
     except StackConfigError as e:
-        return {"error": str(e), "later": later}
-    return {"error": None, "later": later}
+        return {"error": str(e), "later": later, "deploy_time": deploy_time}
+    return {"error": None, "later": later, "deploy_time": deploy_time}
+
+
+def stand_ins_of(req: dict[str, Any]) -> dict[str, Any]:
+    return {"stand_ins": [stand_ins(c) for c in req["configs"]]}
 
 
 def diff(req: dict[str, Any]) -> dict[str, Any]:
@@ -40,7 +79,7 @@ def diff(req: dict[str, Any]) -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> int:
-    commands = {"check": check, "diff": diff}
+    commands = {"check": check, "stand-ins": stand_ins_of, "diff": diff}
     if len(argv) != 1 or argv[0] not in commands:
         print(f"usage: python -m infra.stack_tools {'|'.join(commands)} < request.json",
               file=sys.stderr)

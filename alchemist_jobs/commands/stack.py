@@ -303,15 +303,19 @@ def cmd_replicate(args: argparse.Namespace) -> int:
           f"`alchemist stack diff {args.src} {args.dst}` compares their platforms")  # fmt: skip
     for key in later:
         print(f"then set its secret: pulumi config set --secret {key} <value> -s {args.dst}")
+    for key, how in checked.get("deploy_time", []):  # as its source's deployer had yet to
+        print(f"then, as its deployer, set {key}: {how} -s {args.dst}")
     return 0
 
 
 # --- diff ---------------------------------------------------------------------------------
 
 
-def render(root: Path, paths: list[Path]) -> list[dict[str, Any]]:
+def render(root: Path, paths: list[Path], sets: list[dict[str, Any]] | None = None
+           ) -> list[dict[str, Any]]:
     """Render stacks under Pulumi's mocks in a subprocess (one fork per stack: mocks are process-wide)."""
-    jobs = json.dumps([{"stack_file": str(p)} for p in paths])
+    jobs = json.dumps([{"stack_file": str(p), "sets": s}
+                       for p, s in zip(paths, sets or [{} for _ in paths])])
     proc = subprocess.run(
         [sys.executable, "-m", "infra.render", "--jobs", "/dev/stdin"],
         input=jobs, cwd=root, capture_output=True, text=True, timeout=900,
@@ -332,7 +336,15 @@ def cmd_diff(args: argparse.Namespace) -> int:
     if importlib.util.find_spec("pulumi") is None:
         raise UserError("alchemist stack diff: needs the Pulumi SDK; accepted: pip install 'alchemist[infra]'")
     a, b = stack_file(root, args.a), stack_file(root, args.b)
-    ra, rb = render(root, [a, b])
+    # A comparison deploys nothing: what only a deployer can say (their network, the
+    # installer they reviewed) takes the same stand-in in both, and the output says so.
+    sets = infra_tool(root, "stand-ins", {"configs": [_load(p).get("config") or {}
+                                                      for p in (a, b)]})["stand_ins"]
+    ra, rb = render(root, [a, b], sets)
+    for path, filled in zip((a, b), sets):
+        if filled:
+            print(f"note: {path.name} leaves {', '.join(filled)} to its deployer; compared with "
+                  "a stand-in", file=sys.stderr)
     report = infra_tool(root, "diff", {"a": ra, "b": rb})
     for line in report["differences"]:
         print(line)
