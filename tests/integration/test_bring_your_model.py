@@ -83,6 +83,20 @@ def test_an_entry_runs_steps_and_metrics_show_in_status(entry_runs):
     assert "accuracy" in human and "230/230" in human
 
 
+def test_an_entry_runs_steps_and_accuracy_show_in_the_dashboard(entry_runs):
+    from fastapi.testclient import TestClient
+
+    from tests.ui.conftest import AUTH, make_app
+
+    run = entry_runs["easgd"]
+    app, _ = make_app(run.path.parent.parent)
+    with TestClient(app, base_url="http://127.0.0.1:8740", headers=AUTH) as client:
+        listed = {r["run_id"]: r for r in client.get("/api/v1/runs").json()["runs"]}
+    r = listed[run.run_id]
+    assert r["state"] == "succeeded" and r["step"] == r["total_steps"] == 230
+    assert r["accuracy"] == pytest.approx(run.result()["test_accuracy"])
+
+
 def test_a_killed_worker_of_an_entry_task_resumes_from_its_checkpoint(tmp_path):
     d, home = user_dir(tmp_path), tmp_path / "home"
     spec = write_spec(d, "cnn-resume", {"entry": "digits_cnn.py:make_task"}, ALGORITHMS["bmuf"],
