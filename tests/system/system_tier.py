@@ -156,6 +156,14 @@ SHAPES: dict[str, Callable[[StackOutput], dict[str, Any] | None]] = {
                                              algorithm={"name": "async", "servers": 2}),
     "s3-data": _s3,
     "longest-name": lambda out: _digits(_longest_name(), nodes=2),
+    # A user's own model (examples/charlm.py) through the trainer, with parameter servers.
+    "entry-async": lambda out: _digits("entry-async", nodes=2, procs_per_node=1,
+                                       task={"entry": "charlm.py:make_task"},
+                                       algorithm={"name": "async", "servers": 2}),
+    # A user's own loop (examples/own_loop.py) under bmuf through alchemist_jobs.prepare.
+    "own-loop-bmuf": lambda out: _digits("own-loop-bmuf", nodes=2,
+                                         task={"script": "own_loop.py", "args": ["--epochs", "1"]},
+                                         algorithm={"name": "bmuf", "tau": 8}),
 }
 SESSION = "session"  # the interactive session's pod, judged beside the job shapes
 
