@@ -8,7 +8,9 @@ write there and see nothing of another team's. How the subtree gets its owner:
 - EFS: an access point per team (rootDirectory /teams/<team> created with creationInfo,
   posixUser = the team's identity, enforced by EFS for every call); volumeHandle `fs::fsap`.
 - FSx for Lustre, NFS, hostPath: a one-off Job (`prepare`) mounts the root as root and makes
-  each `/teams/<team>` with the team's owner; the team's PV then mounts only that
+  each `/teams/<team>` with the team's owner and mode 2770 (or, on an NFS export with
+  root_squash, finds it made so by the server's admin, and otherwise names the commands
+  for them); the team's PV then mounts only that
   subdirectory (Lustre `dns@tcp:/mountname/teams/<team>`, csi-driver-nfs `subDir`, a
   hostPath below the shared directory). Lustre and NFS do not enforce an identity per mount
   as EFS access points do: ownership and mode keep teams apart, with pods run as the team uid.
@@ -32,6 +34,12 @@ from infra.versions import CHARTS, ChartPin
 
 TEAMS_DIR = "teams"  # team subtrees live at /teams/<team> of the file system
 TEAM_DIR_MODE = "0770"  # the team's uid and gid only
+# What the prepare Job gives a subtree: the same, with the setgid bit, so that the kubelet,
+# applying the job pods' fsGroup (the team's gid) with `OnRootMismatch`, finds the root as it
+# wants it and leaves the tree alone (kubernetes pkg/volume/volume_linux.go
+# requiresPermissionChange); csi-driver-nfs's CSIDriver (fsGroupPolicy File) lets it apply
+# fsGroup to every NFS volume, and under root_squash its walk of the tree fails.
+PREPARED_DIR_MODE = "2770"
 ROOT_PVC = "alchemist-shared-root"  # the prepare Job's view of the whole file system
 PREPARE_NAMESPACE = "kube-system"
 
@@ -62,11 +70,20 @@ def team_path(team: str) -> str:
 
 
 def prepare_script(identities: dict[str, tuple[int, int]], root: str = "/fs") -> str:
-    """Make each team's subtree with its owner and mode; run again, it changes nothing else."""
-    lines = ["set -eu"]
+    """Give each team's subtree its owner and mode, or leave it be where it has them; run again,
+    it changes nothing. A subtree it cannot make (an export with root_squash maps this Job's
+    root to an anonymous uid) fails the Job with the commands the file server's admin runs."""
+    lines = ["set -eu", "fail=0"]
     for team, (uid, gid) in sorted(identities.items()):
-        d = f"{root}/{team_path(team)}"
-        lines.append(f"mkdir -p {d} && chown {uid}:{gid} {d} && chmod {TEAM_DIR_MODE} {d}")
+        rel, d = team_path(team), f"{root}/{team_path(team)}"
+        make = f"mkdir -p {rel} && chown {uid}:{gid} {rel} && chmod {PREPARED_DIR_MODE} {rel}"
+        lines.append(
+            f'[ "$(stat -c %u:%g:%a {d} 2>/dev/null)" = "{uid}:{gid}:{PREPARED_DIR_MODE}" ]'
+            f" || {{ mkdir -p {d} && chown {uid}:{gid} {d} && chmod {PREPARED_DIR_MODE} {d}; }}"
+            f" || {{ echo 'alchemist-shared-prepare: cannot give {rel} owner {uid}:{gid} and mode"
+            f" {PREPARED_DIR_MODE} (an export with root_squash?); on the file server, in the exported"
+            f" directory, run: {make}' >&2; fail=1; }}")
+    lines.append('exit "$fail"')
     return "; ".join(lines)
 
 
@@ -162,8 +179,10 @@ class SharedFileSystem(pulumi.ComponentResource):
                         "image": args.prepare_image,
                         "command": ["sh", "-c", prepare_script(args.identities)],
                         # chown needs root; this Job is the only pod that runs as root on the root.
+                        # FSETID: chmod keeps the setgid bit on a directory whose group is not root's.
                         "securityContext": {"runAsUser": 0, "runAsGroup": 0, "allowPrivilegeEscalation": False,
-                                            "capabilities": {"drop": ["ALL"], "add": ["CHOWN", "FOWNER", "DAC_OVERRIDE"]}},
+                                            "capabilities": {"drop": ["ALL"],
+                                                             "add": ["CHOWN", "FOWNER", "DAC_OVERRIDE", "FSETID"]}},
                         "volumeMounts": [{"name": "fs", "mountPath": "/fs"}],
                     }],
                     "volumes": [{"name": "fs", "persistentVolumeClaim": {"claimName": ROOT_PVC}}],

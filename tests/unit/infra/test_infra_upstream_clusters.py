@@ -178,7 +178,7 @@ def test_prepare_job_gives_each_subtree_its_owner(renders, name, tmp_path):
     for i, team in enumerate(cfg_teams):
         st = (tmp_path / "teams" / team).stat()
         assert (st.st_uid, st.st_gid) == (1000 + i, 1000 + i)
-        assert stat.S_IMODE(st.st_mode) == 0o770
+        assert stat.S_IMODE(st.st_mode) == 0o2770  # setgid: the job pods' fsGroup finds the root as it wants it
 
 
 # --- 9.5: NetworkPolicies enforced on EKS -------------------------------------------------------
