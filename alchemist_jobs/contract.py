@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 
 from alchemist_jobs.errors import UserError
 
@@ -113,6 +113,9 @@ class Gpu(_Strict):
     efa: Efa | None = None  # present when the GPU nodes have EFA devices
 
 
+PREFIX = r"^([a-z0-9][-a-z0-9]*/)?$"  # a team's part of the object store: `<team>/`
+
+
 class ObjectStore(_Strict):
     """An S3-compatible bucket where datasets live (`alchemist data push`, `data.source: s3://`).
 
@@ -125,7 +128,7 @@ class ObjectStore(_Strict):
     bucket: str = Field(min_length=3, max_length=63)
     region: str = "us-east-1"
     # The team's own part of the bucket: on AWS its role reads and writes only keys under it.
-    prefix: str = Field("", pattern=r"^([a-z0-9][-a-z0-9]*/)?$")
+    prefix: str = Field("", pattern=PREFIX)
 
 
 class Monitoring(_Strict):
@@ -133,6 +136,20 @@ class Monitoring(_Strict):
     grafana_url: str
     tensorboard_url: str
     pod_monitor_labels: dict[str, LabelValue]
+
+
+class Team(_Strict):
+    """One team of the stack (`alchemist:teams`): where its jobs go, who they run as, what they may reach."""
+
+    name: Dns1123Label
+    namespace: Dns1123Label
+    queue: Dns1123Label  # its LocalQueue, in its namespace
+    uid: int = Field(ge=1)  # POSIX identity its job pods run as; owns its shared-FS subtree
+    gid: int = Field(ge=1)
+    object_store_prefix: str | None = Field(None, pattern=PREFIX)  # present when the stack has an object store
+    # Its own credential, where the provider gives each team one (on-prem, existing); absent,
+    # the stack's `kubeconfig` or `eks` serves every team (kind's, or each user's own AWS identity).
+    kubeconfig: SecretStr | None = None
 
 
 class StackOutput(_Strict):
@@ -149,6 +166,50 @@ class StackOutput(_Strict):
     gpu: Gpu
     monitoring: Monitoring
     object_store: ObjectStore | None = None  # absent: the stack has no object storage
+    # The team the fields above belong to (the stack's default team, the first of its config),
+    # and every team; both absent in the output of a stack from before teams were exported.
+    team: Dns1123Label | None = None
+    teams: list[Team] = []
+
+    @model_validator(mode="after")
+    def _teams_agree(self) -> "StackOutput":
+        if not self.teams:
+            return self
+        names = [t.name for t in self.teams]
+        if len(set(names)) != len(names) or self.team not in names:
+            raise ValueError(f"`team` must name one of `teams` ({', '.join(names)}), each once")
+        mine = next(t for t in self.teams if t.name == self.team)
+        prefix = self.object_store.prefix if self.object_store else None
+        if (mine.namespace, mine.queue, mine.uid, mine.gid, mine.object_store_prefix) != (
+                self.namespace, self.queue, self.shared_fs.uid, self.shared_fs.gid, prefix):
+            raise ValueError(f"team {self.team}'s entry in `teams` differs from the top-level "
+                             "namespace, queue, shared_fs identity or object_store prefix")
+        if self.object_store and any(t.object_store_prefix is None for t in self.teams):
+            raise ValueError("every team needs its `object_store_prefix` on a stack with an object store")
+        return self
+
+    def team_names(self) -> list[str]:
+        """The stack's teams, the default one first."""
+        return [t.name for t in self.teams] or [self.team or self.namespace]
+
+    def for_team(self, name: str | None, given_as: str | None = None) -> "StackOutput":
+        """This output as team `name` sees it: its namespace, queue, identity, prefix and, where
+        it has one, its own credential at the top level. None: the stack's default team. An
+        unknown team is one UserError line naming the teams there are."""
+        if name is None or name == (self.team or self.namespace):
+            return self
+        team = next((t for t in self.teams if t.name == name), None)
+        if team is None:
+            raise UserError(f"{given_as or f'--team {name}'}: stack {self.stack} has no such team; accepted: "
+                            f"{', '.join(self.team_names())}")
+        update: dict[str, Any] = {
+            "team": team.name, "namespace": team.namespace, "queue": team.queue,
+            "shared_fs": self.shared_fs.model_copy(update={"uid": team.uid, "gid": team.gid})}
+        if self.object_store is not None:
+            update["object_store"] = self.object_store.model_copy(update={"prefix": team.object_store_prefix})
+        if team.kubeconfig is not None:
+            update["kubeconfig"] = team.kubeconfig
+        return self.model_copy(update=update)
 
     @classmethod
     def parse(cls, data: Any, source: str) -> "StackOutput":

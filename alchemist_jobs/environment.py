@@ -120,6 +120,8 @@ HOME = _var("HOME", _path, USER, "the local stack's shared-file-system root (def
 DEFAULTS = _var("DEFAULTS", _path, USER,
                 "the defaults file (default ~/.config/alchemist/defaults.yaml)")
 PULUMI_DIR = _var("PULUMI_DIR", _path, USER, "the Pulumi project that holds the stacks")
+TEAM = _var("TEAM", str, USER,
+            "the team of a cluster stack the CLI acts for (default: the stack's first); --team overrides it")
 WARM_AGENT = _var("WARM_AGENT", _unless_0, USER,
                   "0: do not start torchrun's interpreter while the CLI validates the job")
 OBJECT_STORE = _var("OBJECT_STORE", str, USER,

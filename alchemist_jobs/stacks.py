@@ -36,14 +36,23 @@ _STACK_NAME = re.compile(r"[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+){0,2}")
 
 
 def get_scheduler(stack: str = LOCAL, home: Path | None = None,
-                  outputs: Path | None = None) -> Scheduler:
-    """The scheduler for `--stack`; `home` is the local shared-file-system root."""
+                  outputs: Path | None = None, team: str | None = None) -> Scheduler:
+    """The scheduler for `--stack`; `home` is the local shared-file-system root; `team` the
+    `--team` (else $ALCHEMIST_TEAM, else the stack's default team)."""
     if stack == LOCAL:
         if outputs is not None:
             raise UserError("--outputs: the local stack has no stack outputs; drop --outputs "
                             "or name a cluster stack with --stack")
+        no_team_on_local(team)
         return local_scheduler(home)
-    return cluster_scheduler(resolve(stack, outputs))
+    return cluster_scheduler(resolve(stack, outputs, team))
+
+
+def no_team_on_local(team: str | None) -> None:
+    """`--team` on the local stack is a mistake ($ALCHEMIST_TEAM is for cluster stacks: ignored)."""
+    if team is not None:
+        raise UserError(f"--team {team}: the local stack has no teams; accepted: no --team on "
+                        "local, or a cluster stack with --stack")
 
 
 # The only places a scheduler is built: every command and the dashboard come through here.
@@ -63,8 +72,9 @@ def cluster_scheduler(out: StackOutput) -> KubernetesScheduler:
     return KubernetesScheduler(out)
 
 
-def resolve(stack: str, outputs: Path | None = None) -> StackOutput:
-    """The stack's `alchemist` output, validated against the contract; one line if not."""
+def resolve(stack: str, outputs: Path | None = None, team: str | None = None) -> StackOutput:
+    """The stack's `alchemist` output, validated against the contract, as `team` (else
+    $ALCHEMIST_TEAM, else the stack's default team) sees it; one line if not."""
     if not _STACK_NAME.fullmatch(stack):
         raise UserError(f"--stack {stack!r}: not a stack name; accepted: local or a Pulumi "
                         "stack name (letters, digits, '-', '_', '.'; optionally org/project/)")
@@ -77,7 +87,10 @@ def resolve(stack: str, outputs: Path | None = None) -> StackOutput:
     if out.stack != short:
         raise UserError(f"{source}: holds the outputs of stack {out.stack!r}, not of --stack "
                         f"{stack!r}; accepted: the `alchemist` output of stack {short!r}")
-    return out
+    if team is not None:
+        return out.for_team(team)
+    chosen = E.TEAM.get()
+    return out.for_team(chosen, f"{E.TEAM.name}={chosen}") if chosen else out
 
 
 def _read_outputs_file(path: Path) -> dict:

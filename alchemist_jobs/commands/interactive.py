@@ -38,7 +38,7 @@ def cmd_interactive(args: argparse.Namespace) -> int:
                                                        session_name, session_pod)
     from alchemist_jobs.stacks import resolve
 
-    out = resolve(args.stack, args.outputs)
+    out = resolve(args.stack, args.outputs, args.team)
     name = session_name()
     if args.stop:
         if args.dry_run:
@@ -65,8 +65,9 @@ def cmd_interactive(args: argparse.Namespace) -> int:
 def _local_shell(args: argparse.Namespace) -> int:
     """A shell whose environment is a local worker's (shared root, stack, PYTHONPATH...)."""
     from alchemist_jobs.spec import JobSpec
-    from alchemist_jobs.stacks import local_scheduler
+    from alchemist_jobs.stacks import local_scheduler, no_team_on_local
 
+    no_team_on_local(args.team)
     if args.outputs is not None:
         raise UserError("--outputs: the local stack has no stack outputs; drop --outputs")
     if args.gpus:

@@ -39,6 +39,9 @@ def _stack_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--home", type=Path, default=defaults.get("home"),
                    help=f"local stack's shared-file-system root (default: ${E.HOME.name} or "
                         "~/.alchemist)")
+    p.add_argument("--team", default=None, metavar="NAME",
+                   help=f"cluster stacks: the team to act for (default: ${E.TEAM.name}, else "
+                        "the stack's default team)")
 
 
 EXAMPLES = {
@@ -161,7 +164,7 @@ def _scheduler(args: argparse.Namespace):
     outputs = args.outputs
     if args.stack == "local" and outputs is not None and outputs == defaults.get("outputs"):
         outputs = None  # the defaults file's outputs belong to its cluster stack
-    return get_scheduler(args.stack, home=args.home, outputs=outputs)
+    return get_scheduler(args.stack, home=args.home, outputs=outputs, team=args.team)
 
 
 # --- run -------------------------------------------------------------------------------------

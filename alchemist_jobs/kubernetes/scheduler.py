@@ -162,8 +162,8 @@ class KubernetesScheduler(Scheduler[KubeRequest, KubeHandle]):
     def run_id(self, handle: KubeHandle) -> str:
         return handle.run_id
 
-    def __init__(self, out: StackOutput, connector: Connector | None = None):
-        self.out = out
+    def __init__(self, out: StackOutput, connector: Connector | None = None, team: str | None = None):
+        self.out = out.for_team(team)  # None: the team `out` is already (the stack's default)
         self.stack = out.stack
         self._connector = connector
         self._cluster: Cluster | None = None

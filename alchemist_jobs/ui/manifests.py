@@ -20,7 +20,8 @@ LABELS = {"app.kubernetes.io/name": NAME, "app.kubernetes.io/part-of": "alchemis
 
 def public_output(out: StackOutput) -> dict[str, Any]:
     """The stack output without its credentials: what the pod may hold in a ConfigMap."""
-    data = out.model_dump(mode="json", exclude={"kubeconfig", "eks"})
+    data = out.model_dump(mode="json", exclude={"kubeconfig": True, "eks": True,
+                                                "teams": {"__all__": {"kubeconfig"}}})
     return data
 
 

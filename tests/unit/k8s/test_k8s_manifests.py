@@ -370,6 +370,7 @@ def test_pods_run_as_the_teams_identity():
     """The stack's shared_fs.uid/gid own the team's subtree: job pods run as them."""
     data = stack("dev").output.model_dump(mode="json")
     data["shared_fs"].update(uid=2001, gid=2002)
+    data["teams"][0].update(uid=2001, gid=2002)  # the default team's entry says the same
     from alchemist_jobs.contract import StackOutput
 
     class _S:
