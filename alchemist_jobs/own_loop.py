@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     import torch
 
     from alchemist_jobs.runtime.strategies.base import Strategy
-    from alchemist_jobs.runtime.worker_checkpoint import Loaded, WorkerCheckpoints
+    from alchemist_jobs.runtime.worker_checkpoint import WorkerCheckpoints
     from alchemist_jobs.spec import JobSpec
 
 _prepared: "Prepared | None" = None

@@ -127,7 +127,7 @@ def main(argv: list[str]) -> int:
     try:
         code = _run_program(kind, rest[0], rest[1:])
         if code == 0:
-            code = _finish_own_loop(kind, rest[0])
+            code = _finish_own_loop()
     finally:
         if reporter is not None:
             reporter.close()
@@ -138,7 +138,7 @@ def main(argv: list[str]) -> int:
     return code
 
 
-def _finish_own_loop(kind: str, target: str) -> int:
+def _finish_own_loop() -> int:
     """After a script that returned normally: the algorithm's last exchange where the
     script's loop went through `prepare` and did not finish it itself; a non-sync algorithm
     that the script never applied fails the run with one line (no restart can fix it)."""

@@ -362,7 +362,6 @@ class Trainer:
             self.publish(final=True)
             print(f"finished at step {s.step}: {_shown(test)}, "
                   f"{result['samples_per_s']:,.0f} samples/s", flush=True)
-            self._record_test(test, s.step)
             self._hparams(test)
             write_json_atomic(self.run.result_file, result)
         return result

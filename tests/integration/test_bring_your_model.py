@@ -53,7 +53,9 @@ def entry_runs(tmp_path_factory) -> dict[str, RunDir]:
     """The user's CNN (digits_cnn.py:make_task) under each algorithm, 2 workers."""
     tmp = tmp_path_factory.mktemp("entry")
     d, home = user_dir(tmp), tmp / "home"
-    return {a: run_ok(write_spec(d, f"cnn-{a}", {"entry": "digits_cnn.py:make_task"}, algo), home)
+    # sync also snapshots its model for a learning curve every 46 steps (2 epochs)
+    return {a: run_ok(write_spec(d, f"cnn-{a}", {"entry": "digits_cnn.py:make_task"}, algo,
+                                 **({"curve": {"every_steps": 46}} if a == "sync" else {})), home)
             for a, algo in ALGORITHMS.items()}
 
 
@@ -71,6 +73,18 @@ def test_an_entry_task_trains_with_every_algorithm_to_syncs_quality(entry_runs):
         assert (res["algorithm"], res["steps"], res["communication"]["rounds"]) == (a, 230, rounds)
     # The task's own files ran from the run's copy of the user's directory.
     assert (entry_runs["sync"].path / "code" / "digits_cnn.py").is_file()
+
+
+def test_an_entry_tasks_learning_curve_is_evaluated_from_its_own_code(entry_runs):
+    """The curve is evaluated after the run, in another process, by building the user's task
+    from the run's own copy of their code."""
+    from alchemist_jobs.runtime.curve import evaluate_snapshots
+
+    run = entry_runs["sync"]
+    points = evaluate_snapshots(run, run.path.parent.parent)
+    assert [p["step"] for p in points] == [0, 46, 92, 138, 184, 230]
+    assert points[0]["accuracy"] < 0.5 < points[-1]["accuracy"]
+    assert points[-1]["accuracy"] == pytest.approx(run.result()["test_accuracy"])
 
 
 def test_an_entry_runs_steps_and_metrics_show_in_status(entry_runs):

@@ -181,3 +181,19 @@ def test_a_builtin_task_is_an_entry_like_a_users(tmp_path: Path):
     again = load_task(spec, tmp_path)  # the job's seed: every process builds the same model
     assert all(torch.equal(a, b) for a, b in zip(task.model.parameters(),
                                                  again.model.parameters()))
+
+
+def test_the_planner_profiles_an_entry_task_from_the_specs_directory(tmp_path: Path):
+    """`alchemist plan` times a user's own model: the entry is built from the spec's
+    directory and its loss runs in the timed steps."""
+    from alchemist_jobs.planner.profile import profile_spec
+
+    (tmp_path / "net.py").write_text(
+        "import torch\nfrom torch.utils.data import TensorDataset\n"
+        "def make():\n    data = TensorDataset(torch.randn(64, 8), torch.randint(0, 4, (64,)))\n"
+        "    return dict(model=torch.nn.Linear(8, 4), train=data, test=data,\n"
+        "                loss=torch.nn.functional.cross_entropy)\n")
+    spec = load_spec(_spec_file(tmp_path, {"entry": "net.py:make"}, hyper={"batch_size": 8}))
+    prof = profile_spec(spec, tmp_path, steps=3, warmup=1, code_dir=tmp_path)
+    assert prof.exchange_bytes == (8 * 4 + 4) * 4 and prof.batch_per_worker == 8
+    assert prof.forward_s > 0 and prof.backward_s > 0
