@@ -30,10 +30,12 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 
 
 def create_app(backends: Backends, token: str | None, host: str, port: int,
-               on_started: Callable[[], None] | None = None) -> FastAPI:
+               on_started: Callable[[], None] | None = None,
+               login_token: str | None = None) -> FastAPI:
     """The app for `backends`; `token` is required on every API call unless it is None
-    (only for a pod's loopback, --in-cluster). `on_started` is called once the server is
-    ready."""
+    (only for a pod's loopback, --in-cluster), or the session cookie of a browser signed in
+    with `login_token` (once: the one-time URL) or `token`. `on_started` is called once the
+    server is ready."""
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
@@ -51,7 +53,10 @@ def create_app(backends: Backends, token: str | None, host: str, port: int,
                               "follow, cancel, submit. The page at / is built on it.")
     # A loopback bind answers its own names only (DNS rebinding), token or not.
     hosts = security.allowed_hosts(host) if security.is_loopback(host) else None
-    app.add_middleware(Guard, token=token, hosts=hosts, max_body=m.MAX_SPEC_BYTES + 4096)
+    sessions = security.Sessions(token, login_token, port) if token is not None else None
+    app.add_middleware(Guard, token=token, hosts=hosts, max_body=m.MAX_SPEC_BYTES + 4096,
+                       sessions=sessions)
+    _session_route(app, sessions)
     _routes(app, backends)
     _handlers(app)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
@@ -61,6 +66,27 @@ def create_app(backends: Backends, token: str | None, host: str, port: int,
         return FileResponse(STATIC / "index.html")
 
     return app
+
+
+def _session_route(app: FastAPI, sessions: security.Sessions | None) -> None:
+    @app.post(f"{API}/session", response_model=m.SignedIn, responses=_ERRORS)
+    def session(body: m.SignIn) -> Response:
+        """Sign this browser in: the one-time token of the URL `alchemist ui` printed (spent
+        by the first browser) or the scripts' token, for an HttpOnly, SameSite=Strict session
+        cookie that every tab of this browser then sends. Needs the change header."""
+        if sessions is None:  # a pod's loopback: no token at all
+            return Response(m.SignedIn(session=False).model_dump_json(),
+                            media_type="application/json")
+        value = sessions.sign_in(body.token)
+        if value is None:
+            return JSONResponse({"detail": "token: wrong, or the one-time URL's, which signs "
+                                           "in one browser once and is spent; accepted: the "
+                                           "token `alchemist ui` printed for scripts (or "
+                                           "restart it for a new URL)"}, status_code=401,
+                                headers={"www-authenticate": "Bearer"})
+        return Response(m.SignedIn(session=True).model_dump_json(),
+                        media_type="application/json",
+                        headers={"set-cookie": sessions.set_cookie(value)})
 
 
 def _routes(app: FastAPI, b: Backends) -> None:

@@ -131,10 +131,13 @@ def cmd_ui(args: argparse.Namespace) -> int:
     # the cluster's RBAC already grants to the team and no one else (ui/manifests.py).
     in_pod = args.in_cluster and security.is_loopback(args.host)
     token = None if in_pod else security.new_token()
-    return _serve(backends, sock, args.host, port, token)
+    # The URL's token is another one: it signs one browser in, once (ui/security.py).
+    login = None if in_pod else security.new_token()
+    return _serve(backends, sock, args.host, port, token, login)
 
 
-def _serve(backends, sock: socket.socket, host: str, port: int, token: str | None) -> int:
+def _serve(backends, sock: socket.socket, host: str, port: int, token: str | None,
+           login: str | None) -> int:
     import uvicorn
 
     from alchemist_jobs.ui.app import create_app
@@ -150,14 +153,15 @@ def _serve(backends, sock: socket.socket, host: str, port: int, token: str | Non
                   flush=True)
             return
         # Shown once, here, to the terminal of who started it, in one write; the fragment
-        # (#token=) never reaches a server log or a Referer. Opening the URL gives the token
-        # to the page (kept for that browser tab), as Jupyter's one-time URL does.
-        print(f"dashboard: http://{shown}:{port}/#token={token}  (stacks: {stacks})\n"
-              f"dashboard: open the URL above; every API call needs "
-              f"`Authorization: Bearer {token}`; this token is not shown again",
-              file=sys.stderr, flush=True)
+        # (#token=) never reaches a server log or a Referer. The first browser to open the
+        # URL trades its token for a session cookie (every tab of that browser is then signed
+        # in) and spends it; scripts use the other token.
+        print(f"dashboard: http://{shown}:{port}/#token={login}  (stacks: {stacks})\n"
+              f"dashboard: open the URL above once: it signs in one browser, then is spent; "
+              f"scripts (and another browser) use `Authorization: Bearer {token}`; neither "
+              f"token is shown again", file=sys.stderr, flush=True)
 
-    app = create_app(backends, token, host, port, on_started=banner)
+    app = create_app(backends, token, host, port, on_started=banner, login_token=login)
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
                             timeout_graceful_shutdown=5)
     try:

@@ -1,5 +1,6 @@
-"""The API's gate, in front of every request: Host names (loopback binds), the token, same-
-origin state changes, a cap on request bodies, and security headers."""
+"""The API's gate, in front of every request: Host names (loopback binds), the token or a
+browser's session cookie, same-origin state changes, a cap on request bodies, and security
+headers."""
 
 from __future__ import annotations
 
@@ -9,6 +10,13 @@ from typing import Any, Callable
 from alchemist_jobs.ui import security
 
 STATE_CHANGING = {"POST", "PUT", "PATCH", "DELETE"}
+# Where a browser trades the one-time token (or the scripts' one) for a session cookie: the
+# one API path that needs neither, and a change like any other (header, same origin).
+SESSION_PATH = "/api/v1/session"
+# Fetch metadata of the dashboard's own page (or the owner typing a URL): a session cookie
+# counts only then. A page on another port of this host is "same-site" and would otherwise
+# be sent the cookie by the browser, since cookies are not kept apart by port.
+OWN_PAGE = ("same-origin", "none")
 # The page runs only its own script and styles; it may not be framed by another site.
 HEADERS = [
     (b"content-security-policy",
@@ -26,8 +34,9 @@ class Guard:
     loopback); `token` None means no token (only a pod's loopback, --in-cluster)."""
 
     def __init__(self, app: Callable, token: str | None, hosts: set[str] | None,
-                 max_body: int):
+                 max_body: int, sessions: security.Sessions | None = None):
         self.app, self.token, self.hosts, self.max_body = app, token, hosts, max_body
+        self.sessions = sessions
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
         if scope["type"] != "http":
@@ -67,6 +76,13 @@ class Guard:
 
         await self.app(scope, limited_receive, send_with_headers)
 
+    def _authenticated(self, headers: dict[str, str]) -> bool:
+        if security.token_ok(self.token, headers.get("authorization")):
+            return True
+        if self.sessions is None or headers.get("sec-fetch-site", "none") not in OWN_PAGE:
+            return False
+        return self.sessions.valid(self.sessions.cookie_value(headers.get("cookie")))
+
     def _too_large(self) -> str:
         return f"request body: over {self.max_body} bytes; accepted: a job spec of at most " \
                f"{self.max_body} bytes"
@@ -78,9 +94,11 @@ class Guard:
                          f"{', '.join(sorted(self.hosts))} (any port)")
         if not scope["path"].startswith("/api/"):
             return None
-        if not security.token_ok(self.token, headers.get("authorization")):
+        signing_in = scope["path"] == SESSION_PATH and scope["method"] == "POST"
+        if not signing_in and not self._authenticated(headers):
             return 401, ("Authorization: missing or wrong token; accepted: `Authorization: "
-                         "Bearer <token>` with the token `alchemist ui` printed at start")
+                         "Bearer <token>` with the token `alchemist ui` printed at start, or "
+                         "the session of a browser its one-time URL signed in")
         if scope["method"] in STATE_CHANGING:
             if headers.get(security.CSRF_HEADER.lower()) != security.CSRF_VALUE:
                 return 403, (f"{security.CSRF_HEADER}: missing; accepted: the header "

@@ -18,6 +18,18 @@ class Problem(BaseModel):
     detail: str
 
 
+class SignIn(BaseModel):
+    """A browser signing in (POST /api/v1/session)."""
+
+    token: str = Field(max_length=200, description="the one-time token of the URL `alchemist "
+                       "ui` printed (spent by the first browser), or the scripts' token")
+
+
+class SignedIn(BaseModel):
+    session: bool = Field(description="a session cookie was set (false where the dashboard "
+                          "needs no token: a pod's loopback)")
+
+
 class RunSummary(BaseModel):
     """One run as the runs table shows it."""
 

@@ -46,6 +46,18 @@ def finished_home(tmp_path_factory) -> tuple[Path, str]:
 
 
 @pytest.fixture(scope="session")
+def async_home(tmp_path_factory) -> tuple[Path, str]:
+    """A home holding one real, finished 2-worker async run (a parameter server, 3 epochs):
+    checkpoints of each rank and of the server, the server's record. (home, run id)."""
+    home = tmp_path_factory.mktemp("async-home")
+    proc = cli("run", "examples/digits.yaml", "--set", "hyper.epochs=3", "--set",
+               "algorithm.name=async", "--quiet", "--home", str(home), home=home)
+    assert proc.returncode == 0, proc.stderr
+    run_id = re.search(r"run (\S+): succeeded", proc.stdout).group(1)
+    return home, run_id
+
+
+@pytest.fixture(scope="session")
 def outputs_dir(tmp_path_factory) -> Path:
     """Cluster stacks' outputs as `--outputs` files, holding marked credentials."""
     d = tmp_path_factory.mktemp("outputs")
@@ -72,13 +84,15 @@ def fake(monkeypatch: pytest.MonkeyPatch):
 
 def make_app(home: Path, outputs: Path | None = None, host: str = "127.0.0.1",
              port: int = 8740, token: str | None = TEST_TOKEN,
-             stacks: tuple[str, ...] = ("local",)):
+             stacks: tuple[str, ...] = ("local",), login: str | None = None):
     from alchemist_jobs.ui.app import create_app
     from alchemist_jobs.ui.backends import Backends
 
     outs = {s: outputs / f"{s}.json" for s in stacks if s != "local"} if outputs else {}
     b = Backends(list(stacks), home=home, outputs=outs, spec_dir=REPO)
-    return create_app(b, token, host, port), b
+    if login is None:
+        return create_app(b, token, host, port), b
+    return create_app(b, token, host, port, login_token=login), b
 
 
 class UiServer:
@@ -97,11 +111,16 @@ class UiServer:
                 break
         else:
             raise AssertionError("alchemist ui exited: " + "".join(self.banner))
-        # The one-time URL: the page takes the token from its fragment.
-        self.login_url = re.search(r"(http://\S+)", self.banner[-1]).group(1)
-        self.url = re.search(r"(http://\S+?/)", self.banner[-1]).group(1)
+        # The one-time URL: the page trades the token in its fragment for a session cookie.
+        url_line = self.banner[-1]
+        self.login_url = re.search(r"(http://\S+)", url_line).group(1)
+        self.url = re.search(r"(http://\S+?/)", url_line).group(1)
         found = re.search(r"#token=([A-Za-z0-9_-]+)", self.login_url)
-        self.token = found.group(1) if found else None
+        self.login_token = found.group(1) if found else None
+        self.token = None
+        if found:  # the next line (the same write) names the scripts' Bearer token
+            self.banner.append(how := self.proc.stderr.readline())
+            self.token = re.search(r"Bearer ([A-Za-z0-9_-]+)", how).group(1)
         self.auth = {"Authorization": f"Bearer {self.token}"} if self.token else {}
         # Keep reading its stderr, so a chatty server never blocks on a full pipe.
         self._drain = threading.Thread(target=lambda: self.banner.extend(self.proc.stderr),

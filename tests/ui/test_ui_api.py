@@ -375,8 +375,9 @@ def test_a_real_server_shows_its_token_once_and_requires_it(tmp_path, host):
     server = UiServer(tmp_path, "--host", host)
     try:
         url_line = next(line for line in server.banner if "#token=" in line)
-        token = url_line.split("#token=")[1].split()[0]
-        assert len(token) >= 40
+        login = url_line.split("#token=")[1].split()[0]
+        token = server.token  # the scripts' one, on the next line
+        assert len(login) >= 40 and len(token) >= 40
         port = server.url.rsplit(":", 1)[1].strip("/")
         url = f"http://127.0.0.1:{port}"
         assert httpx.get(f"{url}/api/v1/runs").status_code == 401
@@ -384,8 +385,9 @@ def test_a_real_server_shows_its_token_once_and_requires_it(tmp_path, host):
         assert r.status_code == 200 and r.json()["total"] == 0
     finally:
         assert server.stop() == 0
-    # In the URL and the how-to line at start; never again, not even at the end.
-    assert "".join(server.banner).count(token) == 2
+    # Each once, at start (the URL's, the scripts'); never again, not even at the end.
+    shown = "".join(server.banner)
+    assert shown.count(token) == 1 and shown.count(login) == 1
 
 
 def test_changes_need_the_header_and_the_same_origin(client, finished_home):
@@ -440,7 +442,7 @@ def test_security_headers_on_every_answer(client):
 def test_the_openapi_schema_lists_every_endpoint(client):
     paths = client.get("/api/v1/openapi.json").json()["paths"]
     assert set(paths) == {
-        "/api/v1/stacks", "/api/v1/runs", "/api/v1/check",
+        "/api/v1/stacks", "/api/v1/runs", "/api/v1/check", "/api/v1/session",
         "/api/v1/stacks/{stack}/runs/{run_id}", "/api/v1/stacks/{stack}/runs/{run_id}/metrics",
         "/api/v1/stacks/{stack}/runs/{run_id}/logs",
         "/api/v1/stacks/{stack}/runs/{run_id}/cancel"}

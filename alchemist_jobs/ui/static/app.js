@@ -9,12 +9,16 @@ const POLL_MS = 1500;
 let timers = [];          // the current view's pollers, cleared when the view changes
 let runsSort = { key: "created", order: "desc" };
 
-// --- the token: from the URL fragment `alchemist ui` printed, once; then this tab only ---
+// --- signing in: the URL `alchemist ui` printed carries a one-time token in its fragment. ---
+// The page trades it for an HttpOnly session cookie (the server's, never readable here) and
+// forgets it: every tab of this browser, and any link to a run, is then signed in. The token
+// is spent by that first browser; another one asks for the scripts' token.
+let signingIn = null;
 (function takeToken() {
   const m = location.hash.match(/token=([A-Za-z0-9_-]+)/);
   if (m) {
-    sessionStorage.setItem("alchemist-token", m[1]);
     history.replaceState(null, "", location.pathname + "#/runs");
+    signingIn = signIn(m[1]).catch((e) => askToken(e.message));
   }
 })();
 
@@ -22,10 +26,23 @@ class ApiError extends Error {
   constructor(status, detail) { super(detail); this.status = status; }
 }
 
+async function signIn(token) {
+  const resp = await fetch(API + "/session", {
+    method: "POST", credentials: "same-origin",
+    headers: { "Accept": "application/json", "Content-Type": "application/json", "X-Alchemist-Request": "1" },
+    body: JSON.stringify({ token }),
+  });
+  if (!resp.ok) {
+    let body = null;
+    try { body = await resp.json(); } catch (e) { body = null; }
+    throw new ApiError(resp.status, (body && body.detail) || resp.statusText);
+  }
+  document.getElementById("token-form").hidden = true;
+}
+
 async function api(path, options = {}) {
+  if (signingIn) await signingIn;
   const headers = { "Accept": "application/json" };
-  const token = sessionStorage.getItem("alchemist-token");
-  if (token) headers["Authorization"] = "Bearer " + token;
   if (options.method && options.method !== "GET") {
     headers["X-Alchemist-Request"] = "1";   // the server refuses changes without it
     headers["Content-Type"] = "application/json";
@@ -41,13 +58,22 @@ async function api(path, options = {}) {
   return body;
 }
 
-function askToken() {
+function askToken(why) {
   const form = document.getElementById("token-form");
   form.hidden = false;
-  form.onsubmit = (ev) => {
+  if (why) document.getElementById("token-why").textContent = why;
+  form.onsubmit = async (ev) => {
     ev.preventDefault();
-    sessionStorage.setItem("alchemist-token", document.getElementById("token-input").value.trim());
-    form.hidden = true;
+    const input = document.getElementById("token-input");
+    try {
+      await signIn(input.value.trim());
+    } catch (e) {
+      document.getElementById("token-why").textContent = e.message;
+      return;
+    } finally {
+      input.value = "";
+    }
+    document.getElementById("token-why").textContent = "";
     route();
   };
 }
