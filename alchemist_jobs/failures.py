@@ -121,3 +121,88 @@ def failure_record(logs: Path) -> dict:
             sig = f"signal {-cause.exitcode}"
     return dict(rank=cause.rank, exit_code=cause.exitcode, signal=sig,
                 summary=cause.describe() + (f": {said}" if said else ""), lines=lines)
+
+
+# torchrun's agent logs each failure of its worker group as it sees it, before it restarts
+# the group (ERROR level, so it is in the agent's log at torchrun's default level).
+_GROUP_FAILED = re.compile(r"^(?:[EWI](\d{4} [\d:.]+) .*)?failed \(exitcode: (-?\d+)\) "
+                           r"local_rank: (\d+) \(pid: (\d+)\)", re.M)
+
+
+@dataclass
+class AttemptFailure:
+    """One attempt of the worker group that failed: the rank that failed first (torchrun's
+    word), how, the telling line of its log (an exception) and the step it had reached."""
+
+    attempt: int  # 1 for the first attempt
+    rank: int | None
+    exit_code: int
+    said: str
+    step: int | None
+
+    def what(self) -> str:
+        """`ValueError: shard 7 is truncated`, else the exit code."""
+        return self.said or exit_text(self.exit_code)
+
+    def describe(self) -> str:
+        who = f"rank {self.rank}" if self.rank is not None else "a worker"
+        return f"{who} failed ({self.what()})"
+
+    def same_as(self, other: "AttemptFailure") -> bool:
+        """The same failure again: the same rank, exit code, exception line and step."""
+        return (self.rank, self.exit_code, self.said, self.step) == \
+            (other.rank, other.exit_code, other.said, other.step)
+
+    def as_dict(self) -> dict:
+        return dict(attempt=self.attempt, rank=self.rank, exit_code=self.exit_code,
+                    said=self.said, step=self.step)
+
+
+class GroupFailures:
+    """The worker-group failures the agents' logs gain, read as they come (each poll reads
+    only what was appended)."""
+
+    def __init__(self, logs: Path):
+        self.logs = logs
+        self.offsets: dict[Path, int] = {}
+        self.rest: dict[Path, bytes] = {}
+
+    def new(self) -> list[tuple[int, int, int, int]]:
+        """(node, exit code, local rank, pid) of each failure logged since the last call."""
+        out = []
+        for path in sorted(self.logs.glob("agent-*.log")):
+            try:
+                with open(path, "rb") as f:
+                    f.seek(self.offsets.get(path, 0))
+                    data = f.read(1 << 20)
+                    self.offsets[path] = f.tell()
+            except OSError:
+                continue
+            buf = self.rest.get(path, b"") + data
+            head, newline, rest = buf.rpartition(b"\n")
+            if not newline:
+                head, rest = b"", buf
+            self.rest[path] = rest[-4096:]  # a line still being written
+            node = int(path.stem.split("-")[1]) if path.stem.split("-")[1].isdigit() else 0
+            for m in _GROUP_FAILED.finditer(head.decode(errors="replace")):
+                out.append((m.group(1) or "", node, int(m.group(2)), int(m.group(3)),
+                            int(m.group(4))))
+        # The first failure first (torchrun's lines start with their time): on several
+        # nodes, the others' workers fail only because that one did.
+        return [t[1:] for t in sorted(out, key=lambda t: t[0])]
+
+
+def attempt_failure(logs: Path, attempt: int, rank: int | None, exit_code: int,
+                    step: int | None) -> AttemptFailure:
+    """What rank `rank` said when attempt `attempt` failed: the telling line of that
+    attempt in its log (the bootstrap heads each attempt with `=== rank R attempt A`)."""
+    said = ""
+    if rank is not None:
+        lines = _lines(logs / f"rank-{rank}.log")
+        starts = [i for i, line in enumerate(lines)
+                  if line.startswith(f"=== rank {rank} attempt {attempt} ")]
+        if starts:
+            end = next((i for i, line in enumerate(lines)
+                        if i > starts[-1] and line.startswith("=== rank ")), len(lines))
+            said = _telling(lines[starts[-1] + 1:end])
+    return AttemptFailure(attempt, rank, exit_code, said, step)

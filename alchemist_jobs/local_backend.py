@@ -28,7 +28,8 @@ import alchemist_jobs
 from alchemist_jobs import environment as E
 from alchemist_jobs import local_servers, run_index, server_role, store_bind
 from alchemist_jobs.errors import UserError
-from alchemist_jobs.failures import exit_text, failure_record
+from alchemist_jobs.failures import (AttemptFailure, GroupFailures, attempt_failure, exit_text,
+                                     failure_record)
 from alchemist_jobs.frameworks import MODULES, install_hint
 from alchemist_jobs.processes import (alive, environ_has, owned_pids, popen_group, record_procs,
                                       start_time, still_same, stop_groups, stop_pids)
@@ -36,8 +37,9 @@ from alchemist_jobs.run_files import Progress, Result, RunRecord
 from alchemist_jobs.rundir import (RUN_REF, RunDir, all_runs, match_runs, new_run_id, runs_root,
                                    write_private)
 from alchemist_jobs.runtime.devices import DeviceError, plan_local_devices, visible_devices
-from alchemist_jobs.scheduler import (CANCELLED, FAILED, FINAL_STATES, LOST, RUNNING, SUCCEEDED,
-                                      Listed, Request, RunStatus, Scheduler, listing_order)
+from alchemist_jobs.scheduler import (CANCELLED, FAILED, FINAL_STATES, LOST, RESTARTING, RUNNING,
+                                      SUCCEEDED, Listed, Request, RunStatus, Scheduler,
+                                      listing_order)
 from alchemist_jobs.spec import JobSpec
 from alchemist_jobs.worker_env import WorkerEnv, threads_per_worker
 
@@ -177,6 +179,79 @@ def _restarts(run: RunDir) -> int:
     """How often the group restarted: each worker records its attempt's restart count."""
     counts = [r.get("restart") for r in run.worker_records()]
     return max([c for c in counts if isinstance(c, int) and not isinstance(c, bool)] + [0])
+
+
+def _workers(run: RunDir) -> list[dict]:
+    return [r for r in run.worker_records() if r.get("role", "worker") == "worker"]
+
+
+def group_restarted(run: RunDir, restarts: int, world: int) -> bool:
+    """Every worker of the group's attempt after `restarts` restarts has started (each
+    records its attempt's restart count as it starts)."""
+    counts = [r.get("restart") for r in _workers(run)]
+    return len(counts) >= world and all(isinstance(c, int) and c >= restarts for c in counts)
+
+
+class GroupRestarts:
+    """The worker group's failures while a local run goes on, told as they happen. Each
+    restart is recorded in run.json: `restarts`, a line in `restart_events` (which the CLI
+    prints as it comes) and `message` until the new attempt's workers have all started
+    (meanwhile `status` says restarting). A failure that repeats the previous attempt's
+    exactly (rank, exit code, exception line, step) ends the retries with one line, since
+    every further attempt would fail alike."""
+
+    def __init__(self, run: RunDir, spec: JobSpec):
+        self.run, self.spec = run, spec
+        self.watch = GroupFailures(run.logs)
+        self.failures: list[AttemptFailure] = []
+        self.events: list[str] = []
+        self.pending = False  # a restart whose workers have not all started yet
+        self.repeated: AttemptFailure | None = None
+
+    def poll(self) -> str:
+        """'' while the run may go on; the line that says why it must stop otherwise."""
+        for node, code, local_rank, pid in self.watch.new():
+            stop = self._failed(node, code, local_rank, pid)
+            if stop:
+                return stop
+        if self.pending and group_restarted(self.run, len(self.events), self.spec.world_size):
+            self.pending = False
+            self.run.update_state(message="")
+        return ""
+
+    def _failed(self, node: int, code: int, local_rank: int, pid: int) -> str:
+        spec = self.spec
+        rec = next((r for r in _workers(self.run) if r.get("pid") == pid), None)
+        attempt = len(self.failures) + 1
+        if rec is not None and isinstance(rec.get("restart"), int):
+            attempt = rec["restart"] + 1
+        if any(f.attempt == attempt for f in self.failures):
+            return ""  # another node's workers, failing because that one did
+        rank = rec.get("rank") if rec is not None else node * spec.procs_per_node + local_rank
+        step = rec.get("step") if rec is not None else None
+        if not isinstance(step, int):  # a script that reports on rank 0 only: rank 0's step
+            prog = Progress.lenient(self.run.progress() or {})
+            step = prog.step if prog.restarts == attempt - 1 else None
+        failure = attempt_failure(self.run.logs, attempt, rank if isinstance(rank, int) else None,
+                                  code, step)
+        before = self.failures[-1] if self.failures else None
+        self.failures.append(failure)
+        if attempt > spec.max_restarts:
+            return ""  # the last attempt: the run's outcome tells it
+        if before is not None and before.attempt == attempt - 1 and failure.same_as(before):
+            self.repeated = failure
+            at = f", at step {failure.step}" if failure.step is not None else ""
+            who = f"rank {failure.rank}" if failure.rank is not None else "a worker"
+            line = (f"{who} failed the same way on attempts {before.attempt} and {attempt} "
+                    f"({failure.what()}{at}); not restarting again")
+            self.run.update_state(restart_events=self.events + [line])
+            return line
+        line = f"{failure.describe()}; restarting {attempt}/{spec.max_restarts}"
+        self.events.append(line)
+        self.pending = True
+        self.run.update_state(restarts=len(self.events), restart_events=self.events,
+                              message=line)
+        return ""
 
 
 def agents_message(procs: list[subprocess.Popen], codes: list[int | None]) -> str:
@@ -392,12 +467,13 @@ class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
         """Block until every agent exits (calling `tick` each poll); record the outcome."""
         run = handle.run
         message, stopped = "", False
+        restarts = GroupRestarts(run, handle.request.spec)
         while True:
             codes = [p.poll() for p in handle.procs]
-            full = disk_full(run.path) or config_error(run)
+            full = disk_full(run.path) or config_error(run) or restarts.poll()
             if full:
-                # Restarting cannot free space or mend a configuration: every attempt would
-                # die the same way.
+                # Restarting cannot free space or mend a configuration, nor help a failure
+                # that repeats exactly: every attempt would die the same way.
                 message, stopped = full, True
                 self._stop(handle, grace=CANCEL_GRACE_S)
                 codes = [p.poll() for p in handle.procs]
@@ -427,9 +503,12 @@ class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
             ok = all(c == 0 for c in codes) and not message
             outcome: dict = dict(restarts=_restarts(run))
             if not ok:  # told from the logs now, while they are certainly complete
-
                 outcome["failure"] = failure_record(run.logs)
                 message = message or outcome["failure"]["summary"]
+            if restarts.repeated is not None:  # stopped by us: torchrun named no root cause
+                f = restarts.repeated
+                outcome["restarts"] = len(restarts.events)
+                outcome["failure"].update(rank=f.rank, exit_code=f.exit_code, summary=message)
             try:
                 run.update_state(state=SUCCEEDED if ok else FAILED, ended=time.time(),
                                  exit_codes=codes, message=message, **outcome)
@@ -482,6 +561,9 @@ class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
             is not None else alive(rec.launcher_pid)
         if state == RUNNING and not launcher and not owned_pids(raw, "agents"):
             state = LOST  # the launcher died without recording an outcome
+        elif state == RUNNING and rec.restarts and \
+                not group_restarted(run, rec.restarts, rec.workers):
+            state = RESTARTING  # a rank failed: torchrun is starting the group again
         prog = Progress.lenient(run.progress()) if run.progress_file.exists() else None
         res = Result.lenient(run.result()) if run.result_file.exists() else None
         restarts = max(res.restarts if res else prog.restarts if prog else 0, rec.restarts)

@@ -67,7 +67,12 @@ class RunRecord(_File):
     exit_codes: list[int | None] | None = None
     message: str = ""
     detached: bool = False
-    restarts: int = Field(0, ge=0, description="the group's restarts, recorded at the end")
+    restarts: int = Field(0, ge=0, description="the group's restarts: each as it begins, "
+                          "all of them at the end")
+    restart_events: list[str] = Field(
+        default_factory=list, description="one line per restart, as it began: the rank that "
+        "failed and how ('rank 1 failed (ValueError: ...); restarting 1/3')")
+    algorithm: str = Field("", description="the spec's algorithm.name")
     failure: Failure | None = None
 
 
@@ -81,6 +86,9 @@ class Progress(_File):
     loss: float | None = None
     samples_per_s: float = Field(0.0, ge=0)
     restarts: int = Field(0, ge=0)
+    metrics: dict[str, float] = Field(
+        default_factory=dict, description="the latest value of each metric a script reported "
+        "(alchemist_jobs.report.report(accuracy=...))")
 
 
 class Result(_File):

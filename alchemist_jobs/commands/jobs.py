@@ -374,6 +374,7 @@ class _Display:
         self.last_line = 0.0
         self.progress = None
         self.log = None if quiet else LogTail(handle.run.rank_log(rank))
+        self.events = 0  # the group's restarts told so far (run.json's restart_events)
         if self.tty:
             from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -392,6 +393,10 @@ class _Display:
         from alchemist_jobs.run_files import Progress
 
         self._print(self.log.lines())
+        events = self.handle.run.state().get("restart_events") or []
+        for line in events[self.events:]:  # a rank failed and the group restarts: say so now
+            self._say(str(line))
+        self.events = len(events)
         raw = self.handle.run.progress()
         p = Progress.lenient(raw) if raw is not None else None
         if p is None or p.step is None:
@@ -423,6 +428,15 @@ class _Display:
         else:
             sys.stdout.write("".join(line + "\n" for line in lines))
             sys.stdout.flush()
+
+    def _say(self, line: str) -> None:
+        """A line of ours (not the script's): above the bar, else on stderr."""
+        if self.progress is not None:
+            from rich.text import Text
+
+            self.progress.console.print(Text(line, style="bold yellow"), soft_wrap=True)
+        else:
+            print(line, file=sys.stderr, flush=True)
 
     def close(self) -> None:
         if self.log is not None:  # the rank's last lines, before the summary

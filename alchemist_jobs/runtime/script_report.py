@@ -4,13 +4,15 @@ such worker, and what a script may report through `alchemist_jobs.report.report(
 Every worker of a script serves the contract's process (and, once it uses CUDA, GPU) metrics
 on its own port, recorded in the run directory like a built-in worker's. A script that calls
 `report(step=..., loss=..., **values)` also gets the step and loss metrics, its own values as
-`alchemist_script_metric{name=...}`, progress for `run`/`list`/`status` (rank 0) and
-TensorBoard scalars (rank 0). Outside an Alchemist run `report()` does nothing, so a script
+`alchemist_script_metric{name=...}`, progress for `run`/`list`/`status` with the latest
+value of each (rank 0), the series of every step in the run directory's series.jsonl (rank
+0; the dashboard's charts, during and after the run) and TensorBoard scalars (rank 0). Outside an Alchemist run `report()` does nothing, so a script
 stays runnable with plain `python` or `torchrun`.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import sys
@@ -20,12 +22,14 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from alchemist_jobs.metric_contract import metric
-from alchemist_jobs.rundir import RunDir, write_json_atomic
+from alchemist_jobs.rundir import RunDir, read_json, write_json_atomic
 from alchemist_jobs.runtime.config_error import fail
 from alchemist_jobs.runtime.event_writer import summary_writer
 from alchemist_jobs.runtime.metrics import WorkerMetrics
 
 PROGRESS_EVERY_S = 0.5
+SERIES_FILE = "series.jsonl"  # in the run directory: one JSON object per step, appended
+SERIES_MAX_BYTES = 64 << 20  # beyond this a run's series is not written further
 _current: "ScriptReporter | None" = None
 
 
@@ -64,6 +68,9 @@ class ScriptReporter:
         self._writer: Any = None
         self._timer: threading.Timer | None = None
         self.applied = False  # the script handed its loop to alchemist_jobs.prepare
+        self.reported: dict[str, float] = {}  # the latest value of each name (rank 0)
+        self._point: dict[str, Any] | None = None  # the current step's values (rank 0)
+        self._points: list[dict[str, Any]] = []  # steps done, not yet in the series file
         self._values = _ValuesCollector(metrics.labels)
         if metrics.registry is not None:
             metrics.registry.register(self._values)
@@ -90,6 +97,8 @@ class ScriptReporter:
             for name, value in values.items():
                 self._values.values[name] = float(value)
             if self.rank == 0:
+                self.reported.update((k, float(v)) for k, v in values.items() if _finite(v))
+                self._record_point(values)
                 self._publish(values, final=False)
 
     def loop_step(self, step: int) -> None:
@@ -99,6 +108,7 @@ class ScriptReporter:
         with self._lock:
             self.step = max(self.step, int(step))
             if self.rank == 0:
+                self._record_point({})
                 self._publish({}, final=False)
 
     def _check_applied(self) -> None:
@@ -138,13 +148,55 @@ class ScriptReporter:
             self._timer = None
             self._write_progress(final=False)
 
+    def _rate(self) -> float:
+        elapsed = time.perf_counter() - self.t0
+        return self.samples * self.world / elapsed if elapsed > 0 else 0.0
+
+    def _record_point(self, values: dict[str, float]) -> None:
+        """The series at step resolution: one point per step, with the step's last loss,
+        rate, communication seconds (a loop under `prepare`) and every value reported."""
+        if not self.step:
+            return
+        if self._point is not None and self._point["step"] != self.step:
+            self._points.append(self._point)
+            self._point = None
+        if self._point is None:
+            self._point = dict(step=self.step, metrics={})
+        p = self._point
+        if not math.isnan(self.loss):
+            p["loss"] = self.loss
+        p["samples_per_s"] = self._rate()
+        comm = _counter_value(self.metrics["alchemist_communication_seconds_total"])
+        if comm:
+            p["communication_s"] = comm
+        p["metrics"].update((k, float(v)) for k, v in values.items() if _finite(v))
+        p["time"] = time.time()
+
+    def _write_series(self, final: bool) -> None:
+        """Append the steps done (and at the end the last one) to series.jsonl."""
+        points, self._points = self._points, []
+        if final and self._point is not None:
+            points.append(self._point)
+            self._point = None
+        if not points:
+            return
+        path = self.run.path / SERIES_FILE
+        try:
+            if path.exists() and path.stat().st_size > SERIES_MAX_BYTES:
+                return
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            with open(fd, "a", encoding="utf-8") as f:
+                f.write("".join(json.dumps(p, allow_nan=False) + "\n" for p in points))
+        except (OSError, ValueError):  # a chart is an aid: never stop the script for it
+            pass
+
     def _write_progress(self, final: bool) -> None:
         now = time.perf_counter()
         self._last_progress = now
-        elapsed = now - self.t0
+        self._write_series(final)
         write_json_atomic(self.run.progress_file, dict(
             step=self.step, total_steps=self.total_steps, epoch=0, epochs=1, loss=self.loss,
-            lr=None, samples_per_s=self.samples * self.world / elapsed if elapsed > 0 else 0.0,
+            lr=None, samples_per_s=self._rate(), metrics=dict(self.reported),
             restarts=self.restarts, time=time.time(), final=final, source="script"))
 
     def _tensorboard(self) -> Any:
@@ -163,6 +215,27 @@ class ScriptReporter:
             if self._writer is not None:
                 self._writer.close()
                 self._writer = None
+            if self.step:  # the step this worker reached: a failure's place (local_backend)
+                record = self.run.worker_file(self.rank)
+                try:
+                    write_json_atomic(record, dict(read_json(record) or {}, step=self.step))
+                except OSError:
+                    pass
+
+
+def _counter_value(counter: Any) -> float:
+    """A prometheus counter child's value (0 for metrics that are off)."""
+    try:
+        return float(counter._value.get())
+    except (AttributeError, TypeError, ValueError):
+        return 0.0
+
+
+def _finite(value: Any) -> bool:
+    try:
+        return math.isfinite(float(value))
+    except (TypeError, ValueError):
+        return False
 
 
 def not_applied_message(algorithm: str, target: str) -> str:
