@@ -18,7 +18,7 @@ import yaml
 
 from alchemist_jobs.errors import UserError
 from alchemist_jobs.processes import alive
-from alchemist_jobs.rundir import RunDir, default_root, runs_root
+from alchemist_jobs.rundir import RunDir, default_root, read_json, runs_root
 from alchemist_jobs.ui import models as m
 from alchemist_jobs.ui.series import SeriesBook, scrape_rank0
 
@@ -168,6 +168,7 @@ class Backends:
             run = RunDir(Path(st.run_dir))
             out.spec = _redact(yaml.safe_load(run.spec.read_text()) or {})
             out.ranks = _local_ranks(run, st)
+            out.servers = _local_servers(run, st)
             out.checkpoints = _checkpoints(run.checkpoints)
             out.result = _dump(st.result) or None
             if st.failure:
@@ -175,16 +176,22 @@ class Backends:
                 out.failure_lines = list(st.failure.get("lines") or [])
         else:
             out.ranks = _cluster_ranks(st)
+        if out.accuracy is None:
+            # The header agrees with the accuracy chart: its latest point where the result
+            # names no test accuracy (a running run, a script's own loop).
+            accuracy = self._series(s, st)["accuracy"]
+            out.accuracy = accuracy[-1][1] if accuracy else None
         return out
 
     def metrics(self, stack: str, run_id: str) -> m.RunMetrics:
         s = self.stack(stack)
         st = s.scheduler.status(check_run_id(run_id))
+        return m.RunMetrics(stack=s.name, run_id=st.run_id, **self._series(s, st))
+
+    def _series(self, s: Stack, st: Any) -> dict[str, list[tuple[float, float]]]:
         key = f"{s.name}/{st.run_id}"
         tb_dir = Path(st.run_dir) / "tensorboard" if s.is_local else None
-        sample = self._sample(s, st)
-        series = self.series.update(key, tb_dir, sample, final=st.finished)
-        return m.RunMetrics(stack=s.name, run_id=st.run_id, **series)
+        return self.series.update(key, tb_dir, self._sample(s, st), final=st.finished)
 
     def _sample(self, s: Stack, st: Any) -> dict[str, float] | None:
         """The run's latest numbers: progress.json and rank 0's /metrics locally, rank 0's
@@ -195,6 +202,8 @@ class Backends:
             prog = _dump(st.progress)
             if not st.finished:
                 prog.update(scrape_rank0(Path(st.run_dir)) or {})
+            elif prog:
+                prog.update(_final_communication(Path(st.run_dir)))
             return prog or None
         prog = s.scheduler.progress(st)
         return prog
@@ -323,6 +332,7 @@ def summary_of(doc: dict[str, Any], owner: str | None) -> m.RunSummary:
     """A run's `--json` document (RunStatus.as_json) as the API's RunSummary."""
     prog, res = doc["progress"] or {}, doc["result"] or {}
     step, total = _int(doc["step"]), _int(doc["total_steps"])
+    metrics = {k: v for k, v in _metrics_of(doc).items() if _finite(v) is not None}
     return m.RunSummary(
         stack=doc["stack"], run_id=doc["run_id"], name=doc["name"], state=doc["state"],
         reason=doc["message"], owner=owner, workers=doc["workers"], restarts=doc["restarts"],
@@ -330,8 +340,32 @@ def summary_of(doc: dict[str, Any], owner: str | None) -> m.RunSummary:
         progress=min(1.0, step / total) if step is not None and total else None,
         loss=_finite(res.get("final_loss", prog.get("loss"))),
         samples_per_s=_finite(res.get("samples_per_s", prog.get("samples_per_s"))),
-        accuracy=_finite(res.get("test_accuracy")),
+        accuracy=_finite(res.get("test_accuracy", metrics.get("accuracy"))),
+        algorithm=doc.get("algorithm"), metrics=metrics, duration_s=_duration(doc),
         created=_finite(doc["created"]), ended=_finite(doc["ended"]))
+
+
+def _metrics_of(doc: dict[str, Any]) -> dict[str, Any]:
+    """A run document's metrics (one indexed before they were kept: from its progress)."""
+    if isinstance(doc.get("metrics"), dict):
+        return doc["metrics"]
+    prog = doc["progress"] or {}
+    return dict(prog.get("metrics") or {}) if isinstance(prog.get("metrics"), dict) else {}
+
+
+def _duration(doc: dict[str, Any]) -> float | None:
+    created, ended = _finite(doc["created"]), _finite(doc["ended"])
+    if created is not None and ended is not None:
+        return max(0.0, ended - created)
+    return _finite(doc.get("duration_s"))
+
+
+def _final_communication(run_dir: Path) -> dict[str, float]:
+    """Rank 0's communication seconds at its end, from the counters it left in its record
+    (`final_metrics`, as its /metrics said them last): an ended run's chart shows them."""
+    final = (read_json(run_dir / "workers" / "rank-0.json") or {}).get("final_metrics") or {}
+    seconds = _finite(final.get("alchemist_communication_seconds_total"))
+    return {} if seconds is None else {"communication_s": seconds}
 
 
 def _source_name(filename: str | None) -> str:
@@ -368,21 +402,40 @@ def _user(uid: int) -> str:
     return pwd.getpwuid(uid).pw_name
 
 
+def _process_state(rec: dict, st: Any) -> str:
+    if rec.get("finished"):
+        return "finished"
+    if st.finished:
+        return st.state
+    return "running" if alive(rec.get("pid")) else "exited"
+
+
 def _local_ranks(run: Any, st: Any) -> list[m.RankState]:
     out = []
     for rec in run.worker_records():
         if rec.get("role", "worker") != "worker":
             continue
-        if rec.get("finished"):
-            state = "finished"
-        elif st.finished:
-            state = st.state
-        else:
-            state = "running" if alive(rec.get("pid")) else "exited"
+        state = _process_state(rec, st)
         out.append(m.RankState(rank=int(rec.get("rank", 0)), state=state,
                                restarts=int(rec.get("restart", 0)), node=str(rec.get("node", "")),
                                pid=rec.get("pid"), started=_finite(rec.get("started"))))
     return out
+
+
+def _local_servers(run: Any, st: Any) -> list[m.ServerState]:
+    """The parameter-server shards (workers/server-<K>.json, written by
+    runtime/parameter_server.py), by shard."""
+    out = []
+    for path in sorted(run.workers.glob("server-*.json")):
+        rec = read_json(path) or {}
+        if rec.get("role") != "server" or _int(rec.get("shard")) is None:
+            continue
+        out.append(m.ServerState(shard=_int(rec["shard"]), state=_process_state(rec, st),
+                                 restarts=_int(rec.get("restart")) or 0,
+                                 node=str(rec.get("node", "")), pid=_int(rec.get("pid")),
+                                 started=_finite(rec.get("started")),
+                                 updates=_int(rec.get("version"))))
+    return sorted(out, key=lambda x: x.shard)
 
 
 def _local_log(s: Stack, st: Any, rank: int, offset: int) -> tuple[int, bytes, int]:
@@ -431,17 +484,31 @@ def _cluster_ranks(st: Any) -> list[m.RankState]:
     return out
 
 
+# Checkpoint files as runtime/checkpoint.py names them: `step` (a collective strategy's, one
+# for every rank), `rank<N>` (an async worker's own), `server<K>` (a parameter-server shard's).
+_CHECKPOINT = re.compile(r"(?P<prefix>step|rank(?P<rank>\d+)|server(?P<server>\d+))-"
+                         r"(?P<step>\d+)\.pt")
+
+
 def _checkpoints(folder: Path) -> list[m.Checkpoint]:
     out = []
-    for p in sorted(folder.glob("step-*.pt")):
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return []
+    for name in names:
+        found = _CHECKPOINT.fullmatch(name)
+        if found is None:  # checksums, partial writes, snapshots
+            continue
         try:
-            info = p.stat()
+            info = (folder / name).stat()
         except OSError:  # removed by the rotation between listing and stat
             continue
-        step = p.stem.removeprefix("step-")
-        out.append(m.Checkpoint(name=p.name, step=int(step) if step.isdigit() else None,
+        holder = f"rank {found['rank']}" if found["rank"] is not None else \
+            f"server {found['server']}" if found["server"] is not None else "every rank"
+        out.append(m.Checkpoint(name=name, step=int(found["step"]), holder=holder,
                                 bytes=info.st_size, modified=info.st_mtime))
-    return sorted(out, key=lambda c: c.step or 0)
+    return sorted(out, key=lambda c: (c.step or 0, c.name))
 
 
 def _local_facts(root: Path, links: m.Links | None) -> m.StackFacts:

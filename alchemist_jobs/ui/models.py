@@ -48,6 +48,11 @@ class RunSummary(BaseModel):
     loss: float | None = None
     samples_per_s: float | None = None
     accuracy: float | None = None
+    algorithm: str | None = Field(None, description="sync, async, bmuf or easgd")
+    metrics: dict[str, float] = Field(
+        default_factory=dict, description="the run's metrics by name: what its script reported "
+        "last (report(accuracy=...)) and its final evaluation's")
+    duration_s: float | None = Field(None, description="from creation to the end (or now)")
     created: float | None = Field(None, description="Unix time")
     ended: float | None = None
 
@@ -74,9 +79,24 @@ class RankState(BaseModel):
     started: float | None = None
 
 
+class ServerState(BaseModel):
+    """A parameter-server shard of an async run (workers/server-<K>.json)."""
+
+    shard: int
+    state: str = Field(description="running, finished, exited, or the run's state")
+    restarts: int = 0
+    node: str = ""
+    pid: int | None = None
+    started: float | None = None
+    updates: int | None = Field(None, description="updates applied (the shard's version)")
+
+
 class Checkpoint(BaseModel):
     name: str
     step: int | None = None
+    holder: str = Field("every rank", description="whose state: `every rank` (one file of a "
+                        "collective strategy), `rank N` (an async worker's own), `server K` "
+                        "(a parameter-server shard's)")
     bytes: int
     modified: float
 
@@ -92,6 +112,8 @@ class Links(BaseModel):
 class RunDetail(RunSummary):
     spec: dict[str, Any] = Field(default_factory=dict, description="the resolved job spec")
     ranks: list[RankState] = []
+    servers: list[ServerState] = Field(default_factory=list,
+                                       description="parameter-server shards (async runs)")
     checkpoints: list[Checkpoint] = []
     links: Links = Field(default_factory=Links)
     result: dict[str, Any] | None = Field(None, description="rank 0's summary at the end")
@@ -111,6 +133,8 @@ class RunMetrics(BaseModel):
     throughput: list[Point] = Field(default_factory=list, description="samples/s")
     communication: list[Point] = Field(default_factory=list,
                                        description="rank 0's seconds spent communicating")
+    metrics: dict[str, list[Point]] = Field(
+        default_factory=dict, description="each metric a script reported, by name")
 
 
 class LogChunk(BaseModel):
