@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from infra.labels import JOB_SECRET_PREFIX, JOB_SERVICE_ACCOUNT, RUN_LABEL, TEAM_LABEL
+from infra.labels import JOB_SECRET_PREFIX, JOB_SERVICE_ACCOUNT, RUN_LABEL, SESSION_PREFIX, TEAM_LABEL, TENSORBOARD_POD
 
 API = "admissionregistration.k8s.io/v1"
 
@@ -196,8 +196,53 @@ def network_policy_binding() -> dict[str, Any]:
     }
 
 
+# --- Connections a submitter opens to a pod: `kubectl exec` and `port-forward` -------------------
+
+CONNECT_POLICY_NAME = "alchemist-submitted-connections"
+# What the opt-in Role `alchemist-debug` grants besides exec and port-forward: no API serves it,
+# RBAC answers for it, and its holders' connections are not judged (infra/team_namespace.py).
+DEBUG_GRANT = {"apiGroups": ["alchemist.io"], "resources": ["debug"], "verbs": ["use"]}
+
+
+def connect_policy() -> dict[str, Any]:
+    """The submitter Role grants pods/exec and pods/portforward on every pod (RBAC names no
+    prefix); a member may use them on interactive sessions (`alchemist-session-*`, the names
+    the job library gives them) and port-forward to TensorBoard, nothing else; a holder of
+    `alchemist-debug` reaches any pod. A CONNECT request's name is the pod's (kubernetes v1.35.0
+    staging/src/k8s.io/apiserver/pkg/admission/plugin/policy/validating: `request.name`,
+    `request.subResource`)."""
+    return {
+        "apiVersion": API,
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": CONNECT_POLICY_NAME},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [{
+                "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods/exec", "pods/portforward", "pods/attach"],
+                "operations": ["CONNECT"]}]},  # fmt: skip
+            "matchConditions": [*match_conditions(CONNECT_POLICY_NAME), {
+                "name": "not-a-debugger",
+                "expression": "!authorizer.group('alchemist.io').resource('debug').namespace(request.namespace)"
+                              ".check('use').allowed()"}],
+            "validations": [{
+                "expression": f"request.name.startsWith('{SESSION_PREFIX}') || "
+                              f"(request.subResource == 'portforward' && request.name == '{TENSORBOARD_POD}')",
+                "reason": "Forbidden",
+                "message": f"a member execs into and port-forwards to interactive sessions ({SESSION_PREFIX}*) and "
+                           f"port-forwards to {TENSORBOARD_POD} only; any other pod needs the role alchemist-debug",
+            }],  # fmt: skip
+        },
+    }
+
+
+def connect_binding() -> dict[str, Any]:
+    return {**network_policy_binding(), "metadata": {"name": CONNECT_POLICY_NAME},
+            "spec": {**network_policy_binding()["spec"], "policyName": CONNECT_POLICY_NAME}}
+
+
 def all_policies() -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
     """(resource key, policy, binding) for every admission policy the platform installs."""
     out = [(kind.lower(), validating_policy(kind), policy_binding(kind)) for kind in POD_SPECS]
     out.append(("networkpolicy", network_policy_policy(), network_policy_binding()))
+    out.append(("connect", connect_policy(), connect_binding()))
     return out

@@ -18,6 +18,11 @@ KUEUE_NAMESPACE = "kueue-system"
 KUEUE_RELEASE = "kueue"
 JOBSET_NAMESPACE = "jobset-system"
 TEAM_LABEL = "alchemist.io/team"  # on every team namespace
+# An interactive session's pod carries this label (alchemist_jobs/kubernetes/interactive.py) and
+# is named with this prefix: its NetworkPolicy selects the label, its connections the name.
+SESSION_LABEL = "alchemist.io/session"
+SESSION_PREFIX = "alchemist-session-"
+TENSORBOARD_POD = "tensorboard-0"  # a team's TensorBoard StatefulSet's one pod
 
 # Job pods run as this ServiceAccount (or the namespace's `default`); it has no RBAC and no
 # token is mounted. The admission policy refuses any other ServiceAccount.

@@ -16,8 +16,10 @@ from infra.labels import (
     METRICS_BASE_PORT,
     METRICS_PORT_SLOTS,
     MONITORING_NAMESPACE,
+    SESSION_LABEL,
     TEAM_LABEL,
 )
+from infra.admission import DEBUG_GRANT
 from infra.object_store_network import STORE_POLICY, StoreEgress
 from infra.queueing import local_queue, most_admitted
 
@@ -25,7 +27,6 @@ PSA = "pod-security.kubernetes.io"
 RBAC = "rbac.authorization.k8s.io"
 SUBMITTER_ROLE = "alchemist-job-submitter"
 DEBUG_ROLE = "alchemist-debug"
-TENSORBOARD_POD = "tensorboard-0"  # the team's TensorBoard StatefulSet's one pod
 
 
 def psa_labels(level: str) -> dict[str, str]:
@@ -69,6 +70,23 @@ def job_network_policy(namespace: str) -> dict[str, Any]:
     }
 
 
+def session_network_policy(namespace: str) -> dict[str, Any]:
+    """Interactive sessions: out to kube-dns only (a notebook resolves names; `default-deny`
+    isolates their egress). Nothing reaches them but `kubectl port-forward` and `exec`, which
+    go through the kubelet, not the pod network."""
+    dns = job_network_policy(namespace)["spec"]["egress"]
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": "alchemist-sessions", "namespace": namespace},
+        "spec": {
+            "podSelector": {"matchExpressions": [{"key": SESSION_LABEL, "operator": "Exists"}]},
+            "policyTypes": ["Egress"],
+            "egress": dns,
+        },
+    }
+
+
 def object_store_network_policy(namespace: str, egress: StoreEgress) -> dict[str, Any]:
     """Job pods: out to the object store's addresses on its port (infra/object_store_network.py),
     where staging fetches `data.source`. Addresses only the store answers on: no other run's
@@ -89,8 +107,9 @@ def object_store_network_policy(namespace: str, egress: StoreEgress) -> dict[str
 def submitter_role(namespace: str) -> dict[str, Any]:
     """What the `alchemist` CLI needs to submit, watch and cancel jobs in a team namespace.
 
-    No Secrets, no pods/exec, and port-forward only to the team's TensorBoard: exec and
-    port-forward to any pod are the separate opt-in role `alchemist-debug`.
+    No Secrets; exec and port-forward reach the team's interactive sessions and port-forward
+    TensorBoard only (infra/admission.py `connect_policy`): into any pod (a teammate's job
+    included) they are the separate opt-in role `alchemist-debug`.
     """
     read = ["get", "list", "watch"]
     manage = [*read, "create", "delete", "patch"]
@@ -112,8 +131,10 @@ def submitter_role(namespace: str) -> dict[str, Any]:
             {"apiGroups": [""], "resources": ["pods/log"], "verbs": read},
             {"apiGroups": [""], "resources": ["events"], "verbs": ["list", "watch"]},
             {"apiGroups": [""], "resources": ["persistentvolumeclaims"], "verbs": read},
-            {"apiGroups": [""], "resources": ["pods/portforward"], "verbs": ["get", "create"],
-             "resourceNames": [TENSORBOARD_POD]},
+            # `kubectl port-forward` and `kubectl exec` (GET over WebSockets, POST over SPDY):
+            # RBAC cannot name a prefix, so the admission policy `alchemist-submitted-connections`
+            # lets a member reach only the sessions and port-forward only to TensorBoard.
+            {"apiGroups": [""], "resources": ["pods/exec", "pods/portforward"], "verbs": ["get", "create"]},
             # Each run gets its own NetworkPolicy admitting only its own pods.
             # (patched once, to make the run's JobSet its owner; admission keeps it per-run)
             {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"],
@@ -131,7 +152,8 @@ def debug_role(namespace: str) -> dict[str, Any]:
         "apiVersion": f"{RBAC}/v1",
         "kind": "Role",
         "metadata": {"name": DEBUG_ROLE, "namespace": namespace},
-        "rules": [{"apiGroups": [""], "resources": ["pods/exec", "pods/portforward"], "verbs": ["get", "create"]}],
+        "rules": [{"apiGroups": [""], "resources": ["pods/exec", "pods/portforward"], "verbs": ["get", "create"]},
+                  DEBUG_GRANT],  # exempts its holders from the admission policy on connections
     }
 
 
@@ -205,6 +227,9 @@ class TeamNamespace(pulumi.ComponentResource):
         )  # fmt: skip
         jobs = job_network_policy(ns)
         k8s.networking.v1.NetworkPolicy(f"{name}-netpol-jobs", metadata=jobs["metadata"], spec=jobs["spec"], opts=opts_in)
+        sessions = session_network_policy(ns)
+        k8s.networking.v1.NetworkPolicy(f"{name}-netpol-sessions", metadata=sessions["metadata"],
+                                        spec=sessions["spec"], opts=opts_in)  # fmt: skip
         if args.object_store is not None:
             store = object_store_network_policy(ns, args.object_store)
             k8s.networking.v1.NetworkPolicy(f"{name}-netpol-object-store", metadata=store["metadata"],

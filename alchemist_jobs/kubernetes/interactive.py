@@ -5,7 +5,8 @@ JupyterLab listens on the pod's loopback only, reachable through `kubectl port-f
 (guarded by the cluster's RBAC, pods/portforward), and asks for a token as well: a random
 one, kept in a Secret `<session>-token` that the pod reads as JUPYTER_TOKEN, and printed once
 when the session is created. The session pod has no job label, so the jobs' NetworkPolicies
-do not admit it to any run's pods. The pod ends by itself after
+do not admit it to any run's pods; the platform's `alchemist-sessions` policy lets it resolve
+names (DNS), and its priority class ranks it above batch work in Kueue. The pod ends by itself after
 `--hours` (activeDeadlineSeconds), so a forgotten session does not hold GPUs for ever.
 """
 
@@ -24,6 +25,7 @@ from alchemist_jobs.kubernetes.client import Cluster, ClusterError, Connector, N
 from alchemist_jobs.kubernetes.job_state import failure_reason, pending_reason
 
 SESSION_LABEL = "alchemist.io/session"
+SESSION_PRIORITY = "alchemist-interactive"
 TOKEN_KEY = "token"
 CONTAINER = "session"
 JUPYTER_PORT = 8888
@@ -79,6 +81,9 @@ def session_pod(stack: StackOutput, name: str, gpus: int = 0, hours: float = 8.0
         "metadata": {"name": name, "namespace": stack.namespace, "labels": labels},
         "spec": {
             "restartPolicy": "Never",
+            # Above batch: Kueue admits it first and may preempt batch work for it, never
+            # the reverse (the PriorityClasses the platform makes, infra/labels.py).
+            "priorityClassName": SESSION_PRIORITY,
             "activeDeadlineSeconds": int(hours * 3600),
             "enableServiceLinks": False,
             "automountServiceAccountToken": False,

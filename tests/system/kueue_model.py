@@ -19,8 +19,17 @@ What is ported, from https://github.com/kubernetes-sigs/kueue at tag v0.13.4 (Ap
 - what admission does to the pods: pkg/podset/podset.go `FromAssignment`/`Merge` (the flavors'
   node labels join the node selector, their tolerations the pod's).
 
-Not ported: preemption, fair sharing, topology-aware scheduling, admission checks, partial
-admission: none of them changes whether a workload fits an empty cohort.
+- a workload's priority: pkg/controller/jobframework/reconciler.go `ExtractPriority` and
+  `extractPriorityFromPodSets` (the first pod set's priorityClassName) with
+  pkg/util/priority/priority.go `GetPriorityFromPriorityClass` (that PriorityClass's value; none
+  named: the global default class's, else 0);
+- whom a workload may preempt: pkg/scheduler/preemption/preemption.go `findCandidates` (within
+  its ClusterQueue by `withinClusterQueue`; in the cohort by `reclaimWithinCohort`, only from
+  ClusterQueues that borrow), by priority alone (`LowerPriority`, `Any`, `Never`).
+
+Not ported: fair sharing, topology-aware scheduling, admission checks, partial admission, and
+of preemption the timestamps of `LowerOrNewerEqualPriority` and the choice among candidates:
+none of them changes whether a workload fits an empty cohort, or who ranks above whom.
 """
 
 from __future__ import annotations
@@ -291,3 +300,36 @@ def admitted_pod_spec(ps: PodSet, assigned: dict[str, str], flavors: dict[str, d
             if t not in spec.setdefault("tolerations", []):
                 spec["tolerations"].append(t)
     return spec
+
+
+def workload_priority(obj: dict[str, Any], priority_classes: list[dict[str, Any]]) -> int:
+    """reconciler.go ExtractPriority for a JobSet or Pod: the first pod set naming a class."""
+    name = next((ps.template["spec"].get("priorityClassName") for ps in workload_pod_sets(obj)
+                 if ps.template["spec"].get("priorityClassName")), "")
+    classes = {pc["metadata"]["name"]: pc for pc in priority_classes}
+    if name:
+        return int(classes[name]["value"])  # a class that does not exist: the workload is not created
+    defaults = [int(pc["value"]) for pc in priority_classes if pc.get("globalDefault")]
+    return min(defaults) if defaults else 0
+
+
+def may_preempt(policy: str, preemptor: int, candidate: int) -> bool:
+    """preemption.go findCandidates: whether `policy` lets a workload of priority `preemptor`
+    take a candidate of priority `candidate` (LowerOrNewerEqualPriority: equal counts only when
+    the preemptor is older, not modelled, so only lower)."""
+    if policy == "Never":
+        return False
+    if policy == "Any":
+        return True
+    assert policy in ("LowerPriority", "LowerOrNewerEqualPriority"), policy
+    return candidate < preemptor
+
+
+def preemption_candidates(preemptor: int, cq: dict[str, Any], same_queue: list[int],
+                          borrowing_cohort: list[int]) -> list[int]:
+    """findCandidates: the priorities of the admitted workloads a workload of `preemptor` may
+    preempt, from its own ClusterQueue (`same_queue`) and from borrowing queues of its cohort."""
+    policy = (cq.get("spec") or {}).get("preemption") or {}
+    within, reclaim = policy.get("withinClusterQueue", "Never"), policy.get("reclaimWithinCohort", "Never")
+    return ([p for p in same_queue if may_preempt(within, preemptor, p)]
+            + [p for p in borrowing_cohort if may_preempt(reclaim, preemptor, p)])

@@ -170,7 +170,8 @@ def test_the_platform_renders_the_policies_bound_to_team_namespaces(renders):
     bindings = {x["inputs"]["spec"]["policyName"] for x in r["resources"]
                 if x["type"] == "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicyBinding"}  # fmt: skip
     assert set(policies) == bindings == {"alchemist-submitted-pods", "alchemist-submitted-jobs",
-                                         "alchemist-submitted-jobsets", "alchemist-submitted-networkpolicies"}
+                                         "alchemist-submitted-jobsets", "alchemist-submitted-networkpolicies",
+                                         "alchemist-submitted-connections"}
     assert policies["alchemist-submitted-pods"]["spec"] == validating_policy("Pod")["spec"]
     team_ns = [x["inputs"]["metadata"]["labels"] for x in r["resources"] if x["type"] == "kubernetes:core/v1:Namespace"
                and x["inputs"]["metadata"]["name"] in ("research", "applied")]  # fmt: skip
@@ -244,3 +245,15 @@ def test_a_member_who_may_not_change_the_policy_is_still_judged():
 def test_the_network_policy_policy_is_valid_kubernetes():
     for obj in (network_policy_policy(), network_policy_binding()):
         kubernetes_validate.validate(obj, "1.30.0", strict=True)
+
+
+def test_the_connections_policy_is_valid_and_compiles():
+    """The CONNECT policy on pods/exec and pods/portforward (judged in tests/system/test_sessions.py)."""
+    from infra.admission import connect_binding, connect_policy
+
+    for obj in (connect_policy(), connect_binding()):
+        kubernetes_validate.validate(obj, "1.30.0", strict=True)
+    spec = connect_policy()["spec"]
+    assert spec["matchConstraints"]["resourceRules"][0]["operations"] == ["CONNECT"]
+    for expr in [c["expression"] for c in spec["matchConditions"]] + [v["expression"] for v in spec["validations"]]:
+        compiles(expr)
