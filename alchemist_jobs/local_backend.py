@@ -24,6 +24,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator
 
+import yaml
+
 import alchemist_jobs
 from alchemist_jobs import environment as E
 from alchemist_jobs import local_servers, run_index, server_role, store_bind
@@ -254,6 +256,16 @@ class GroupRestarts:
         return ""
 
 
+def _spec_algorithm(run: RunDir) -> str | None:
+    """algorithm.name of a run recorded before run.json kept it: from its spec.yaml."""
+    try:
+        raw = yaml.safe_load(run.spec.read_text()) or {}
+        name = (raw.get("algorithm") or {}).get("name", "sync")
+    except (OSError, ValueError, AttributeError, yaml.YAMLError):
+        return None
+    return name if isinstance(name, str) else None
+
+
 def agents_message(procs: list[subprocess.Popen], codes: list[int | None]) -> str:
     """What a signal that ended a torchrun agent says (a killed agent takes its workers
     with it; torchrun's own report never says that the agent itself died)."""
@@ -434,6 +446,7 @@ class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
         run.update_state(run_id=request.run_id, name=spec.name, stack="local", state=RUNNING,
                          created=time.time(), launcher_pid=os.getpid(),
                          launcher_start=start_time(os.getpid()), workers=spec.world_size,
+                         algorithm=spec.algorithm.name,
                          nodes=spec.nodes, agents=[], proc_starts={})
         handle = LocalRun(request)
         try:
@@ -572,7 +585,7 @@ class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
             ended=rec.ended, workers=rec.workers, restarts=restarts,
             step=prog.step if prog else None, total_steps=prog.total_steps if prog else None,
             message=rec.message, run_dir=str(run.path), progress=prog, result=res,
-            exit_codes=rec.exit_codes,
+            exit_codes=rec.exit_codes, algorithm=rec.algorithm or _spec_algorithm(run),
             failure=None if rec.failure is None else rec.failure.model_dump()), rec.state
 
     def logs(self, run_id: str, rank: int = 0, follow: bool = False,

@@ -105,6 +105,7 @@ def status_from_json(doc: dict[str, Any]) -> RunStatus:
         workers=doc.get("workers", 0), restarts=doc.get("restarts", 0), step=doc.get("step"),
         total_steps=doc.get("total_steps"), message=doc.get("message", ""),
         run_dir=doc.get("run_dir"), exit_codes=doc.get("exit_codes"), failure=doc.get("failure"),
+        algorithm=doc.get("algorithm"),
         progress=None if prog is None else Progress.model_validate(prog),
         result=None if res is None else Result.model_validate(res), source=doc)
 

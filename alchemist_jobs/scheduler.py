@@ -51,6 +51,7 @@ class RunStatus:
     stuck_pods: list[dict[str, Any]] = field(default_factory=list)
     # Local: why a failed run failed (run_files.Failure as a dict), recorded at its end.
     failure: dict[str, Any] | None = None
+    algorithm: str | None = None  # the spec's algorithm.name, where the backend knows it
     # The document an ended run's status was read from (run_index): as_json gives it back
     # as it is, which a listing of 10,000 runs felt. Not part of the status itself.
     source: dict[str, Any] | None = field(default=None, repr=False, compare=False)
@@ -60,6 +61,19 @@ class RunStatus:
     @property
     def finished(self) -> bool:
         return self.state in FINAL_STATES
+
+    @property
+    def metrics(self) -> dict[str, float]:
+        """The run's metrics by name: what a script reported last (report(accuracy=...)),
+        then the final evaluation's (accuracy, a task's own; its loss as test_loss)."""
+        return run_metrics(self.progress, self.result)
+
+    @property
+    def duration_s(self) -> float | None:
+        """Seconds from creation to the end (to now while it runs)."""
+        if self.created is None:
+            return None
+        return max(0.0, (self.ended if self.ended is not None else time.time()) - self.created)
 
     def as_json(self) -> dict[str, Any]:
         """The documented `--json` shape of a run (docs/cli.md)."""
@@ -71,11 +85,21 @@ class RunStatus:
             restarts=self.restarts, step=self.step, total_steps=self.total_steps,
             message=self.message, run_dir=self.run_dir, exit_codes=self.exit_codes,
             restarts_counted=self.restarts_counted, stuck_pods=self.stuck_pods,
-            failure=self.failure,
+            failure=self.failure, algorithm=self.algorithm, metrics=self.metrics,
+            duration_s=None if self.duration_s is None else round(self.duration_s, 3),
             progress=None if self.progress is None else self.progress.model_dump(
                 include=set(Progress.model_fields)),
             result=None if self.result is None else self.result.model_dump(
                 include=set(Result.model_fields)))
+
+
+def run_metrics(progress: Progress | None, result: Result | None) -> dict[str, float]:
+    out = dict(progress.metrics) if progress is not None else {}
+    if result is not None:
+        out.update(("test_loss" if k == "loss" else k, v) for k, v in result.test_metrics.items())
+        if result.test_accuracy is not None:
+            out["accuracy"] = result.test_accuracy
+    return out
 
 
 @dataclass

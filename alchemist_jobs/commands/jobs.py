@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import math
 import re
@@ -53,7 +54,8 @@ EXAMPLES = {
            "examples/stack-outputs.json --dry-run",
     "submit": "examples:\n  alchemist submit examples/digits.yaml --stack local\n"
               "  alchemist submit examples/digits.yaml --stack dev --follow",
-    "list": "examples:\n  alchemist list\n  alchemist list --state failed --limit 5 --json",
+    "list": "examples:\n  alchemist list\n  alchemist list --state failed --limit 5 --json\n"
+            "  alchemist list --columns run,state,algorithm,accuracy,duration,reason",
     "status": "examples:\n  alchemist status digits-20261201\n  alchemist status 0e2c --json",
     "logs": "examples:\n  alchemist logs 0e2c\n  alchemist logs 0e2c --rank 1 --follow",
     "cancel": "examples:\n  alchemist cancel 0e2c",
@@ -102,14 +104,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         # args.args (argparse would take the script's own flags for ours).
         p.set_defaults(func=cmd_run, args=[], detach=False)
 
-    p = _add(sub, "list", "runs on a stack, newest first, with their state")
-    p.add_argument("--state", default=None, choices=["pending", "running", "succeeded", "failed",
-                                                     "cancelled", "lost", "restarting"],
-                   help="only runs in this state")
-    p.add_argument("--limit", type=int, default=None, help="at most this many runs")
-    p.add_argument("--json", action="store_true", help="as JSON (a list of runs)")
-    _stack_args(p)
-    p.set_defaults(func=cmd_list)
+    _add_list(sub)
 
     p = _add(sub, "status", "state and progress of one run")
     p.add_argument("run", help="run id (any part of it that only one run has)"
@@ -145,6 +140,21 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dry-run", action="store_true", help="print what would be removed")
     _stack_args(p)
     p.set_defaults(func=cmd_rm)
+
+
+def _add_list(sub: argparse._SubParsersAction) -> None:
+    p = _add(sub, "list", "runs on a stack, newest first, with their state")
+    p.add_argument("--state", default=None, choices=["pending", "running", "succeeded", "failed",
+                                                     "cancelled", "lost", "restarting"],
+                   help="only runs in this state")
+    p.add_argument("--limit", type=int, default=None, help="at most this many runs")
+    p.add_argument("--columns", default=None, metavar="A,B,...",
+                   help="the table's columns, in order: " + ", ".join(LIST_COLUMNS) +
+                        ", or any metric the runs reported (default: "
+                        + ",".join(DEFAULT_COLUMNS) + ")")
+    p.add_argument("--json", action="store_true", help="as JSON (a list of runs)")
+    _stack_args(p)
+    p.set_defaults(func=cmd_list)
 
 
 def complete_run(prefix: str, parsed_args: argparse.Namespace, **_) -> list[str]:
@@ -507,6 +517,9 @@ def _summary(status: RunStatus, wall: float, handle) -> None:
         lines += [f"  test {k:<11} {_num(v)}" for k, v in _own_metrics(res)]
         lines.append(f"  throughput      {_num(res.samples_per_s, ',.0f')} samples/s "
                      f"({res.steps} steps, global batch {res.global_batch})")
+    shown = {"accuracy", "test_loss", *res.test_metrics} if res is not None else set()
+    # What the script reported last (report(accuracy=...)), beside the result's own.
+    lines += [f"  {k:<15} {_num(v)}" for k, v in sorted(status.metrics.items()) if k not in shown]
     lines.append(f"  wall time       {wall:.1f} s")
     lines.append(f"  restarts        {restarts}")
     lines.append(f"  run directory   {status.run_dir}")
@@ -549,12 +562,87 @@ def cmd_list(args: argparse.Namespace) -> int:
         return 0
     from alchemist_jobs.scheduler import decode_all
 
-    print(f"{'RUN':<44} {'STATE':<10} {'WORKERS':>7} {'STEP':>11} {'CREATED':<19}")
-    for doc in decode_all(r.json_text for r in listed):
-        step = f"{doc['step']}/{doc['total_steps']}" if doc["step"] is not None else "-"
-        print(f"{doc['run_id']:<44} {doc['state']:<10} {doc['workers']:>7} {step:>11} "
-              f"{_when(doc['created']):<19}")
+    docs = decode_all(r.json_text for r in listed)
+    columns = _columns(args.columns, docs)
+    rows = [[_cell(c, doc) for c in columns] for doc in docs]
+    widths = [max([len(c)] + [len(row[i]) for row in rows]) for i, c in enumerate(columns)]
+    for row in [[c.upper() for c in columns]] + rows:
+        print("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip())
     return 0
+
+
+# `list`'s columns: the run's own fields; any other name is a metric the run reported.
+LIST_COLUMNS = ("run", "name", "state", "algorithm", "workers", "restarts", "step", "loss",
+                "accuracy", "duration", "created", "ended", "reason")
+DEFAULT_COLUMNS = ("run", "state", "algorithm", "workers", "step", "accuracy", "duration",
+                   "created", "reason")
+
+
+def _doc_metrics(doc: dict) -> dict:
+    """A run document's metrics (an index entry written before they were kept: from its
+    progress and result)."""
+    if isinstance(doc.get("metrics"), dict):
+        return doc["metrics"]
+    from alchemist_jobs.run_files import Progress, Result
+    from alchemist_jobs.scheduler import run_metrics
+
+    prog, res = doc.get("progress"), doc.get("result")
+    return run_metrics(None if prog is None else Progress.lenient(prog),
+                       None if res is None else Result.lenient(res))
+
+
+def _columns(text: str | None, docs: list[dict]) -> list[str]:
+    """--columns A,B,...: each a column of LIST_COLUMNS or a metric some listed run has."""
+    if text is None:
+        return list(DEFAULT_COLUMNS)
+    metrics = sorted({k for doc in docs for k in _doc_metrics(doc)} - set(LIST_COLUMNS))
+    out = []
+    for name in (c.strip().lower() for c in text.split(",")):
+        if name not in LIST_COLUMNS and name not in metrics:
+            close = difflib.get_close_matches(name, [*LIST_COLUMNS, *metrics], n=1)
+            hint = f"; did you mean {close[0]}?" if close else ""
+            reported = f" or a metric the runs reported ({', '.join(metrics)})" if metrics else \
+                " or a metric the runs reported (none has)"
+            raise UserError(f"--columns: {name!r} is no column; accepted: "
+                            f"{', '.join(LIST_COLUMNS)},{reported}{hint}")
+        out.append(name)
+    return out
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    if seconds < 3600:
+        return f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
+    return f"{int(seconds // 3600)}h{int(seconds % 3600 // 60):02d}m"
+
+
+def _cell(column: str, doc: dict) -> str:
+    prog, res = doc.get("progress") or {}, doc.get("result") or {}
+    if column == "run":
+        return doc["run_id"]
+    if column in ("name", "state", "algorithm"):
+        return str(doc.get(column) or "-")
+    if column in ("workers", "restarts"):
+        return str(doc.get(column, 0))
+    if column == "step":
+        return f"{doc['step']}/{doc['total_steps']}" if doc.get("step") is not None else "-"
+    if column == "loss":
+        loss = res.get("final_loss", prog.get("loss"))
+        return _num(loss) if isinstance(loss, (int, float)) else "-"
+    if column == "duration":
+        created, ended = doc.get("created"), doc.get("ended")
+        return _duration(doc.get("duration_s") if ended is None or created is None
+                         else max(0.0, ended - created))
+    if column in ("created", "ended"):
+        return _when(doc.get(column))
+    if column == "reason":  # why it failed (or restarts), one line
+        text = " ".join(str(doc.get("message") or "").split())
+        return text if len(text) <= 80 else text[:79] + "…"
+    value = _doc_metrics(doc).get(column)
+    return _num(value) if isinstance(value, (int, float)) else "-"
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -563,6 +651,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(json.dumps(s.as_json(), indent=1))
         return 0
     print(f"run        {s.run_id}\nstack      {s.stack}\nstate      {s.state}")
+    if s.algorithm:
+        print(f"algorithm  {s.algorithm}")
     counted = ("" if s.restarts_counted is None or s.restarts_counted == s.restarts
                else f" ({s.restarts_counted} counted towards max_restarts)")
     print(f"workers    {s.workers}\nrestarts   {s.restarts}{counted}")
@@ -571,10 +661,12 @@ def cmd_status(args: argparse.Namespace) -> int:
     if s.progress is not None and s.progress.loss is not None:
         print(f"loss       {_num(s.progress.loss)}\n"
               f"throughput {s.progress.samples_per_s:,.0f} samples/s")
-    if s.result is not None and s.result.test_accuracy is not None:
-        print(f"accuracy   {_num(s.result.test_accuracy)}")
-    for k, v in _own_metrics(s.result) if s.result is not None else ():
-        print(f"{k:<10} {_num(v)}")
+    metrics = s.metrics  # the final evaluation's, and what a script reported last
+    if "accuracy" in metrics:
+        print(f"accuracy   {_num(metrics['accuracy'])}")
+    for k, v in sorted(metrics.items()):
+        if k not in ("accuracy", "test_loss"):
+            print(f"{k:<10} {_num(v)}")
     print(f"created    {_when(s.created)}\nended      {_when(s.ended)}")
     if s.message:
         print(f"message    {s.message}")

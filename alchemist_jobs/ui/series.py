@@ -1,8 +1,11 @@
-"""A run's chart series: its TensorBoard event files (the history), topped up with samples of
-its live progress each time the page asks (points newer than the last flushed event)."""
+"""A run's chart series: its TensorBoard event files and, for a script, the series.jsonl its
+rank 0 appends (one point per step: loss, samples/s, communication seconds and every metric
+it reported; runtime/script_report.py), read from the run directory during and after the
+run; topped up with samples of its live progress each time the page asks."""
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 import urllib.request
@@ -20,6 +23,10 @@ SAMPLE_FIELDS = {"loss": "loss", "samples_per_s": "throughput", "accuracy": "acc
 CHARTS = ("loss", "accuracy", "throughput", "communication")
 MAX_POINTS = 2000  # per chart; older points are thinned, never the newest
 MAX_RUNS = 64  # runs whose series are kept in memory
+SERIES_FILE = "series.jsonl"  # in the run directory (runtime/script_report.py writes it)
+# series.jsonl fields -> chart.
+SERIES_FIELDS = {"loss": "loss", "samples_per_s": "throughput",
+                 "communication_s": "communication"}
 _METRIC = re.compile(r'^(alchemist_communication_seconds_total|alchemist_test_accuracy_ratio)'
                      r'\{([^}]*)\}\s+(\S+)', re.M)
 
@@ -75,19 +82,55 @@ def read_tensorboard(folder: Path) -> dict[str, dict[float, float]]:
     return out
 
 
+def read_series(path: Path, offset: int, charts: dict[str, dict[float, float]],
+                metrics: dict[str, dict[float, float]]) -> int:
+    """Add the points of series.jsonl from `offset` on (whole lines only) to `charts` and
+    `metrics`; the offset to read from next time. A later line for a step wins (a restarted
+    attempt steps again)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            data = f.read()
+    except OSError:
+        return offset
+    end = data.rfind(b"\n") + 1
+    for raw in data[:end].splitlines():
+        try:
+            point = json.loads(raw)
+            step = float(point["step"])
+        except (ValueError, KeyError, TypeError):
+            continue
+        for field, chart in SERIES_FIELDS.items():
+            value = point.get(field)
+            if isinstance(value, (int, float)) and value == value:
+                charts[chart][step] = float(value)
+        for name, value in (point.get("metrics") or {}).items():
+            if isinstance(name, str) and isinstance(value, (int, float)) and value == value:
+                metrics.setdefault(name, {})[step] = float(value)
+                if name == "accuracy":
+                    charts["accuracy"][step] = float(value)
+    return offset + end
+
+
 class SeriesBook:
     """Series per run, kept between requests so live samples accumulate into a chart."""
 
     def __init__(self) -> None:
         self._runs: dict[str, dict[str, dict[float, float]]] = {}
         self._final: set[str] = set()  # runs whose events were reread after they ended
+        self._metrics: dict[str, dict[str, dict[float, float]]] = {}  # reported, by name
+        self._offsets: dict[str, int] = {}  # how far each run's series.jsonl was read
         self._lock = threading.Lock()
 
     def update(self, key: str, tb_dir: Path | None, sample: dict[str, Any] | None,
-               final: bool) -> dict[str, list[tuple[float, float]]]:
+               final: bool) -> dict[str, Any]:
+        """{chart: points} for CHARTS, and "metrics": {name: points} (a script's reports).
+        A local run's series.jsonl lies beside its `tb_dir`."""
         with self._lock:
             book = self._runs.get(key)
             done = key in self._final
+            metrics = self._metrics.get(key, {})
+            offset = self._offsets.get(key, 0) if book is not None else 0
         if book is None or final and not done:
             # Reread the events: the whole history on the first look, the flushed final
             # points at the end.
@@ -96,20 +139,34 @@ class SeriesBook:
                 for chart in CHARTS:
                     fresh[chart] = {**book[chart], **fresh[chart]}
             book = fresh
+        if offset == 0:
+            metrics = {}
+        if tb_dir is not None:
+            offset = read_series(tb_dir.parent / SERIES_FILE, offset, book, metrics)
         if sample and sample.get("step") is not None:
             step = float(sample["step"])
             for field, chart in SAMPLE_FIELDS.items():
                 value = sample.get(field)
                 if isinstance(value, (int, float)) and value == value:  # not NaN
                     book[chart][step] = float(value)
+            for name, value in (sample.get("metrics") or {}).items():
+                if isinstance(value, (int, float)) and value == value:
+                    metrics.setdefault(name, {})[step] = float(value)
+                    if name == "accuracy":
+                        book["accuracy"][step] = float(value)
         with self._lock:
-            self._runs[key] = book
+            self._runs[key], self._metrics[key], self._offsets[key] = book, metrics, offset
             if final:
                 self._final.add(key)
             while len(self._runs) > MAX_RUNS:
                 self._final.discard(old := next(iter(self._runs)))
                 self._runs.pop(old)
-        return {chart: _thin(sorted(book[chart].items())) for chart in CHARTS}
+                self._metrics.pop(old, None)
+                self._offsets.pop(old, None)
+        out: dict[str, Any] = {chart: _thin(sorted(book[chart].items())) for chart in CHARTS}
+        out["metrics"] = {name: _thin(sorted(points.items()))
+                          for name, points in sorted(metrics.items())}
+        return out
 
 
 def _thin(points: list[tuple[float, float]]) -> list[tuple[float, float]]:

@@ -208,8 +208,10 @@ def test_list_with_a_limit_decodes_only_the_runs_it_shows(tmp_path, many, capsys
     assert cli.main(["list", "--limit", "2", "--home", str(tmp_path)]) == 0
     rows = capsys.readouterr().out.splitlines()[1:]
     assert sum(t.count('"progress"') for t in decoded) == 2, "the listing decoded runs it does not show"
-    assert [row.split()[:4] for row in rows] == \
-        [[r.run_id, r.state, str(r.workers), f"{r.step}/{r.total_steps}"] for r in newest]
+    assert [row.split()[:5] for row in rows] == \
+        [[r.run_id, r.state, r.algorithm, str(r.workers), f"{r.step}/{r.total_steps}"]
+         for r in newest]
+    assert {r.algorithm for r in newest} == {"sync"}  # from spec.yaml: run.json has none
 
 
 def test_listing_imports_no_training_stack(tmp_path, many):
