@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -59,6 +60,27 @@ def wait(driver, predicate, what: str):
         lambda d: predicate(d), message=what)
 
 
+def fact(driver, name: str) -> str:
+    """A value of the run page's header (`accuracy`, `loss`...)."""
+    from selenium.webdriver.common.by import By
+
+    for item in driver.find_elements(By.CSS_SELECTOR, "#run-facts > div"):
+        label = item.find_element(By.TAG_NAME, "b").text
+        if label == name:
+            return item.text[len(label):].strip()
+    raise AssertionError(f"no {name} in the header")
+
+
+def sign_in(driver, server) -> None:
+    """Open the one-time URL `alchemist ui` printed; back once the page has traded its token
+    for the session cookie and listed the runs with it."""
+    from selenium.webdriver.common.by import By
+
+    driver.get(server.login_url)
+    wait(driver, lambda d: d.find_element(By.ID, "runs-count").text,
+         "the one-time URL never signed the browser in")
+
+
 def shot(driver, name: str) -> Path:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     path = ARTIFACTS / name
@@ -77,7 +99,7 @@ def test_a_live_run_appears_charts_grow_and_cancel_stops_every_process(driver, t
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     server = UiServer(home)
     try:
-        driver.get(server.login_url)  # the one-time URL `alchemist ui` printed
+        sign_in(driver, server)  # the one-time URL `alchemist ui` printed
         run_id = wait(driver, lambda d: (rows := d.find_elements(
             By.CSS_SELECTOR, "#runs-table tr[data-state=running]")) and
             rows[0].get_attribute("data-run"), "the running job never appeared on the runs page")
@@ -97,6 +119,11 @@ def test_a_live_run_appears_charts_grow_and_cancel_stops_every_process(driver, t
              "epoch" in d.find_element(By.ID, "log").text or
              len(d.find_element(By.ID, "log").text) > 0, "rank 0's log never showed")
         assert len(driver.find_elements(By.CSS_SELECTOR, "#ranks tbody tr")) == 2
+        # The header's accuracy is the chart's, while the run goes on (it said `-`).
+        wait(driver, lambda d: int(d.find_element(By.ID, "chart-accuracy").get_attribute(
+            "data-points") or 0) > 0, "the accuracy chart never got a point")
+        wait(driver, lambda d: re.fullmatch(r"0\.\d{4}", fact(d, "accuracy")),
+             "the header never showed the accuracy its chart shows")
         shot(driver, "run.png")
 
         run_dir = home / "runs" / run_id
@@ -134,7 +161,7 @@ def test_a_bad_pasted_spec_shows_the_clis_one_line_error(driver, tmp_path):
 
     server = UiServer(home)
     try:
-        driver.get(server.login_url)  # the page keeps the token for this tab
+        sign_in(driver, server)  # a session cookie for this browser
         driver.get(server.url + "#/submit")
         box = wait(driver, lambda d: d.find_element(By.ID, "spec-text"), "no spec box")
         # Typed through the page as a paste would land (send_keys would auto-indent nothing,
@@ -166,7 +193,7 @@ def test_a_finished_run_shows_its_charts_and_a_missing_run_says_so_and_stops_ask
     home, run_id = finished_home
     server = UiServer(home)
     try:
-        driver.get(server.login_url)
+        sign_in(driver, server)
         driver.get(server.url + f"#/run/local/{run_id}")
         points = lambda d, k: int(d.find_element(By.ID, f"chart-{k}").get_attribute(
             "data-points") or 0)
@@ -199,5 +226,88 @@ def test_a_finished_run_shows_its_charts_and_a_missing_run_says_so_and_stops_ask
         before = asked(driver)
         with pytest.raises(TimeoutException):  # three polling periods: no new request
             WebDriverWait(driver, 4.5, poll_frequency=0.3).until(lambda d: asked(d) > before)
+    finally:
+        assert server.stop() == 0
+
+
+def test_the_url_signs_this_browser_in_for_every_tab_and_no_other_browser(driver, finished_home):
+    """Issue 35.4: a run opened in a new tab asked for the token again, and the "one-time" URL
+    worked in every browser profile. Now the first browser gets a session cookie (HttpOnly,
+    SameSite=Strict) that its new tabs and shared links use; the URL is then spent."""
+    from selenium.webdriver.common.by import By
+
+    home, run_id = finished_home
+    server = UiServer(home)
+    other = None
+    try:
+        sign_in(driver, server)
+        assert "token=" not in driver.current_url
+        # Nothing of a token is left to the page's scripts: no storage, no readable cookie.
+        assert driver.execute_script("return sessionStorage.length + localStorage.length") == 0
+        assert driver.execute_script("return document.cookie") == ""
+        port = server.url.rstrip("/").rsplit(":", 1)[1]
+        (cookie,) = [c for c in driver.get_cookies() if c["name"].startswith("alchemist")]
+        assert cookie["name"] == f"alchemist-session-{port}"
+        assert cookie["httpOnly"] and cookie["sameSite"] == "Strict" and "expiry" not in cookie
+
+        driver.switch_to.new_window("tab")  # a new tab, a link someone shared to the run
+        driver.get(server.url + f"#/run/local/{run_id}")
+        wait(driver, lambda d: d.find_element(By.ID, "run-state").text == "succeeded",
+             "a new tab of the signed-in browser never showed the run")
+        assert not driver.find_element(By.ID, "token-form").is_displayed()
+        shot(driver, "run-new-tab.png")
+
+        other = browser()  # another browser profile opens the same URL: it is spent
+        other.get(server.login_url)
+        form = wait(other, lambda d: (f := d.find_element(By.ID, "token-form")).is_displayed()
+                    and f, "another browser was not asked for the token")
+        assert "once" in other.find_element(By.ID, "token-why").text
+        assert other.find_elements(By.CSS_SELECTOR, "#runs-table tbody tr") == []
+        shot(other, "spent-url.png")
+        # The owner may still sign it in with the scripts' token.
+        other.find_element(By.ID, "token-input").send_keys(server.token)
+        form.find_element(By.TAG_NAME, "button").click()
+        wait(other, lambda d: d.find_elements(
+            By.CSS_SELECTOR, f"#runs-table tr[data-run='{run_id}']"),
+            "the scripts' token never signed another browser in")
+        assert other.execute_script("return sessionStorage.length + localStorage.length") == 0
+    finally:
+        if other is not None:
+            other.quit()
+        assert server.stop() == 0
+
+
+def test_an_async_runs_page_lists_its_servers_and_checkpoints_and_agrees_with_its_charts(
+        driver, async_home):
+    """Issue 35.4: the parameter servers among the ranks, every rank's and server's
+    checkpoints, the header's accuracy that of the charts, the communication chart drawn."""
+    from selenium.webdriver.common.by import By
+
+    home, run_id = async_home
+    run_dir = home / "runs" / run_id
+    result = json.loads((run_dir / "result.json").read_text())
+    server = UiServer(home)
+    try:
+        sign_in(driver, server)
+        driver.get(server.url + f"#/run/local/{run_id}")
+        rows = lambda d, role: [r.find_element(By.TAG_NAME, "td").text for r in d.find_elements(
+            By.CSS_SELECTOR, f"#ranks tbody tr[data-role={role}]")]
+        wait(driver, lambda d: rows(d, "server") == ["server 0"],
+             "the parameter server never showed among the ranks")
+        assert rows(driver, "worker") == ["0", "1"]
+        on_disk = sorted(p.name for p in (run_dir / "checkpoints").glob("*.pt"))
+        listed = lambda d: sorted(r.find_element(By.TAG_NAME, "td").text for r in
+                                  d.find_elements(By.CSS_SELECTOR, "#checkpoints tbody tr"))
+        wait(driver, lambda d: listed(d) == on_disk, "the checkpoints listed are not the files")
+        holders = {r.find_elements(By.TAG_NAME, "td")[1].text for r in
+                   driver.find_elements(By.CSS_SELECTOR, "#checkpoints tbody tr")}
+        assert holders == {"rank 0", "rank 1", "server 0"}
+        points = lambda d, k: int(d.find_element(By.ID, f"chart-{k}").get_attribute(
+            "data-points") or 0)
+        wait(driver, lambda d: points(d, "accuracy") > 0 and points(d, "communication") > 0,
+             "an ended run's accuracy or communication chart stayed empty")
+        last = float(driver.find_element(By.ID, "chart-accuracy").get_attribute("data-last"))
+        assert fact(driver, "accuracy") == f"{result['test_accuracy']:.4f}" == f"{last:.4f}"
+        shot(driver, "run-async.png")
     finally:
         assert server.stop() == 0

@@ -251,9 +251,14 @@ function showRun(stack, runId) {
       if (v && /^https?:\/\//.test(v)) links.push(el("a", { href: v, target: "_blank", rel: "noopener noreferrer", text: k }));
     }
     document.getElementById("run-links").replaceChildren(...links);
+    // The workers, then the parameter servers of an async run (the run's processes).
     document.querySelector("#ranks tbody").replaceChildren(...d.ranks.map((k) =>
-      el("tr", {}, el("td", { text: String(k.rank) }), el("td", {}, stateBadge(k.state)),
-        el("td", { text: String(k.restarts) }), el("td", { text: k.node }), el("td", { text: k.pid ?? "-" }))));
+      el("tr", { "data-role": "worker" }, el("td", { text: String(k.rank) }), el("td", {}, stateBadge(k.state)),
+        el("td", { text: String(k.restarts) }), el("td", { text: k.node }), el("td", { text: k.pid ?? "-" }))),
+      ...(d.servers || []).map((k) =>
+      el("tr", { "data-role": "server" }, el("td", { text: `server ${k.shard}`, title: k.updates === null ? "" : `${k.updates} updates` }),
+        el("td", {}, stateBadge(k.state)), el("td", { text: String(k.restarts) }), el("td", { text: k.node }),
+        el("td", { text: k.pid ?? "-" }))));
     const rankSel = document.getElementById("log-rank");
     const n = Math.max(d.workers, 1);
     if (rankSel.options.length !== n) {
@@ -266,7 +271,7 @@ function showRun(stack, runId) {
       document.getElementById("log").textContent = ""; loadLog(true);
     }
     document.querySelector("#checkpoints tbody").replaceChildren(...d.checkpoints.map((c) =>
-      el("tr", {}, el("td", { text: c.name }), el("td", { text: c.step ?? "-" }), el("td", { text: bytes(c.bytes) }),
+      el("tr", {}, el("td", { text: c.name }), el("td", { text: c.holder }), el("td", { text: c.step ?? "-" }), el("td", { text: bytes(c.bytes) }),
         el("td", { text: new Date(c.modified * 1000).toLocaleTimeString() }))));
     document.getElementById("run-spec").textContent = toYaml(d.spec);
   }
@@ -316,6 +321,7 @@ function drawChart(svg, points, opts = {}) {
   const W = 400, H = 160, L = 48, R = 8, T = 8, B = 20;
   svg.setAttribute("viewBox", `0 0 ${W} ${H}`);
   svg.setAttribute("data-points", String(points.length));
+  svg.setAttribute("data-last", points.length ? String(points[points.length - 1][1]) : "");
   const ns = "http://www.w3.org/2000/svg";
   const mk = (tag, attrs, text) => {
     const e = document.createElementNS(ns, tag);
@@ -350,7 +356,9 @@ function drawChart(svg, points, opts = {}) {
     mk("text", { x: L - 4, y: H - B, "text-anchor": "end" }, label(y0)),
     mk("text", { x: L, y: H - 4 }, "step " + x0),
     mk("text", { x: W - R, y: H - 4, "text-anchor": "end" }, "step " + x1),
-    mk("polyline", { points: points.map((p) => `${px(p[0]).toFixed(1)},${py(p[1]).toFixed(1)}`).join(" ") }));
+    mk("polyline", { points: points.map((p) => `${px(p[0]).toFixed(1)},${py(p[1]).toFixed(1)}`).join(" ") }),
+    // The latest point, drawn: a chart of one point (an ended run's final figure) shows it.
+    mk("circle", { cx: px(xs[xs.length - 1]).toFixed(1), cy: py(ys[ys.length - 1]).toFixed(1), r: 2.5 }));
 }
 
 // The spec as YAML-like text (the API gives JSON; this is for reading only).
