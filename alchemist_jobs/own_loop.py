@@ -243,10 +243,12 @@ def _spec_algorithm() -> str | None:
     import yaml
 
     run_dir = E.RUN_DIR.get()
-    if run_dir is None:
-        return None
-    raw = yaml.safe_load((run_dir / "spec.yaml").read_text()) or {}
-    return str((raw.get("algorithm") or {}).get("name", "sync"))
+    try:
+        raw = yaml.safe_load((run_dir / "spec.yaml").read_text()) if run_dir else None
+    except (OSError, yaml.YAMLError):
+        return None  # no spec to hold the script to (a bare bootstrap, as in its tests)
+    algorithm = raw.get("algorithm") if isinstance(raw, dict) else None
+    return str(algorithm.get("name", "sync")) if isinstance(algorithm, dict) else None
 
 
 def _target() -> str:
