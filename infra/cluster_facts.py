@@ -104,4 +104,7 @@ class ClusterFacts:
     # the node labels of Kueue's `gpu` flavor. The platform's own GPU nodes get GPU_NODE_LABELS;
     # an `existing` cluster's are whatever its config says (by default the GPU Operator's).
     gpu_node_labels: dict[str, str] = field(default_factory=lambda: dict(GPU_NODE_LABELS))
+    # Each team's own kubeconfig (secret), where the cluster gives each team its own credential
+    # (k3s: a client certificate per team); `kubeconfig` is then the default team's.
+    team_kubeconfigs: dict[str, pulumi.Output[str]] = field(default_factory=dict)
     depends_on: list[Any] = field(default_factory=list)  # what k8s resources must wait for

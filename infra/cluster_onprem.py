@@ -235,19 +235,21 @@ class K3sCluster(pulumi.ComponentResource):
         joining = pulumi.Output.concat(registries, token)  # stdin: registries.yaml, then the token
         for host in [*servers[1:], *agents]:
             self.nodes.append(self._join(name, host, connection(host), version, api, onprem, joining, token_cmd))
-        # The program itself deploys with the admin kubeconfig; jobs get the default team's
+        # The program itself deploys with the admin kubeconfig; jobs get each team's own
         # submitter certificate, so the contract never carries admin access.
         admin_cmd = self._read_secret(f"{name}-kubeconfig", connection(first), "sudo cat /etc/rancher/k3s/k3s.yaml")
-        team = args.cfg.default_team
-        team_cmd = self._read_secret(
-            f"{name}-team-credentials", connection(first),
-            team_credentials_script(team.name, team.groups or [f"alchemist:{team.name}"]),
-        )  # fmt: skip
         admin = pulumi.Output.secret(
             admin_cmd.stdout.apply(lambda s: s.replace("https://127.0.0.1:6443", f"https://{api}:6443"))
         )
-        self.kubeconfig = pulumi.Output.secret(pulumi.Output.all(admin, team_cmd.stdout).apply(
-            lambda a: team_kubeconfig(a[0], a[1], team.name, api)))  # fmt: skip
+        self.team_kubeconfigs: dict[str, pulumi.Output[str]] = {}
+        for i, team in enumerate(args.cfg.teams):  # the default team's keeps its first name
+            team_cmd = self._read_secret(
+                f"{name}-{'' if i == 0 else team.name + '-'}team-credentials", connection(first),
+                team_credentials_script(team.name, team.groups or [f"alchemist:{team.name}"]),
+            )  # fmt: skip
+            self.team_kubeconfigs[team.name] = pulumi.Output.secret(pulumi.Output.all(admin, team_cmd.stdout).apply(
+                lambda a, t=team.name: team_kubeconfig(a[0], a[1], t, api)))  # fmt: skip
+        self.kubeconfig = self.team_kubeconfigs[args.cfg.default_team.name]
         self.provider = kubernetes.Provider(f"{name}-k8s", kubeconfig=admin, opts=pulumi.ResourceOptions(parent=self))
         self.facts = ClusterFacts(
             provider=self.provider,
@@ -257,6 +259,7 @@ class K3sCluster(pulumi.ComponentResource):
             toolkit_by_operator=False,  # configured over SSH before the agent joins
             registry=registry_facts(args.cfg),
             depends_on=list(self.nodes),
+            team_kubeconfigs=dict(self.team_kubeconfigs),
         )
         self.register_outputs({"kubeconfig": self.kubeconfig, "api": api})
 

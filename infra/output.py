@@ -9,6 +9,9 @@ import pulumi
 from infra.cluster import EFA_RESOURCE, GPU_RESOURCE, GPU_TOLERATIONS, ClusterFacts
 from infra.config import StackConfig
 from infra.labels import MOUNT_PATH, SCRAPE_LABELS, SHARED_PVC
+from infra.object_store import team_prefix
+
+TEAM_KUBECONFIGS = "team_kubeconfigs"  # jobs_access's key: team -> its own kubeconfig (secret)
 
 
 def build_output(stack: str, cfg: StackConfig, facts: ClusterFacts, images: dict[str, pulumi.Input[str]],
@@ -16,7 +19,10 @@ def build_output(stack: str, cfg: StackConfig, facts: ClusterFacts, images: dict
                  object_store: dict[str, Any] | None = None,
                  access: dict[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
     """Everything a job needs to run on this stack; `access` is how jobs reach the cluster
-    (the provider's jobs_access), its kubeconfig only as a secret."""
+    (the provider's jobs_access), its kubeconfigs only as secrets. The top-level namespace,
+    queue, identity, prefix and kubeconfig are the default team's; `teams` has every team's."""
+    access = dict(access or {})
+    own = access.pop(TEAM_KUBECONFIGS, None) or {}
     team = cfg.default_team
     uid, gid = cfg.identity(team.name)
     out: dict[str, Any] = {
@@ -39,9 +45,22 @@ def build_output(stack: str, cfg: StackConfig, facts: ClusterFacts, images: dict
         },
         "monitoring": {**monitoring_urls, "pod_monitor_labels": dict(SCRAPE_LABELS)},
     }
-    for key, value in (access or {}).items():  # the jobs' own credential, never an admin's
+    for key, value in access.items():  # the jobs' own credential, never an admin's
         if value is not None:
             out[key] = pulumi.Output.secret(value) if key == "kubeconfig" else value
     if object_store is not None:
         out["object_store"] = dict(object_store)
+    out["team"] = team.name
+    out["teams"] = [team_entry(cfg, t.name, object_store is not None, own.get(t.name)) for t in cfg.teams]
     return out
+
+
+def team_entry(cfg: StackConfig, team: str, has_store: bool, kubeconfig: pulumi.Input[str] | None) -> dict[str, Any]:
+    """One team as the contract's `Team`: its LocalQueue has its namespace's name."""
+    uid, gid = cfg.identity(team)
+    entry: dict[str, Any] = {"name": team, "namespace": team, "queue": team, "uid": uid, "gid": gid}
+    if has_store:
+        entry["object_store_prefix"] = team_prefix(team)
+    if kubeconfig is not None:
+        entry["kubeconfig"] = pulumi.Output.secret(kubeconfig)
+    return entry

@@ -43,6 +43,8 @@ ALLOWED: tuple[Allowed, ...] = (
     Allowed(*OUTPUT_KEY, "stack", "each stack's name"),
     Allowed(*OUTPUT_KEY, "provider", "the stack's provider (infra/providers/)"),
     Allowed(*OUTPUT_KEY, "kubeconfig", "each cluster's credentials"),
+    Allowed(*OUTPUT_KEY, "teams[*].kubeconfig", "each team's own credential, where the provider gives one"),
+    Allowed(*OUTPUT_KEY, "teams[*].object_store_prefix", "each team's part of the object store, where there is one"),
     Allowed(*OUTPUT_KEY, "eks*", "each EKS cluster's name, region and endpoint"),
     Allowed(*OUTPUT_KEY, "shared_fs.kind", "EFS, FSx, NFS or hostPath behind the same PVC and path"),
     Allowed(*OUTPUT_KEY, "images*", "image references in each stack's registry"),

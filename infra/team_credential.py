@@ -28,6 +28,11 @@ SUBMITTER_ACCOUNT = "alchemist-submitter"
 TOKEN_SECRET = "alchemist-submitter-token"  # not alchemist-job-*: no pod may mount it
 
 
+def credential_name(team: str, first: bool) -> str:
+    """The component's name: the default team's keeps the name it had when it was the only one."""
+    return "team-credential" if first else f"team-credential-{team}"
+
+
 def token_kubeconfig(deployer_kubeconfig: str, secret_data: dict[str, str], team: str) -> str:
     """The deployer's cluster with the ServiceAccount's token as the only user, in the team namespace."""
     cluster = cluster_entry(deployer_kubeconfig)

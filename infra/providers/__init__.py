@@ -51,8 +51,12 @@ class Provider:
         return None
 
     def jobs_access(self, cfg: StackConfig, facts: ClusterFacts, platform: Any, on_cluster: Any) -> dict[str, Any]:
-        """The stack output's fields jobs reach the cluster with (`kubeconfig` is made a secret)."""
-        return {"kubeconfig": facts.kubeconfig}
+        """The stack output's fields jobs reach the cluster with (`kubeconfig` is made a secret):
+        the default team's, and under `team_kubeconfigs` each team's own where it has one."""
+        access: dict[str, Any] = {"kubeconfig": facts.kubeconfig}
+        if facts.team_kubeconfigs:
+            access["team_kubeconfigs"] = dict(facts.team_kubeconfigs)
+        return access
 
 
 _registered: dict[str, Provider] = {}

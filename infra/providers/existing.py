@@ -22,16 +22,17 @@ class ExistingProvider(Provider):
         return ExistingCluster("cluster", ExistingClusterArgs(stack=stack, cfg=cfg)).facts
 
     def jobs_access(self, cfg: StackConfig, facts: ClusterFacts, platform: Any, on_cluster: Any) -> dict[str, Any]:
-        """A team ServiceAccount's token, never the deployer's kubeconfig."""
+        """Each team's own ServiceAccount token, never the deployer's kubeconfig."""
         import pulumi
 
-        from infra.team_credential import TeamCredential, TeamCredentialArgs
+        from infra.team_credential import TeamCredential, TeamCredentialArgs, credential_name
 
         assert cfg.kubeconfig is not None  # checked by config.parse
-        team = cfg.default_team.name
-        return {"kubeconfig": TeamCredential("team-credential", TeamCredentialArgs(
-            team=team, deployer_kubeconfig=pulumi.Output.secret(cfg.kubeconfig.get_secret_value()),
-            depends_on=[platform.teams[team]]), opts=on_cluster).kubeconfig}  # fmt: skip
+        deployer = pulumi.Output.secret(cfg.kubeconfig.get_secret_value())
+        own = {t.name: TeamCredential(credential_name(t.name, first=i == 0), TeamCredentialArgs(
+            team=t.name, deployer_kubeconfig=deployer, depends_on=[platform.teams[t.name]]),
+            opts=on_cluster).kubeconfig for i, t in enumerate(cfg.teams)}  # fmt: skip
+        return {"kubeconfig": own[cfg.default_team.name], "team_kubeconfigs": own}
 
 
 PROVIDER = ExistingProvider()

@@ -42,7 +42,9 @@ def test_where_the_kubeconfig_and_registry_password_go_they_are_secret(renders):
     assert "environment.REGISTRY_PASSWORD" in login["secret_inputs"]
     builds = [x for x in r["resources"] if x["name"].endswith("-build")]
     assert builds and not any("REGISTRY_PASSWORD" in str(b["inputs"]) for b in builds)
-    assert r["secret_outputs"] == ["alchemist.kubeconfig"]
+    # the default team's kubeconfig where it always was, and each team's own
+    assert sorted(r["secret_outputs"]) == ["alchemist.kubeconfig", "alchemist.teams[0].kubeconfig",
+                                           "alchemist.teams[1].kubeconfig"]
 
 
 def test_ecr_password_is_secret(renders):

@@ -60,7 +60,10 @@ def test_output_is_the_contract(renders, name):
         assert r["secret_outputs"] == []
     else:
         assert "eks" not in out
-        assert r["secret_outputs"] == ["alchemist.kubeconfig"]  # the kubeconfig, and only it, is secret
+        # the kubeconfig, and only it, is secret: the stack's, and each team's own where it has one
+        own = [f"alchemist.teams[{i}].kubeconfig" for i, t in enumerate(out["teams"]) if "kubeconfig" in t]
+        assert sorted(r["secret_outputs"]) == sorted(["alchemist.kubeconfig", *own])
+        assert own or parsed.provider == "kind"  # kind's admin kubeconfig serves every team
 
 
 def test_gpus_per_node(renders):
@@ -391,14 +394,19 @@ def test_existing_exports_a_team_service_account_token_never_the_deployers_kubec
 
     r = renders["secret:existing"]
     objs = [x["inputs"] for x in r["resources"] if x["type"].startswith("kubernetes:") and "kind" in x["inputs"]]
-    (sa,) = [o for o in objs if o["kind"] == "ServiceAccount" and o["metadata"]["name"] == SUBMITTER_ACCOUNT]
-    assert sa["metadata"]["namespace"] == "research" and sa["automountServiceAccountToken"] is False
-    (binding,) = [o for o in objs if o["kind"] == "RoleBinding" and o["metadata"]["name"] == SUBMITTER_ACCOUNT]
-    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": SUBMITTER_ROLE}
-    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": SUBMITTER_ACCOUNT, "namespace": "research"}]
-    (token,) = [o for o in objs if o["kind"] == "Secret" and o["metadata"]["name"] == TOKEN_SECRET]
-    assert token["type"] == "kubernetes.io/service-account-token"
-    assert token["metadata"]["annotations"] == {"kubernetes.io/service-account.name": SUBMITTER_ACCOUNT}
+    for ns in ("research", "applied"):  # every team its own (issue 36.2)
+        mine = [o for o in objs if o["metadata"].get("namespace") == ns]
+        (sa,) = [o for o in mine if o["kind"] == "ServiceAccount" and o["metadata"]["name"] == SUBMITTER_ACCOUNT]
+        assert sa["automountServiceAccountToken"] is False
+        (binding,) = [o for o in mine if o["kind"] == "RoleBinding" and o["metadata"]["name"] == SUBMITTER_ACCOUNT]
+        assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": SUBMITTER_ROLE}
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": SUBMITTER_ACCOUNT, "namespace": ns}]
+        (token,) = [o for o in mine if o["kind"] == "Secret" and o["metadata"]["name"] == TOKEN_SECRET]
+        assert token["type"] == "kubernetes.io/service-account-token"
+        assert token["metadata"]["annotations"] == {"kubernetes.io/service-account.name": SUBMITTER_ACCOUNT}
+    assert [s for s in objs if s["kind"] == "ServiceAccount" and s["metadata"]["name"] == SUBMITTER_ACCOUNT
+            ] and all(s["metadata"]["namespace"] in ("research", "applied") for s in objs
+                      if s["kind"] == "ServiceAccount" and s["metadata"]["name"] == SUBMITTER_ACCOUNT)
     assert "kubeconfig-token-that-must-never-leak-4711" not in r["_stdout"] + r["_stderr"]
     # what the output holds: the deployer's cluster, the ServiceAccount's token, nothing else
     made = yaml.safe_load(token_kubeconfig(KUBECONFIG, {"token": base64.b64encode(b"sa-token").decode()}, "research"))
