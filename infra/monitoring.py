@@ -91,9 +91,22 @@ def alertmanager_config(receivers: list[dict[str, Any]], route: dict[str, Any] |
     }
 
 
-def prometheus_stack_values(alerts: Any = None) -> dict[str, Any]:
+# Control-plane components whose metrics a provider's cluster never exposes: EKS runs etcd, the
+# scheduler and the controller manager out of reach, and k3s runs them (and kube-proxy) inside
+# its own process, with no pods or ports the chart's Services could select. Each one's
+# ServiceMonitor, Service and alert rules render only while `<key>.enabled` (kube-prometheus-stack
+# 75.15.1 templates/exporters/*/servicemonitor.yaml and templates/prometheus/rules-1.14/); left
+# on, the `...Down` alerts (an `absent(up{...})`) fire for ever.
+HIDDEN_CONTROL_PLANE = {
+    "aws": ("kubeEtcd", "kubeScheduler", "kubeControllerManager"),
+    "onprem": ("kubeEtcd", "kubeScheduler", "kubeControllerManager", "kubeProxy"),
+}
+
+
+def prometheus_stack_values(alerts: Any = None, provider: str = "") -> dict[str, Any]:
     """kube-prometheus-stack values: explicit selectors, Grafana pinned to 11.6, its sidecar on,
-    no admission webhook (its certificate comes from a Helm hook, which helm.v4.Chart skips)."""
+    no admission webhook (its certificate comes from a Helm hook, which helm.v4.Chart skips),
+    no monitors of control-plane components the provider does not expose."""
     selector = {"matchLabels": dict(PROMETHEUS_SELECTOR)}
     values: dict[str, Any] = {
         "fullnameOverride": PROMETHEUS_RELEASE,
@@ -127,6 +140,8 @@ def prometheus_stack_values(alerts: Any = None) -> dict[str, Any]:
                 "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "50Gi"}}}}},
         }},  # fmt: skip
     }
+    for component in HIDDEN_CONTROL_PLANE.get(provider, ()):
+        values[component] = {"enabled": False}
     if alerts is not None and alerts.receivers:
         values["alertmanager"] = {
             "config": alertmanager_config(list(alerts.receivers), alerts.route),
@@ -210,6 +225,7 @@ class MonitoringArgs:
     # per team: the (uid, gid) owning its subtree (mode 0770): TensorBoard reads it as that team
     team_identities: dict[str, tuple[int, int]] = field(default_factory=dict)
     pull_secret: str | None = None  # the registry login in each team namespace, for TensorBoard's image
+    provider: str = ""  # the stack's provider: which control-plane monitors it can have
 
 
 class Monitoring(pulumi.ComponentResource):
@@ -222,22 +238,7 @@ class Monitoring(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self, depends_on=args.depends_on)
         k8s = kubernetes
 
-        password = args.grafana_admin_password
-        if password is None:
-            # Generated once on the deployer and kept (secret) in the stack's state.
-            generated = command.local.Command(
-                f"{name}-grafana-password",
-                create="python3 -c 'import secrets; print(secrets.token_urlsafe(24), end=\"\")'",
-                logging=command.local.Logging.NONE,
-                opts=pulumi.ResourceOptions(parent=self, additional_secret_outputs=["stdout"]),
-            )
-            password = generated.stdout
-        self.grafana_secret = k8s.core.v1.Secret(
-            f"{name}-grafana-admin",
-            metadata={"name": "grafana-admin", "namespace": MONITORING_NAMESPACE},
-            string_data={"admin-user": "admin", "admin-password": pulumi.Output.secret(password)},
-            opts=child,
-        )
+        self.grafana_secret = self._grafana_secret(name, args, child)
         pin = CHARTS["kube-prometheus-stack"]
         self.chart = k8s.helm.v4.Chart(
             f"{name}-kube-prometheus-stack",
@@ -246,7 +247,7 @@ class Monitoring(pulumi.ComponentResource):
             version=pin.version,
             repository_opts={"repo": pin.repo},
             namespace=MONITORING_NAMESPACE,
-            values=prometheus_stack_values(args.alerts),
+            values=prometheus_stack_values(args.alerts, args.provider),
             opts=pulumi.ResourceOptions(parent=self, depends_on=[*args.depends_on, self.grafana_secret]),
         )
         after_crds = pulumi.ResourceOptions(parent=self, depends_on=[self.chart])
@@ -273,24 +274,7 @@ class Monitoring(pulumi.ComponentResource):
             )  # fmt: skip
             for stem, doc in files.rules.items()
         ]
-        self.pod_monitor = k8s.apiextensions.CustomResource(
-            f"{name}-podmonitor-jobs",
-            api_version="monitoring.coreos.com/v1",
-            kind="PodMonitor",
-            metadata={"name": "alchemist-jobs", "namespace": MONITORING_NAMESPACE,
-                      "labels": dict(PROMETHEUS_SELECTOR)},
-            spec=pod_monitor_spec(args.job_namespaces),
-            opts=after_crds,
-        )  # fmt: skip
-        self.kueue_monitor = k8s.apiextensions.CustomResource(
-            f"{name}-servicemonitor-kueue",
-            api_version="monitoring.coreos.com/v1",
-            kind="ServiceMonitor",
-            metadata={"name": "alchemist-kueue", "namespace": MONITORING_NAMESPACE,
-                      "labels": dict(PROMETHEUS_SELECTOR)},
-            spec=kueue_service_monitor_spec(),
-            opts=after_crds,
-        )  # fmt: skip
+        self.pod_monitor, self.kueue_monitor = self._monitors(name, args, after_crds)
         self.tensorboards = {}
         for ns in args.job_namespaces:
             tb = tensorboard_statefulset(ns, args.tensorboard_image,
@@ -301,3 +285,44 @@ class Monitoring(pulumi.ComponentResource):
             )  # fmt: skip
         self.urls = {"prometheus_url": PROMETHEUS_URL, "grafana_url": GRAFANA_URL, "tensorboard_url": TENSORBOARD_URL}
         self.register_outputs({**self.urls, "dashboards": len(self.dashboards), "rules": len(self.rules)})
+
+    def _grafana_secret(self, name: str, args: MonitoringArgs, child: pulumi.ResourceOptions) -> Any:
+        """Grafana's admin login: the stack's secret, or a password generated once on the deployer."""
+        password = args.grafana_admin_password
+        if password is None:
+            # Generated once on the deployer and kept (secret) in the stack's state.
+            generated = command.local.Command(
+                f"{name}-grafana-password",
+                create="python3 -c 'import secrets; print(secrets.token_urlsafe(24), end=\"\")'",
+                logging=command.local.Logging.NONE,
+                opts=pulumi.ResourceOptions(parent=self, additional_secret_outputs=["stdout"]),
+            )
+            password = generated.stdout
+        return kubernetes.core.v1.Secret(
+            f"{name}-grafana-admin",
+            metadata={"name": "grafana-admin", "namespace": MONITORING_NAMESPACE},
+            string_data={"admin-user": "admin", "admin-password": pulumi.Output.secret(password)},
+            opts=child,
+        )
+
+    def _monitors(self, name: str, args: MonitoringArgs, after_crds: pulumi.ResourceOptions) -> tuple[Any, Any]:
+        """(the job pods' PodMonitor, Kueue's ServiceMonitor)."""
+        pod_monitor = kubernetes.apiextensions.CustomResource(
+            f"{name}-podmonitor-jobs",
+            api_version="monitoring.coreos.com/v1",
+            kind="PodMonitor",
+            metadata={"name": "alchemist-jobs", "namespace": MONITORING_NAMESPACE,
+                      "labels": dict(PROMETHEUS_SELECTOR)},
+            spec=pod_monitor_spec(args.job_namespaces),
+            opts=after_crds,
+        )  # fmt: skip
+        kueue_monitor = kubernetes.apiextensions.CustomResource(
+            f"{name}-servicemonitor-kueue",
+            api_version="monitoring.coreos.com/v1",
+            kind="ServiceMonitor",
+            metadata={"name": "alchemist-kueue", "namespace": MONITORING_NAMESPACE,
+                      "labels": dict(PROMETHEUS_SELECTOR)},
+            spec=kueue_service_monitor_spec(),
+            opts=after_crds,
+        )  # fmt: skip
+        return pod_monitor, kueue_monitor

@@ -97,6 +97,7 @@ def run(stack: str, monitoring_dir: Path, repo_root: Path = REPO_ROOT) -> None:
             team_depends_on={t.name: [platform.team_namespaces[t.name], shared.claims[t.name],
                                       *registry.secrets.values()] for t in cfg.teams},
             team_identities={t.name: cfg.identity(t.name) for t in cfg.teams}, pull_secret=registry.pull_secret,
+            provider=cfg.provider,
         ),
         opts=on_cluster,
     )

@@ -81,3 +81,42 @@ def test_the_pod_monitor_scrapes_every_metrics_port_of_every_job_pod_and_policy_
                 missed.append(f"Prometheus cannot reach {pod.key}:{port['containerPort']} ({port['name']})")
     assert not missed, f"{stack} {shape}:\n" + "\n".join(missed)
     assert world.runs[shape] and all(p in world.runs[shape] for p in pods_of(job))
+
+
+# --- control-plane monitors a provider never exposes ---------------------------------------------
+# kube-prometheus-stack 75.15.1's ServiceMonitors, Services, Endpoints and alert rules for etcd,
+# the scheduler, the controller manager and kube-proxy, each with the `if` that wraps its
+# template at that tag (tests/fixtures/monitoring/), evaluated over the chart's defaults and the
+# rendered values (tests/unit/infra/chart_data.py). What a provider hides: EKS runs etcd, the
+# scheduler and the controller manager in AWS's account (no pod, no port in the cluster); k3s
+# runs all four inside its own process (no pods for the chart's Services to select).
+HIDDEN = {"aws": {"kubeEtcd", "kubeScheduler", "kubeControllerManager"},
+          "onprem": {"kubeEtcd", "kubeScheduler", "kubeControllerManager", "kubeProxy"}}
+
+
+def control_plane_templates() -> list[dict]:
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "fixtures" / "monitoring" / "kube-prometheus-stack-75.15.1-control-plane.json"
+    return json.loads(path.read_text())["templates"]
+
+
+@pytest.mark.parametrize("stack", STACK_NAMES)
+def test_no_monitor_or_alert_for_a_control_plane_the_provider_hides(platforms, stack):
+    """Issue 36.7: on EKS and k3s the chart's etcd, scheduler, controller-manager (and on k3s
+    kube-proxy) monitors found no target, and their `...Down` alerts fired for ever."""
+    from chart_data import chart_data, evaluate, flatten
+
+    platform = platforms[stack]
+    chart = prometheus_chart(platform)
+    data, ours = chart_data("kube-prometheus-stack", chart["version"]), flatten(chart.get("values") or {})
+    hidden = HIDDEN.get(platform.output.provider, set())
+    rendered = {(t["component"], t["kind"]) for t in control_plane_templates()
+                if evaluate(t["if"], data, ours) is not False}
+    assert not {r for r in rendered if r[0] in hidden}, (stack, sorted(rendered))
+    # the model is no rubber stamp: under the chart's defaults every monitor and rule renders
+    assert all(evaluate(t["if"], data, {}) is not False for t in control_plane_templates()
+               if t["kind"] in ("ServiceMonitor", "PrometheusRule"))
+    assert {t["component"] for t in control_plane_templates() if t["kind"] == "PrometheusRule"} == \
+        {"kubeEtcd", "kubeScheduler", "kubeControllerManager", "kubeProxy"}
