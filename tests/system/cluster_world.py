@@ -104,11 +104,14 @@ class World:
 
 
 def other_team(platform: Platform) -> str:
+    """A team of the stack other than the default, as its output names it (every team has a
+    namespace labelled as a team's)."""
     teams = [n["metadata"]["name"] for n in platform.kube_objects("Namespace")
              if TEAM_LABEL in (n["metadata"].get("labels") or {})]  # fmt: skip
-    others = [t for t in teams if t != platform.output.namespace]
+    others = [t for t in platform.output.teams if t.name != platform.output.team]
     assert others, f"{platform.name}: one team only"
-    return others[0]
+    assert others[0].namespace in teams, f"{platform.name}: no namespace for team {others[0].name}"
+    return others[0].name
 
 
 def built(jobs: Callable[[str, str], Job | None], stack: str, shape: str) -> Job | None:

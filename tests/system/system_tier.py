@@ -168,10 +168,11 @@ SHAPES: dict[str, Callable[[StackOutput], dict[str, Any] | None]] = {
 SESSION = "session"  # the interactive session's pod, judged beside the job shapes
 
 
-def build_job(platform: Platform, shape: str) -> Job | None:
-    """The job library's real objects for `shape` on `platform`; None where the stack cannot
-    have the shape (no GPUs, no object store)."""
-    out = platform.output
+def build_job(platform: Platform, shape: str, team: str | None = None) -> Job | None:
+    """The job library's real objects for `shape` on `platform`, submitted by `team` (None:
+    the stack's default team); None where the stack cannot have the shape (no GPUs, no object
+    store)."""
+    out = platform.output.for_team(team)  # as `--team` gives it to every command
     if shape == SESSION:
         from alchemist_jobs.kubernetes.interactive import session_name, session_pod
 
@@ -183,7 +184,7 @@ def build_job(platform: Platform, shape: str) -> Job | None:
     spec = parse_spec(raw, f"shape {shape}", EXAMPLES)
     from alchemist_jobs.kubernetes.scheduler import KubernetesScheduler
 
-    request = KubernetesScheduler(out).dryrun(spec, EXAMPLES)  # the run id as a real run gets it
+    request = KubernetesScheduler(platform.output, team=team).dryrun(spec, EXAMPLES)  # a real run's id
     return Job(shape, request.spec, request.run_id, list(request.manifests))
 
 
@@ -203,11 +204,15 @@ def jobs(platforms) -> Callable[[str, str], Job | None]:
     return get
 
 
-def build_job_in(platform: Platform, shape: str, namespace: str) -> Job | None:
-    """build_job for another team of the same stack: its output with that team's namespace and
-    LocalQueue (the platform names a team's queue after its namespace, infra/output.py)."""
-    out = platform.output.model_copy(update={"namespace": namespace, "queue": namespace})
-    return build_job(Platform(platform.name, platform.render, out), shape)
+def build_job_in(platform: Platform, shape: str, team: str) -> Job | None:
+    """build_job for another team of the same stack, from the stack output's own entry for it
+    (its namespace, LocalQueue, uid/gid, object-store prefix and credential)."""
+    return build_job(platform, shape, team)
+
+
+def team_view(platform: Platform, team: str) -> Platform:
+    """The same stack as a member of `team` sees it: the output with that team's fields."""
+    return Platform(platform.name, platform.render, platform.output.for_team(team))
 
 
 @pytest.fixture(scope="session")
