@@ -12,7 +12,6 @@ stays runnable with plain `python` or `torchrun`.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import sys
@@ -24,12 +23,11 @@ from typing import Any, Iterator
 from alchemist_jobs.metric_contract import metric
 from alchemist_jobs.rundir import RunDir, read_json, write_json_atomic
 from alchemist_jobs.runtime.config_error import fail
+from alchemist_jobs.runtime.series_file import append_series
 from alchemist_jobs.runtime.event_writer import summary_writer
 from alchemist_jobs.runtime.metrics import WorkerMetrics
 
 PROGRESS_EVERY_S = 0.5
-SERIES_FILE = "series.jsonl"  # in the run directory: one JSON object per step, appended
-SERIES_MAX_BYTES = 64 << 20  # beyond this a run's series is not written further
 _current: "ScriptReporter | None" = None
 
 
@@ -178,17 +176,7 @@ class ScriptReporter:
         if final and self._point is not None:
             points.append(self._point)
             self._point = None
-        if not points:
-            return
-        path = self.run.path / SERIES_FILE
-        try:
-            if path.exists() and path.stat().st_size > SERIES_MAX_BYTES:
-                return
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-            with open(fd, "a", encoding="utf-8") as f:
-                f.write("".join(json.dumps(p, allow_nan=False) + "\n" for p in points))
-        except (OSError, ValueError):  # a chart is an aid: never stop the script for it
-            pass
+        append_series(self.run.path, points)
 
     def _write_progress(self, final: bool) -> None:
         now = time.perf_counter()

@@ -38,6 +38,7 @@ from alchemist_jobs.runtime.metrics import WorkerMetrics
 from alchemist_jobs.runtime.optim import build_optimizer
 from alchemist_jobs.runtime.precision import Precision
 from alchemist_jobs.runtime.schedule import build_schedule
+from alchemist_jobs.runtime.series_file import append_series
 from alchemist_jobs.runtime.step_metrics import StepMetrics
 from alchemist_jobs.runtime.strategies import build_strategy
 from alchemist_jobs.runtime.strategies.base import WorkerContext
@@ -138,6 +139,7 @@ class Trainer:
         self.writer = self._tensorboard() if self.rank == 0 else None
         self.history: list[dict[str, Any]] = []
         self.loss_value = float("nan")
+        self._losses: list[tuple[int, torch.Tensor]] = []  # rank 0: steps' losses not yet read
         self.epoch_ends: list[float] = []
         self.watchdog = StallWatchdog.from_spec(spec, self.rank, self.liveness)
 
@@ -263,6 +265,22 @@ class Trainer:
         self.loss_value = float(loss.item())
         self.step_metrics.record_loss(self.loss_value)
         self.faults.check_loss(self.loss_value, self.state.step)
+        self._write_series()
+
+    def _write_series(self) -> None:
+        """Rank 0: every step's loss since the last read, read from the device together (one
+        host sync, when the loop reads its loss anyway) and appended to series.jsonl."""
+        if not self._losses:
+            return
+        steps = [s for s, _ in self._losses]
+        losses = torch.stack([v for _, v in self._losses]).float().tolist()
+        self._losses.clear()
+        elapsed = time.perf_counter() - self.t_loop
+        rate = self.step_metrics.samples * self.world / elapsed if elapsed > 0 else 0.0
+        comm, now = self.step_metrics.split.communication, time.time()
+        append_series(self.run.path, [
+            dict(step=s, loss=v, samples_per_s=rate, communication_s=comm, metrics={}, time=now)
+            for s, v in zip(steps, losses) if math.isfinite(v)])
 
     # --- the loop ---------------------------------------------------------------------------
 
@@ -283,6 +301,8 @@ class Trainer:
                 while s.step < self.total_steps and s.batch_in_epoch + self.accum <= self.batches.per_epoch:
                     t0 = time.perf_counter()
                     loss = self.train_step(micro_batches)
+                    if self.rank == 0:
+                        self._losses.append((s.step, loss))  # read later, with the others
                     self.faults.stretch(time.perf_counter() - t0)  # injected: a slower machine
                     self.t_last_step = time.perf_counter()
                     # Every rank reads its loss (a host sync) only every PROGRESS_EVERY_S, at

@@ -1,7 +1,8 @@
-"""A run's chart series: its TensorBoard event files and, for a script, the series.jsonl its
-rank 0 appends (one point per step: loss, samples/s, communication seconds and every metric
-it reported; runtime/script_report.py), read from the run directory during and after the
-run; topped up with samples of its live progress each time the page asks."""
+"""A run's chart series: its TensorBoard event files and the series.jsonl its rank 0 appends
+(the trainer's and a script's alike: one point per step with loss, samples/s, communication
+seconds and every metric a script reported; runtime/series_file.py), read from the run
+directory during and after the run; topped up with samples of its live progress each time
+the page asks."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from alchemist_jobs.rundir import read_json
+from alchemist_jobs.runtime.series_file import SERIES_FILE  # rank 0 of a run appends it
 
 # TensorBoard tags the trainer writes (alchemist_jobs/runtime/trainer.py) -> chart.
 TB_TAGS = {"train/loss": "loss", "train/samples_per_s": "throughput",
@@ -23,7 +25,6 @@ SAMPLE_FIELDS = {"loss": "loss", "samples_per_s": "throughput", "accuracy": "acc
 CHARTS = ("loss", "accuracy", "throughput", "communication")
 MAX_POINTS = 2000  # per chart; older points are thinned, never the newest
 MAX_RUNS = 64  # runs whose series are kept in memory
-SERIES_FILE = "series.jsonl"  # in the run directory (runtime/script_report.py writes it)
 # series.jsonl fields -> chart.
 SERIES_FIELDS = {"loss": "loss", "samples_per_s": "throughput",
                  "communication_s": "communication"}

@@ -219,3 +219,17 @@ def test_evaluation_builds_no_autograd_graph():
                 loss=torch.nn.functional.cross_entropy)
     evaluate(model, task, torch.device("cpu"))
     assert seen == [False]
+
+
+def test_rank_0_records_every_steps_loss_for_the_charts(tmp_path: Path):
+    """The dashboard charts an ended run at step resolution from series.jsonl: the trainer
+    appends every step's loss (read from the device with the others, not once per step),
+    as a script's reporter does."""
+    import json
+
+    run = _run(tmp_path, "series")
+    result = Trainer(_spec(60), run, tmp_path, WorkerPlace(), device=CPU).train()
+    points = [json.loads(line) for line in (run.path / "series.jsonl").read_text().splitlines()]
+    assert [p["step"] for p in points] == list(range(1, 61))
+    assert points[-1]["loss"] == pytest.approx(result["final_loss"])
+    assert all(p["loss"] > 0 and p["samples_per_s"] >= 0 for p in points)
