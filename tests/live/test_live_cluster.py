@@ -120,3 +120,27 @@ def test_losing_pod_0_mid_run_restarts_the_group_and_succeeds(live_stack):
         time.sleep(5)
     assert "state      succeeded" in st.stdout, st.stdout + st.stderr
     assert "restarts   " in st.stdout and "restarts   0\n" not in st.stdout  # JobSet's count
+
+
+def test_a_second_team_runs_in_its_own_namespace_as_its_own_identity(live_stack):
+    """Issue 36.2: `--team` runs the job in the second team's namespace, with its credential
+    where it has one, as its uid; the default team's `list` does not see it."""
+    name, outputs = live_stack
+    teams = json.loads(outputs.read_text()).get("teams") or []
+    if len(teams) < 2:
+        pytest.skip("the stack output names one team")
+    team = teams[1]
+    stack = ["--stack", name, "--outputs", str(outputs)]
+    res = _cli("run", "examples/digits.yaml", *stack, "--team", team["name"], "--set", "hyper.epochs=1",
+               *_image_args(), timeout=TIMEOUT)
+    assert res.returncode == 0, res.stdout + res.stderr
+    run_id = res.stderr.split("submitted ")[1].split()[0]
+    assert f"run {run_id}: succeeded" in res.stdout
+    assert run_id in _cli("list", *stack, "--team", team["name"]).stdout
+    assert run_id not in _cli("list", *stack).stdout
+    kubectl = ["kubectl", "--kubeconfig", KUBECONFIG, "-n", team["namespace"]]
+    users = subprocess.run(kubectl + ["get", "pods", "-l", f"alchemist.io/run={run_id}", "-o",
+                                      "jsonpath={.items[*].spec.securityContext.runAsUser}"],
+                           capture_output=True, text=True, check=True).stdout.split()
+    assert users and set(users) == {str(team["uid"])}
+    assert "kubeconfig" not in res.stdout + res.stderr
