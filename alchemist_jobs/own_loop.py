@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 from alchemist_jobs import environment as E
 from alchemist_jobs.rundir import RunDir
 from alchemist_jobs.runtime import script_report
+from alchemist_jobs.runtime.config_error import fail
 from alchemist_jobs.runtime.metrics import WorkerMetrics
 from alchemist_jobs.runtime.step_metrics import StepMetrics
 from alchemist_jobs.runtime.strategies import build_strategy
@@ -144,6 +145,10 @@ def _prepare_in_run(run_dir: Any, model: "torch.nn.Module", optimizer: "torch.op
 
     run = RunDir(run_dir)
     spec = JobSpec.model_validate(yaml.safe_load(run.spec.read_text()))
+    if spec.algorithm.micro_batches > 1:  # the trainer's: a loop accumulates as it likes
+        _refuse(f"algorithm.grad_accum: {spec.algorithm.micro_batches} is the built-in "
+                "trainer's; in your own loop accumulate yourself (model.no_sync() under "
+                "sync); accepted: grad_accum 1 with alchemist_jobs.prepare")
     rank, local_rank = int(os.environ.get("RANK", 0)), int(os.environ.get("LOCAL_RANK", 0))
     device = next(model.parameters()).device
     if world > 1 and not dist.is_initialized():
@@ -179,6 +184,14 @@ def _prepare_in_run(run_dir: Any, model: "torch.nn.Module", optimizer: "torch.op
                   flush=True)
     p.wrap_step()
     return p
+
+
+def _refuse(message: str) -> None:
+    """A spec this loop cannot honour: one line, and an exit no restart repeats."""
+    code = fail(message)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _same_start(model: "torch.nn.Module") -> None:

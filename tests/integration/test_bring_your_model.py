@@ -206,3 +206,14 @@ def test_a_general_dataset_is_batched_alike_by_dataloader_worker_processes():
     from tests.unit.test_task_api import test_a_general_dataset_is_batched_like_the_same_tensors
 
     test_a_general_dataset_is_batched_like_the_same_tensors(workers=2)
+
+
+def test_own_loop_refuses_the_trainers_grad_accum_in_one_line(tmp_path):
+    """grad_accum is the built-in trainer's: a loop under prepare() cannot honour it, so the
+    run stops with one line instead of silently stepping once per micro-batch."""
+    d, home = user_dir(tmp_path), tmp_path / "home"
+    spec = write_spec(d, "accum", {"script": "own_loop.py", "args": ["--epochs", "1"]},
+                      {"name": "sync", "grad_accum": 4})
+    out = cli("run", str(spec), "--quiet", home=home, cwd=d, timeout=300)
+    assert out.returncode == 1 and "algorithm.grad_accum: 4 is the built-in trainer's" in out.stderr
+    assert only_run(home).state()["restarts"] == 0
