@@ -146,7 +146,8 @@ class Team(_Strict):
     queue: Dns1123Label  # its LocalQueue, in its namespace
     uid: int = Field(ge=1)  # POSIX identity its job pods run as; owns its shared-FS subtree
     gid: int = Field(ge=1)
-    object_store_prefix: str | None = Field(None, pattern=PREFIX)  # present when the stack has an object store
+    # Its part of the object store, where the stack has one; absent: `<name>/`, as the platform makes it.
+    object_store_prefix: str | None = Field(None, pattern=PREFIX)
     # Its own credential, where the provider gives each team one (on-prem, existing); absent,
     # the stack's `kubeconfig` or `eks` serves every team (kind's, or each user's own AWS identity).
     kubeconfig: SecretStr | None = None
@@ -179,13 +180,11 @@ class StackOutput(_Strict):
         if len(set(names)) != len(names) or self.team not in names:
             raise ValueError(f"`team` must name one of `teams` ({', '.join(names)}), each once")
         mine = next(t for t in self.teams if t.name == self.team)
-        prefix = self.object_store.prefix if self.object_store else None
+        prefix = self.object_store.prefix if self.object_store and mine.object_store_prefix is not None else None
         if (mine.namespace, mine.queue, mine.uid, mine.gid, mine.object_store_prefix) != (
                 self.namespace, self.queue, self.shared_fs.uid, self.shared_fs.gid, prefix):
             raise ValueError(f"team {self.team}'s entry in `teams` differs from the top-level "
                              "namespace, queue, shared_fs identity or object_store prefix")
-        if self.object_store and any(t.object_store_prefix is None for t in self.teams):
-            raise ValueError("every team needs its `object_store_prefix` on a stack with an object store")
         return self
 
     def team_names(self) -> list[str]:
@@ -206,7 +205,8 @@ class StackOutput(_Strict):
             "team": team.name, "namespace": team.namespace, "queue": team.queue,
             "shared_fs": self.shared_fs.model_copy(update={"uid": team.uid, "gid": team.gid})}
         if self.object_store is not None:
-            update["object_store"] = self.object_store.model_copy(update={"prefix": team.object_store_prefix})
+            prefix = team.object_store_prefix if team.object_store_prefix is not None else f"{team.name}/"
+            update["object_store"] = self.object_store.model_copy(update={"prefix": prefix})
         if team.kubeconfig is not None:
             update["kubeconfig"] = team.kubeconfig
         return self.model_copy(update=update)

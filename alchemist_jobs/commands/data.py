@@ -56,13 +56,17 @@ def _stack_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--outputs", type=Path, default=None,
                    help="a JSON file with the stack's `alchemist` output (instead of Pulumi)"
                    ).completer = complete_files("json")
+    p.add_argument("--team", default=None, metavar="NAME",
+                   help=f"whose part of the store (default: ${E.TEAM.name}, else the stack's default team)")
 
 
-def object_store(stack: str, outputs: Path | None) -> Any:
-    """The chosen stack's ObjectStore; one UserError line if it has none."""
+def object_store(stack: str, outputs: Path | None, team: str | None = None) -> Any:
+    """The chosen stack's ObjectStore, under `team`'s prefix; one UserError line if it has none."""
     from alchemist_jobs.contract import ObjectStore
+    from alchemist_jobs.stacks import no_team_on_local
 
     if stack == "local":
+        no_team_on_local(team)
         if outputs is not None:
             raise UserError("--outputs: the local stack has no stack outputs; drop --outputs "
                             "or name a cluster stack with --stack")
@@ -77,7 +81,7 @@ def object_store(stack: str, outputs: Path | None) -> Any:
                            or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1")
     from alchemist_jobs.stacks import resolve
 
-    out = resolve(stack, outputs)
+    out = resolve(stack, outputs, team)
     if out.object_store is None:
         raise UserError(f"--stack {stack}: this stack has no object store (its output has no "
                         "`object_store`); accepted: a stack with `objectStore` in its config "
@@ -103,7 +107,7 @@ def cmd_push(args: argparse.Namespace) -> int:
     if not root.is_dir():
         raise UserError(f"DIR {str(root)!r}: not a directory; accepted: a directory of files to push")
     name = args.name or root.resolve().name
-    store = object_store(args.stack, args.outputs)
+    store = object_store(args.stack, args.outputs, args.team)
     uri = dataset_uri(store.bucket, name, store.prefix)
     client = s3.client(store)
     with _s3_errors(str(uri)), _progress(args.quiet) as bar:
@@ -145,7 +149,7 @@ def _progress(quiet: bool) -> Iterator[_Bar]:
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
-    store = object_store(args.stack, args.outputs)
+    store = object_store(args.stack, args.outputs, args.team)
     with _s3_errors(f"s3://{store.bucket}"):
         found = push.list_datasets(s3.client(store), store.bucket, store.prefix)
     if not found:
@@ -159,7 +163,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
 
 
 def cmd_rm(args: argparse.Namespace) -> int:
-    store = object_store(args.stack, args.outputs)
+    store = object_store(args.stack, args.outputs, args.team)
     uri = dataset_uri(store.bucket, args.name, store.prefix, what="NAME")
     with _s3_errors(str(uri)):
         client = s3.client(store)

@@ -160,3 +160,29 @@ def test_dry_run_names_the_teams_namespace(run_cli):
                              "--outputs", outputs("dev"), "--team", "applied")
     assert code == 0, err
     assert "namespace applied, Kueue queue applied" in out
+
+
+def test_data_commands_use_the_chosen_teams_prefix(tmp_path, run_cli):
+    from alchemist_jobs.commands.data import object_store
+
+    data = json.loads(outputs("onprem-lab").read_text())
+    data["object_store"] = {"bucket": "lab-data", "endpoint": "https://s3.lab.internal", "prefix": "research/"}
+    for t in data["teams"]:
+        t["object_store_prefix"] = f"{t['name']}/"
+    path = tmp_path / "onprem-lab.json"
+    path.write_text(json.dumps(data))
+    assert object_store("onprem-lab", path).prefix == "research/"
+    assert object_store("onprem-lab", path, "applied").prefix == "applied/"
+    code, out, err = run_cli("data", "ls", "--stack", "onprem-lab", "--outputs", path, "--team", "nope")
+    assert (code, out) == (2, "")
+    assert err == "error: --team nope: stack onprem-lab has no such team; accepted: research, applied\n"
+
+
+def test_a_teams_prefix_defaults_to_the_platforms_and_the_default_teams_must_agree():
+    data = json.loads(outputs("dev").read_text())
+    data["object_store"] = {"bucket": "lab-data", "endpoint": "https://s3.lab.internal", "prefix": "research/"}
+    out = StackOutput.parse(data, "dev")  # a hand-written output naming no team's prefix
+    assert out.for_team("applied").object_store.prefix == "applied/"
+    data["teams"][0]["object_store_prefix"] = "applied/"
+    with pytest.raises(UserError, match="differs from the top-level"):
+        StackOutput.parse(data, "dev")
