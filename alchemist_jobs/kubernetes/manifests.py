@@ -515,21 +515,31 @@ def quantity_bytes(q: str) -> Fraction:
     return Fraction(number) * _SUFFIX[q[len(number):]]
 
 
+# What one parameter-server pod asks for at most: a server holds one shard of the model's
+# parameters and optimizer state (the job's optimizer runs on it) and answers the workers' pulls
+# and pushes of that shard, so two cores and a few GiB serve a model of hundreds of millions of
+# parameters split across the servers (a 500M-parameter model with Adam is 8 GB, 2 GB a shard
+# over 4 servers) with room for the pushes in flight. A larger model asks for more servers.
+SERVER_CPU = 2.0
+SERVER_MEMORY = "4Gi"
+
+
 def server_size(spec: JobSpec) -> tuple[str, str]:
-    """(cpu, memory) requests of one parameter-server pod: one worker process's share of a
-    node (resources / procs_per_node). A server holds one shard of what every worker process
-    holds whole (parameters and optimizer state), so that share is enough, and a group of
-    servers never doubles the job's quota or outgrows the nodes its workers fit."""
+    """(cpu, memory) requests of one parameter-server pod: SERVER_CPU and SERVER_MEMORY, or one
+    worker process's share of a node (resources / procs_per_node) where that is less (a small
+    job's shard is small). Sized by what a server holds, not by the node: a server as large as
+    a worker process (10 CPUs / 40 GiB of a g5.12xlarge worker) fitted only an empty GPU node,
+    so an `async` job took a GPU node for its servers and left its GPUs idle (issue 36.7)."""
     procs = spec.procs_per_node
-    mib = math.ceil(quantity_bytes(spec.resources.memory) / procs / 2**20)
-    return _cpu(max(spec.resources.cpu / procs, 0.001)), f"{mib}Mi"
+    share = quantity_bytes(spec.resources.memory) / procs
+    mib = math.ceil(min(share, quantity_bytes(SERVER_MEMORY)) / 2**20)
+    return _cpu(max(min(spec.resources.cpu / procs, SERVER_CPU), 0.001)), f"{mib}Mi"
 
 
 def _ps_pod(spec: JobSpec, stack: StackOutput, name: str, run_id: str) -> dict:
-    """Parameter servers: CPU and memory only (their own size, `server_size`), on the nodes
-    the workers run on: the GPU nodes for a GPU job (tolerating their taint, asking for no
-    GPU), where there is room beside the workers and a new node of the group fits them; any
-    untainted node otherwise."""
+    """Parameter servers: CPU and memory only (their own size, `server_size`), on any node with
+    room: beside the workers on the GPU nodes (a GPU job's servers tolerate their taint but do
+    not select them, and ask for no GPU) or on a node without GPUs where the stack has one."""
     root, run_dir = shared_paths(stack, run_id)
     servers = parameter_servers(spec)
     cpu, memory = server_size(spec)
@@ -547,7 +557,8 @@ def _ps_pod(spec: JobSpec, stack: StackOutput, name: str, run_id: str) -> dict:
                          {"name": "dshm", "mountPath": "/dev/shm"}],
     }
     pod = _pod_spec(spec, stack, name, run_id, train, None, 0)
-    return {**pod, **gpu_placement(spec.resources.gpu, stack)}
+    tolerations = gpu_placement(spec.resources.gpu, stack).get("tolerations")
+    return {**pod, **({"tolerations": tolerations} if tolerations else {})}
 
 
 def network_policy(spec: JobSpec, stack: StackOutput, run_id: str, name: str) -> dict:

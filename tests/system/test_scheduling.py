@@ -21,6 +21,7 @@ from kueue_model import (QUEUE_LABEL, ClusterQueue, PodSet, admit, admitted_pod_
                          manager_config, pod_requests, potential_available, quantity, workload_pod_sets)
 from helm_names import releases
 from node_groups import NodeGroup, eks_nodes, eks_template_node, existing_nodes, k3s_nodes, kind_nodes, why_not
+from node_fit import daemon_pods, new_node
 
 from alchemist_jobs.spec import parse_spec
 
@@ -243,18 +244,23 @@ def test_the_gpu_node_group_template_advertises_what_gpu_pods_ask_for(platforms,
 
 
 def test_parameter_servers_are_sized_and_placed_on_their_own(platforms, job_of):
-    """Issue 23.7 on the AWS shape: servers take one worker process's share, not a whole node's,
-    and sit on the workers' GPU nodes (system nodes are too small), asking for no GPU."""
+    """Issue 23.7 and 36.7 on the AWS shape: servers take what a shard needs (2 CPUs, 4 GiB), not
+    a worker process's share of a node (10 CPUs, 40 GiB here, which fitted no node beside a
+    worker: test_node_fit.py), ask for no GPU, tolerate the GPU nodes without selecting them, and
+    fit the GPU nodes (the system nodes are too small: 2 vCPUs less what the kubelet keeps)."""
     job = job_of("aws-us-west-2", "async-gpu-big")
     (jobset,) = job.objects("JobSet")
     rjobs = {rj["name"]: rj["template"]["spec"]["template"]["spec"] for rj in jobset["spec"]["replicatedJobs"]}
     worker, ps = rjobs["worker"]["containers"][0], rjobs["ps"]["containers"][0]
     assert worker["resources"]["requests"]["cpu"] == "40"
-    assert ps["resources"]["requests"] == {"cpu": "10", "memory": "40960Mi"}
-    assert rjobs["ps"]["nodeSelector"] == rjobs["worker"]["nodeSelector"]
+    assert ps["resources"]["requests"] == {"cpu": "2", "memory": "4096Mi"}
+    assert "nodeSelector" not in rjobs["ps"] and rjobs["ps"]["tolerations"] == rjobs["worker"]["tolerations"]
     assert "nvidia.com/gpu" not in ps["resources"]["requests"]
     groups = {t.labels.get("alchemist.io/pool"): (t, n) for t, n in eks_groups(platforms["aws-us-west-2"])}
-    assert all(why_not(rjobs["ps"], v) is not None for v in groups["system"])  # 2 vCPUs, 8 GiB
+    template, node = groups["system"]  # m6i.large, 2 vCPUs
+    assert why_not(rjobs["ps"], node) == "Insufficient cpu (2 > 1.930)"
+    platform = platforms["aws-us-west-2"]
+    assert not new_node(template, daemon_pods(platform.render)).fits(rjobs["ps"])  # beside the NFD worker
     assert all(why_not(rjobs["ps"], v) is None for v in groups["gpu"])
 
 

@@ -428,14 +428,15 @@ def test_parameter_servers_have_their_own_cpu_only_pods():
     assert gpus == 16
     ps_pod = servers["spec"]["template"]["spec"]
     assert set(ps_pod["containers"][0]["resources"]["requests"]) == {"cpu", "memory"}
-    # Issue 23.7: their own size (one worker process's share of a node, not a whole node's),
-    # beside the workers on the GPU nodes (the other nodes of the AWS stacks are small).
+    # Issue 23.7 and 36.7: their own size (at most one worker process's share of a node, and at
+    # most 2 CPUs / 4 GiB), tolerating the GPU nodes without selecting them: beside the workers
+    # or on a node without GPUs.
     worker = workers["spec"]["template"]["spec"]
     w = worker["containers"][0]["resources"]
     assert (w["requests"]["cpu"], w["requests"]["memory"]) == ("1", "2Gi")  # digits.yaml
     assert ps_pod["containers"][0]["resources"] == {"requests": {"cpu": "250m", "memory": "512Mi"},
                                                     "limits": {"memory": "512Mi"}}
-    assert ps_pod["nodeSelector"] == worker["nodeSelector"] == s.output.gpu.node_selector
+    assert worker["nodeSelector"] == s.output.gpu.node_selector and "nodeSelector" not in ps_pod
     assert ps_pod["tolerations"] == worker["tolerations"] == s.output.gpu.tolerations
     assert {p["name"] for p in ps_pod["containers"][0]["ports"]} >= {"ps-0", "ps-1"}
 
@@ -449,6 +450,16 @@ def test_cpu_parameter_servers_stay_off_the_gpu_nodes_and_split_the_node_share()
     assert "nodeSelector" not in ps_pod and "tolerations" not in ps_pod
     # 2 CPUs / 3 processes; 1.5e9 bytes / 3 = 476.8 MiB, rounded up
     assert ps_pod["containers"][0]["resources"]["requests"] == {"cpu": "667m", "memory": "477Mi"}
+
+
+def test_parameter_servers_take_what_a_shard_needs_not_a_worker_process_share():
+    """Issue 36.7: a big worker's share (40 CPUs, 160Gi over 4 processes: 10 CPUs, 40Gi) is
+    capped at 2 CPUs and 4 GiB a server."""
+    objs = _render(stack("aws-us-west-2"), EXAMPLES / "digits.yaml",
+                   ["algorithm.name=async", "algorithm.servers=2", "nodes=2", "procs_per_node=4",
+                    "resources.gpu=4", "resources.cpu=40", "resources.memory=160Gi"])
+    ps = _job(objs, "ps")["spec"]["template"]["spec"]["containers"][0]["resources"]
+    assert ps == {"requests": {"cpu": "2", "memory": "4096Mi"}, "limits": {"memory": "4096Mi"}}
 
 
 def _run_pod_script(command: list[str], index: int, tmp_path: Path) -> str:
