@@ -2,7 +2,7 @@
 
 Whatever the backend, it ends the same way: a StorageClass `alchemist-shared` and, in every
 team namespace, a ReadWriteMany PVC `alchemist-shared` bound to a static PV on that team's
-own subtree `/teams/<team>`, owned by the team's uid:gid (mode 0770), so a team's jobs can
+own subtree `/teams/<team>`, owned by the team's uid:gid (mode 2770; 0770 on EFS), so a team's jobs can
 write there and see nothing of another team's. How the subtree gets its owner:
 
 - EFS: an access point per team (rootDirectory /teams/<team> created with creationInfo,
