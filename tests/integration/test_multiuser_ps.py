@@ -15,7 +15,7 @@ import pytest
 
 from alchemist_jobs.runtime import ps_wire
 from tests import another_user
-from tests.unit.test_parameter_server_security import _authed, server  # noqa: F401 (fixture)
+from tests.unit.test_parameter_server_security import _authed, bare_server, server  # noqa: F401 (fixtures)
 
 pytestmark = [pytest.mark.timeout(600),
               pytest.mark.skipif(another_user.unavailable() is not None,
