@@ -104,7 +104,7 @@ def test_a_live_run_appears_charts_grow_and_cancel_stops_every_process(driver, t
             By.CSS_SELECTOR, "#runs-table tr[data-state=running]")) and
             rows[0].get_attribute("data-run"), "the running job never appeared on the runs page")
         wait(driver, lambda d: "/" in d.find_element(
-            By.CSS_SELECTOR, f"#runs-table tr[data-run='{run_id}'] td:nth-child(4)").text,
+            By.CSS_SELECTOR, f"#runs-table tr[data-run='{run_id}'] td[data-col=progress]").text,
             "the run's progress never showed")
         shot(driver, "runs.png")
 
@@ -310,4 +310,241 @@ def test_an_async_runs_page_lists_its_servers_and_checkpoints_and_agrees_with_it
         assert fact(driver, "accuracy") == f"{result['test_accuracy']:.4f}" == f"{last:.4f}"
         shot(driver, "run-async.png")
     finally:
+        assert server.stop() == 0
+
+
+# --- issue 35.3: reported metrics in the runs table and the run's charts ---------------------
+
+SCRIPT_STEPS = 24
+# A user's torch script: every step's loss and accuracy reported, f1 every sixth step. With
+# FAIL_AT, rank 1 raises there (on every attempt, or on the first only with FIRST_ONLY).
+SCRIPT = """
+import os
+import torch
+import torch.distributed as dist
+from alchemist_jobs.report import report
+
+FAIL_AT, FIRST_ONLY = {fail_at}, {first_only}
+dist.init_process_group("gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+torch.manual_seed(0)
+model = torch.nn.Linear(4, 2)
+opt = torch.optim.SGD(model.parameters(), lr=0.5)
+x = torch.randn(128, 4)
+y = (x[:, 0] > 0).long()
+for step in range(1, {steps} + 1):
+    if rank == 1 and step == FAIL_AT and not (FIRST_ONLY and attempt > 0):
+        raise ValueError(f"bad batch at step {{step}}")
+    opt.zero_grad()
+    loss = torch.nn.functional.cross_entropy(model(x), y)
+    loss.backward()
+    for p in model.parameters():
+        dist.all_reduce(p.grad)
+        p.grad /= world
+    opt.step()
+    with torch.no_grad():
+        accuracy = (model(x).argmax(1) == y).float().mean().item()
+    extra = dict(f1=step / 100) if step % 6 == 0 else {{}}
+    report(step=step, loss=loss.item(), total_steps={steps}, samples=128, accuracy=accuracy,
+           **extra)
+dist.destroy_process_group()
+"""
+
+
+def script_job(folder: Path, name: str, fail_at: int = 0, first_only: bool = False,
+               max_restarts: int = 0) -> Path:
+    """A script job (2 workers, sync) in `folder`; its spec's path."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "train.py").write_text(SCRIPT.format(fail_at=fail_at, first_only=first_only,
+                                                   steps=SCRIPT_STEPS))
+    spec = folder / "job.yaml"
+    spec.write_text(f"name: {name}\ntask: {{script: train.py}}\nprocs_per_node: 2\n"
+                    f"max_restarts: {max_restarts}\nalgorithm: {{name: sync}}\n")
+    return spec
+
+
+def run_id_of(proc: subprocess.CompletedProcess, state: str) -> str:
+    found = re.search(rf"run (\S+): {state}", proc.stdout)
+    assert found, proc.stdout + proc.stderr
+    return found.group(1)
+
+
+@pytest.fixture(scope="module")
+def metrics_home(tmp_path_factory) -> dict:
+    """A home of three real runs the CLI made, of different kinds: a 230-step digits run under
+    bmuf (its accuracy the final evaluation's), a sync script that reported loss, accuracy and
+    f1, and a script whose rank 1 failed. {home, digits, script, failed: run ids}."""
+    base = tmp_path_factory.mktemp("metrics")
+    home = base / "home"
+    digits = cli("run", "examples/digits.yaml", "--set", "algorithm.name=bmuf", "--quiet",
+                 "--home", str(home), home=home)
+    assert digits.returncode == 0, digits.stdout + digits.stderr
+    script = cli("run", str(script_job(base / "mine", "mine")), "--quiet", "--home", str(home),
+                 home=home)
+    assert script.returncode == 0, script.stdout + script.stderr
+    failed = cli("run", str(script_job(base / "broken", "broken", fail_at=5)), "--quiet",
+                 "--home", str(home), home=home)
+    assert failed.returncode != 0, failed.stdout + failed.stderr
+    return dict(home=home, digits=run_id_of(digits, "succeeded"),
+                script=run_id_of(script, "succeeded"), failed=run_id_of(failed, "failed"))
+
+
+def cell(driver, run_id: str, column: str) -> str:
+    from selenium.webdriver.common.by import By
+
+    return driver.find_element(
+        By.CSS_SELECTOR, f"#runs-table tr[data-run='{run_id}'] td[data-col={column}]").text
+
+
+def test_the_runs_table_tells_runs_apart_and_a_runs_page_charts_what_its_script_reported(
+        driver, metrics_home):
+    """Issue 35.3: the runs table had no algorithm, accuracy, duration or failure-reason
+    column (ten runs of different algorithms looked identical); a run's page charted no metric
+    a script reported; an ended 230-step run's loss chart had 4 points."""
+    from selenium.webdriver.common.by import By
+
+    home = metrics_home["home"]
+    runs = {k: api_row(home, metrics_home[k]) for k in ("digits", "script", "failed")}
+    server = UiServer(home)
+    try:
+        sign_in(driver, server)
+        wait(driver, lambda d: len(d.find_elements(By.CSS_SELECTOR, "#runs-table tbody tr"))
+             == 3, "the three runs never showed")
+        heads = [th.text for th in driver.find_elements(By.CSS_SELECTOR, "#runs-table thead th")]
+        for head in ("Algorithm", "Accuracy", "Duration", "Reason"):
+            assert head in heads, heads
+        digits, script, failed = (metrics_home[k] for k in ("digits", "script", "failed"))
+        assert cell(driver, digits, "algorithm") == "bmuf"
+        assert cell(driver, script, "algorithm") == "sync"
+        # The final evaluation's accuracy, and the one the script reported last.
+        result = json.loads((home / "runs" / digits / "result.json").read_text())
+        assert cell(driver, digits, "accuracy") == f"{result['test_accuracy']:.4f}"
+        assert cell(driver, script, "accuracy") == f"{runs['script'].accuracy:.4f}"
+        assert runs["script"].accuracy == runs["script"].metrics["accuracy"]
+        for row in runs.values():
+            assert cell(driver, row.run_id, "duration") == duration_text(row.duration_s)
+        reason = cell(driver, failed, "reason")
+        assert "rank 1" in reason and "ValueError" in reason, reason
+        assert cell(driver, script, "reason") == "" and cell(driver, digits, "reason") == ""
+        shot(driver, "runs-metrics.png")
+
+        points = lambda d, k: int(d.find_element(By.ID, f"chart-{k}").get_attribute(
+            "data-points") or 0)
+        # The ended 230-step digits run: one loss point per step of its series.jsonl.
+        lines = (home / "runs" / digits / "series.jsonl").read_text().splitlines()
+        assert len(lines) == 230
+        driver.get(server.url + f"#/run/local/{digits}")
+        wait(driver, lambda d: points(d, "loss") == 230,
+             "the ended digits run's loss chart does not have one point per step")
+        assert fact(driver, "algorithm") == "bmuf"
+
+        # The script's run: each metric it reported has a chart, at step resolution.
+        driver.get(server.url + f"#/run/local/{script}")
+        metric = lambda d, name: d.find_element(
+            By.CSS_SELECTOR, f"#metric-charts svg[data-metric='{name}']")
+        wait(driver, lambda d: int(metric(d, "f1").get_attribute("data-points") or 0) == 4,
+             "the f1 the script reported every sixth step has no chart of 4 points")
+        assert float(metric(driver, "f1").get_attribute("data-last")) == pytest.approx(0.24)
+        caption = metric(driver, "f1").find_element(By.XPATH, "..").find_element(
+            By.TAG_NAME, "figcaption").text
+        assert caption == "f1"
+        assert points(driver, "loss") == SCRIPT_STEPS
+        assert points(driver, "accuracy") == SCRIPT_STEPS
+        last = float(driver.find_element(By.ID, "chart-accuracy").get_attribute("data-last"))
+        assert fact(driver, "accuracy") == f"{last:.4f}" == f"{runs['script'].accuracy:.4f}"
+        assert fact(driver, "f1") == "0.2400"
+        # The metric charts share the other charts' step axis.
+        first_step = lambda svg: [t.text for t in svg.find_elements(By.TAG_NAME, "text")
+                                  if t.text.startswith("step ")]
+        assert first_step(metric(driver, "f1")) == first_step(
+            driver.find_element(By.ID, "chart-loss")) == ["step 1", f"step {SCRIPT_STEPS}"]
+        shot(driver, "run-script-metrics.png")
+    finally:
+        assert server.stop() == 0
+
+
+def api_row(home: Path, run_id: str):
+    """The run's row as the API gives it (what the page must show)."""
+    from alchemist_jobs.ui.backends import Backends
+
+    return next(r for r in Backends(["local"], home=home).runs("local") if r.run_id == run_id)
+
+
+def duration_text(seconds: float) -> str:
+    """The page's way of writing a duration."""
+    s = int(round(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m {s % 60:02d}s"
+    return f"{s // 3600}h {s % 3600 // 60:02d}m"
+
+
+# Held by the test, so that a restart's new attempt waits until the page was seen to show it:
+# rank 1 of the second attempt starts only once the gate file exists (in the worker's own
+# interpreter, before anything of the job runs, as a slow container start would).
+GATE = """
+import os, time
+if os.environ.get("RANK") == "1" and os.environ.get("TORCHELASTIC_RESTART_COUNT") == "1":
+    parent, deadline = os.getppid(), time.monotonic() + {deadline}
+    while not os.path.exists({gate!r}) and os.getppid() == parent and \\
+            time.monotonic() < deadline:
+        time.sleep(0.1)
+"""
+
+
+def test_a_restarting_run_shows_a_restarting_badge_and_its_reason(driver, tmp_path):
+    """Issue 35.2 on the page: a run whose rank 1 failed is `restarting` (a badge like the
+    other states, with the failure and the attempt) until its new attempt's workers start."""
+    from selenium.webdriver.common.by import By
+
+    home = tmp_path / "home"
+    gate = tmp_path / "open"
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(GATE.format(gate=str(gate), deadline=DEADLINE_S))
+    spec = script_job(tmp_path / "flaky", "flaky", fail_at=3, first_only=True, max_restarts=1)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(hook)]),
+               ALCHEMIST_HOME=str(home))
+    job = subprocess.Popen(
+        [sys.executable, "-m", "alchemist_jobs", "run", str(spec), "--quiet", "--home",
+         str(home)], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True, start_new_session=True)
+    server = UiServer(home)
+    try:
+        sign_in(driver, server)
+        row = "#runs-table tr[data-state=restarting]"
+        run_id = wait(driver, lambda d: (rows := d.find_elements(By.CSS_SELECTOR, row)) and
+                      rows[0].get_attribute("data-run"), "the run never showed restarting")
+        badge = driver.find_element(By.CSS_SELECTOR, f"{row} td[data-col=state] .state")
+        assert badge.text == "restarting"
+        assert badge.get_attribute("class").split() == ["state", "restarting"]
+        grey = driver.execute_script(
+            "const s = document.createElement('span'); s.className = 'state';"
+            "document.body.append(s); const c = getComputedStyle(s).backgroundColor;"
+            "s.remove(); return c;")
+        assert badge.value_of_css_property("background-color") != grey  # coloured, as others
+        reason = cell(driver, run_id, "reason")
+        assert "rank 1 failed" in reason and "ValueError" in reason and \
+            "restarting 1/1" in reason, reason
+        shot(driver, "runs-restarting.png")
+
+        driver.get(server.url + f"#/run/local/{run_id}")
+        wait(driver, lambda d: d.find_element(By.ID, "run-state").text == "restarting",
+             "the run's page never showed it restarting")
+        assert "restarting 1/1" in driver.find_element(By.ID, "run-reason").text
+        assert fact(driver, "restarts") == "1"
+        shot(driver, "run-restarting.png")
+
+        gate.touch()  # the new attempt may start now
+        wait(driver, lambda d: d.find_element(By.ID, "run-state").text == "succeeded",
+             "the restarted run never succeeded")
+        out, _ = job.communicate(timeout=DEADLINE_S)
+        assert job.returncode == 0, out
+    finally:
+        gate.touch()
+        if job.poll() is None:
+            job.kill()
+            job.wait()
         assert server.stop() == 0

@@ -109,6 +109,14 @@ function bytes(n) {
   while (n >= 1024 && i < u.length - 1) { n /= 1024; i++; }
   return n.toFixed(i ? 1 : 0) + " " + u[i];
 }
+// A duration in words a glance reads: 42s, 3m 07s, 2h 05m.
+function duration(sec) {
+  if (sec === null || sec === undefined) return "-";
+  const s = Math.round(sec);
+  if (s < 60) return s + "s";
+  if (s < 3600) return `${Math.floor(s / 60)}m ${String(s % 60).padStart(2, "0")}s`;
+  return `${Math.floor(s / 3600)}h ${String(Math.floor((s % 3600) / 60)).padStart(2, "0")}m`;
+}
 function stateBadge(state) { return el("span", { class: "state " + state, text: state }); }
 function every(ms, fn) { fn(); timers.push(setInterval(fn, ms)); }
 const runPath = (r) => `/stacks/${encodeURIComponent(r.stack)}/runs/${encodeURIComponent(r.run_id)}`;
@@ -174,16 +182,23 @@ async function loadRuns() {
   const rows = data.runs.map((r) => {
     const bar = el("span", { class: "bar" }, el("span"));
     bar.firstChild.style.width = ((r.progress || 0) * 100).toFixed(1) + "%";
+    // Each cell names its column (data-col): the runs of different algorithms, results and
+    // failures tell apart at a glance.
+    const td = (col, attrs, ...children) => el("td", { "data-col": col, ...attrs }, ...children);
     const tr = el("tr", { class: "link", "data-run": r.run_id, "data-stack": r.stack, "data-state": r.state },
-      el("td", {}, el("a", { href: "#/run/" + encodeURIComponent(r.stack) + "/" + encodeURIComponent(r.run_id), text: r.run_id })),
-      el("td", { text: r.stack }),
-      el("td", {}, stateBadge(r.state), r.reason && !FINAL.has(r.state) ? el("div", { class: "reason muted", text: r.reason }) : ""),
-      el("td", {}, bar, " ", r.step === null ? "" : `${r.step}/${r.total_steps ?? "?"}`),
-      el("td", { text: fmt(r.loss) }),
-      el("td", { text: fmtInt(r.samples_per_s) }),
-      el("td", { text: age(r.created), title: r.created ? new Date(r.created * 1000).toLocaleString() : "" }),
-      el("td", { text: r.owner || "-" }),
-      el("td", { text: String(r.restarts) }));
+      td("run", {}, el("a", { href: "#/run/" + encodeURIComponent(r.stack) + "/" + encodeURIComponent(r.run_id), text: r.run_id })),
+      td("stack", { text: r.stack }),
+      td("state", {}, stateBadge(r.state)),
+      td("progress", {}, bar, " ", r.step === null ? "" : `${r.step}/${r.total_steps ?? "?"}`),
+      td("algorithm", { text: r.algorithm || "-" }),
+      td("loss", { text: fmt(r.loss) }),
+      td("accuracy", { text: fmt(r.accuracy) }),
+      td("samples_per_s", { text: fmtInt(r.samples_per_s) }),
+      td("duration", { text: duration(r.duration_s), title: r.ended ? "ended " + new Date(r.ended * 1000).toLocaleString() : "" }),
+      td("age", { text: age(r.created), title: r.created ? new Date(r.created * 1000).toLocaleString() : "" }),
+      td("owner", { text: r.owner || "-" }),
+      td("restarts", { text: String(r.restarts) }),
+      td("reason", { class: "reason", text: r.reason || "", title: r.reason || "" }));
     tr.onclick = (ev) => { if (ev.target.tagName !== "A") location.hash = "#/run/" + encodeURIComponent(r.stack) + "/" + encodeURIComponent(r.run_id); };
     return tr;
   });
@@ -240,9 +255,13 @@ function showRun(stack, runId) {
     const btn = document.getElementById("cancel");
     btn.hidden = finished;
     document.getElementById("remove").hidden = !finished || d.stack !== "local";
-    const facts = [["stack", d.stack], ["job", d.name], ["workers", d.workers], ["restarts", d.restarts],
-      ["step", d.step === null ? "-" : `${d.step}/${d.total_steps}`], ["loss", fmt(d.loss)],
-      ["samples/s", fmtInt(d.samples_per_s)], ["accuracy", fmt(d.accuracy)], ["owner", d.owner || "-"],
+    // Every other metric the script reported, as it reported it last (accuracy has its own).
+    const reported = Object.keys(d.metrics || {}).filter((k) => k !== "accuracy" && k !== "loss").sort()
+      .map((k) => [k, fmt(d.metrics[k])]);
+    const facts = [["stack", d.stack], ["job", d.name], ["algorithm", d.algorithm || "-"], ["workers", d.workers],
+      ["restarts", d.restarts], ["step", d.step === null ? "-" : `${d.step}/${d.total_steps}`], ["loss", fmt(d.loss)],
+      ["samples/s", fmtInt(d.samples_per_s)], ["accuracy", fmt(d.accuracy)], ...reported,
+      ["duration", duration(d.duration_s)], ["owner", d.owner || "-"],
       ["started", d.created ? new Date(d.created * 1000).toLocaleString() : "-"]];
     document.getElementById("run-facts").replaceChildren(
       ...facts.map(([k, v]) => el("div", {}, el("b", { text: k }), String(v))));
@@ -276,16 +295,36 @@ function showRun(stack, runId) {
     document.getElementById("run-spec").textContent = toYaml(d.spec);
   }
   let series = null;
+  // A chart for each metric the script reported (accuracy is the accuracy chart's), made the
+  // first time its name comes and kept, so a chart never flickers between refreshes.
+  function metricChart(name) {
+    const box = document.getElementById("metric-charts");
+    if (!box) return null;
+    for (const svg of box.querySelectorAll("svg[data-metric]")) if (svg.dataset.metric === name) return svg;
+    const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
+    svg.setAttribute("class", "chart");
+    svg.dataset.metric = name;
+    const figs = [...box.children, null];
+    const before = figs.find((f) => f === null || f.dataset.metric > name);
+    box.insertBefore(el("figure", { "data-metric": name }, el("figcaption", { text: name }), svg), before);
+    return svg;
+  }
   function drawAll() {
     if (!series) return;
     const keys = ["loss", "accuracy", "throughput", "communication"];
+    const reported = Object.entries(series.metrics || {}).filter(([k]) => k !== "accuracy");
     // One x range for every chart, so that the same step sits at the same place in each.
-    const steps = keys.flatMap((k) => series[k].map((p) => p[0]));
+    const steps = keys.flatMap((k) => series[k].map((p) => p[0]))
+      .concat(reported.flatMap(([, pts]) => pts.map((p) => p[0])));
     const range = steps.length ? [Math.min(...steps), Math.max(...steps)] : null;
     const logLoss = document.getElementById("loss-log").checked;
     for (const k of keys) {
       const svg = document.getElementById("chart-" + k);
       if (svg) drawChart(svg, series[k], { range, log: k === "loss" && logLoss });
+    }
+    for (const [name, points] of reported) {
+      const svg = metricChart(name);
+      if (svg) drawChart(svg, points, { range });
     }
   }
   document.getElementById("loss-log").onchange = drawAll;
