@@ -14,9 +14,11 @@ resume, metrics, progress and learning curves. docs/bring-your-model.md has the 
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import importlib.util
 import inspect
+import re
 import sys
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -123,7 +125,10 @@ def entry_function(entry: str, code_dir: Path | None = None) -> Callable[..., An
         if not path.is_file():
             raise TaskError(f"task.entry {entry}: {path} not found; accepted: a Python file "
                             "in the spec's directory")
-        module_name = f"_alchemist_entry_{path.stem}"
+        # One module per file, whatever its name: two entries both called model.py (two
+        # projects, one process: the tests, a notebook) must not share a cached module.
+        digest = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:12]
+        module_name = f"_alchemist_entry_{re.sub(r'[^0-9A-Za-z_]', '_', path.stem)}_{digest}"
         if module_name not in sys.modules:
             folder = str(path.parent.resolve())
             if folder not in sys.path:

@@ -157,6 +157,8 @@ def test_an_agent_that_dies_between_two_polls_is_reported(home):
     run.create(exclusive=True)
     run.spec.write_text((EXAMPLES / "digits.yaml").read_text())
     run.update_state(run_id=run.run_id, name="digits", stack="local", state="running")
-    handle = SimpleNamespace(run=run, procs=[_AgentDyingBetweenPolls()], servers=None)
+    spec = load_spec(EXAMPLES / "digits.yaml")
+    handle = SimpleNamespace(run=run, procs=[_AgentDyingBetweenPolls()], servers=None,
+                             request=SimpleNamespace(spec=spec))
     status = LocalScheduler(home).wait(handle)
     assert status.state == "failed" and "killed by SIGKILL" in status.message, status

@@ -118,7 +118,9 @@ def test_the_entry_function_gets_the_context_if_it_takes_one(tmp_path: Path):
     assert build_task("net.py:bare", ctx, code_dir=tmp_path).model.out_features == 5
     import sys
 
-    seen = sys.modules["_alchemist_entry_net"].seen
+    from alchemist_jobs.task import entry_function
+
+    seen = sys.modules[entry_function("net.py:with_ctx", tmp_path).__module__].seen
     assert seen[0] is ctx and seen[0].data_dir == tmp_path / "shared" / "data" and seen[1] is None
     with pytest.raises(TaskError, match="has no function 'nope'"):
         build_task("net.py:nope", ctx, code_dir=tmp_path)
