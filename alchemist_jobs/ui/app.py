@@ -20,7 +20,8 @@ from alchemist_jobs.ui.guard import Guard
 STATIC = Path(__file__).resolve().parent / "static"
 API = "/api/v1"
 SORT_KEYS = ("created", "ended", "name", "run_id", "stack", "state", "owner", "progress",
-             "loss", "samples_per_s", "accuracy", "restarts", "workers")
+             "loss", "samples_per_s", "accuracy", "restarts", "workers", "algorithm",
+             "duration_s", "reason")
 _ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": m.Problem, "description": text} for code, text in (
         (400, "bad input: one line naming the field, the value and what is accepted"),

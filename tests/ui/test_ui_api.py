@@ -136,6 +136,9 @@ def test_filter_and_sort(client, finished_home):
     assert client.get("/api/v1/runs", params={"q": "digits"}).json()["total"] == 1
     assert client.get("/api/v1/runs", params={"q": "nothing-like-it"}).json()["total"] == 0
     assert client.get("/api/v1/runs", params={"sort": "loss", "order": "asc"}).status_code == 200
+    for column in ("algorithm", "duration_s", "reason"):  # the table's columns sort too
+        r = client.get("/api/v1/runs", params={"sort": column, "order": "desc"})
+        assert r.status_code == 200 and r.json()["runs"][0]["run_id"] == run_id, column
     for bad in ({"sort": "__class__"}, {"order": "up"}, {"limit": 0}, {"stack": "nope"}):
         r = client.get("/api/v1/runs", params=bad)
         assert r.status_code in (400, 404), bad
