@@ -40,6 +40,12 @@ ALLOWED: tuple[Allowed, ...] = (
             "the same image, pushed to each stack's own registry"),
     Allowed("kubernetes:networking.k8s.io/v1:NetworkPolicy", "platform-team-*-netpol-object-store", "*",
             "only where the stack has an object store, opening its addresses and port (AWS: its VPC endpoints)"),
+    *(Allowed("kubernetes:helm.sh/v4:Chart", "monitoring-kube-prometheus-stack",
+              f"values.{component}.enabled",
+              "monitors only of the control-plane components the provider exposes (EKS and k3s "
+              "keep etcd, the scheduler and the controller manager out of reach; k3s kube-proxy "
+              "too): infra/monitoring.py HIDDEN_CONTROL_PLANE")
+      for component in ("kubeEtcd", "kubeScheduler", "kubeControllerManager", "kubeProxy")),
     Allowed(*OUTPUT_KEY, "stack", "each stack's name"),
     Allowed(*OUTPUT_KEY, "provider", "the stack's provider (infra/providers/)"),
     Allowed(*OUTPUT_KEY, "kubeconfig", "each cluster's credentials"),

@@ -188,6 +188,18 @@ def test_the_submitter_role_grants_what_the_jobs_half_calls(roles):
         assert rule_allows(sub, "networking.k8s.io", "networkpolicies", verb)
 
 
+def _connect_allowed(sub: str, pod: str) -> bool:
+    """The CONNECT policy's validation (infra/admission.py) for a member's request."""
+    import celpy
+
+    from infra.admission import connect_policy
+
+    expr = connect_policy()["spec"]["validations"][0]["expression"]
+    env = celpy.Environment()
+    request = celpy.json_to_cel({"name": pod, "subResource": sub})
+    return bool(env.program(env.compile(expr)).evaluate({"request": request}))
+
+
 def test_the_submitter_role_denies_secrets_exec_and_port_forward(roles):
     sub = roles["alchemist-job-submitter"]
     for verb in ("get", "list", "watch", "update", "patch"):  # never read or rewrite one
@@ -195,9 +207,15 @@ def test_the_submitter_role_denies_secrets_exec_and_port_forward(roles):
     # An interactive session creates (and deletes) its own token Secret; the admission
     # policy lets pods read only alchemist-job-* Secrets, so creating one reveals nothing.
     assert rule_allows(sub, "", "secrets", "create", "alchemist-job-session-alice-token")
-    assert not rule_allows(sub, "", "pods/exec", "create", "train-abc-workers-0-0")
-    assert not rule_allows(sub, "", "pods/portforward", "create", "train-abc-workers-0-0")
-    assert rule_allows(sub, "", "pods/portforward", "create", "tensorboard-0")
+    # kubectl exec and port-forward reach interactive sessions: RBAC names no prefix, so the
+    # Role grants them on every pod and the CONNECT admission policy keeps members to their
+    # sessions and TensorBoard (judged per stack and actor in tests/system/test_sessions.py).
+    for verb in ("pods/exec", "pods/portforward"):
+        assert rule_allows(sub, "", verb, "create", "alchemist-session-alice")
+    assert not _connect_allowed("exec", "train-abc-workers-0-0")
+    assert not _connect_allowed("portforward", "train-abc-workers-0-0")
+    assert _connect_allowed("exec", "alchemist-session-alice")
+    assert _connect_allowed("portforward", "tensorboard-0")
     assert not rule_allows(sub, "", "serviceaccounts/token", "create", "alchemist-job")
     # A run's policy is patched once (its JobSet becomes the owner), so RBAC allows patch;
     # the admission policy is what keeps the platform's own policies out of reach.
