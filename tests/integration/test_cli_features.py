@@ -25,7 +25,7 @@ def wait_finished(home: Path, run_id: str, timeout: float = 300) -> dict:
     while time.time() < deadline:
         r = cli("status", run_id, "--json", home=home)
         st = json.loads(r.stdout)
-        if st["state"] not in ("pending", "running"):
+        if st["state"] not in ("pending", "running", "restarting"):  # not ended yet
             return st
         time.sleep(0.5)
     raise AssertionError(f"run {run_id} did not finish")
