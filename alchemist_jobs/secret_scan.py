@@ -12,6 +12,13 @@ detect-secrets runs each detector on each line through a generic call layer, whi
 a second per hundred lines on a loaded machine; so each file is first searched once with the
 same detectors' own patterns (a line a detector flags matches one of them), and only a file
 where one matches is scanned line by line.
+
+Some credentials detect-secrets has no detector for: a kubeconfig's client key or token, a
+`docker login`'s config.json, a gcloud login, GitHub's fine-grained and Hugging Face's tokens.
+TOKENS and DOCUMENTS recognise them by their content, whatever the file is called. Files are
+judged by content, never by extension (a key saved as `logo.png` is a key). An archive (zip,
+tar, gzip, ...) is held back whole: the files inside it are not scanned, so only
+`ship_secrets` ships one.
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ import re
 from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Any, Iterable, Iterator
 
 # detect-secrets' plugin class names (detect_secrets/plugins/*.py, version pinned in the lock).
 DETECTORS = (
@@ -34,9 +41,11 @@ DETECTORS = (
 # vendor's name (KeywordDetector finds the same lines), whose patterns are the slowest.
 # detect-secrets' default heuristics that drop false positives (templates, `$VAR` references,
 # sequences, UUIDs, lock and binary files) and honour the inline allowlist marker.
+# Turned off: is_non_text_file, which skips a file by its extension (.png, .zip...): a file is
+# judged by what it holds.
+NOT_FILTERS = ("detect_secrets.filters.heuristic.is_non_text_file",)
 FILTERS = (
     "detect_secrets.filters.heuristic.is_lock_file",
-    "detect_secrets.filters.heuristic.is_non_text_file",
     "detect_secrets.filters.heuristic.is_indirect_reference",
     "detect_secrets.filters.heuristic.is_prefixed_with_dollar_sign",
     "detect_secrets.filters.allowlist.is_line_allowlisted",
@@ -50,13 +59,84 @@ FILTERS = (
 )
 MAX_SCAN_BYTES = 8 << 20  # larger files are data, not code or configuration: not scanned
 
+# Credentials of formats detect-secrets has no detector for, by their content. Tokens, by
+# their pattern: (kind, pattern).
+TOKENS: tuple[tuple[str, str], ...] = (
+    # client-go's clientcmd v1 Config (a kubeconfig): users[].user.client-key-data, as YAML or
+    # JSON, wherever it lies.
+    ("a kubeconfig's client key",
+     r"""client-key-data["']?[ \t]*:[ \t]*["']?[A-Za-z0-9+/]{16,}"""),
+    # GitHub's fine-grained personal access tokens (GitHubTokenDetector knows ghp_ and its
+    # kin only) and Hugging Face's user access tokens.
+    ("a GitHub fine-grained token", r"\bgithub_pat_[A-Za-z0-9_]{50,}"),
+    ("a Hugging Face token", r"\bhf_[A-Za-z0-9]{30,}\b"),
+)
+# Credential files, by their parsed structure (a file of code that builds one is not one):
+# (kind, a pattern a candidate holds, (type, a check of the parsed document that returns the
+# secret it holds or None)).
+MAX_PARSE_BYTES = 1 << 20
+
+
+def _kubeconfig_secret(doc: Any) -> str | None:
+    """A kubeconfig user's token, password or client key (clientcmd v1 AuthInfo)."""
+    if not (isinstance(doc, dict) and doc.get("kind") == "Config"
+            and isinstance(doc.get("users"), list)):
+        return None
+    for entry in doc["users"]:
+        user = entry.get("user") if isinstance(entry, dict) else None
+        for field in ("token", "password", "client-key-data", "client-key"):
+            if isinstance(user, dict) and isinstance(user.get(field), str) and user[field]:
+                return user[field] if field != "client-key" else None
+    return None
+
+
+def _docker_login(doc: Any) -> str | None:
+    """A `docker login` in a config.json (docker/cli configfile): auths.REGISTRY.auth (base64
+    of user:password) or its identitytoken."""
+    auths = doc.get("auths") if isinstance(doc, dict) else None
+    for entry in (auths.values() if isinstance(auths, dict) else ()):
+        for field in ("auth", "identitytoken", "registrytoken", "password"):
+            if isinstance(entry, dict) and isinstance(entry.get(field), str) and entry[field]:
+                return entry[field]
+    return None
+
+
+GOOGLE_TYPES = {"authorized_user", "service_account", "external_account_authorized_user",
+                "impersonated_service_account"}
+
+
+def _google_credentials(doc: Any) -> str | None:
+    """google-auth's credential files (`gcloud auth application-default login`, a service
+    account's key): their refresh token, private key or client secret."""
+    if not (isinstance(doc, dict) and doc.get("type") in GOOGLE_TYPES):
+        return None
+    inner = doc.get("source_credentials")  # impersonated_service_account
+    for d in (doc, inner if isinstance(inner, dict) else {}):
+        for field in ("refresh_token", "private_key", "client_secret"):
+            if isinstance(d.get(field), str) and d[field]:
+                return d[field]
+    return None
+
+
+DOCUMENTS = (
+    ("a kubeconfig's credentials", re.compile(r"\bConfig\b"), _kubeconfig_secret),
+    ("a docker login (config.json auths)", re.compile(r'"auths"'), _docker_login),
+    ("Google Cloud credentials", re.compile(r'"type"'), _google_credentials),
+)
+_ALLOWLISTED = re.compile(r"pragma:\s*allowlist[ -]secret", re.IGNORECASE)
+# An archive's leading bytes (and tar's at offset 257) -> its kind.
+ARCHIVES = ((b"PK\x03\x04", "zip"), (b"PK\x05\x06", "zip"), (b"PK\x07\x08", "zip"),
+            (b"\x1f\x8b", "gzip"), (b"\xfd7zXZ\x00", "xz"), (b"\x28\xb5\x2f\xfd", "zstd"),
+            (b"7z\xbc\xaf\x27\x1c", "7z"), (b"Rar!\x1a\x07", "rar"))
+
 
 @contextmanager
 def _settings(detectors: Iterable[str] = DETECTORS) -> Iterator[None]:
     from detect_secrets.settings import transient_settings
 
     with transient_settings({"plugins_used": [{"name": n} for n in detectors],
-                             "filters_used": [{"path": f} for f in FILTERS]}):
+                             "filters_used": [{"path": f} for f in FILTERS]}) as settings:
+        settings.disable_filters(*NOT_FILTERS)  # on by default: off only when named
         yield
 
 
@@ -87,40 +167,125 @@ def _may_flag(text: str) -> list[str]:
     return hits + ["KeywordDetector"] if words.search(text) else hits
 
 
-def flagged_files(root: Path, files: Iterable[str]) -> dict[str, str]:
-    """{file: the kinds of secret found, e.g. 'Private Key'} for each of `files` (relative to
-    root) that detect-secrets flags."""
-    root = Path(root)
-    out: dict[str, str] = {}
-    for rel in files:
-        try:
-            with open(root / rel, "rb") as f:
-                data = f.read(MAX_SCAN_BYTES + 1)
-        except OSError:
-            continue
-        detectors = _may_flag(data.decode("utf-8", "replace")) \
-            if len(data) <= MAX_SCAN_BYTES else []
-        if not detectors:
-            continue
-        from detect_secrets import SecretsCollection
+def _allowlisted(text: str, start: int, end: int) -> bool:
+    """Whether the lines from `start` to `end` carry detect-secrets' allowlist marker."""
+    a, b = text.rfind("\n", 0, start) + 1, text.find("\n", end)
+    return bool(_ALLOWLISTED.search(text[a:None if b < 0 else b]))
 
-        with _settings(detectors):  # the same verdict as all of them: no other can match
-            found = SecretsCollection()
-            found.scan_file(str(root / rel))
-        kinds = sorted({s.type for name in found.files for s in found[name]})
-        if kinds:
-            out[rel] = ", ".join(kinds)
+
+def _document(text: str) -> Any:
+    """The JSON or YAML document `text` holds, or None."""
+    import json
+
+    import yaml
+
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        pass
+    try:
+        return yaml.safe_load(text)
+    except (yaml.YAMLError, ValueError, RecursionError):
+        return None
+
+
+def signature_kinds(text: str) -> list[str]:
+    """The TOKENS and DOCUMENTS `text` holds (one on an allowlisted line does not count)."""
+    out = [kind for kind, pattern in TOKENS
+           if any(not _allowlisted(text, m.start(), m.end())
+                  for m in re.finditer(pattern, text, re.MULTILINE))]
+    candidates = [(kind, check) for kind, hint, check in DOCUMENTS if hint.search(text)]
+    if candidates and len(text) <= MAX_PARSE_BYTES:
+        doc = _document(text)
+        for kind, check in candidates:
+            secret = check(doc)
+            where = text.find(secret) if secret else -1
+            if secret and not (where >= 0 and _allowlisted(text, where, where + len(secret))):
+                out.append(kind)
     return out
 
 
-def value_looks_secret(name: str, value: str) -> str | None:
-    """The kind of secret detect-secrets sees in `NAME=value` (as in an env file), or None."""
-    lines = (f'{name}="{value}"', f"{name}={value}")
-    detectors = _may_flag("\n".join(lines)) if value and "\n" not in value else []
+def archive_kind(head: bytes) -> str | None:
+    """'zip', 'tar', 'gzip'... when a file starting with `head` (its first 512 bytes or
+    more) is an archive or a compressed stream, else None."""
+    if head[257:262] == b"ustar":
+        return "tar"
+    if head.startswith(b"BZh") and head[4:10] == b"1AY&SY":
+        return "bzip2"
+    return next((kind for magic, kind in ARCHIVES if head.startswith(magic)), None)
+
+
+def _detect_secrets_kinds(path: Path, text: str, data: bytes) -> list[str]:
+    detectors = _may_flag(text)
     if not detectors:
-        return None
+        return []
+    from detect_secrets import SecretsCollection
     from detect_secrets.core.scan import scan_line
 
-    with _settings(detectors):
-        kinds = sorted({s.type for line in lines for s in scan_line(line)})
+    with _settings(detectors):  # the same verdict as all of them: no other can match
+        try:
+            data.decode()
+        except UnicodeDecodeError:
+            # detect-secrets skips a file that is not text; its line detectors still judge
+            # the text a binary file carries (a key appended to an image).
+            return sorted({s.type for line in text.splitlines()
+                           if _may_flag(line) for s in scan_line(line)})
+        found = SecretsCollection()
+        found.scan_file(str(path))
+    return sorted({s.type for name in found.files for s in found[name]})
+
+
+def why_held_back(path: Path) -> str | None:
+    """Why the file at `path` must not ship (what it holds, or that it is an archive whose
+    files are not scanned), or None. Judged by content, whatever the file's name."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_SCAN_BYTES + 1)
+    except OSError:
+        return None
+    kind = archive_kind(data[:512])
+    if kind is not None:
+        return f"it is a {kind} archive, whose files are not scanned"
+    if len(data) > MAX_SCAN_BYTES:
+        return None
+    text = data.decode("utf-8", "replace")
+    kinds = _detect_secrets_kinds(path, text, data) + signature_kinds(text)
+    return f"it holds {', '.join(kinds)}" if kinds else None
+
+
+def flagged_files(root: Path, files: Iterable[str]) -> dict[str, str]:
+    """{file: why it is held back, e.g. 'it holds Private Key'} for each of `files` (relative
+    to root) that must not ship (why_held_back)."""
+    out = {}
+    for rel in files:
+        why = why_held_back(Path(root) / rel)
+        if why is not None:
+            out[rel] = why
+    return out
+
+
+# `env:` names that hold secrets by convention (HF_TOKEN, GITHUB_TOKEN, OPENAI_API_KEY,
+# AWS_SECRET_ACCESS_KEY, DB_PASSWORD...); a name ending in _FILE, _PATH or _DIR names where a
+# secret lies, not the secret.
+SECRET_NAME = re.compile(r"(^|_)(TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|API_?KEY|ACCESS_KEY|"
+                         r"SECRET_ACCESS_KEY|SECRET_KEY|PRIVATE_KEY|AUTH_KEY|CREDENTIALS?)$",
+                         re.IGNORECASE)
+
+
+def value_looks_secret(name: str, value: str) -> str | None:
+    """Why `NAME=value` (as in an env file) looks like a secret: the kinds detect-secrets
+    and SIGNATURES see in it, or a name that holds secrets by convention; else None."""
+    if not value:
+        return None
+    kinds: list[str] = []
+    lines = (f'{name}="{value}"', f"{name}={value}")
+    detectors = _may_flag("\n".join(lines)) if "\n" not in value else []
+    if detectors:
+        from detect_secrets.core.scan import scan_line
+
+        with _settings(detectors):
+            kinds = sorted({s.type for line in lines for s in scan_line(line)})
+    kinds += [k for k in signature_kinds(value) if k not in kinds]
+    if not kinds and SECRET_NAME.search(name):
+        kinds = [f"a name that holds a secret by convention"]
     return ", ".join(kinds) or None

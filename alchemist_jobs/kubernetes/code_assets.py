@@ -179,7 +179,7 @@ def list_files(root: Path, skip: Iterable[Path] = (), ship_secrets: Iterable[str
 
 def shipped_files(root: Path, skip: Iterable[Path] = (), ship_secrets: Iterable[str] = (),
                   source: str = "task", leave_out: Iterable[Path] = ()) -> list[str]:
-    """list_files less what detect-secrets flags by content (secret_scan.py) and the files
+    """list_files less what secret_scan.py holds back by content (secrets, archives) and the files
     `leave_out` names (secret_env files: never shipped, wherever they lie); each file held back
     for its name or content is one warning line on stderr, naming it and the override."""
     import pathspec
@@ -192,8 +192,7 @@ def shipped_files(root: Path, skip: Iterable[Path] = (), ship_secrets: Iterable[
     withheld = {f: why for f, why in withheld.items() if (root / f).resolve() not in gone}
     released = pathspec.GitIgnoreSpec.from_lines(ship_secrets)
     flagged = secret_scan.flagged_files(Path(root), [f for f in files if not released.match_file(f)])
-    for rel, kinds in flagged.items():
-        withheld[rel] = f"detect-secrets finds {kinds} in it"
+    withheld.update(flagged)  # each with why: what it holds, or that it is an archive
     for rel, why in sorted(withheld.items()):
         print(f"warning: {source}: {rel} is not shipped with the code: {why}; accepted: move "
               f"the secret to secret_env, or list {rel!r} in ship_secrets to ship it knowingly",
