@@ -82,11 +82,34 @@ def read_secrets(spec: JobSpec, spec_dir: Path) -> dict[str, str]:
     return values
 
 
+def _account(uid: int) -> str:
+    import pwd
+
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
+
+
 def _read_secret_file(path: Path, where: str) -> str:
     """A secret_env file's text, refused if every account on the machine may read or change it
-    (as ssh refuses an UNPROTECTED PRIVATE KEY FILE); a file its group may read gets a warning."""
+    (as ssh refuses an UNPROTECTED PRIVATE KEY FILE), if another account owns it (or the link
+    that leads to it) or its group may change it: its value would be another account's choice.
+    A file its group may read gets a warning."""
+    link = os.lstat(path)
     with open(path, "rb") as f:
-        mode = os.fstat(f.fileno()).st_mode  # of the file read, not of a path checked before
+        st = os.fstat(f.fileno())  # of the file read, not of a path checked before
+        mode = st.st_mode
+        mine = (os.geteuid(), 0)  # the user's, or root's (a secret an administrator placed)
+        for what, owner in (("file", st.st_uid), ("link", link.st_uid)):
+            if owner not in mine and (what == "file" or stat.S_ISLNK(link.st_mode)):
+                raise UserError(f"{where}: {what} {path} belongs to {_account(owner)}, not to you, "
+                                "so its value is theirs to choose; accepted: a file you own, "
+                                "only you can write (chmod 600)")
+        if mode & 0o020:
+            raise UserError(f"{where}: file {path} may be changed by its group (mode "
+                            f"{stat.S_IMODE(mode):04o}), so its value is theirs to choose; "
+                            f"accepted: a file only you can write (chmod 600 {path})")
         if mode & 0o007:
             raise UserError(f"{where}: file {path} is open to every account on this machine (mode "
                             f"{stat.S_IMODE(mode):04o}), so its secret is not one; accepted: a file "
