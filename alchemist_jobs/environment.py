@@ -94,6 +94,8 @@ STORE_DIR = _var("STORE_DIR", str, BACKEND,
                  "the directory of the run's c10d stores as files (the local stack)")
 RESTART_ATTEMPT = _var("RESTART_ATTEMPT", int, BACKEND,
                        "a cluster pod's group restart (JobSet's restart-attempt annotation)")
+JOB_SITE = _var("JOB_SITE", _path, BACKEND,
+                "the job's own packages (`requirements:`), added after the platform's site-packages")
 CONFIG_ERROR_FILE = _var("CONFIG_ERROR_FILE", _path, BACKEND,
                          "where a worker writes the one line of a configuration error")
 NCCL_NET_PLUGIN = _var("NCCL_NET_PLUGIN", str, BACKEND,
@@ -124,6 +126,11 @@ TEAM = _var("TEAM", str, USER,
             "the team of a cluster stack the CLI acts for (default: the stack's first); --team overrides it")
 WARM_AGENT = _var("WARM_AGENT", _unless_0, USER,
                   "0: do not start torchrun's interpreter while the CLI validates the job")
+DEPS_CACHE_GIB = _var("DEPS_CACHE_GIB", float, USER,
+                      "GiB the jobs' package environments may take under the home (default 10)")
+LOCAL_NETNS = _var("LOCAL_NETNS", _unless_0, USER,
+                   "0: run local jobs in this machine's network, not a namespace of their own "
+                   "(their listeners are then reachable by every local account)")
 OBJECT_STORE = _var("OBJECT_STORE", str, USER,
                     "s3://BUCKET: the object store `data push` uses on the local stack")
 

@@ -28,6 +28,7 @@ import yaml
 
 import alchemist_jobs
 from alchemist_jobs import environment as E
+from alchemist_jobs import job_env
 from alchemist_jobs import local_servers, run_index, server_role, store_bind
 from alchemist_jobs.errors import UserError
 from alchemist_jobs.failures import (AttemptFailure, GroupFailures, attempt_failure, exit_text,
@@ -337,6 +338,7 @@ class LocalRequest(Request):
     servers: list[local_servers.ServerProcess] = field(default_factory=list)  # parameter servers
     # secret_env values, read at launch: given to the agents' environment, never printed.
     secrets: dict[str, str] = field(default_factory=dict, repr=False)
+    deps: job_env.JobLock | None = None  # the job's resolved packages (job_env.py)
     # A script or module task's code: files of `code_source` copied to the run's code/ at
     # schedule, which is the workers' working directory (as a cluster run's snapshot is).
     code_source: Path | None = None
@@ -348,6 +350,9 @@ class LocalRequest(Request):
         if self.code_source is not None:
             head.append(f"# code: {len(self.code_files)} file(s) of {self.code_source} copied to "
                         f"{self.run.path / 'code'}, the workers' working directory")
+        if self.deps is not None:
+            head.append(f"# requirements: lock sha256:{self.deps.sha256} "
+                        f"({', '.join(self.deps.packages())}), environment {self.deps.short}")
         head += [f"# secret {name} from {'file ' + ref.file if ref.file else '$' + str(ref.from_env)}"
                  " (value not shown)" for name, ref in self.spec.secret_env.items()]
         return "\n".join(head + [s.shell() for s in self.servers]
@@ -364,7 +369,8 @@ class LocalRequest(Request):
                    for name, ref in self.spec.secret_env.items()}
         return dict(run_id=self.run_id, stack="local", run_dir=str(self.run.path),
                     nodes=self.spec.nodes, procs_per_node=self.spec.procs_per_node,
-                    processes=procs, secret_env=secrets)
+                    processes=procs, secret_env=secrets,
+                    requirements=None if self.deps is None else self.deps.as_json())
 
 
 @dataclass
@@ -419,11 +425,13 @@ class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
         # (store_bind.py). gloo's pairs bind loopback only.
         stores = str(run.stores)
         check_framework(spec)
+        deps = job_env.resolve(spec.requirements, self.root) if spec.requirements else None
         worker = WorkerEnv(run_dir=str(run.path), shared_root=str(self.root), stack="local",
                            threads=threads_per_worker(spec.resources.cpu, spec.procs_per_node),
                            store_dir=stores, gloo_ifname="lo", pythonpath=pythonpath,
                            framework=spec.task.framework,
-                           config_error_file=str(config_error_path(run)))
+                           config_error_file=str(config_error_path(run)),
+                           job_site=None if deps is None else str(job_env.site_dir(deps, self.root)))
         base_env = {**worker.as_dict(), **spec.env}
         # The parameter-server role, for algorithms that have one.
         servers = local_servers.server_processes(spec, run, base_env, cwd)
@@ -449,18 +457,22 @@ class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
                                       cwd=cwd, log=run.agent_log(node)))
         return LocalRequest(run_id=run_id, run=run, spec=spec, processes=procs, servers=servers,
                             secrets=read_secrets(spec, Path(spec_dir)), code_source=code_source,
-                            code_files=code_files)
+                            code_files=code_files, deps=deps)
 
     def schedule(self, request: LocalRequest, warm: "WarmAgent | None" = None) -> LocalRun:
         """Start the run. `warm`, if given, is an agent interpreter the CLI started early
         (alchemist_jobs/warm_agent.py): node 0's agent becomes that process."""
         run, spec = request.run, request.spec
+        if request.deps is not None:  # built once per lock; a later run finds it in place
+            job_env.ensure_site(request.deps, self.root)
         try:
             run.create(exclusive=True)
         except FileExistsError:
             raise UserError(f"run {request.run_id}: its directory {run.path} exists already; "
                             "accepted: a new run id (leave it out to get one)") from None
         write_private(run.spec, spec.to_yaml())
+        if request.deps is not None:
+            job_env.record(run.path, request.deps)
         run.stores.mkdir(mode=0o700)
         rendezvous = run.stores / store_bind.RENDEZVOUS_FILE  # torch's FileStore would make it 0644
         os.close(os.open(rendezvous, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
@@ -609,7 +621,8 @@ class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
             step=prog.step if prog else None, total_steps=prog.total_steps if prog else None,
             message=rec.message, run_dir=str(run.path), progress=prog, result=res,
             exit_codes=rec.exit_codes, algorithm=rec.algorithm or _spec_algorithm(run),
-            failure=None if rec.failure is None else rec.failure.model_dump()), rec.state
+            failure=None if rec.failure is None else rec.failure.model_dump(),
+            requirements=job_env.recorded(run.path)), rec.state
 
     def logs(self, run_id: str, rank: int = 0, follow: bool = False,
              stop: threading.Event | None = None) -> Iterator[str]:

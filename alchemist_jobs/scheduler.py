@@ -52,6 +52,8 @@ class RunStatus:
     # Local: why a failed run failed (run_files.Failure as a dict), recorded at its end.
     failure: dict[str, Any] | None = None
     algorithm: str | None = None  # the spec's algorithm.name, where the backend knows it
+    # The job's own packages (`requirements:`): sha256, packages and lock text (job_env.py).
+    requirements: dict[str, Any] | None = None
     # The document an ended run's status was read from (run_index): as_json gives it back
     # as it is, which a listing of 10,000 runs felt. Not part of the status itself.
     source: dict[str, Any] | None = field(default=None, repr=False, compare=False)
@@ -86,6 +88,7 @@ class RunStatus:
             message=self.message, run_dir=self.run_dir, exit_codes=self.exit_codes,
             restarts_counted=self.restarts_counted, stuck_pods=self.stuck_pods,
             failure=self.failure, algorithm=self.algorithm, metrics=self.metrics,
+            requirements=self.requirements,
             duration_s=None if self.duration_s is None else round(self.duration_s, 3),
             progress=None if self.progress is None else self.progress.model_dump(
                 include=set(Progress.model_fields)),

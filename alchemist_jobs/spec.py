@@ -21,6 +21,7 @@ from pydantic_core import PydanticCustomError
 from alchemist_jobs.data.source import parse_s3_uri, resolve_local_source
 from alchemist_jobs.errors import UserError, shown
 from alchemist_jobs.input_files import load_yaml, read_text
+from alchemist_jobs.job_env import check_requirement
 from alchemist_jobs.secret_scan import value_looks_secret
 
 BUILTIN_TASKS = ("digits", "synthetic")
@@ -516,6 +517,11 @@ class JobSpec(_Node):
         "batch", description="queue priority on cluster stacks (PriorityClass alchemist-<priority>)"
     )
     image: str | None = Field(None, description="container image on cluster stacks")
+    requirements: list[str] | str = Field(
+        default_factory=list,
+        description="the job's own Python packages: requirement strings, or a requirements file "
+        "in the spec's directory; resolved once against the platform's lock into a hash-pinned "
+        "lock, installed once per lock (docs/dependencies.md)")
     max_restarts: int = Field(3, ge=0, le=100, description="worker-group restarts before failing")
     rendezvous_timeout_s: int = Field(
         900, ge=60, le=24 * 3600,
@@ -676,8 +682,26 @@ def _inside_spec_dir(rel: str, field: str, spec_dir: Path, source: str) -> str:
     return path.relative_to(top).as_posix()
 
 
+def _requirements(given: list[str] | str, spec_dir: Path, source: str) -> list[str]:
+    """`requirements:` as a list of checked requirement strings: a file's lines (comments and
+    blank lines dropped) or the list as given. The run keeps the list, not the file."""
+    where = "requirements"
+    if isinstance(given, str):
+        path = (spec_dir / given).resolve()
+        if Path(spec_dir).resolve() not in path.parents or not path.is_file():
+            raise UserError(f"{source}: requirements: {shown(given)} is not a file inside the "
+                            f"spec's directory; accepted: a requirements file beside the spec, "
+                            "or a list of requirements")
+        lines = [ln.split(" #")[0].strip() for ln in read_text(path, "requirements file").splitlines()]
+        given, where = [ln for ln in lines if ln and not ln.startswith("#")], f"requirements ({given})"
+    if len(given) > 200:
+        raise UserError(f"{source}: requirements: {len(given)} requirements; accepted: at most 200")
+    return [check_requirement(r, f"{source}: {where}") for r in given]
+
+
 def _check_task(spec: JobSpec, spec_dir: Path, source: str) -> None:
     """Checks that need the task: the script or entry file exists; the batch fits the data."""
+    spec.requirements = _requirements(spec.requirements, spec_dir, source)
     if spec.task.script is not None:
         spec.task.script = _inside_spec_dir(spec.task.script, "task.script", spec_dir, source)
     if spec.task.entry_file is not None:

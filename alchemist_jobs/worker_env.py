@@ -32,6 +32,7 @@ class WorkerEnv:
     pythonpath: str | None = None  # PYTHONPATH: where the job package is (local stack)
     framework: str = "torch"  # ALCHEMIST_FRAMEWORK: task.framework (frameworks.py); torch: unset
     config_error_file: str | None = None  # ALCHEMIST_CONFIG_ERROR_FILE (runtime/config_error.py)
+    job_site: str | None = None  # ALCHEMIST_JOB_SITE: the job's own packages (job_env.py)
 
     def as_dict(self) -> dict[str, str]:
         env = {
@@ -56,6 +57,7 @@ class WorkerEnv:
             "PYTHONPATH": self.pythonpath,
             E.FRAMEWORK.name: None if self.framework == "torch" else self.framework,
             E.CONFIG_ERROR_FILE.name: self.config_error_file,
+            E.JOB_SITE.name: self.job_site,
         }
         env.update({k: v for k, v in optional.items() if v is not None})
         return env

@@ -29,7 +29,7 @@ import traceback
 from pathlib import Path
 
 from alchemist_jobs import environment as E
-from alchemist_jobs import own_loop, store_bind
+from alchemist_jobs import job_env, own_loop, store_bind
 from alchemist_jobs.processes import die_with_parent
 from alchemist_jobs.rundir import read_json, write_json_atomic
 from alchemist_jobs.runtime import config_error, framework_env, nccl_net
@@ -84,6 +84,7 @@ def main(argv: list[str]) -> int:
     if not E.LOG_TO_CONSOLE.get():
         _redirect_output(run_dir / "logs" / f"rank-{rank}.log", rank)
     _record(run_dir, rank, kind)
+    job_env.activate()  # the job's own packages, after the platform's (requirements:)
 
     store_bind.apply()  # rank 0's worker store stays where the run allows (local: a private file)
 
