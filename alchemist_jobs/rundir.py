@@ -68,8 +68,9 @@ def check_run_ref(ref: str) -> str:
 
 
 def write_private(path: Path, text: str) -> None:
-    """Write a file only its owner can read (run files hold code, data paths, logs)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    """Write a new file only its owner can read (run files hold code, data paths, logs):
+    created exclusively, never through a link planted under its name."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     with open(fd, "w") as f:
         f.write(text)
 
@@ -82,10 +83,15 @@ def write_json_atomic(path: Path, data: Any, fsync: bool = False, indent: int | 
 
 
 def write_text_atomic(path: Path, text: str, fsync: bool = False) -> None:
-    """Write a private (0600) file so a reader sees the old or the new one, never half of one."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    """Write a private (0600) file so a reader sees the old or the new one, never half of one.
+
+    The temp file beside it has a name no one can guess (`.<name>.<pid>.<random>.tmp`: the
+    pid lets a later listing remove a dead writer's leftovers) and is created exclusively
+    without following links, so a link planted under a temp file's name is never written
+    through; the rename then replaces `path` itself, never what a link there points at."""
+    fd, tmp = _create_temp(path)
     try:
-        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
+        with open(fd, "w") as f:
             f.write(text)
             if fsync:
                 f.flush()
@@ -96,20 +102,58 @@ def write_text_atomic(path: Path, text: str, fsync: bool = False) -> None:
         raise
 
 
+def _create_temp(path: Path) -> tuple[int, Path]:
+    for _ in range(16):
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"{path.parent}: no free temp file name for {path.name}")
+
+
+TEMP_NAME = re.compile(r"\.(?P<name>.+)\.(?P<pid>\d+)(?:\.[0-9a-f]{8})?\.tmp")
+
+
+def remove_dead_temp_files(folder: Path, names: list[str], of: str) -> None:
+    """Remove the temp files that writers of `folder/of` killed mid-write left behind (their
+    pid is gone); a live writer's is left alone."""
+    for name in names:
+        m = TEMP_NAME.fullmatch(name)
+        if m is None or m["name"] != of or _alive(int(m["pid"])):
+            continue
+        try:
+            os.unlink(folder / name)
+        except OSError:
+            pass
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, ValueError):
+        return pid > 0
+    return True
+
+
 MAX_STATE_BYTES = 16 << 20
 
 
 def read_json(path: Path, limit: int = MAX_STATE_BYTES) -> dict | None:
-    """A JSON object from `path`; None if it is missing, unreadable or not an object (a
-    corrupt state file must not break `list` for every other run)."""
+    """A JSON object from `path`; None if it is missing, unreadable, not an object, a link,
+    or a file someone else owns (a corrupt or planted state file must not break `list` for
+    every other run, nor speak for one)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO must not hang `list`
+        # a FIFO must not hang `list`; a link must not lead out of the run's directory
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
     except OSError:
         return None
     try:
         with open(fd, "rb") as f:
             st = os.fstat(f.fileno())
-            if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
+            if not stat.S_ISREG(st.st_mode) or st.st_size > limit or not trusted_owner(st):
                 return None
             # read(n) would allocate n bytes first: reading a 300-byte state file with the
             # 16 MiB cap as `n` made every listing of many runs mostly memory allocation.
@@ -117,6 +161,11 @@ def read_json(path: Path, limit: int = MAX_STATE_BYTES) -> dict | None:
     except (OSError, ValueError, RecursionError):
         return None
     return data if isinstance(data, dict) else None
+
+
+def trusted_owner(st: os.stat_result) -> bool:
+    """Whether a file is this account's own (or root's, who could write it anyway)."""
+    return st.st_uid in (os.geteuid(), 0)
 
 
 class RunDir:
@@ -184,7 +233,76 @@ class RunDir:
 
 
 def runs_root(root: Path) -> Path:
+    """The runs folder of a local home, once the home is checked (check_home)."""
+    check_home(Path(root))
     return Path(root) / RUNS
+
+
+def check_home(root: Path) -> None:
+    """Refuse, in one line, a home that another account could plant runs in or move runs out
+    of, or that is no folder at all.
+
+    Every folder from `/` down to `<home>/runs` that exists must be owned by this account or
+    root and be writable by no one else unless sticky (like /tmp, where no one can rename or
+    delete another's entries); the home itself must be this account's (or root's and sticky)
+    and `runs/` this account's, writable by it alone. A symlink on the way is followed only
+    if this account or root owns it. Whatever does not exist yet is created 0700 by the run
+    that needs it."""
+    me = os.geteuid()
+    home = Path(os.path.abspath(root))
+    chain = [*reversed(home.parents), home, home / RUNS]
+    for path in chain:
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            return  # nothing below exists: it is made private when needed
+        except OSError as e:
+            _refuse(root, path, e.strerror or type(e).__name__, "a folder")
+        if stat.S_ISLNK(st.st_mode):
+            if st.st_uid not in (me, 0):
+                _refuse(root, path, f"is a symlink owned by {_user(st.st_uid)}",
+                        "no symlink, or one owned by you or root")
+            try:
+                st = os.stat(path)
+            except OSError as e:
+                _refuse(root, path, f"is a symlink that leads nowhere ({e.strerror})",
+                        "a symlink to a folder")
+        if not stat.S_ISDIR(st.st_mode):
+            _refuse(root, path, f"is {_kind(st.st_mode)}", "a folder")
+        mode = stat.S_IMODE(st.st_mode)
+        others_write = mode & 0o022 and not mode & stat.S_ISVTX
+        if path == home / RUNS:
+            if st.st_uid != me or mode & 0o022:
+                _refuse(root, path, f"is owned by {_user(st.st_uid)} with mode {mode:04o}",
+                        "a runs folder you own that no one else can write (0700)")
+        elif st.st_uid not in (me, 0) or others_write or \
+                path == home and st.st_uid != me and not mode & stat.S_ISVTX:
+            _refuse(root, path, f"is owned by {_user(st.st_uid)} with mode {mode:04o}",
+                    "folders owned by you or root that no one else can write (or sticky, "
+                    "as /tmp), the home your own")
+
+
+def _refuse(root: Path, path: Path, what: str, accepted: str) -> None:
+    where = f"home {root}" + ("" if Path(os.path.abspath(root)) == path else f": {path}")
+    raise UserError(f"{where} {what}; accepted: {accepted}")
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISREG, "a file"), (stat.S_ISFIFO, "a FIFO"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "no folder"
+
+
+def _user(uid: int) -> str:
+    try:
+        import pwd
+
+        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except KeyError:
+        return f"uid {uid}"
 
 
 def match_runs(root: Path, ref: str) -> list[RunDir]:

@@ -22,7 +22,7 @@ from alchemist_jobs.commands.stack import complete_stack
 from alchemist_jobs.errors import JobFailed, UserError
 from alchemist_jobs.failures import failure_lines
 from alchemist_jobs.processes import popen_group
-from alchemist_jobs.rundir import RunDir, default_root, run_dirs, runs_root
+from alchemist_jobs.rundir import RunDir, check_home, default_root, run_dirs, runs_root
 
 if TYPE_CHECKING:  # the scheduler (pydantic) is imported by the commands that use it, so
     from alchemist_jobs.scheduler import RunStatus  # building the parser stays fast
@@ -281,7 +281,9 @@ def _start_detached(args: argparse.Namespace, run_id: str) -> int:
 
 
 def _home(args: argparse.Namespace) -> Path:
-    return (args.home or default_root()).resolve()
+    home = args.home or default_root()
+    check_home(home)  # before it is resolved: a symlink loop is one line too
+    return home.resolve()
 
 
 def _follow_local(args, scheduler, request, handle, spec, t0: float) -> int:

@@ -18,7 +18,7 @@ import yaml
 
 from alchemist_jobs.errors import UserError
 from alchemist_jobs.processes import alive
-from alchemist_jobs.rundir import RunDir, default_root, read_json, runs_root
+from alchemist_jobs.rundir import RunDir, check_home, default_root, read_json, runs_root
 from alchemist_jobs.ui import models as m
 from alchemist_jobs.ui.series import SeriesBook, scrape_rank0
 
@@ -86,6 +86,8 @@ class Backends:
         self.stacks: dict[str, Stack] = {}
         for name in dict.fromkeys(stacks):  # in order, once each
             if name == LOCAL:
+                if home:  # checked before it is resolved: a symlink loop is one line too
+                    check_home(Path(home).expanduser())
                 root = Path(home).expanduser().resolve() if home else default_root()
                 self.stacks[name] = Stack(name, local_scheduler(root),
                                          _local_facts(root, local_links), root)
