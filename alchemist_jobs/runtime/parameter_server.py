@@ -340,6 +340,10 @@ class _Handler(socketserver.BaseRequestHandler):
                 shard.release(h["rank"])
 
 
+REFUSED_LOG_EVERY_S = 1.0  # refused connections: one log line a second at most
+REFUSED_WHY_CHARS = 200
+
+
 class _Server(socketserver.ThreadingTCPServer):
     allow_reuse_address = True  # a restarted server takes its port back at once
     daemon_threads = True
@@ -353,6 +357,7 @@ class _Server(socketserver.ThreadingTCPServer):
         self._active = 0
         self._pending: dict[int, socket.socket] = {}  # in arrival order
         self._lock = threading.Lock()
+        self._quiet_until, self._unshown = 0.0, 0  # refusals not logged (refuse)
 
     def pending(self, sock: socket.socket) -> None:
         """A new connection starts its handshake; past max_pending, the oldest handshake is
@@ -382,8 +387,18 @@ class _Server(socketserver.ThreadingTCPServer):
             self._active -= 1
 
     def refuse(self, peer: Any, why: str) -> None:
-        print(f"alchemist: server {self.shard.shard} refused {peer[0]}:{peer[1]}: {why}",
-              flush=True)
+        """One line per REFUSED_LOG_EVERY_S at most, of bounded length, counting the ones not
+        shown: a stranger's flood of connections must not fill the run's disk."""
+        now = time.monotonic()
+        with self._lock:
+            if now < self._quiet_until:
+                self._unshown += 1
+                return
+            unshown, self._unshown = self._unshown, 0
+            self._quiet_until = now + REFUSED_LOG_EVERY_S
+        more = f" (and {unshown} more refused since the last line)" if unshown else ""
+        print(f"alchemist: server {self.shard.shard} refused {peer[0]}:{peer[1]}: "
+              f"{why[:REFUSED_WHY_CHARS]}{more}", flush=True)
 
 
 def _server(bind: str, port: int) -> _Server:
