@@ -37,6 +37,7 @@ from alchemist_jobs.contract import (MANAGED_BY_LABEL, METRICS_BASE_PORT,
                                      RUN_LABEL, StackOutput, metrics_port_name)
 from alchemist_jobs.data.pods import pod_patch
 from alchemist_jobs.errors import UserError
+from alchemist_jobs.job_env import JobLock
 from alchemist_jobs.kubernetes.code_assets import CodeSnapshot
 from alchemist_jobs.runtime.config_error import CONFIG_ERROR_EXIT_CODE
 from alchemist_jobs.rundir import MAX_RUN_ID
@@ -82,6 +83,9 @@ PROCS_ANNOTATION = "alchemist.io/procs-per-node"
 SERVERS_ANNOTATION = "alchemist.io/parameter-servers"
 MAX_RESTARTS_ANNOTATION = "alchemist.io/max-restarts"
 CODE_ANNOTATION = "alchemist.io/code"
+REQUIREMENTS_ANNOTATION = "alchemist.io/requirements"  # the job's lock's sha256 (job_env.py)
+REQUIREMENTS_KEY = "requirements.lock"  # the ConfigMap's copy of the job's resolved lock
+DEPS_CONTAINER = "deps"  # the init container that installs it (once per lock)
 INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 # JobSet v0.12.0 (pkg/webhooks/jobset_webhook.go, ValidateCreate) refuses a JobSet whose
 # longest pod name `<name>-<replicatedJob>-<job index>-<pod index>-abcde` exceeds 63
@@ -336,8 +340,9 @@ def gpu_placement(gpus: int, stack: StackOutput) -> dict:
 
 
 def build(spec: JobSpec, stack: StackOutput, run_id: str,
-          code: CodeSnapshot | None = None) -> list[dict]:
-    """[ConfigMap, NetworkPolicy, JobSet] for one run; UserError if the stack cannot run it."""
+          code: CodeSnapshot | None = None, deps: JobLock | None = None) -> list[dict]:
+    """[ConfigMap, NetworkPolicy, JobSet] for one run; UserError if the stack cannot run it.
+    `deps`: the job's resolved packages (job_env.py), installed by `with_requirements`."""
     check_fits(spec, stack)
     name, ns = object_name(run_id), stack.namespace
     root, run_dir = shared_paths(stack, run_id)
@@ -405,7 +410,43 @@ def build(spec: JobSpec, stack: StackOutput, run_id: str,
             "ttlSecondsAfterFinished": TTL_AFTER_FINISHED_S,
         },
     }
+    if deps is not None:
+        with_requirements(config_map, jobset, deps, spec, stack)
     return [config_map, network_policy(spec, stack, run_id, name), jobset]
+
+
+def with_requirements(config_map: dict, jobset: dict, deps: JobLock, spec: JobSpec,
+                      stack: StackOutput) -> None:
+    """The job's own packages on a cluster: the resolved lock travels in the ConfigMap, and
+    an init container of each worker pod installs it once per lock into
+    `<shared root>/deps/envs/<lock hash>/site` on the shared file system (job_env.ensure_site:
+    a file lock, a temporary directory renamed into place), which every later run with the
+    same lock finds there; the workers add it after the image's own packages. Chosen over an
+    image per lock because it needs no image builder or registry credentials where `alchemist
+    run` is typed, and is the same on every stack (each has a shared file system)."""
+    root, _ = shared_paths(stack, "-")
+    config_map["data"][REQUIREMENTS_KEY] = deps.text
+    jobset["metadata"]["annotations"][REQUIREMENTS_ANNOTATION] = deps.sha256
+    # pip inside the pod reads the same mirror settings the spec gives its workers.
+    pip_env = [{"name": k, "value": v} for k, v in spec.env.items() if k.startswith("PIP_")]
+    for rjob in jobset["spec"]["replicatedJobs"]:
+        if rjob["name"] != WORKER_RJOB:
+            continue  # parameter servers import no job code
+        template = rjob["template"]["spec"]["template"]
+        template["metadata"]["annotations"][REQUIREMENTS_ANNOTATION] = deps.sha256
+        pod = template["spec"]
+        setup = pod["initContainers"][0]
+        pod["initContainers"].append({
+            **setup, "name": DEPS_CONTAINER,
+            "command": ["python", "-m", "alchemist_jobs.job_env", "install",
+                        "--lock", f"{CONFIG_MOUNT}/{REQUIREMENTS_KEY}", "--root", root],
+            "resources": {"requests": {"cpu": "500m", "memory": "1Gi"},
+                          "limits": {"memory": "1Gi"}},
+            **({"env": pip_env} if pip_env else {}),
+        })
+        site = f"{root.rstrip('/')}/deps/envs/{deps.short}/site"
+        for c in pod["containers"]:
+            c.setdefault("env", []).append({"name": E.JOB_SITE.name, "value": site})
 
 
 def _replicated_job(rjob: str, pods: int, pod_spec: dict, spec: JobSpec, stack: StackOutput,

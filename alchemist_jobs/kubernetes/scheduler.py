@@ -18,13 +18,14 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from alchemist_jobs.contract import MANAGED_BY_LABEL, PROGRESS_LINE_PREFIX, RUN_LABEL, StackOutput
+from alchemist_jobs import job_env
 from alchemist_jobs.errors import UserError
 from alchemist_jobs.kubernetes import manifests as mf
 from alchemist_jobs.kubernetes.api_checks import validate_for_api_server
 from alchemist_jobs.kubernetes.client import Cluster, ClusterError, Connector, NotFound
 from alchemist_jobs.kubernetes.code_assets import CodeSnapshot, pack
 from alchemist_jobs.kubernetes.job_state import newest_pods, parse_time, run_status
-from alchemist_jobs.rundir import new_run_id
+from alchemist_jobs.rundir import default_root, new_run_id
 from alchemist_jobs.scheduler import CANCELLED, Request, RunStatus, Scheduler
 from alchemist_jobs.spec import JobSpec
 
@@ -195,7 +196,9 @@ class KubernetesScheduler(Scheduler[KubeRequest, KubeHandle]):
 
         run_id = run_id or new_run_id(spec.name)
         spec, upload = plan_local_source(spec, self.out)  # where a local data.source will live
-        manifests = mf.build(spec, self.out, run_id, code)
+        # The job's own packages, resolved here once (cached under the home) like a local run's.
+        deps = job_env.resolve(spec.requirements, default_root()) if spec.requirements else None
+        manifests = mf.build(spec, self.out, run_id, code, deps=deps)
         validate_for_api_server(manifests)  # what the API server would refuse, said now
         return KubeRequest(run_id=run_id, stack=self.out, spec=spec, manifests=manifests,
                            code=code, data_upload=upload)

@@ -151,3 +151,28 @@ def test_a_small_package_from_pypi(home: Path, tmp_path: Path):
     assert r.returncode == 0, r.stdout + r.stderr
     run_dir = next((home / "runs").iterdir())
     assert "a = 1" in (run_dir / "logs" / "rank-0.log").read_text()
+
+
+def test_the_cluster_dry_run_carries_the_resolved_lock(home: Path, tmp_path: Path):
+    """`--dry-run` on a cluster stack resolves as a local run does and shows the lock in the
+    ConfigMap, the `deps` init container that installs it once per lock, and the workers'
+    ALCHEMIST_JOB_SITE on the shared file system."""
+    import yaml
+
+    from tests.unit.k8s.conftest import outputs
+
+    links = tmp_path / "links"
+    build_wheel(links, "tinydep_alc", "1.3.0", ["pyyaml>=5"])
+    job = write_job(tmp_path, "[tinydep_alc]")
+    r = cli("run", str(job), "--dry-run", "--stack", "dev", "--outputs", str(outputs("dev")),
+            home=home, env_extra=mirror(links))
+    assert r.returncode == 0, r.stderr
+    objs = list(yaml.safe_load_all(r.stdout))
+    config_map = next(o for o in objs if o and o["kind"] == "ConfigMap")
+    lock = config_map["data"][job_env.RUN_LOCK]
+    assert "tinydep-alc==1.3.0" in lock and "--hash=sha256:" in lock
+    jobset = next(o for o in objs if o and o["kind"] == "JobSet")
+    pod = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    assert "deps" in [c["name"] for c in pod["initContainers"]]
+    env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+    assert env["ALCHEMIST_JOB_SITE"].endswith(f"/deps/envs/{job_env.lock_hash(lock)[:16]}/site")
