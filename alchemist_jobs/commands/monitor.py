@@ -4,8 +4,12 @@ Prometheus comes from the system (`prometheus` on PATH, or $PROMETHEUS_BIN). Its
 generated from monitoring/prometheus/local.yml.tmpl: file-based service discovery reads a
 targets file that this command rewrites every second from the run directories
 (`<home>/runs/<run>/workers/*.json`), so running runs' workers appear and finished runs'
-disappear; the alert rules come from monitoring/rules/. Everything listens on 127.0.0.1 only.
-Ctrl-C (or SIGTERM) stops Prometheus and TensorBoard with it; they also die if it is killed.
+disappear; the alert rules come from monitoring/rules/. Everything listens on 127.0.0.1 only,
+and since every account of the machine reaches loopback, both ask for a login: Prometheus
+through its --web.config.file (a bcrypt hash), TensorBoard through alchemist_jobs.monitor_tensorboard;
+the password is kept in <home>/monitor/password (0600). The state folder is the owner's alone
+(0700, files 0600, whatever the umask). Ctrl-C (or SIGTERM) stops Prometheus and TensorBoard
+with it; they also die if it is killed.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import re
 import shutil
 import signal
 import socket
+import stat
 import string
 import subprocess
 import sys
@@ -30,7 +35,15 @@ from alchemist_jobs import environment as E
 from alchemist_jobs.commands import command
 from alchemist_jobs.errors import JobFailed, UserError
 from alchemist_jobs.processes import alive, popen_group, stop_groups
-from alchemist_jobs.rundir import RunDir, default_root, read_json, runs_root, write_json_atomic
+from alchemist_jobs.rundir import (RunDir, default_root, read_json, runs_root, write_json_atomic,
+                                   write_text_atomic)
+
+
+def _importable_path() -> str:
+    """PYTHONPATH for a child that runs `-m alchemist_jobs...`: this package's parent first
+    (a checkout run without installing), then whatever the caller had."""
+    here = str(Path(alchemist_jobs.__file__).resolve().parent.parent)
+    return os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH", "")) if p)
 
 
 def _monitoring_dir() -> Path:
@@ -50,6 +63,8 @@ INSTALL_HINT = ("install it with `sudo apt-get install -y --no-install-recommend
                 "(Debian/Ubuntu), or download it from https://prometheus.io/download/ and set "
                 "PROMETHEUS_BIN=/path/to/prometheus")
 POLL_S = 1.0
+USERNAME = "alchemist"  # the login of the monitor's Prometheus and TensorBoard
+BCRYPT_ROUNDS = 10  # the password is 32 random bytes: the hash need not be slow to be safe
 STOP_GRACE_S = 10.0
 _DURATION = re.compile(r"^([0-9]+)(ms|s|m|h)$")
 
@@ -120,8 +135,10 @@ def parse_interval(text: str, flag: str = "--scrape-interval") -> float:
 
 
 def render_config(*, scrape_interval: str, rule_glob: str, targets_file: Path,
-                  self_address: str, template: Path | None = None) -> str:
-    """The Prometheus config from monitoring/prometheus/local.yml.tmpl."""
+                  self_address: str, password_file: Path, username: str = USERNAME,
+                  template: Path | None = None) -> str:
+    """The Prometheus config from monitoring/prometheus/local.yml.tmpl (Prometheus scrapes
+    itself with the login it asks of everyone)."""
     template = template or MONITORING_DIR / "prometheus" / "local.yml.tmpl"
     try:
         text = template.read_text()
@@ -133,7 +150,19 @@ def render_config(*, scrape_interval: str, rule_glob: str, targets_file: Path,
     q = json.dumps  # a JSON string is a YAML string: paths with any character stay one value
     return string.Template(text).substitute(
         scrape_interval=scrape_interval, scrape_timeout=timeout, evaluation_interval=scrape_interval,
-        rule_files=q(rule_glob), targets_file=q(str(targets_file)), self_address=q(self_address))
+        rule_files=q(rule_glob), targets_file=q(str(targets_file)), self_address=q(self_address),
+        username=q(username), password_file=q(str(password_file)))
+
+
+def web_config(password: str, username: str = USERNAME) -> str:
+    """Prometheus's --web.config.file: basic auth for every endpoint (the UI, the API,
+    /metrics, /-/ready), with the password as a bcrypt hash, the format 2.42 reads
+    (exporter-toolkit's `basic_auth_users`)."""
+    import bcrypt  # lazily: only `alchemist monitor` needs it
+
+    hashed = bcrypt.hashpw(password.encode(), bcrypt.gensalt(BCRYPT_ROUNDS)).decode()
+    return ("# Written by `alchemist monitor`: the login of its Prometheus.\n"
+            f"basic_auth_users:\n  {json.dumps(username)}: {json.dumps(hashed)}\n")
 
 
 class TargetFinder:
@@ -205,17 +234,87 @@ def _port(port: int, flag: str) -> int:
         return s.getsockname()[1]
 
 
-def _start(argv: list[str], log: Path) -> subprocess.Popen:
-    with open(log, "ab") as out:
+def _private_dir(path: Path) -> None:
+    """`path` as a folder only this account can enter (0700), whatever the umask: made
+    exclusively, or, if it exists, checked to be this account's own real folder. One another
+    account could write to may hold what it planted there, and is refused; one that others
+    could only read is made 0700."""
+    try:
+        os.mkdir(path, 0o700)
+        os.chmod(path, 0o700)  # mkdir's mode is cut by the umask, never widened
+        return
+    except FileExistsError:
+        pass
+    st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+        what = "a link" if stat.S_ISLNK(st.st_mode) else (
+            "not a folder" if not stat.S_ISDIR(st.st_mode) else f"owned by uid {st.st_uid}")
+        raise UserError(f"alchemist monitor: {path} is {what}; accepted: a folder of your own "
+                        f"(uid {os.geteuid()}): remove it, or --home another")
+    if stat.S_IMODE(st.st_mode) & 0o022:
+        raise UserError(f"alchemist monitor: {path} has mode {stat.S_IMODE(st.st_mode):04o}: "
+                        "other accounts could have planted files in it; accepted: a folder only "
+                        f"you can write: check its contents and `chmod 700 {path}`, or remove it")
+    if stat.S_IMODE(st.st_mode) != 0o700:
+        os.chmod(path, 0o700)
+
+
+def _private_file(path: Path, flags: int) -> int:
+    """A descriptor on `path` (created 0600 if missing), never through a link, checked to be
+    this account's regular file and made 0600 (a file an older version wrote 0664)."""
+    fd = os.open(path, flags | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+        os.close(fd)
+        raise UserError(f"alchemist monitor: {path} is not a file of your own; accepted: "
+                        "remove it")
+    if stat.S_IMODE(st.st_mode) != 0o600:
+        os.fchmod(fd, 0o600)
+    return fd
+
+
+def _password(path: Path) -> str:
+    """The monitor's password: the one kept in `path` (0600, this account's), or a new one."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        fd = None
+    if fd is not None:
+        with open(fd) as f:
+            st = os.fstat(f.fileno())
+            kept = f.read(256).strip() if stat.S_ISREG(st.st_mode) else ""
+        if (kept and st.st_uid == os.geteuid() and not stat.S_IMODE(st.st_mode) & 0o077
+                and re.fullmatch(r"[A-Za-z0-9_-]{32,}", kept)):
+            return kept  # the owner's browsers keep their login across restarts
+    import secrets
+
+    password = secrets.token_urlsafe(32)
+    write_text_atomic(path, password + "\n")
+    return password
+
+
+def _start(argv: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
+    fd = _private_file(log, os.O_WRONLY | os.O_APPEND)
+    with open(fd, "ab") as out:
         # Own session: a terminal's Ctrl-C reaches only this command, which stops them in order.
-        return popen_group(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        return popen_group(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                           env=env)
 
 
-def _answers(url: str) -> bool:
+def _basic(username: str, password: str) -> str:
+    import base64
+
+    return "Basic " + base64.b64encode(f"{username}:{password}".encode()).decode()
+
+
+def _answers(url: str, authorization: str | None = None) -> bool:
     try:
         import urllib.request  # lazily: every `alchemist` command imports this module's parser
 
-        with urllib.request.urlopen(url, timeout=1) as r:
+        req = urllib.request.Request(url)
+        if authorization:
+            req.add_header("Authorization", authorization)
+        with urllib.request.urlopen(req, timeout=1) as r:
             return r.status == 200
     except OSError:
         return False
@@ -236,9 +335,9 @@ def _raise_interrupt(signum, frame):
     raise KeyboardInterrupt
 
 
-def _wait_ready(prom: subprocess.Popen, prom_url: str, prom_log: Path) -> None:
+def _wait_ready(prom: subprocess.Popen, prom_url: str, prom_log: Path, authorization: str) -> None:
     deadline = time.monotonic() + 60
-    while not _answers(f"{prom_url}/-/ready"):
+    while not _answers(f"{prom_url}/-/ready", authorization):
         if prom.poll() is not None:
             raise JobFailed(f"Prometheus exited at start (code {prom.returncode}); "
                             f"{prom_log}: {_tail(prom_log)}")
@@ -271,7 +370,7 @@ def _one_per_home(root: Path, state_dir: Path, state_file: Path) -> int:
     """An exclusive lock on the home's monitor (a descriptor to keep open): two monitors
     would share one Prometheus data directory. Taken before anything is written, so a second
     monitor started while the first is still starting Prometheus is refused too."""
-    fd = os.open(state_dir / "monitor.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    fd = _private_file(state_dir / "monitor.lock", os.O_RDWR)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
@@ -302,17 +401,29 @@ def cmd_monitor(args: argparse.Namespace) -> int:
     tb_port = _port(args.tensorboard_port, "--tensorboard-port") if args.tensorboard else None
 
     targets_file = state_dir / "targets.json"
+    password_file = state_dir / "password"
     config_text = render_config(scrape_interval=args.scrape_interval, rule_glob=rule_glob,
-                                targets_file=targets_file, self_address=f"127.0.0.1:{port}")
+                                targets_file=targets_file, self_address=f"127.0.0.1:{port}",
+                                password_file=password_file)
 
-    state_dir.mkdir(parents=True, exist_ok=True)
+    root.mkdir(parents=True, exist_ok=True)
+    _private_dir(state_dir)
     lock = _one_per_home(root, state_dir, state_file)  # held until this command ends
+    try:
+        if (state_dir / "data").exists():
+            _private_dir(state_dir / "data")  # Prometheus's, from an older, looser monitor
+        password = _password(password_file)
+        web_file = state_dir / "web.yml"
+        write_text_atomic(web_file, web_config(password))
+    except BaseException:
+        os.close(lock)
+        raise
     runs_root(root).mkdir(parents=True, exist_ok=True)
     finder = TargetFinder(root)
     groups = finder.groups()
     write_json_atomic(targets_file, groups)
     config = state_dir / "prometheus.yml"
-    config.write_text(config_text)
+    write_text_atomic(config, config_text)
 
     handled = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
     previous = {sig: signal.getsignal(sig) for sig in handled}
@@ -325,22 +436,30 @@ def cmd_monitor(args: argparse.Namespace) -> int:
         prom_log = state_dir / "prometheus.log"
         prom = _start([prom_bin, f"--config.file={config}", f"--storage.tsdb.path={state_dir / 'data'}",
                        f"--storage.tsdb.retention.time={args.retention}",
-                       f"--web.listen-address=127.0.0.1:{port}"], prom_log)
+                       f"--web.listen-address=127.0.0.1:{port}", f"--web.config.file={web_file}"],
+                      prom_log)
         procs.append(prom)
         tb = None
         if tb_port:
-            tb = _start([sys.executable, "-m", "tensorboard.main", "--logdir", str(runs_root(root)),
-                         "--host", "127.0.0.1", "--port", str(tb_port)], state_dir / "tensorboard.log")
+            tb = _start([sys.executable, "-m", "alchemist_jobs.monitor_tensorboard",
+                         "--logdir", str(runs_root(root)), "--port", str(tb_port),
+                         "--username", USERNAME, "--password-file", str(password_file)],
+                        state_dir / "tensorboard.log",
+                        env=dict(os.environ, PYTHONPATH=_importable_path()))
             procs.append(tb)
-        _wait_ready(prom, prom_url, prom_log)
+        _wait_ready(prom, prom_url, prom_log, _basic(USERNAME, password))
         write_json_atomic(state_file, dict(
             pid=os.getpid(), prometheus_pid=prom.pid, prometheus_url=prom_url,
             tensorboard_pid=tb.pid if tb else None, tensorboard_url=tb_url,
+            username=USERNAME, password_file=str(password_file), web_config=str(web_file),
             config=str(config), targets_file=str(targets_file), rules=rule_glob, started=time.time()))
         print(f"Prometheus  {prom_url}  (scraping local runs under {runs_root(root)} every "
               f"{args.scrape_interval}; alert rules {rule_glob})", flush=True)
         if tb_url:
             print(f"TensorBoard {tb_url}  (over {runs_root(root)})", flush=True)
+        # Where the password is, never the password: this output may end in a shared log.
+        print(f"Log in as {USERNAME!r} with the password in {password_file} (yours alone).",
+              flush=True)
         print("Ctrl-C stops them.", flush=True)
         _follow_targets(finder, groups, targets_file, prom, prom_log, tb, state_dir)
     except KeyboardInterrupt:

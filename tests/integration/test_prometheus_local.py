@@ -15,6 +15,7 @@ shipped ones, unchanged (asserted below).
 
 from __future__ import annotations
 
+import base64
 import json
 import math
 import os
@@ -60,10 +61,18 @@ class Stack:
     def url(self) -> str:
         return self.state["prometheus_url"]
 
+    @property
+    def authorization(self) -> str:
+        """The monitor's login, read where it says it keeps it (Prometheus and TensorBoard
+        answer nothing without it)."""
+        return _basic(self.state["username"], Path(self.state["password_file"]).read_text().strip())
+
     def api(self, path: str, **params) -> dict:
         query = urllib.parse.urlencode(params, doseq=True)
+        req = urllib.request.Request(f"{self.url}/api/v1/{path}?{query}",
+                                     headers={"Authorization": self.authorization})
         try:
-            with urllib.request.urlopen(f"{self.url}/api/v1/{path}?{query}", timeout=30) as r:
+            with urllib.request.urlopen(req, timeout=30) as r:
                 body = json.load(r)
         except urllib.error.HTTPError as e:  # 400/422: the expression is invalid
             body = json.load(e)
@@ -313,7 +322,7 @@ def test_tensorboard_has_rank0_scalars_and_hparams(stack):
 @needs_prometheus
 def test_sigterm_stops_prometheus_and_tensorboard(stack):
     tb = stack.state["tensorboard_url"]
-    _wait("TensorBoard to answer", lambda: _answers(tb), 60)
+    _wait("TensorBoard to answer", lambda: _answers(tb, stack.authorization), 60)
     children = [stack.state["prometheus_pid"], stack.state["tensorboard_pid"]]
     stack.monitor.send_signal(signal.SIGTERM)
     stack.monitor.wait(timeout=30)
@@ -322,9 +331,14 @@ def test_sigterm_stops_prometheus_and_tensorboard(stack):
     assert not (stack.home / "monitor" / "monitor.json").exists()
 
 
-def _answers(url: str) -> bool:
+def _basic(username: str, password: str) -> str:
+    return "Basic " + base64.b64encode(f"{username}:{password}".encode()).decode()
+
+
+def _answers(url: str, authorization: str) -> bool:
     try:
-        with urllib.request.urlopen(url, timeout=2) as r:
+        req = urllib.request.Request(url, headers={"Authorization": authorization})
+        with urllib.request.urlopen(req, timeout=2) as r:
             return r.status == 200
     except OSError:
         return False

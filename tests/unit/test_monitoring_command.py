@@ -130,14 +130,19 @@ def test_targets_follow_running_runs_only(tmp_path):
 def test_config_keeps_worker_labels_and_fits_the_timeout_to_the_interval(tmp_path):
     targets = tmp_path / "a dir" / "targets.json"
     cfg = yaml.safe_load(render_config(scrape_interval="1s", rule_glob=str(tmp_path / "r" / "*.yaml"),
-                                       targets_file=targets, self_address="127.0.0.1:9090"))
+                                       targets_file=targets, self_address="127.0.0.1:9090",
+                                       password_file=tmp_path / "a dir" / "password"))
     assert cfg["global"]["scrape_interval"] == cfg["global"]["scrape_timeout"] == "1s"
     job = next(j for j in cfg["scrape_configs"] if j["job_name"] == "alchemist")
     assert job["honor_labels"] is True
     assert job["file_sd_configs"][0]["files"] == [str(targets)]
     assert cfg["rule_files"] == [str(tmp_path / "r" / "*.yaml")]
+    # Prometheus asks everyone for its login (web.yml), itself included.
+    own = next(j for j in cfg["scrape_configs"] if j["job_name"] == "prometheus")
+    assert own["basic_auth"] == {"username": "alchemist",
+                                 "password_file": str(tmp_path / "a dir" / "password")}
     slow = yaml.safe_load(render_config(scrape_interval="1m", rule_glob="r", targets_file=targets,
-                                        self_address="127.0.0.1:1"))
+                                        self_address="127.0.0.1:1", password_file=targets))
     assert slow["global"]["scrape_timeout"] == "10s"
 
 
