@@ -22,6 +22,7 @@ COMMAND_MODULES = {
     "alchemist_jobs.commands.interactive": ("interactive",),
     "alchemist_jobs.commands.monitor": ("monitor",),
     "alchemist_jobs.commands.data": ("data",),
+    "alchemist_jobs.commands.cache": ("cache",),
     "alchemist_jobs.ui.command": ("ui",),
     "alchemist_jobs.commands.plan": ("plan",),
     "alchemist_jobs.commands.completion": ("completion",),

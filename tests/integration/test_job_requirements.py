@@ -12,6 +12,7 @@ real PyPI and is skipped when it cannot be reached."""
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -88,6 +89,38 @@ def test_a_package_outside_the_lock_runs_and_a_second_run_reuses_its_environment
     assert "tinydep says 1.3.0" in (second / "logs" / "rank-0.log").read_text()
     assert (second / job_env.RUN_LOCK).read_text() == lock
     assert envs[0].stat().st_ino == built
+
+    listed = json.loads(cli("cache", "list", "--json", home=home).stdout)
+    assert [(e["hash"], e["packages"]) for e in listed] == [(envs[0].name, ["tinydep-alc==1.3.0"])]
+    pruned = cli("cache", "prune", "--all", home=home)
+    assert pruned.returncode == 0 and "1 environment(s) removed" in pruned.stdout, pruned.stdout
+    assert not envs[0].exists()
+
+
+def test_concurrent_runs_with_one_lock_build_it_once(tmp_path: Path):
+    """Two processes that need the same lock at once: one installs, the other waits on the
+    file lock and finds it built."""
+    links = tmp_path / "links"
+    build_wheel(links, "tinydep_alc", "1.3.0")
+    root = tmp_path / "root"
+    code = ("import sys; from pathlib import Path; from alchemist_jobs import job_env\n"
+            "lock = job_env.resolve(['tinydep_alc'], Path(sys.argv[1]))\n"
+            "site, built = job_env.ensure_site(lock, Path(sys.argv[1]))\n"
+            "print('built' if built else 'found', site)\n")
+    env = dict(os.environ, **mirror(links))
+    # Resolved first (and cached), so both start from the same lock and race only to build.
+    subprocess.run([sys.executable, "-c", code.split("site, built")[0], str(root)], env=env,
+                   check=True, capture_output=True, text=True)
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(root)], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    outs = [p.communicate(timeout=240) for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+    said = sorted(o[0].split()[0] for o in outs)
+    assert said == ["built", "found"], outs
+    assert len({o[0].split()[1] for o in outs}) == 1
+    assert [p.name for p in job_env.envs_root(root).iterdir() if not p.name.startswith(".")] \
+        == [Path(outs[0][0].split()[1]).parent.name]
 
 
 def test_a_requirements_file_in_the_spec_directory(home: Path, tmp_path: Path):
