@@ -136,8 +136,11 @@ def recv(sock: socket.socket, max_payload: int | None = None, max_header: int = 
         raise ProtocolError(f"payload of {plen} bytes exceeds the {max_payload} allowed")
     try:
         header = json.loads(_recv_exact(sock, hlen, deadline))
-    except ValueError:
-        raise ProtocolError("header is not JSON: not a parameter-server frame") from None
+        # Text that cannot be UTF-8 (a lone surrogate, legal in JSON) would fail wherever a
+        # field is encoded later (a MAC, a log line): refused here, with the rest.
+        json.dumps(header, ensure_ascii=False).encode()
+    except (ValueError, RecursionError):  # RecursionError: nesting deeper than Python's stack
+        raise ProtocolError("header is not JSON text: not a parameter-server frame") from None
     if not isinstance(header, dict):
         raise ProtocolError("header is not a JSON object")
     if into is not None and plen and plen == len(into):
@@ -194,6 +197,13 @@ def _mac(secret: bytes, role: str, nonce: str) -> str:
     return hmac.new(secret, f"{role}|{nonce}".encode(), hashlib.sha256).hexdigest()
 
 
+def _mac_ok(mac: Any, secret: bytes, role: str, nonce: str) -> bool:
+    """Whether the peer's `mac` answers `nonce`, in constant time; any other type or text is
+    a wrong answer (compare_digest refuses non-ASCII str with TypeError, so bytes compared)."""
+    return isinstance(mac, str) and hmac.compare_digest(
+        mac.encode(), _mac(secret, role, nonce).encode())
+
+
 class AuthError(ConnectionError):
     """The peer does not hold the run's secret."""
 
@@ -207,8 +217,8 @@ def server_handshake(sock: socket.socket, secret: bytes) -> None:
     send(sock, {"op": "challenge", "nonce": nonce})
     h, _, _ = recv(sock, max_payload=0, max_header=HANDSHAKE_MAX, deadline=deadline)
     mac, theirs = h.get("mac"), h.get("nonce")
-    if (h.get("op") != "auth" or not isinstance(mac, str) or not isinstance(theirs, str)
-            or not hmac.compare_digest(mac, _mac(secret, "client", nonce))):
+    if (h.get("op") != "auth" or not isinstance(theirs, str)
+            or not _mac_ok(mac, secret, "client", nonce)):
         send(sock, {"error": "authentication failed"})
         raise AuthError("client failed the challenge")
     send(sock, {"op": "welcome", "mac": _mac(secret, "server", theirs)})
@@ -225,6 +235,6 @@ def client_handshake(sock: socket.socket, secret: bytes) -> int:
     w, _, got2 = recv(sock, max_payload=0, max_header=HANDSHAKE_MAX)
     if w.get("op") != "welcome":
         raise AuthError(f"parameter server refused this worker: {w.get('error', w)}")
-    if not hmac.compare_digest(str(w.get("mac", "")), _mac(secret, "server", mine)):
+    if not _mac_ok(w.get("mac"), secret, "server", mine):
         raise AuthError("the parameter server does not hold this run's secret")
     return sent + got + got2
