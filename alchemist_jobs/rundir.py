@@ -171,6 +171,9 @@ def trusted_owner(st: os.stat_result) -> bool:
 class RunDir:
     def __init__(self, path: Path):
         self.path = Path(path)
+        # What this process last wrote to run.json: the launcher's own word on the outcome,
+        # which it still has when `alchemist rm` removes the directory under it.
+        self.written: dict = {}
 
     @property
     def run_id(self) -> str:
@@ -215,6 +218,7 @@ class RunDir:
         data = self.state()
         data.update(changes)
         write_json_atomic(self.state_file, data)
+        self.written = data
         return data
 
     def progress(self) -> dict | None:

@@ -322,8 +322,11 @@ def _follow_local_run(args, scheduler, request, handle, spec, t0: float) -> int:
         # A fault in the CLI itself (the display, a full disk) must not orphan the run.
         if display is not None:
             display.close()
-        scheduler.interrupt(handle)
-        raise
+        removed = _removed_outcome(handle)
+        if removed is None:
+            scheduler.interrupt(handle)
+            raise
+        return _removed_end(args, request.run_id, removed)
     except KeyboardInterrupt:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut cleanup short
         if display is not None:
@@ -346,6 +349,32 @@ def _follow_local_run(args, scheduler, request, handle, spec, t0: float) -> int:
     why = f": {status.message}" if status.message else ""
     raise JobFailed(f"run {status.run_id} {status.state}{why}; see `alchemist logs {status.run_id} "
                     f"--rank N` (logs in {status.run_dir}/logs)")
+
+
+def _removed_outcome(handle) -> str | None:
+    """The run's true end when `alchemist rm` removed its directory under this CLI (None while
+    the directory is there): what the launcher recorded, if it did; else cancelled, since
+    only `rm --force` removes a run whose outcome is not recorded, and it cancels it first."""
+    from alchemist_jobs.scheduler import CANCELLED, FAILED, SUCCEEDED
+
+    if handle.run.path.exists() or any(p.poll() is None for p in handle.procs):
+        return None
+    recorded = handle.run.written.get("state")
+    return recorded if recorded in (SUCCEEDED, FAILED) else CANCELLED
+
+
+def _removed_end(args: argparse.Namespace, run_id: str, state: str) -> int:
+    """One line (and, with --json, the run's end as one document), the exit status of the
+    run's own outcome."""
+    from alchemist_jobs.scheduler import SUCCEEDED
+
+    line = f"run {run_id} {state}; its directory was removed by `alchemist rm` meanwhile"
+    if args.json:
+        print(json.dumps({"run_id": run_id, "stack": "local", "state": state, "removed": True}))
+    if state != SUCCEEDED:
+        raise JobFailed(line)
+    print(line, file=sys.stderr)
+    return 0
 
 
 def _warm_agent(args: argparse.Namespace):
