@@ -72,8 +72,8 @@ TOKENS: tuple[tuple[str, str], ...] = (
     ("a Hugging Face token", r"\bhf_[A-Za-z0-9]{30,}\b"),
 )
 # Credential files, by their parsed structure (a file of code that builds one is not one):
-# (kind, a pattern a candidate holds, (type, a check of the parsed document that returns the
-# secret it holds or None)).
+# (kind, a pattern a candidate holds, a check of the parsed document that returns the secret
+# it holds or None).
 MAX_PARSE_BYTES = 1 << 20
 
 
@@ -118,10 +118,13 @@ def _google_credentials(doc: Any) -> str | None:
     return None
 
 
-DOCUMENTS = (
-    ("a kubeconfig's credentials", re.compile(r"\bConfig\b"), _kubeconfig_secret),
-    ("a docker login (config.json auths)", re.compile(r'"auths"'), _docker_login),
-    ("Google Cloud credentials", re.compile(r'"type"'), _google_credentials),
+DOCUMENTS = (  # the pattern picks the few files worth parsing
+    ("a kubeconfig's credentials",
+     re.compile(r"""(^|[{,])[ \t"']*kind["']?[ \t]*:[ \t]*["']?Config\b""", re.MULTILINE),
+     _kubeconfig_secret),
+    ("a docker login (config.json auths)", re.compile(r'"auths"\s*:'), _docker_login),
+    ("Google Cloud credentials",
+     re.compile(r'"type"\s*:\s*"(%s)"' % "|".join(sorted(GOOGLE_TYPES))), _google_credentials),
 )
 _ALLOWLISTED = re.compile(r"pragma:\s*allowlist[ -]secret", re.IGNORECASE)
 # An archive's leading bytes (and tar's at offset 257) -> its kind.
