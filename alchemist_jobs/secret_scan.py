@@ -78,15 +78,23 @@ MAX_PARSE_BYTES = 1 << 20
 
 
 def _kubeconfig_secret(doc: Any) -> str | None:
-    """A kubeconfig user's token, password or client key (clientcmd v1 AuthInfo)."""
+    """A kubeconfig user's token, password, client key or OIDC tokens (clientcmd v1 AuthInfo;
+    `client-key` and `tokenFile` are paths, not secrets)."""
     if not (isinstance(doc, dict) and doc.get("kind") == "Config"
             and isinstance(doc.get("users"), list)):
         return None
     for entry in doc["users"]:
         user = entry.get("user") if isinstance(entry, dict) else None
-        for field in ("token", "password", "client-key-data", "client-key"):
-            if isinstance(user, dict) and isinstance(user.get(field), str) and user[field]:
-                return user[field] if field != "client-key" else None
+        if not isinstance(user, dict):
+            continue
+        provider = user.get("auth-provider")  # OIDC: its config's id and refresh tokens
+        config = provider.get("config") if isinstance(provider, dict) else None
+        for d, fields in ((user, ("token", "password", "client-key-data")),
+                          (config if isinstance(config, dict) else {},
+                           ("id-token", "refresh-token", "access-token", "client-secret"))):
+            for field in fields:
+                if isinstance(d.get(field), str) and d[field]:
+                    return d[field]
     return None
 
 

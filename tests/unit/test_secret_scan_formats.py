@@ -64,6 +64,27 @@ contexts:
   context: {cluster: ci, user: ci-bot}
 current-context: ci
 """
+# kubectl's OIDC auth-provider keeps the id and refresh tokens in the kubeconfig itself.
+OIDC_KUBECONFIG = """apiVersion: v1
+kind: Config
+clusters:
+- name: corp
+  cluster: {server: "https://k8s.corp.example:443"}
+users:
+- name: alice
+  user:
+    auth-provider:
+      name: oidc
+      config:
+        client-id: kubernetes
+        idp-issuer-url: https://sso.corp.example
+        id-token: eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJhbGljZSJ9
+        refresh-token: Cg1hbGljZS1yZWZyZXNoEgZzc28tMDE
+contexts:
+- name: corp
+  context: {cluster: corp, user: alice}
+current-context: corp
+"""
 # `docker login` writes ~/.docker/config.json: "auths" -> registry -> base64(user:password).
 DOCKER_CONFIG = json.dumps(
     {"auths": {"ghcr.io": {"auth": B64(b"alice:Zr8mQ4vX2pL9wQ7e")}}}, indent="\t") + "\n"
@@ -111,6 +132,7 @@ def _tar() -> bytes:
 HELD = {
     "deploy/admin.conf": (ADMIN_CONF, "kubeconfig"),
     "deploy/ci.yaml": (CI_KUBECONFIG, "kubeconfig"),
+    "deploy/corp.yaml": (OIDC_KUBECONFIG, "kubeconfig"),
     "registry/config.json": (DOCKER_CONFIG, "docker"),
     "gcp/adc.json": (GCLOUD_ADC, "Google"),
     "notes/github.md": (f"CI pushes with {GITHUB_PAT}\n", "GitHub"),
