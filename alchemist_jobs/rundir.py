@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import re
 import secrets
 import stat
@@ -302,8 +303,6 @@ def _kind(mode: int) -> str:
 
 def _user(uid: int) -> str:
     try:
-        import pwd
-
         return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
     except KeyError:
         return f"uid {uid}"
