@@ -18,7 +18,7 @@ Some credentials detect-secrets has no detector for: a kubeconfig's client key o
 TOKENS and DOCUMENTS recognise them by their content, whatever the file is called. Files are
 judged by content, never by extension (a key saved as `logo.png` is a key). An archive (zip,
 tar, gzip, ...) is held back whole: the files inside it are not scanned, so only
-`ship_secrets` ships one.
+`ship_secrets` ships one. An `env:` variable is also judged by its name (SECRET_NAME).
 """
 
 from __future__ import annotations
@@ -40,10 +40,7 @@ DETECTORS = (
 # Also left out: the IBM Cloud, Cloudant and SoftLayer detectors, password keywords near a
 # vendor's name (KeywordDetector finds the same lines), whose patterns are the slowest.
 # detect-secrets' default heuristics that drop false positives (templates, `$VAR` references,
-# sequences, UUIDs, lock and binary files) and honour the inline allowlist marker.
-# Turned off: is_non_text_file, which skips a file by its extension (.png, .zip...): a file is
-# judged by what it holds.
-NOT_FILTERS = ("detect_secrets.filters.heuristic.is_non_text_file",)
+# sequences, UUIDs, lock files) and honour the inline allowlist marker.
 FILTERS = (
     "detect_secrets.filters.heuristic.is_lock_file",
     "detect_secrets.filters.heuristic.is_indirect_reference",
@@ -57,6 +54,9 @@ FILTERS = (
     "detect_secrets.filters.heuristic.is_swagger_file",
     "detect_secrets.filters.heuristic.is_likely_id_string",
 )
+# Turned off, although a default: is_non_text_file, which skips a file by its extension (.png,
+# .zip...). A file is judged by what it holds.
+NOT_FILTERS = ("detect_secrets.filters.heuristic.is_non_text_file",)
 MAX_SCAN_BYTES = 8 << 20  # larger files are data, not code or configuration: not scanned
 
 # Credentials of formats detect-secrets has no detector for, by their content. Tokens, by
@@ -285,7 +285,7 @@ SECRET_NAME = re.compile(r"(^|_)(TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|API_?KE
 
 def value_looks_secret(name: str, value: str) -> str | None:
     """Why `NAME=value` (as in an env file) looks like a secret: the kinds detect-secrets
-    and SIGNATURES see in it, or a name that holds secrets by convention; else None."""
+    and TOKENS or DOCUMENTS see in it, or a name that holds secrets by convention; else None."""
     if not value:
         return None
     kinds: list[str] = []
@@ -298,5 +298,5 @@ def value_looks_secret(name: str, value: str) -> str | None:
             kinds = sorted({s.type for line in lines for s in scan_line(line)})
     kinds += [k for k in signature_kinds(value) if k not in kinds]
     if not kinds and SECRET_NAME.search(name):
-        kinds = [f"a name that holds a secret by convention"]
+        kinds = ["a name that holds a secret by convention"]
     return ", ".join(kinds) or None

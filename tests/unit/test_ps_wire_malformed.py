@@ -10,6 +10,7 @@ import json
 import random
 import socket
 import struct
+import threading
 
 import pytest
 
@@ -91,8 +92,6 @@ def test_a_malformed_answer_to_the_challenge_is_a_clean_error(case):
     ours, theirs = socket.socketpair()
     ours.settimeout(5)
     # The server's challenge is sent first: read it on the other side once it is out.
-    import threading
-
     out: list[BaseException | None] = []
 
     def server() -> None:
