@@ -29,7 +29,7 @@ import yaml
 import alchemist_jobs
 from alchemist_jobs import environment as E
 from alchemist_jobs import job_env
-from alchemist_jobs import local_servers, run_index, server_role, store_bind
+from alchemist_jobs import local_servers, private_net, run_index, server_role, store_bind
 from alchemist_jobs.errors import UserError
 from alchemist_jobs.failures import (AttemptFailure, GroupFailures, attempt_failure, exit_text,
                                      failure_record)
@@ -343,6 +343,9 @@ class LocalRequest(Request):
     # schedule, which is the workers' working directory (as a cluster run's snapshot is).
     code_source: Path | None = None
     code_files: list[str] = field(default_factory=list)
+    # The job in a network namespace of its own (private_net.py); False where its processes
+    # are placed in networks already (the tests' simulated hosts, tests/netns.py).
+    private_network: bool = True
 
     def describe(self) -> str:
         head = [f"# run {self.run_id} on stack local: {self.spec.nodes} node(s) x "
@@ -378,6 +381,7 @@ class LocalRun:
     request: LocalRequest
     procs: list[subprocess.Popen] = field(default_factory=list)
     servers: local_servers.LocalServers | None = None
+    net: private_net.PrivateNet | None = None  # the job's own network namespace
 
     @property
     def run(self) -> RunDir:
@@ -485,9 +489,13 @@ class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
                          nodes=spec.nodes, agents=[], proc_starts={})
         handle = LocalRun(request)
         try:
+            handle.net, warm = self._private_net(request, warm)
+            join = handle.net.preexec if handle.net is not None else None
             ps_env = {}
             if request.servers:
-                handle.servers = local_servers.LocalServers(request.servers, run, spec.max_restarts)
+                handle.servers = local_servers.LocalServers(
+                    request.servers, run, spec.max_restarts, preexec=join,
+                    listeners=handle.net.listeners if handle.net is not None else None)
                 handle.servers.start()
                 ps_env = handle.servers.worker_env()
             for p in request.processes:
@@ -499,7 +507,7 @@ class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
                 with open(os.open(p.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600),
                           "ab") as log:
                     handle.procs.append(popen_group(
-                        argv, cwd=p.cwd, env=env, stdout=log,
+                        argv, cwd=p.cwd, env=env, stdout=log, preexec=join,
                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL))
         except BaseException:
             if warm is not None:
@@ -509,6 +517,39 @@ class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
             raise
         record_procs(run, agents=[pr.pid for pr in handle.procs])
         return handle
+
+    @staticmethod
+    def _private_net(request: LocalRequest,
+                     warm: "WarmAgent | None") -> tuple[private_net.PrivateNet | None,
+                                                          "WarmAgent | None"]:
+        """The job's own network namespace (private_net.py), or None where this machine has
+        none to give (one warning line). A warm agent started in a namespace of its own is
+        node 0's agent there; one started without (namespaces refused at its start) is
+        discarded, since it could not join."""
+        if not request.private_network:
+            return None, warm
+        why = private_net.unavailable()
+        if why is not None:
+            print(f"warning: local run {request.run_id} uses this machine's network: {why}; its "
+                  "listeners (gloo, parameter servers, coordinators, /metrics) are reachable by "
+                  "other accounts on loopback (docs/security.md)", file=sys.stderr)
+            return None, warm
+        join_pid = None
+        if warm is not None:
+            own = private_net.ns_of(warm.proc.pid, "net")
+            if own not in ("", private_net.ns_of(os.getpid(), "net")):
+                join_pid = warm.proc.pid
+            else:
+                warm.discard()
+                warm = None
+        run = request.run
+        pythonpath = os.pathsep.join(p for p in (_PKG_PARENT, os.environ.get("PYTHONPATH")) if p)
+        net = private_net.PrivateNet(str(run.path), len(request.servers),
+                                     str(run.logs / "private-net.log"), join_pid=join_pid,
+                                     env=dict(os.environ, PYTHONPATH=pythonpath))
+        # The one way in from outside: read-only /metrics of each worker (commands/monitor.py).
+        run.update_state(metrics_bridge=net.bridge_port)
+        return net, warm
 
     def wait(self, handle: LocalRun, tick: Callable[[], None] | None = None,
              poll: float = 0.1) -> RunStatus:
@@ -564,6 +605,7 @@ class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
                 message = message or f"could not record the outcome: {e.strerror}"
         if handle.servers is not None:  # they exit by themselves once every worker is done
             handle.servers.stop(grace=CANCEL_GRACE_S)
+        self._close_net(handle)
         self._kill_leftover_workers(run)
         status = self.status(run.run_id)
         if message and status.message != message:
@@ -738,6 +780,13 @@ class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
         stop_groups(handle.procs, grace)
         if handle.servers is not None:
             handle.servers.stop(grace)
+        self._close_net(handle)
+
+    @staticmethod
+    def _close_net(handle: LocalRun) -> None:
+        if handle.net is not None:
+            handle.net.close()
+            handle.net = None
 
     def _kill_leftover_workers(self, run: RunDir) -> None:
         """Workers die with their agent (PDEATHSIG); this catches any that did not."""

@@ -16,7 +16,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from alchemist_jobs import environment as E
 
@@ -63,15 +63,23 @@ class LocalServers:
     """Start the shards, restart one that dies (up to max_restarts each), stop them all.
     Their pids are recorded in run.json (`servers`) so `alchemist cancel` finds them."""
 
-    def __init__(self, servers: list[ServerProcess], run: Any, max_restarts: int):
+    def __init__(self, servers: list[ServerProcess], run: Any, max_restarts: int,
+                 preexec: Callable[[], None] | None = None,
+                 listeners: list[socket.socket] | None = None):
+        """`preexec` and `listeners`: the run's private network (private_net.py), which
+        each server joins, and one listening socket per shard made inside it."""
         self.servers, self.run, self.max_restarts = servers, run, max_restarts
+        self.preexec = preexec
         self.procs: list[subprocess.Popen | None] = [None] * len(servers)
         self.restarts = [0] * len(servers)
-        self.listeners: list[socket.socket | None] = [None] * len(servers)
+        self.listeners: list[socket.socket | None] = list(listeners) if listeners is not None \
+            else [None] * len(servers)
 
     def start(self) -> None:
         for k, s in enumerate(self.servers):
-            if not s.prefix:  # a server in this network namespace: its socket is made here
+            if self.listeners[k] is not None:  # made in the run's private network
+                s.port = self.listeners[k].getsockname()[1]
+            elif not s.prefix:  # a server in this network namespace: its socket is made here
                 self.listeners[k] = listen_socket(s.host, s.port)
                 s.port = self.listeners[k].getsockname()[1]
             elif s.port is None:
@@ -89,6 +97,7 @@ class LocalServers:
             env.update(E.PS_LISTEN_FD.entry(listener.fileno()))
         with open(os.open(s.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab") as log:
             self.procs[k] = popen_group(s.argv, cwd=s.cwd, env=env, stdout=log, pass_fds=fds,
+                                        preexec=self.preexec,
                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         record_procs(self.run, servers=self.pids)
 

@@ -13,7 +13,7 @@ import socket
 import subprocess
 import sys
 import time
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 PR_SET_PDEATHSIG = 1
 
@@ -36,14 +36,23 @@ def die_with_parent(sig: int = signal.SIGTERM) -> None:
         libc.prctl(PR_SET_PDEATHSIG, sig)
 
 
-def popen_group(argv: list[str], die_with_parent: bool = True, **kw) -> subprocess.Popen:
+def popen_group(argv: list[str], die_with_parent: bool = True,
+                preexec: Callable[[], None] | None = None, **kw) -> subprocess.Popen:
     """Start a child in its own session (Ctrl-C in the terminal reaches the CLI only, which
     then stops children in order) that receives SIGTERM if the launcher dies (unless
-    `die_with_parent` is False: a detached launcher outlives the command that started it)."""
+    `die_with_parent` is False: a detached launcher outlives the command that started it).
+    `preexec` runs in the child just before exec (e.g. joining the run's private network,
+    private_net.py)."""
     libc = _libc() if die_with_parent else None  # loaded here: not between fork and exec
-    pre = (lambda: libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)) if libc is not None else None
+
+    def pre() -> None:
+        if libc is not None:
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        if preexec is not None:
+            preexec()
     kw.setdefault("umask", 0o077)  # what a run writes (logs, checkpoints) is its owner's only
-    return subprocess.Popen(argv, start_new_session=True, preexec_fn=pre, **kw)
+    return subprocess.Popen(argv, start_new_session=True,
+                            preexec_fn=pre if libc is not None or preexec else None, **kw)
 
 
 def alive(pid: object) -> bool:
@@ -71,11 +80,18 @@ def signal_group(pid: int, sig: int) -> None:
         pass
 
 
+def terminate_group(pid: int) -> None:
+    """SIGTERM the group, then SIGCONT: a stopped process (SIGSTOP, a debugger's stop) acts
+    on no signal but SIGKILL until it is continued, and would otherwise live out the grace."""
+    signal_group(pid, signal.SIGTERM)
+    signal_group(pid, signal.SIGCONT)
+
+
 def stop_groups(procs: Iterable[subprocess.Popen], grace: float) -> None:
     """SIGTERM every live group, wait up to `grace` seconds in all, then SIGKILL the rest."""
     live = [p for p in procs if p is not None and p.poll() is None]
     for p in live:
-        signal_group(p.pid, signal.SIGTERM)
+        terminate_group(p.pid)
     deadline = time.time() + grace
     for p in live:
         try:
@@ -89,7 +105,7 @@ def stop_pids(pids: Iterable[int], grace: float) -> None:
     """The same for groups known only by pid (another CLI's children, from run.json)."""
     live = [p for p in pids if alive(p)]
     for pid in live:
-        signal_group(pid, signal.SIGTERM)
+        terminate_group(pid)
     deadline = time.time() + grace
     while any(alive(p) for p in live) and time.time() < deadline:
         time.sleep(0.1)

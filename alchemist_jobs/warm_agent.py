@@ -18,7 +18,7 @@ import os
 import subprocess
 import sys
 
-from alchemist_jobs import agent
+from alchemist_jobs import agent, private_net
 from alchemist_jobs import environment as E
 from alchemist_jobs.processes import popen_group
 
@@ -27,8 +27,12 @@ class WarmAgent:
     def __init__(self) -> None:
         here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         path = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH")) if p)
+        # Node 0's agent of a run in a network of its own: it starts in it (private_net.py).
+        pre = private_net.new_namespace_preexec(strict=False) \
+            if private_net.unavailable() is None else None
         self.proc = popen_group(
             [sys.executable, "-m", "alchemist_jobs.warm_agent"], stdin=subprocess.PIPE,
+            preexec=pre,
             env=dict(os.environ, PYTHONPATH=path),
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.used = False

@@ -196,6 +196,7 @@ class NetnsScheduler(LocalScheduler):
             raise ValueError(f"spec has {spec.nodes} node(s); the harness has {len(self.hosts)} "
                              f"hosts (need nodes == hosts >= 2)")
         req = super().dryrun(spec, spec_dir, run_id)
+        req.private_network = False  # each node is in its host's namespace already
         h0 = self.hosts[0]
         for s in req.servers:
             s.prefix, s.host, s.port = h0.exec_prefix, h0.addr, CLUSTER_BASE_PORT + s.shard

@@ -205,12 +205,20 @@ class TargetFinder:
             # status() tells a live run from one whose launcher died without a word.
             if st.get("state") != RUNNING or sched.status(run.run_id).state != RUNNING:
                 continue
+            bridge = st.get("metrics_bridge")  # the run's own network: the one way in
             for rec_path in sorted(run.workers.glob("*.json")):
                 rec = read_json(rec_path)
                 if not rec or not rec.get("metrics_port") or rec.get("finished"):
                     continue  # no endpoint (user scripts), or a worker that is done
-                out.append({"targets": [f"127.0.0.1:{int(rec['metrics_port'])}"],
-                            "labels": {"job": st.get("name") or run.run_id.rsplit("-", 3)[0],
+                where = {"targets": [f"127.0.0.1:{int(rec['metrics_port'])}"]}
+                if isinstance(bridge, int) and not isinstance(bridge, bool):
+                    where = {"targets": [f"127.0.0.1:{bridge}"]}
+                    path = {"__metrics_path__": f"/metrics/{rec_path.stem}"}
+                else:
+                    path = {}
+                out.append({**where,
+                            "labels": {**path,
+                                       "job": st.get("name") or run.run_id.rsplit("-", 3)[0],
                                        "run": run.run_id,
                                        "rank": str(rec.get("rank", rec_path.stem)),
                                        "node": str(rec.get("node") or ""),

@@ -32,15 +32,28 @@ _METRIC = re.compile(r'^(alchemist_communication_seconds_total|alchemist_test_ac
                      r'\{([^}]*)\}\s+(\S+)', re.M)
 
 
-def scrape_rank0(run_dir: Path, timeout: float = 0.5) -> dict[str, float] | None:
-    """Rank 0's communication seconds and test accuracy from its own /metrics on this machine
-    (the port is in workers/rank-0.json); None when it serves none (yet)."""
-    rec = read_json(run_dir / "workers" / "rank-0.json") or {}
+def metrics_url(run_dir: Path, worker: str = "rank-0") -> str | None:
+    """Where this machine reads a worker's /metrics: through the run's metrics bridge (its
+    port in run.json) when the run has a network of its own (private_net.py), else the port
+    in workers/<worker>.json; None when it serves none (yet)."""
+    rec = read_json(run_dir / "workers" / f"{worker}.json") or {}
     port = rec.get("metrics_port")
     if not isinstance(port, int):
         return None
+    bridge = (read_json(run_dir / "run.json") or {}).get("metrics_bridge")
+    if isinstance(bridge, int) and not isinstance(bridge, bool):
+        return f"http://127.0.0.1:{bridge}/metrics/{worker}"
+    return f"http://127.0.0.1:{port}/metrics"
+
+
+def scrape_rank0(run_dir: Path, timeout: float = 0.5) -> dict[str, float] | None:
+    """Rank 0's communication seconds and test accuracy from its own /metrics on this machine
+    (metrics_url); None when it serves none (yet)."""
+    url = metrics_url(run_dir)
+    if url is None:
+        return None
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=timeout) as r:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
             text = r.read(1 << 20).decode(errors="replace")
     except (OSError, ValueError):
         return None

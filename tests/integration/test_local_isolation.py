@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests import netns
+from tests.integration.test_private_net import descendants, run_listeners
 from alchemist_jobs.rundir import RunDir
 from tests.conftest import EXAMPLES, REPO
 
@@ -86,9 +87,12 @@ def test_no_port_of_a_local_run_is_reachable_from_another_host(tmp_path: Path, a
             # Both ranks have stepped: the parameter server and the metrics endpoints are up.
             wait_for(lambda: (run.progress() or {}).get("step", 0) > 0
                      and len(run.worker_records()) == 2, "training to start", cli)
+            # Every listener of the run's processes (in the run's own network, private_net.py)
+            # and every one of the run host's own network (the metrics bridge).
+            found = run_listeners(descendants(cli.pid))
+            assert len(found) >= 3, found  # the server, two ranks' metrics
             socks = listening(run_host)
-            assert len(socks) >= 3, socks  # the server, two ranks' metrics
-            ports = sorted({port for _, port in socks})
+            ports = sorted({port for port, _ in found.values()} | {port for _, port in socks})
             probe = subprocess.run([*other.exec_prefix, sys.executable, "-c", PROBE,
                                     run_host.addr, *map(str, ports)],
                                    capture_output=True, text=True, check=True)
