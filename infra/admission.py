@@ -17,7 +17,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from infra.labels import JOB_SECRET_PREFIX, JOB_SERVICE_ACCOUNT, RUN_LABEL, SESSION_PREFIX, TEAM_LABEL, TENSORBOARD_POD
+from infra.cluster_facts import GPU_TOLERATIONS
+from infra.labels import (
+    JOB_SECRET_PREFIX,
+    JOB_SERVICE_ACCOUNT,
+    RUN_LABEL,
+    SESSION_PREFIX,
+    TEAM_GID_LABEL,
+    TEAM_LABEL,
+    TEAM_UID_LABEL,
+    TENSORBOARD_POD,
+)
 
 API = "admissionregistration.k8s.io/v1"
 
@@ -48,11 +58,44 @@ _CONTAINERS = ("(has(s.containers) ? s.containers : []) + (has(s.initContainers)
                "(has(s.ephemeralContainers) ? s.ephemeralContainers : [])")  # fmt: skip
 _OK_SECRET = f"n.startsWith('{JOB_SECRET_PREFIX}')"
 
+# Volume sources a member's pod may use: the team's claims (members create none: RBAC grants
+# PVCs read-only, so every claim of the namespace is the platform's, on the team's subtree),
+# the pod's own ConfigMaps, Secrets (bounded below), scratch and API projections. No nfs,
+# hostPath, csi or ephemeral volume: each would reach storage outside the team's subtree (an
+# NFS root, a node's disk, a driver's volume). The API server has already refused a volume
+# with two sources (kubernetes v1.35.0 pkg/apis/core/validation/validation.go
+# validateVolumeSource, "may not specify more than 1 volume type"; registry/generic/registry/
+# store.go Create runs BeforeCreate's validation before validating admission), so requiring one
+# of these sources excludes every other.
+VOLUME_SOURCES = ("persistentVolumeClaim", "configMap", "secret", "emptyDir", "projected", "downwardAPI")
+# Taints a member's pod may tolerate: the GPU nodes' (the stack output's `gpu.tolerations`,
+# which Kueue's GPU flavor also adds) and those the API server's DefaultTolerationSeconds plugin
+# adds to every pod before validating admission runs (kubernetes v1.35.0 plugin/pkg/admission/
+# defaulttolerationseconds: node.kubernetes.io/not-ready and unreachable, NoExecute). A
+# toleration without a key (`operator: Exists` tolerates every taint) is refused.
+TOLERATED_TAINTS = tuple(dict.fromkeys([*(t["key"] for t in GPU_TOLERATIONS),
+                                        "node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"]))
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"  # Kueue's; a team's LocalQueue is named after the team
+_NS_LABELS = "namespaceObject.metadata.labels"
+TEAM_VARIABLES = [
+    # The team's identity and queue, from its namespace's labels (infra/team_namespace.py); a
+    # namespace without them gives -1 / '', which no pod can match: refused, not admitted.
+    {"name": "uid", "expression": f"'{TEAM_UID_LABEL}' in {_NS_LABELS} ? int({_NS_LABELS}['{TEAM_UID_LABEL}']) : -1"},
+    {"name": "gid", "expression": f"'{TEAM_GID_LABEL}' in {_NS_LABELS} ? int({_NS_LABELS}['{TEAM_GID_LABEL}']) : -1"},
+    {"name": "queue", "expression": f"'{TEAM_LABEL}' in {_NS_LABELS} ? {_NS_LABELS}['{TEAM_LABEL}'] : ''"},
+]  # fmt: skip
+_POD_SC = "s.securityContext"
+_IDENTITY_MESSAGE = (
+    f"variables.uid < 0 || variables.gid < 0 ? 'namespace ' + request.namespace + ' names no team identity "
+    f"(labels {TEAM_UID_LABEL}, {TEAM_GID_LABEL}): no pod is admitted in it' : "
+    "'spec.securityContext must set runAsUser ' + string(variables.uid) + ', runAsGroup ' + "
+    "string(variables.gid) + ' and runAsNonRoot: true, with fsGroup and supplementalGroups only ' + "
+    "string(variables.gid) + ' (the team\\'s identity, namespace labels " + TEAM_UID_LABEL + "/" + TEAM_GID_LABEL + ")'"
+)
+
 VALIDATIONS: list[tuple[str, str]] = [
     (f"variables.podSpecs.all(s, !has(s.serviceAccountName) || s.serviceAccountName in ['', 'default', '{JOB_SERVICE_ACCOUNT}'])",
      f"pods run as the ServiceAccount {JOB_SERVICE_ACCOUNT} (or default), no other"),
-    ("variables.podSpecs.all(s, !has(s.volumes) || s.volumes.all(v, !has(v.hostPath)))",
-     "hostPath volumes are not allowed"),
     ("variables.podSpecs.all(s, !(has(s.hostNetwork) && s.hostNetwork) && !(has(s.hostPID) && s.hostPID) && "
      "!(has(s.hostIPC) && s.hostIPC))",
      "hostNetwork, hostPID and hostIPC are not allowed"),
@@ -70,7 +113,48 @@ VALIDATIONS: list[tuple[str, str]] = [
      f"[e.valueFrom.secretKeyRef.name].all(n, {_OK_SECRET}))) && "
      f"(!has(c.envFrom) || c.envFrom.all(e, !has(e.secretRef) || [e.secretRef.name].all(n, {_OK_SECRET})))))",
      f"only Secrets named {JOB_SECRET_PREFIX}* may be read into the environment"),
+    ("variables.podSpecs.all(s, !has(s.volumes) || s.volumes.all(v, "
+     + " || ".join(f"has(v.{k})" for k in VOLUME_SOURCES) + "))",
+     f"volumes may only be {', '.join(VOLUME_SOURCES)} (no nfs, hostPath, csi or ephemeral)"),
+    ("variables.podSpecs.all(s, !has(s.nodeName) || s.nodeName == '')",
+     "spec.nodeName may not be set: pods are placed by the scheduler after Kueue admits them"),
+    ("variables.podSpecs.all(s, !has(s.tolerations) || s.tolerations.all(t, has(t.key) && t.key in "
+     f"{list(TOLERATED_TAINTS)}))",
+     f"tolerations may name only the taints {', '.join(TOLERATED_TAINTS)} (a toleration without a key "
+     "tolerates every taint)"),
 ]  # fmt: skip
+
+# The team's uid and gid on every pod and container (init and ephemeral ones included): the
+# shared file system keeps teams apart by ownership, so a pod that ran as another team's uid
+# would read and write that team's files.
+IDENTITY_VALIDATIONS: list[dict[str, str]] = [{
+    "expression": f"variables.podSpecs.all(s, has({_POD_SC}) && has({_POD_SC}.runAsUser) && "
+                  f"{_POD_SC}.runAsUser == variables.uid && has({_POD_SC}.runAsGroup) && "
+                  f"{_POD_SC}.runAsGroup == variables.gid && has({_POD_SC}.runAsNonRoot) && {_POD_SC}.runAsNonRoot && "
+                  f"(!has({_POD_SC}.fsGroup) || {_POD_SC}.fsGroup == variables.gid) && "
+                  f"(!has({_POD_SC}.supplementalGroups) || {_POD_SC}.supplementalGroups.all(g, g == variables.gid)))",
+    "messageExpression": _IDENTITY_MESSAGE,
+    "message": "spec.securityContext must run as the team's uid and gid (namespace labels "
+               f"{TEAM_UID_LABEL}, {TEAM_GID_LABEL}) with runAsNonRoot: true",
+}, {
+    "expression": f"variables.podSpecs.all(s, ({_CONTAINERS}).all(c, !has(c.securityContext) || ("
+                  "(!has(c.securityContext.runAsUser) || c.securityContext.runAsUser == variables.uid) && "
+                  "(!has(c.securityContext.runAsGroup) || c.securityContext.runAsGroup == variables.gid) && "
+                  "(!has(c.securityContext.runAsNonRoot) || c.securityContext.runAsNonRoot))))",
+    "messageExpression": "'a container\\'s securityContext may set runAsUser only to ' + string(variables.uid) + "
+                         "', runAsGroup only to ' + string(variables.gid) + ' and runAsNonRoot only to true'",
+    "message": "a container's securityContext may set only the team's uid and gid, and runAsNonRoot: true",
+}]  # fmt: skip
+
+# Kueue manages only what carries its queue label (managedJobsNamespaceSelector selects the
+# team namespaces, manageJobsWithoutQueueName is off: Kueue v0.13.4 pkg/controller/jobframework/
+# reconciler.go ignores a job without a queue name), so an object without it would start around
+# the team's quota: every Pod, Job and JobSet a member creates names the team's LocalQueue.
+QUEUE_RULES = {
+    "Pod": "has(object.metadata.labels) && '{q}' in object.metadata.labels && "
+           "object.metadata.labels['{q}'] == variables.queue",
+}
+QUEUE_RULES["Job"] = QUEUE_RULES["JobSet"] = QUEUE_RULES["Pod"]
 
 # The run label admits a pod to that run's peers (the per-run NetworkPolicy): a pod made
 # directly by a submitter never carries it; a Job's or JobSet's pods carry their own run's,
@@ -119,9 +203,16 @@ def validating_policy(kind: str) -> dict[str, Any]:
                 "operations": ["CREATE", "UPDATE"]}]},  # fmt: skip
             "matchConditions": match_conditions(policy_name(kind)),
             "variables": [{"name": "podSpecs", "expression": specs},
-                          {"name": "podLabels", "expression": POD_LABELS[kind]}],
-            "validations": [{"expression": e, "message": m, "reason": "Forbidden"}
-                            for e, m in [*VALIDATIONS, (run_expr, run_msg)]],
+                          {"name": "podLabels", "expression": POD_LABELS[kind]}, *TEAM_VARIABLES],
+            "validations": [
+                *({"expression": e, "message": m, "reason": "Forbidden"} for e, m in [*VALIDATIONS, (run_expr, run_msg)]),
+                *({**v, "reason": "Forbidden"} for v in IDENTITY_VALIDATIONS),
+                {"expression": QUEUE_RULES[kind].format(q=QUEUE_LABEL), "reason": "Forbidden",
+                 "message": f"metadata.labels {QUEUE_LABEL} must name the team's LocalQueue (its namespace's name): "
+                            "Kueue admits only what carries it",
+                 "messageExpression": f"'metadata.labels {QUEUE_LABEL} must be ' + variables.queue + "
+                                      "' (the team\\'s LocalQueue): Kueue admits only what carries it'"},
+            ],
         },
     }  # fmt: skip
 

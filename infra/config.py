@@ -14,6 +14,7 @@ import re
 from typing import Annotated, Any, Literal, Union, get_args
 from urllib.parse import urlsplit
 
+import yaml
 from pydantic import (BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator,
                       model_validator)
 from pydantic.alias_generators import to_camel
@@ -26,7 +27,7 @@ NAMESPACE = "alchemist"
 # Keys whose values are secrets: they must be set with `pulumi config set --secret`, and no
 # message ever shows their value.
 SECRET_KEYS = ("kubeconfig", "sshPrivateKey", "registryPassword", "grafanaAdminPassword",
-               "objectStoreSecretKey")
+               "objectStoreSecretKey", "objectStoreTeamSecretKeys")
 # Namespaces the platform itself owns; a team may not take one of these names.
 SYSTEM_NAMESPACES = (
     "default", "kube-system", "kube-public", "kube-node-lease",
@@ -97,6 +98,11 @@ class Team(_Model):
     principals: list[Annotated[str, Field(pattern=IAM_PRINCIPAL)]] = Field(
         default_factory=list,
         description="IAM role or user ARNs (arn:aws:iam::<account>:role/<name>) that submit for the team (aws only)",
+    )
+    object_store_access_key_id: str | None = Field(
+        None, min_length=1,
+        description="the team's own access key id on the S3-compatible service (not aws), which the service's "
+                    "admin restricts to the prefix <team>/; its secret key in alchemist:objectStoreTeamSecretKeys",
     )
 
 
@@ -317,7 +323,7 @@ class StackConfig(_Model):
         description=" or ".join(repr(v) for v in KUBERNETES_VERSIONS) + " (a quoted string)"
     )
     teams: list[Team] = Field(min_length=1, description="a list of {name, quota: {gpu, cpu, memory}}")
-    pod_security: Literal["restricted", "baseline", "privileged"] = "baseline"
+    pod_security: Literal["restricted", "baseline", "privileged"] = "restricted"
     shared_fs: SharedFs = Field(description="{kind: efs|fsx-lustre|nfs|hostpath, ...}")
     images: ImagesConfig = ImagesConfig()
     allow_open_endpoints: bool = Field(
@@ -334,6 +340,8 @@ class StackConfig(_Model):
     alertmanager: AlertmanagerConfig | None = None
     object_store: ObjectStoreConfig | None = None
     object_store_secret_key: SecretStr | None = None
+    # {team: secret key} (YAML or JSON) for the teams that set objectStoreAccessKeyId
+    object_store_team_secret_keys: SecretStr | None = None
 
     @field_validator("provider")
     @classmethod
@@ -346,6 +354,19 @@ class StackConfig(_Model):
     def default_team(self) -> Team:
         """Jobs go to the first team unless they name another."""
         return self.teams[0]
+
+    def object_store_keys(self) -> dict[str, tuple[str, SecretStr]]:
+        """Each team's S3 key pair on a non-AWS store: its own, else the stack's (at most one team
+        may have the stack's: _check_object_store); teams without either get none."""
+        own = _team_secret_keys(self)
+        out = {}
+        store = self.object_store
+        for team in self.teams:
+            if team.object_store_access_key_id is not None:
+                out[team.name] = (team.object_store_access_key_id, own[team.name])
+            elif store is not None and store.access_key_id is not None and self.object_store_secret_key is not None:
+                out[team.name] = (store.access_key_id, self.object_store_secret_key)
+        return out
 
     def identity(self, team: str) -> tuple[int, int]:
         """The POSIX (uid, gid) of a team's job pods and shared-FS subtree: 1000 + its index by default."""
@@ -637,6 +658,16 @@ def endpoint_address(endpoint: str) -> str | None:
 
 def _check_object_store(cfg: StackConfig) -> None:
     key, store = f"{NAMESPACE}:objectStore", cfg.object_store
+    team_keys = [i for i, t in enumerate(cfg.teams) if t.object_store_access_key_id is not None]
+    if store is None or providers.get(cfg.provider).iam:
+        where = "only with an objectStore section" if store is None else \
+            f"no key: provider {cfg.provider!r} grants jobs access through IAM"
+        if team_keys:
+            i = team_keys[0]
+            raise StackConfigError(f"{NAMESPACE}:teams[{i}].objectStoreAccessKeyId",
+                                   cfg.teams[i].object_store_access_key_id, where)
+        if cfg.object_store_team_secret_keys is not None:
+            raise StackConfigError(f"{NAMESPACE}:objectStoreTeamSecretKeys", "<secret>", where)
     if store is None:
         if cfg.object_store_secret_key is not None:
             raise StackConfigError(f"{NAMESPACE}:objectStoreSecretKey", "<secret>",
@@ -660,10 +691,52 @@ def _check_object_store(cfg: StackConfig) -> None:
         raise StackConfigError(f"{key}.accessKeyId", store.access_key_id,
                                "an access key id together with the secret "
                                "alchemist:objectStoreSecretKey, or neither")  # fmt: skip
+    _check_team_keys(cfg)
     if not store.cidrs and endpoint_address(store.endpoint) is None:
         raise StackConfigError(f"{key}.cidrs", None, f"the addresses {store.endpoint} resolves to "
                                "(CIDRs such as 10.20.0.9/32): job pods reach the store through a "
                                "NetworkPolicy, which matches addresses, not host names", missing=True)  # fmt: skip
+
+
+def _team_secret_keys(cfg: StackConfig) -> dict[str, SecretStr]:
+    """alchemist:objectStoreTeamSecretKeys as {team: secret key}; never shows a value."""
+    key = f"{NAMESPACE}:objectStoreTeamSecretKeys"
+    if cfg.object_store_team_secret_keys is None:
+        return {}
+    try:
+        raw = yaml.safe_load(cfg.object_store_team_secret_keys.get_secret_value())
+    except yaml.YAMLError:
+        raw = None
+    if not isinstance(raw, dict) or not all(isinstance(k, str) and isinstance(v, str) and v for k, v in raw.items()):
+        raise StackConfigError(key, "<secret>", "a mapping of team name to that team's secret key")
+    return {k: SecretStr(v) for k, v in raw.items()}
+
+
+def _check_team_keys(cfg: StackConfig) -> None:
+    """One key pair per team: a pair two teams hold reaches both teams' prefixes."""
+    store, key = cfg.object_store, f"{NAMESPACE}:objectStoreTeamSecretKeys"
+    own = _team_secret_keys(cfg)
+    with_key = {t.name for t in cfg.teams if t.object_store_access_key_id is not None}
+    for name in sorted(set(own) ^ with_key):
+        raise StackConfigError(key, "<secret>", f"a secret key for each team that sets objectStoreAccessKeyId "
+                               f"({', '.join(sorted(with_key)) or 'none does'}), no other; team {name!r} differs")
+    shared = [i for i, t in enumerate(cfg.teams) if t.object_store_access_key_id is None]
+    if store.access_key_id is not None and len(shared) > 1:
+        i = shared[1]
+        raise StackConfigError(f"{NAMESPACE}:teams[{i}].objectStoreAccessKeyId", None,
+                               "the team's own access key id (and its secret key in "
+                               f"{key}): teams {cfg.teams[shared[0]].name!r} and {cfg.teams[i].name!r} would "
+                               "share the key pair of alchemist:objectStore.accessKeyId, which reaches both "
+                               "teams' prefixes", missing=True)  # fmt: skip
+    seen: dict[str, str] = {}
+    for i, t in enumerate(cfg.teams):
+        kid = t.object_store_access_key_id or (store.access_key_id if t.name not in with_key else None)
+        if kid is None:
+            continue
+        if kid in seen:
+            raise StackConfigError(f"{NAMESPACE}:teams[{i}].objectStoreAccessKeyId", kid,
+                                   f"a key no other team holds (team {seen[kid]!r} has it)")
+        seen[kid] = t.name
 
 
 def _check_gpu_pool(aws: AwsConfig) -> None:

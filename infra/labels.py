@@ -18,6 +18,10 @@ KUEUE_NAMESPACE = "kueue-system"
 KUEUE_RELEASE = "kueue"
 JOBSET_NAMESPACE = "jobset-system"
 TEAM_LABEL = "alchemist.io/team"  # on every team namespace
+# The team's POSIX identity, on its namespace: the admission policy forces every pod a member
+# creates there to run as it (a member cannot relabel a namespace: RBAC grants no namespaces).
+TEAM_UID_LABEL = "alchemist.io/uid"
+TEAM_GID_LABEL = "alchemist.io/gid"
 # An interactive session's pod carries this label (alchemist_jobs/kubernetes/interactive.py) and
 # is named with this prefix: its NetworkPolicy selects the label, its connections the name.
 SESSION_LABEL = "alchemist.io/session"

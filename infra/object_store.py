@@ -6,7 +6,9 @@ week) and, per team namespace, an IRSA annotation on the ServiceAccount `alchemi
 team namespace creates) for a role
 that may list, read and write only the keys under the team's prefix (`<team>/`). Other providers: the endpoint and
 bucket named in `alchemist:objectStore`, the same ServiceAccount, and where access keys are
-given a Secret `alchemist-job-object-store` with them in each team namespace. Without
+given a Secret `alchemist-job-object-store` in each team namespace with that team's own key
+pair (a team's `objectStoreAccessKeyId`, or the stack's for one team at most: a pair two teams
+held would reach both prefixes, so the config refuses it). Without
 `objectStore` a non-AWS stack has no object store and exports none.
 """
 
@@ -27,6 +29,7 @@ from infra.config import ObjectStoreConfig
 from infra.labels import MANAGED_BY
 from infra.cluster_addons import ROLE_ANNOTATION, irsa_trust_policy
 
+ACCESS_KEY_ANNOTATION = "alchemist.io/access-key-id"
 MULTIPART_ABORT_DAYS = 7  # an interrupted `alchemist data push` leaves parts; S3 bills them
 
 
@@ -40,6 +43,7 @@ class ObjectStoreArgs:
     depends_on: list[Any] = field(default_factory=list)
     service_accounts: dict[str, Any] = field(default_factory=dict)  # team -> its job ServiceAccount
     default_team: str = ""  # whose prefix the stack output names (the contract's namespace)
+    team_keys: dict[str, tuple[str, SecretStr]] = field(default_factory=dict)  # team -> its own key pair (non-AWS)
 
 
 def bucket_prefix(stack: str) -> str:
@@ -149,20 +153,24 @@ class ObjectStore(pulumi.ComponentResource):
         self.output = {"bucket": bucket.bucket, "region": net.region, "prefix": team_prefix(args.default_team)}
 
     def _existing(self, name: str, args: ObjectStoreArgs, cfg: ObjectStoreConfig) -> None:
+        # Each team's own key pair (StackConfig.object_store_keys: no two teams share one), which
+        # the service's admin restricts to the team's prefix; its id, not secret, is annotated
+        # so an admin can tell which key a namespace holds.
         for team, namespace in args.namespaces.items():
-            if cfg.access_key_id is not None and args.secret_key is not None:
-                kubernetes.core.v1.Secret(
-                    f"{name}-{team}-keys",
-                    metadata={"name": OBJECT_STORE_SECRET, "namespace": team, "labels": MANAGED_BY},
-                    type="Opaque",
-                    string_data={
-                        "AWS_ACCESS_KEY_ID": cfg.access_key_id,
-                        "AWS_SECRET_ACCESS_KEY": pulumi.Output.secret(args.secret_key.get_secret_value()),
-                    },
-                    opts=pulumi.ResourceOptions(parent=self, depends_on=[namespace, *args.depends_on]),
-                )  # fmt: skip
-        # Access keys of an S3-compatible service are the stack's, shared by its teams: the
-        # prefix keeps their data apart by convention only (docs/security.md).
+            if team not in args.team_keys:
+                continue
+            key_id, secret = args.team_keys[team]
+            kubernetes.core.v1.Secret(
+                f"{name}-{team}-keys",
+                metadata={"name": OBJECT_STORE_SECRET, "namespace": team, "labels": MANAGED_BY,
+                          "annotations": {ACCESS_KEY_ANNOTATION: key_id}},
+                type="Opaque",
+                string_data={
+                    "AWS_ACCESS_KEY_ID": key_id,
+                    "AWS_SECRET_ACCESS_KEY": pulumi.Output.secret(secret.get_secret_value()),
+                },
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[namespace, *args.depends_on]),
+            )  # fmt: skip
         self.output = {"endpoint": cfg.endpoint.rstrip("/"), "bucket": cfg.bucket, "region": cfg.region,
                        "prefix": team_prefix(args.default_team)}
 

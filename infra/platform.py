@@ -36,6 +36,7 @@ SYSTEM_NAMESPACES = {
 class PlatformArgs:
     teams: list[Team]
     pod_security: str  # restricted | baseline | privileged (policy forbids the last)
+    identities: dict[str, tuple[int, int]]  # team name -> its (uid, gid) (StackConfig.identity)
     gpu_driver_by_operator: bool
     toolkit_by_operator: bool
     depends_on: list[Any] = field(default_factory=list)
@@ -71,7 +72,8 @@ class Platform(pulumi.ComponentResource):
         self.teams = {
             team.name: TeamNamespace(
                 f"{name}-team-{team.name}",
-                TeamNamespaceArgs(team=team, pod_security=args.pod_security, cohort=list(args.teams),
+                TeamNamespaceArgs(team=team, pod_security=args.pod_security, identity=args.identities[team.name],
+                                  cohort=list(args.teams),
                                   queue_ready=self.queueing.ready, object_store=args.object_store,
                                   depends_on=args.depends_on),
                 opts=pulumi.ResourceOptions(parent=self),

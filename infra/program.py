@@ -52,6 +52,7 @@ def run(stack: str, monitoring_dir: Path, repo_root: Path = REPO_ROOT) -> None:
         "platform",
         PlatformArgs(
             teams=list(cfg.teams), pod_security=cfg.pod_security, depends_on=facts.depends_on,
+            identities={t.name: cfg.identity(t.name) for t in cfg.teams},
             gpu_driver_by_operator=facts.gpu_driver_by_operator, toolkit_by_operator=facts.toolkit_by_operator,
             object_store=store_addresses, gpu_node_labels=dict(facts.gpu_node_labels),
         ),
@@ -78,6 +79,7 @@ def run(stack: str, monitoring_dir: Path, repo_root: Path = REPO_ROOT) -> None:
     objects = ObjectStore(
         "object-store",
         ObjectStoreArgs(stack=stack, config=cfg.object_store, secret_key=cfg.object_store_secret_key,
+                        team_keys=cfg.object_store_keys(),
                         namespaces=platform.team_namespaces, depends_on=facts.depends_on,
                         service_accounts=platform.job_service_accounts, default_team=cfg.default_team.name,
                         **provider.object_store_args(facts)),

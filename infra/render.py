@@ -242,6 +242,7 @@ class Recorder:
         elif t == "aws:efs/fileSystem:FileSystem":
             rid = _fake_id(name, "fs")
             out["dnsName"] = f"{rid}.efs.{region}.amazonaws.com"
+            out["arn"] = f"arn:aws:elasticfilesystem:{region}:{ACCOUNT}:file-system/{rid}"
         elif t == "aws:fsx/lustreFileSystem:LustreFileSystem":
             rid = _fake_id(name, "fs")
             out.update(dnsName=f"{rid}.fsx.{region}.amazonaws.com", mountName="abcdefgh")
@@ -255,6 +256,7 @@ class Recorder:
             out.update(bucket=rid, arn=f"arn:aws:s3:::{rid}", region=region)
         elif t == "aws:efs/accessPoint:AccessPoint":
             rid = _fake_id(name, "fsap")
+            out["arn"] = f"arn:aws:elasticfilesystem:{region}:{ACCOUNT}:access-point/{rid}"
         elif t == "aws:ec2/launchTemplate:LaunchTemplate":
             rid = _fake_id(name, "lt")
             out.update(latestVersion=1, defaultVersion=1)

@@ -20,6 +20,8 @@ The monitoring namespace (TensorBoard) gets the root, read-only.
 
 from __future__ import annotations
 
+import json
+
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,6 +65,26 @@ class SharedFileSystemArgs:
     pull_secret_ready: list[Any] = field(default_factory=list)
     aws: AwsNetwork | None = None
     depends_on: list[Any] = field(default_factory=list)
+
+
+def efs_policy(file_system_arn: str, access_point_arns: list[str]) -> str:
+    """The EFS file-system policy: deny every request without TLS; allow mount and write only
+    through the teams' access points (condition key elasticfilesystem:AccessPointArn, EFS User
+    Guide "Using IAM to control file system data access"); nothing else is allowed, so a mount
+    of the root, or as root, is refused (once a file system has a policy, EFS grants only what
+    it allows)."""
+    return json.dumps({
+        "Version": "2012-10-17",
+        "Statement": [
+            {"Sid": "DenyWithoutTls", "Effect": "Deny", "Principal": {"AWS": "*"}, "Action": "*",
+             "Resource": file_system_arn, "Condition": {"Bool": {"aws:SecureTransport": "false"}}},
+            {"Sid": "TeamsThroughTheirAccessPoints", "Effect": "Allow", "Principal": {"AWS": "*"},
+             "Action": ["elasticfilesystem:ClientMount", "elasticfilesystem:ClientWrite"],
+             "Resource": file_system_arn,
+             "Condition": {"StringEquals": {"elasticfilesystem:AccessPointArn": sorted(access_point_arns)},
+                           "Bool": {"elasticfilesystem:AccessedViaMountTarget": "true"}}},
+        ],
+    })  # fmt: skip
 
 
 def team_path(team: str) -> str:
@@ -262,6 +284,17 @@ class SharedFileSystem(pulumi.ComponentResource):
             )  # fmt: skip
             for team, (uid, gid) in self._identities.items()
         }
+        # Without a file-system policy EFS lets any client that reaches a mount target mount the
+        # root as any uid it claims. With this one, a mount must use TLS and one of the teams'
+        # access points (each confined to its team's subtree, as its team's uid:gid); root
+        # access is never granted, and nothing mounts the root itself.
+        aws.efs.FileSystemPolicy(
+            f"{name}-efs-policy",
+            file_system_id=self.file_system.id,
+            policy=pulumi.Output.all(self.file_system.arn, *(ap.arn for ap in self.access_points.values())).apply(
+                lambda arns: efs_policy(arns[0], arns[1:])),
+            opts=pulumi.ResourceOptions.merge(on_aws, pulumi.ResourceOptions(depends_on=list(self.access_points.values()))),
+        )  # fmt: skip
         sc = {
             "provisioner": EFS_DRIVER,
             "parameters": {"provisioningMode": "efs-ap", "fileSystemId": self.file_system.id,

@@ -17,7 +17,9 @@ from infra.labels import (
     METRICS_PORT_SLOTS,
     MONITORING_NAMESPACE,
     SESSION_LABEL,
+    TEAM_GID_LABEL,
     TEAM_LABEL,
+    TEAM_UID_LABEL,
 )
 from infra.admission import DEBUG_GRANT
 from infra.object_store_network import STORE_POLICY, StoreEgress
@@ -175,6 +177,7 @@ def quota_spec(team: Team, cohort: list[Team]) -> dict[str, Any]:
 class TeamNamespaceArgs:
     team: Team
     pod_security: str  # restricted | baseline (policy forbids privileged)
+    identity: tuple[int, int]  # the team's (uid, gid): every pod a member creates runs as it (infra/admission.py)
     cohort: list[Team]  # every team whose ClusterQueue shares the Kueue cohort: what this one may borrow
     queue_ready: list[Any] = field(default_factory=list)  # Kueue installed: the LocalQueue waits for it
     object_store: StoreEgress | None = None  # the store's addresses, where the stack has one
@@ -189,8 +192,10 @@ class TeamNamespace(pulumi.ComponentResource):
         super().__init__("alchemist:infra:TeamNamespace", name, None, opts)
         k8s = kubernetes
         team, ns = args.team, args.team.name
+        uid, gid = args.identity
         self.namespace = k8s.core.v1.Namespace(
-            f"{name}-ns", metadata={"name": ns, "labels": {**psa_labels(args.pod_security), TEAM_LABEL: ns}},
+            f"{name}-ns", metadata={"name": ns, "labels": {**psa_labels(args.pod_security), TEAM_LABEL: ns,
+                                                           TEAM_UID_LABEL: str(uid), TEAM_GID_LABEL: str(gid)}},
             opts=pulumi.ResourceOptions(parent=self, depends_on=args.depends_on),
         )  # fmt: skip
         opts_in = pulumi.ResourceOptions(parent=self, depends_on=[self.namespace])

@@ -5,8 +5,10 @@ validating: plugin.go, dispatcher.go, validator.go; plugin/policy/matching for
 matchConstraints; plugin/cel/filter.go): a binding picks namespaces by its namespaceSelector;
 the policy judges a request only when its matchConstraints name the operation and resource
 and every `matchCondition` is true; `variables` are evaluated in order and reachable as
-`variables.<name>`; `object` is null on DELETE and `oldObject` null on CREATE; the request is
-denied with the message of every validation that is false. matchConditions and validations
+`variables.<name>`; `object` is null on DELETE and `oldObject` null on CREATE; `namespaceObject`
+is the request's Namespace as stored (validating/dispatcher.go fetches it for the validations);
+the request is denied with the message of every validation that is false, a validation's
+`messageExpression` replacing its `message` when it gives a non-empty string (validator.go). matchConditions and validations
 see `authorizer` (plugin.go compilePolicy: HasAuthorizer), whose checks
 (staging/src/k8s.io/apiserver/pkg/cel/library/authz.go: group, resource, subresource,
 namespace, name, check, allowed) are answered here by RBAC as tests/k8s_authz.py ports it.
@@ -118,8 +120,11 @@ def judge(policy: dict, binding: dict | None, *, actor: Actor, operation: str, n
     request = {"userInfo": actor.user_info(), "namespace": namespace, "operation": operation,
                "name": (obj or old)["metadata"].get("name", ""),
                "resource": {"group": group, "version": "v1", "resource": resource}}
+    ns_object = {"apiVersion": "v1", "kind": "Namespace", "metadata": {
+        "name": namespace, "labels": {"kubernetes.io/metadata.name": namespace, **(namespace_labels or {})}}}
     base = {"object": celpy.json_to_cel(obj), "oldObject": celpy.json_to_cel(old),
-            "request": celpy.json_to_cel(request), "authorizer": _Check(actor, rbac)}
+            "request": celpy.json_to_cel(request), "authorizer": _Check(actor, rbac),
+            "namespaceObject": celpy.json_to_cel(ns_object)}
     spec = policy["spec"]
     for cond in spec.get("matchConditions") or []:
         if not _eval(cond["expression"], {**base, "variables": _variables({})}):
@@ -128,7 +133,15 @@ def judge(policy: dict, binding: dict | None, *, actor: Actor, operation: str, n
     for var in spec.get("variables") or []:
         values[var["name"]] = _eval(var["expression"], {**base, "variables": _variables(values)})
     act = {**base, "variables": _variables(values)}
-    return [v["message"] for v in spec["validations"] if not _eval(v["expression"], act)]
+    return [_message(v, act) for v in spec["validations"] if not _eval(v["expression"], act)]
+
+
+def _message(validation: dict, activation: dict) -> str:
+    if validation.get("messageExpression"):
+        text = _program(validation["messageExpression"]).evaluate(activation)
+        if not isinstance(text, celpy.CELEvalError) and str(text).strip():
+            return str(text)
+    return validation["message"]
 
 
 def compiles(expression: str) -> None:

@@ -13,7 +13,8 @@ import kubernetes_validate
 import pytest
 
 from infra.admission import POD_SPECS, network_policy_binding, network_policy_policy, policy_binding, validating_policy
-from infra.labels import JOB_SECRET_PREFIX, RUN_LABEL, TEAM_LABEL
+from infra.admission import QUEUE_LABEL
+from infra.labels import JOB_SECRET_PREFIX, RUN_LABEL, TEAM_GID_LABEL, TEAM_LABEL, TEAM_UID_LABEL
 from tests.crd_schemas import validate_custom
 from tests.k8s_admission import compiles, judge
 from tests.k8s_authz import MASTERS, Actor, Rbac
@@ -30,13 +31,15 @@ def admit(obj: dict, user: str | Actor = "alice", namespace: str = "research", o
     kind = (obj or old)["kind"]
     policy = network_policy_policy() if kind == "NetworkPolicy" else validating_policy(kind)
     actor = user if isinstance(user, Actor) else Actor("member", user, ("alchemist:research",))
+    # the team namespace's labels as infra/team_namespace.py sets them
+    labels = {TEAM_LABEL: namespace, TEAM_UID_LABEL: "1000", TEAM_GID_LABEL: "1000"}
     return judge(policy, None, actor=actor, operation=operation, namespace=namespace, obj=obj, old=old,
-                 rbac=Rbac([]))
+                 rbac=Rbac([]), namespace_labels=labels)
 
 
 def pod_spec(**extra) -> dict:
     spec = {
-        "securityContext": {"runAsNonRoot": True, "runAsUser": 1000},
+        "securityContext": {"runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000, "fsGroup": 1000},
         "containers": [{"name": "worker", "image": "registry/train@sha256:" + "0" * 64,
                         "env": [{"name": "A", "value": "1"}],
                         "volumeMounts": [{"name": "shared", "mountPath": "/shared"}]}],
@@ -50,7 +53,8 @@ def pod_spec(**extra) -> dict:
 def session_pod(labels=None, **spec) -> dict:
     pod = {"apiVersion": "v1", "kind": "Pod",
            "metadata": {"name": "alchemist-session-alice", "namespace": "research",
-                        "labels": labels if labels is not None else {"app.kubernetes.io/managed-by": "alchemist"}},
+                        "labels": {QUEUE_LABEL: "research",
+                                   **(labels if labels is not None else {"app.kubernetes.io/managed-by": "alchemist"})}},
            "spec": pod_spec(**spec)}  # fmt: skip
     kubernetes_validate.validate(pod, "1.31.0", strict=True)
     return pod
@@ -61,7 +65,7 @@ def jobset(name: str = "train-abc", run: str = "train-abc", **spec) -> dict:
                 "spec": {**pod_spec(**spec), "restartPolicy": "Never"}}  # fmt: skip
     obj = {
         "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
-        "metadata": {"name": name, "namespace": "research", "labels": {RUN_LABEL: run}},
+        "metadata": {"name": name, "namespace": "research", "labels": {RUN_LABEL: run, QUEUE_LABEL: "research"}},
         "spec": {
             "failurePolicy": {"maxRestarts": 3},
             "replicatedJobs": [{"name": "workers", "replicas": 1, "template": {"spec": {
@@ -83,7 +87,19 @@ def test_a_jobset_of_its_own_run_is_admitted():
 
 @pytest.mark.parametrize("spec,message", [
     ({"serviceAccountName": "ci-deployer"}, "pods run as the ServiceAccount alchemist-job (or default), no other"),
-    ({"volumes": [{"name": "h", "hostPath": {"path": "/var/run/docker.sock"}}]}, "hostPath volumes are not allowed"),
+    ({"volumes": [{"name": "h", "hostPath": {"path": "/var/run/docker.sock"}}]},
+     "volumes may only be persistentVolumeClaim, configMap, secret, emptyDir, projected, downwardAPI "
+     "(no nfs, hostPath, csi or ephemeral)"),
+    ({"volumes": [{"name": "n", "nfs": {"server": "nfs.lab", "path": "/"}}]},
+     "volumes may only be persistentVolumeClaim, configMap, secret, emptyDir, projected, downwardAPI "
+     "(no nfs, hostPath, csi or ephemeral)"),
+    ({"nodeName": "gpu-1"}, "spec.nodeName may not be set: pods are placed by the scheduler after Kueue admits them"),
+    ({"tolerations": [{"operator": "Exists"}]},
+     "tolerations may name only the taints nvidia.com/gpu, node.kubernetes.io/not-ready, "
+     "node.kubernetes.io/unreachable (a toleration without a key tolerates every taint)"),
+    ({"securityContext": {"runAsNonRoot": True, "runAsUser": 1001, "runAsGroup": 1000}},
+     "spec.securityContext must set runAsUser 1000, runAsGroup 1000 and runAsNonRoot: true, with fsGroup and "
+     "supplementalGroups only 1000 (the team's identity, namespace labels alchemist.io/uid/alchemist.io/gid)"),
     ({"hostNetwork": True}, "hostNetwork, hostPID and hostIPC are not allowed"),
     ({"hostPID": True}, "hostNetwork, hostPID and hostIPC are not allowed"),
     ({"containers": [{"name": "w", "image": "x", "securityContext": {"privileged": True}}]},

@@ -46,7 +46,7 @@ def planted_root(tmp_path):
         doc = yaml.safe_load((STACKS / f"Pulumi.{name.replace('planted', 'eu-west-1')}.yaml").read_text())
         doc["config"]["alchemist:aws"]["publicAccessCidrs"] = [DEPLOYER_CIDR]  # as the deployer sets it
         if name == "aws-planted":
-            doc["config"]["alchemist:podSecurity"] = "restricted"  # a platform difference, not provider-specific
+            doc["config"]["alchemist:podSecurity"] = "baseline"  # a platform difference, not provider-specific
         (tmp_path / "stacks" / f"Pulumi.{name}.yaml").write_text(yaml.safe_dump(doc))
     return tmp_path
 
@@ -61,7 +61,7 @@ def test_stack_diff_exits_nonzero_on_a_planted_difference(planted_root, monkeypa
     out = captured.out
     assert code == 1, captured.err
     assert ('~ kubernetes:core/v1:Namespace platform-team-research-ns: metadata.labels."pod-security.kubernetes.io/enforce": '
-            '"baseline" -> "restricted"') in out  # fmt: skip
+            '"restricted" -> "baseline"') in out  # fmt: skip
     assert "platforms of aws-us-west-2 and aws-planted differ" in out
 
 

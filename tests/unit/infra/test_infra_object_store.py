@@ -137,12 +137,19 @@ def test_one_job_service_account_object_per_namespace(renders, name):
 
 
 def test_onprem_minio_endpoint_with_keys_in_a_secret():
+    import json
+
+    import yaml
+
     secret = "minio-secret-key-that-must-never-leak-2718"
+    teams = yaml.safe_load((STACKS / "Pulumi.onprem-lab.yaml").read_text())["config"]["alchemist:teams"]
+    teams[1]["objectStoreAccessKeyId"] = "alchemist-applied"  # each team its own key pair
     r = render(STACKS / "Pulumi.onprem-lab.yaml",
                sets={**deployer_sets("onprem-lab"), "alchemist:objectStore": {"endpoint": "https://minio.lab.internal:9000", "bucket": "alchemist-data",
                                                "region": "lab-1", "accessKeyId": "alchemist",
-                                               "cidrs": ["10.20.0.9/32"]}},
-               secrets={"alchemist:objectStoreSecretKey": secret})
+                                               "cidrs": ["10.20.0.9/32"]}, "alchemist:teams": teams},
+               secrets={"alchemist:objectStoreSecretKey": secret,
+                        "alchemist:objectStoreTeamSecretKeys": json.dumps({"applied": secret + "-applied"})})
     assert r["error"] is None, r["error"]
     out = StackOutput.parse(r["outputs"]["alchemist"], "onprem-lab").object_store
     assert (out.endpoint, out.bucket, out.region) == ("https://minio.lab.internal:9000", "alchemist-data", "lab-1")
@@ -193,6 +200,9 @@ def _cfg(provider_file: str, store: dict | None, secret: str | None = None) -> N
     ("Pulumi.onprem-lab.yaml", {"endpoint": "https://minio:9000", "bucket": "data", "cidrs": ["minio"]}, None,
      "alchemist:objectStore.cidrs"),
     ("Pulumi.aws-us-west-2.yaml", {"cidrs": ["10.0.0.1/32"]}, None, "alchemist:objectStore.cidrs"),
+    # one key pair for the lab's two teams would reach both teams' prefixes
+    ("Pulumi.onprem-lab.yaml", {"endpoint": "https://10.20.0.9:9000", "bucket": "data", "accessKeyId": "k"},
+     "s3cr3t-value", "alchemist:teams[1].objectStoreAccessKeyId is missing"),
 ])
 def test_bad_object_store_config_is_one_line_naming_the_key(stack_file, store, secret, message):
     with pytest.raises(StackConfigError) as err:

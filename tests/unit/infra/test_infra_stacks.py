@@ -137,7 +137,7 @@ def test_team_namespaces_guard_rails(renders, name):
     teams = [t["name"] for t in stack_config(name)["alchemist:teams"]]
     namespaces = {x["inputs"]["metadata"]["name"]: x["inputs"]["metadata"]["labels"] for x in resources(r, "kubernetes:core/v1:Namespace")}
     for team in teams:
-        assert namespaces[team]["pod-security.kubernetes.io/enforce"] == "baseline"
+        assert namespaces[team]["pod-security.kubernetes.io/enforce"] == "restricted"  # the default (issue 37.4)
         assert namespaces[team]["pod-security.kubernetes.io/warn"] == "restricted"
         in_ns = {x["type"].split(":")[-1]: x for x in resources(r) if x["inputs"].get("metadata", {}).get("namespace") == team}
         assert {"Role", "RoleBinding", "ResourceQuota", "LimitRange", "NetworkPolicy", "LocalQueue",
