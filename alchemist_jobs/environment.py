@@ -103,6 +103,9 @@ NCCL_NET_PLUGIN = _var("NCCL_NET_PLUGIN", str, BACKEND,
 DATA_CACHE = _var("DATA_CACHE", _path, BACKEND, "the node-local data-set cache's mount")
 DATA_CACHE_LIMIT = _var("DATA_CACHE_LIMIT", str, USER,
                         "bytes the data-set cache may hold (e.g. 200Gi); least recently used go")
+DATA_LOCK_WAIT = _var("DATA_LOCK_WAIT", float, USER,
+                      "seconds staging waits for a data-set cache lock held where this node cannot "
+                      "see (another node; default 3600)")
 
 # --- parameter servers (algorithms async and downpour) -------------------------------------------
 PS_ADDRS = _var("PS_ADDRS", str, BACKEND, "HOST:PORT of each server shard, in shard order")

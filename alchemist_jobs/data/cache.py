@@ -13,10 +13,24 @@ The key is computed by the caller from what identifies the content (a push manif
 object listing's keys, sizes and ETags, a local directory's SHA-256s) and the user's uid, so
 every job of a user on the node that stages the same data shares one entry.
 
-A cache several accounts share (a sticky, world-writable root, as /tmp) is safe to share: a fill
-is private to its owner (mode 0700), and an entry is served only if it and everything in it
-belong to this user (or root); one that another account planted under this user's key is one
-DataError line, never data.
+Who may share a cache: a cache this account creates is its own (0700, whatever the umask). A
+cache several accounts share is a folder with the sticky bit that they may all write: a team's
+group folder (`install -d -m 3770 -g TEAM DIR`) or a machine's (`install -d -m 1777 DIR`, as
+/tmp); its subfolders get the same mode. A cache folder another account may change without the
+sticky bit (it could rename or replace this account's entries and locks) is refused in one line.
+In a shared cache a fill is private to its owner (mode 0700), and an entry is served only if it
+and everything in it belong to this user (or root); one that another account planted under
+this user's key is one DataError line, never data.
+
+No lock makes staging wait without limit. Each wait polls its lock and says, every
+PROGRESS_S, whom it waits for (from /proc/locks: the holder's pid and uid). A holder of
+another account (or an exited one whose children still hold the file) is waited for
+FOREIGN_LOCK_WAIT_S, then staging stops with one line naming the lock file, the holder and
+what to do; a holder this node cannot see (another node of a shared file system) is waited for
+$ALCHEMIST_DATA_LOCK_WAIT seconds (LOCK_WAIT_S by default); only a live process of this
+account, filling the same data, is waited for as long as it lives. Eviction takes a lock of
+its own account (`cache-<uid>.evict`): in a shared cache an account evicts only its own
+entries, so no other account's eviction can hold up its fills.
 """
 
 from __future__ import annotations
@@ -28,6 +42,8 @@ import re
 import secrets
 import shutil
 import stat
+import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -37,6 +53,10 @@ from alchemist_jobs import environment as E
 from alchemist_jobs.errors import JobFailed
 
 _KEY = re.compile(r"[0-9a-f]{16,64}")
+FOREIGN_LOCK_WAIT_S = 10.0  # for a lock another account (or an exited process) holds
+LOCK_WAIT_S = 3600.0  # for a holder this node cannot see (ALCHEMIST_DATA_LOCK_WAIT)
+PROGRESS_S = 15.0  # how often a wait says for whom it waits
+_POLL_S = 0.2
 _UNITS = {"": 1, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
           "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
 
@@ -73,35 +93,145 @@ class Entry:
             self._lock_fd = None
 
 
+def lock_holder(fd: int) -> tuple[int, int | None] | None:
+    """(pid, uid) of a process holding a flock on the file open as `fd`, from /proc/locks (the
+    uid is None where the pid has exited or cannot be seen); None if no holder is listed (a
+    lock taken on another node of a shared file system, or no /proc)."""
+    st = os.fstat(fd)
+    inode = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    try:
+        with open("/proc/locks") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        fields = line.split()
+        if "->" in fields or len(fields) < 6 or fields[1] != "FLOCK" or fields[5] != inode:
+            continue  # a waiter, another kind of lock, or another file
+        try:
+            pid = int(fields[4])
+        except ValueError:
+            continue
+        if pid <= 0:
+            return pid, None
+        try:
+            return pid, os.stat(f"/proc/{pid}").st_uid
+        except OSError:
+            return pid, None
+    return None
+
+
+def _lock_wait_limit() -> float:
+    try:
+        value = E.DATA_LOCK_WAIT.get(default=LOCK_WAIT_S)
+    except ValueError as e:
+        raise DataError(f"{e}; accepted: a number of seconds greater than 0") from None
+    if not value > 0:
+        raise DataError(f"{E.DATA_LOCK_WAIT.name}={value!r}: accepted: a number of seconds "
+                        "greater than 0")
+    return value
+
+
 class NodeCache:
     def __init__(self, root: Path, limit_bytes: int | None = None):
         self.root = Path(root)
         self.limit = limit_bytes
-        self.root.mkdir(parents=True, exist_ok=True)
-        # A root shared by several accounts (sticky and world-writable, as /tmp) gets shared
-        # subdirectories of the same kind; each entry within stays private to its filler.
-        shared = self.root.stat().st_mode & 0o1002 == 0o1002
-        for sub in ("entries", "tmp", "locks", "index"):
+        if not self.root.exists():
+            self.root.parent.mkdir(parents=True, exist_ok=True)
             try:
-                (self.root / sub).mkdir()
-                if shared:
-                    (self.root / sub).chmod(0o1777)
+                os.mkdir(self.root, 0o700)
+                os.chmod(self.root, 0o700)  # this account's own cache, whatever the umask
             except FileExistsError:
                 pass
+        mode = self._check_folder(self.root)
+        # A root shared by several accounts (sticky, writable by a group or by everyone) gets
+        # shared subdirectories of the same kind; each entry within stays private to its filler.
+        shared = mode & 0o1000 and mode & 0o022
+        for sub in ("entries", "tmp", "locks", "index"):
+            try:
+                os.mkdir(self.root / sub, 0o700)
+                os.chmod(self.root / sub, mode & 0o3777 if shared else 0o700)
+            except FileExistsError:
+                self._check_folder(self.root / sub)
+
+    def _check_folder(self, path: Path) -> int:
+        """The mode of a cache folder, after checking that no other account can change what
+        is in it but by the sticky bit's rules (which leave this account's files alone)."""
+        st = os.stat(path) if path == self.root else os.lstat(path)
+        mode = stat.S_IMODE(st.st_mode)
+        if not stat.S_ISDIR(st.st_mode):
+            raise DataError(f"dataset cache {path}: not a folder; accepted: a folder "
+                            f"({E.DATA_CACHE.name}), or data.cache: none")
+        me = st.st_uid == os.getuid()
+        sticky_shared = bool(mode & 0o1000 and mode & 0o022)
+        # Trusted: this account's own folder that no one else may write, a folder several
+        # accounts share under the sticky bit, or, for an account other than root, root's as
+        # its admin made it (a pod's emptyDir is root's 0777: only the pod's processes reach it).
+        if not (me and not mode & 0o022 or sticky_shared or st.st_uid == 0 != os.getuid()):
+            raise DataError(
+                f"dataset cache {path}: mode {mode:04o}, owner uid {st.st_uid}: other accounts "
+                f"could replace or remove your entries and locks there; accepted: a folder of "
+                f"your own (`chmod 700 {path}`), or one several accounts share with the sticky "
+                f"bit (`chmod 1777` or, for a group, `chmod 3770 {path}`), or data.cache: none")
+        return mode
 
     def _entry(self, key: str) -> Path:
         return self.root / "entries" / key
 
     def _lock(self, key: str, kind: str, mode: int) -> int:
         # Read-only: flock needs no write access, so a lock file another account created
-        # (mode 0644 under its umask) locks all the same.
-        fd = os.open(self.root / "locks" / f"{key}.{kind}", os.O_RDONLY | os.O_CREAT, 0o666)
+        # (mode 0644 under its umask) locks all the same; never through a link.
+        path = self.root / "locks" / f"{key}.{kind}"
+        fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
         try:
-            fcntl.flock(fd, mode)
+            self._wait_for(fd, path, mode)
         except BaseException:
             os.close(fd)
             raise
         return fd
+
+    def _wait_for(self, fd: int, path: Path, mode: int) -> None:
+        """flock(fd, mode), waiting as long as the module docstring says, and no longer."""
+        try:
+            fcntl.flock(fd, mode | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if mode & fcntl.LOCK_NB:
+                raise
+        limit = _lock_wait_limit()
+        start = time.monotonic()
+        said = start - PROGRESS_S
+        me = os.getuid()
+        while True:
+            time.sleep(_POLL_S)
+            try:
+                fcntl.flock(fd, mode | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                pass
+            held = lock_holder(fd)
+            waited = time.monotonic() - start
+            if held is None:
+                who, allowed = "a process this node cannot see (on another node?)", limit
+            elif held[1] == me:
+                who, allowed = f"pid {held[0]} (yours)", float("inf")
+            elif held[1] is None:  # /proc/locks names an exited locker as pid 0
+                who = (f"pid {held[0]}, " if held[0] > 0 else "a process ") + \
+                      "which has exited (a process it started holds the file open)"
+                allowed = FOREIGN_LOCK_WAIT_S
+            else:
+                who, allowed = f"pid {held[0]} of uid {held[1]}, another account", FOREIGN_LOCK_WAIT_S
+            if waited >= allowed:
+                raise DataError(
+                    f"dataset cache lock {path} is held by {who}; waited {waited:.0f} s; "
+                    f"accepted: ask its owner to stop it (or stop it), remove {path} if no one "
+                    f"uses it, or stage elsewhere ({E.DATA_CACHE.name}=another folder, or "
+                    "data.cache: none)")
+            if time.monotonic() - said >= PROGRESS_S:
+                said = time.monotonic()
+                bound = "" if allowed == float("inf") else f" (at most {allowed:.0f} s)"
+                print(f"waiting for the dataset cache lock {path}: held by {who}; "
+                      f"{waited:.0f} s so far{bound}", file=sys.stderr, flush=True)
 
     def acquire(self, key: str, fill: Callable[[Path], None], size_hint: int = 0) -> Entry:
         """The entry for `key`, calling `fill(directory)` first if no process on this node has.
@@ -217,7 +347,9 @@ class NodeCache:
         if self.limit is None:
             return []
         evicted: list[str] = []
-        guard = self._lock("cache", "evict", fcntl.LOCK_EX)  # one evicter at a time
+        # One evicter at a time per account: in a shared cache an account evicts only its own
+        # entries, and another account's eviction must not hold up this one's fills.
+        guard = self._lock(f"cache-{os.getuid()}", "evict", fcntl.LOCK_EX)
         try:
             entries = self.entries()
             total = sum(size for _, size, _ in entries)
