@@ -175,6 +175,7 @@ def test_every_job_pod_is_admitted_and_meets_pod_security_restricted(platforms, 
     teams = {n["metadata"]["name"] for n in p.kube_objects("Namespace") if TEAM_LABEL in n["metadata"]["labels"]}
     own = [o for o in p.kube_objects() if o["kind"] in ("StatefulSet", "Deployment", "Job", "DaemonSet")
            and o["metadata"].get("namespace") in teams]
+    assert {o["metadata"]["namespace"] for o in own if o["kind"] == "StatefulSet"} == teams  # a TensorBoard each
     for obj in own:
         assert violations(obj["spec"]["template"]) == [], (obj["kind"], obj["metadata"]["name"])
     # and the check can fail: a job pod as the baseline level alone would take it
