@@ -270,3 +270,62 @@ def test_aws_pods_reach_s3_and_sts_through_interface_endpoints_of_their_own(rend
     assert store["research"]["podSelector"] == {"matchLabels": {"app.kubernetes.io/managed-by": "alchemist"}}
     assert store["research"]["egress"] == [{"to": [{"ipBlock": {"cidr": "10.40.240.0/20"}}],
                                             "ports": [{"protocol": "TCP", "port": 443}]}]
+
+
+def _teams_cfg(provider_file: str, store: dict | None, teams_keys: dict[str, str], secret: str | None,
+               team_secrets: str | None):
+    import yaml
+
+    raw = yaml.safe_load((STACKS / provider_file).read_text())["config"]
+    for path, value in deployer_sets(provider_file[len("Pulumi."):-len(".yaml")]).items():  # `--path` keys
+        top, _, leaf = path.partition(".")
+        raw[top][leaf] = value
+    if store is not None:
+        raw["alchemist:objectStore"] = store
+    raw["alchemist:teams"] = [{**t, **({"objectStoreAccessKeyId": teams_keys[t["name"]]} if t["name"] in teams_keys
+                                       else {})} for t in raw["alchemist:teams"]]  # fmt: skip
+    config = {k: pulumi_value(v) for k, v in raw.items()}
+    secret_keys = set()
+    for key, value in (("alchemist:objectStoreSecretKey", secret), ("alchemist:objectStoreTeamSecretKeys", team_secrets)):
+        if value is not None:
+            config[key] = value
+            secret_keys.add(key)
+    return parse(config, secret_keys)
+
+
+LAB_STORE = {"endpoint": "https://10.20.0.9:9000", "bucket": "data", "accessKeyId": "research-key"}
+
+
+def test_each_team_gets_its_own_key_pair_and_no_pair_serves_two_teams():
+    cfg = _teams_cfg("Pulumi.onprem-lab.yaml", LAB_STORE, {"applied": "applied-key"}, "s3cr3t-value",
+                     '{"applied": "s3cr3t-applied"}')
+    keys = cfg.object_store_keys()
+    assert {t: k for t, (k, _) in keys.items()} == {"research": "research-key", "applied": "applied-key"}
+    assert keys["applied"][1].get_secret_value() == "s3cr3t-applied"
+    # every team its own key, no stack-wide pair: also fine
+    no_pair = {k: v for k, v in LAB_STORE.items() if k != "accessKeyId"}
+    cfg = _teams_cfg("Pulumi.onprem-lab.yaml", no_pair, {"research": "r", "applied": "a"},
+                     None, '{"research": "s3cr3t-r", "applied": "s3cr3t-a"}')
+    assert sorted(k for k, _ in cfg.object_store_keys().values()) == ["a", "r"]
+
+
+@pytest.mark.parametrize("provider_file,store,teams_keys,secret,team_secrets,message", [
+    # two teams, one key id
+    ("Pulumi.onprem-lab.yaml", LAB_STORE, {"applied": "research-key"}, "s3cr3t-value", '{"applied": "s3cr3t-x"}',
+     "alchemist:teams[1].objectStoreAccessKeyId = 'research-key' is not accepted; accepted: a key no other team holds"),
+    # a team key without its secret, a secret for a team without a key
+    ("Pulumi.onprem-lab.yaml", LAB_STORE, {"applied": "applied-key"}, "s3cr3t-value", None,
+     "alchemist:objectStoreTeamSecretKeys = <secret> is not accepted"),
+    ("Pulumi.onprem-lab.yaml", LAB_STORE, {"applied": "applied-key"}, "s3cr3t-value", '{"research": "s3cr3t-x"}',
+     "alchemist:objectStoreTeamSecretKeys = <secret> is not accepted"),
+    ("Pulumi.onprem-lab.yaml", LAB_STORE, {"applied": "applied-key"}, "s3cr3t-value", "s3cr3t-not-a-map",
+     "alchemist:objectStoreTeamSecretKeys = <secret> is not accepted; accepted: a mapping of team name"),
+    # AWS grants access through IAM; no store, no keys
+    ("Pulumi.aws-us-west-2.yaml", None, {"applied": "k"}, None, None, "alchemist:teams[1].objectStoreAccessKeyId"),
+    ("Pulumi.onprem-lab.yaml", None, {}, None, '{"applied": "s3cr3t-x"}', "alchemist:objectStoreTeamSecretKeys"),
+])  # fmt: skip
+def test_bad_team_keys_are_one_line_naming_the_key(provider_file, store, teams_keys, secret, team_secrets, message):
+    with pytest.raises(StackConfigError) as err:
+        _teams_cfg(provider_file, store, teams_keys, secret, team_secrets)
+    text = str(err.value)
+    assert message in text and "\n" not in text and "s3cr3t" not in text
