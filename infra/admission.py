@@ -80,6 +80,8 @@ _NS_LABELS = "namespaceObject.metadata.labels"
 TEAM_VARIABLES = [
     # The team's identity and queue, from its namespace's labels (infra/team_namespace.py); a
     # namespace without them gives -1 / '', which no pod can match: refused, not admitted.
+    # `namespaceObject.metadata.labels` is a map(string, string) (kubernetes v1.35.0
+    # staging/src/k8s.io/apiserver/pkg/admission/plugin/cel/compile.go BuildNamespaceType).
     {"name": "uid", "expression": f"'{TEAM_UID_LABEL}' in {_NS_LABELS} ? int({_NS_LABELS}['{TEAM_UID_LABEL}']) : -1"},
     {"name": "gid", "expression": f"'{TEAM_GID_LABEL}' in {_NS_LABELS} ? int({_NS_LABELS}['{TEAM_GID_LABEL}']) : -1"},
     {"name": "queue", "expression": f"'{TEAM_LABEL}' in {_NS_LABELS} ? {_NS_LABELS}['{TEAM_LABEL}'] : ''"},
