@@ -162,3 +162,43 @@ def test_signal_handlers_are_restored_after_the_command(tmp_path, stand_in, caps
     main(["monitor", "--home", str(tmp_path), "--port", "0"])
     capsys.readouterr()
     assert {s: signal.getsignal(s) for s in before} == before
+
+
+# --- the state folder is the owner's alone (issue 37.3) ---------------------------------------
+
+
+def test_a_monitor_folder_that_is_a_link_is_refused_and_nothing_is_written_through_it(
+        tmp_path, stand_in, capsys):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "monitor").symlink_to(elsewhere)
+    code, err = _run(["--home", str(home), "--port", "0"], capsys)
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert str(home / "monitor") in err and "a link" in err and "accepted" in err
+    assert list(elsewhere.iterdir()) == []
+
+
+def test_a_monitor_folder_others_could_write_is_refused(tmp_path, stand_in, capsys):
+    home = tmp_path / "home"
+    (home / "monitor").mkdir(parents=True)
+    (home / "monitor").chmod(0o775)
+    code, err = _run(["--home", str(home), "--port", "0"], capsys)
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert "mode 0775" in err and "chmod 700" in err
+    assert list((home / "monitor").iterdir()) == []
+
+
+def test_a_monitor_folder_others_could_only_read_is_made_private(tmp_path, stand_in, capsys):
+    home = tmp_path / "home"
+    (home / "monitor").mkdir(parents=True)
+    (home / "monitor").chmod(0o755)
+    (home / "monitor" / "prometheus.log").write_text("from an older monitor\n")
+    (home / "monitor" / "prometheus.log").chmod(0o644)
+    code = main(["monitor", "--home", str(home), "--port", "0"])
+    capsys.readouterr()
+    assert code == 1  # the stand-in Prometheus exits at start
+    assert (home / "monitor").stat().st_mode & 0o777 == 0o700
+    for path in (home / "monitor").iterdir():
+        assert path.lstat().st_mode & 0o077 == 0, path
