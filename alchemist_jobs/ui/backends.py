@@ -166,6 +166,7 @@ class Backends:
         st = s.scheduler.status(check_run_id(run_id))
         out = m.RunDetail(**self._summary(s, st).model_dump())
         out.links = self._links(s, st.name, st.run_id)
+        out.requirements = st.requirements
         if s.is_local:
             run = RunDir(Path(st.run_dir))
             out.spec = _redact(yaml.safe_load(run.spec.read_text()) or {})

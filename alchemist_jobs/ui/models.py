@@ -121,6 +121,9 @@ class RunDetail(RunSummary):
                                     "(local runs): the page opens its log")
     failure_lines: list[str] = Field(default_factory=list,
                                      description="its last lines and torchrun's root cause")
+    requirements: dict[str, Any] | None = Field(
+        None, description="the job's own packages (`requirements:`): the resolved lock's sha256, "
+        "its packages and its text, as the run recorded them")
 
 
 class RunMetrics(BaseModel):

@@ -261,6 +261,7 @@ function showRun(stack, runId) {
     const facts = [["stack", d.stack], ["job", d.name], ["algorithm", d.algorithm || "-"], ["workers", d.workers],
       ["restarts", d.restarts], ["step", d.step === null ? "-" : `${d.step}/${d.total_steps}`], ["loss", fmt(d.loss)],
       ["samples/s", fmtInt(d.samples_per_s)], ["accuracy", fmt(d.accuracy)], ...reported,
+      ...(d.requirements ? [["packages", `${d.requirements.packages.join(" ")} (lock ${d.requirements.sha256.slice(0, 16)})`]] : []),
       ["duration", duration(d.duration_s)], ["owner", d.owner || "-"],
       ["started", d.created ? new Date(d.created * 1000).toLocaleString() : "-"]];
     document.getElementById("run-facts").replaceChildren(
