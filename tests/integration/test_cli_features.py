@@ -82,7 +82,8 @@ def test_list_is_newest_first_with_limit_state_and_json(home, capsys):
     assert set(runs[0]) == {"run_id", "name", "stack", "state", "created", "ended", "workers",
                             "restarts", "step", "total_steps", "message", "run_dir",
                             "exit_codes", "restarts_counted", "stuck_pods", "failure",
-                            "progress", "result", "algorithm", "metrics", "duration_s"}
+                            "progress", "result", "algorithm", "metrics", "duration_s",
+                            "requirements"}
     assert cli_mod.main(["list", "--state", "succeeded", "--limit", "1"]) == 0
     rows = capsys.readouterr().out.splitlines()[1:]
     assert len(rows) == 1 and rows[0].startswith("digits-20260101-000200-0000cccc")
