@@ -29,6 +29,7 @@ Standard library only: the CLI imports this before anything heavy (warm_agent.py
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import os
 import socket
 import struct
@@ -65,18 +66,16 @@ def _write(path: str, text: str) -> None:
 
 def loopback_up() -> None:
     """Bring `lo` up in this process's network namespace (needs CAP_NET_ADMIN there)."""
-    import fcntl
-
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         got = fcntl.ioctl(s, SIOCGIFFLAGS, struct.pack("16sH22x", b"lo", 0))
         flags = struct.unpack("16sH", got[:18])[1]
         fcntl.ioctl(s, SIOCSIFFLAGS, struct.pack("16sH22x", b"lo", flags | IFF_UP))
 
 
-def enter_new(uid: int, gid: int) -> None:
+def enter_new(uid: int, gid: int, libc: ctypes.CDLL) -> None:
     """In a child before exec: a new user and network namespace, this uid and gid mapped to
-    themselves, `lo` up."""
-    libc = _libc()
+    themselves, `lo` up. `libc` is loaded before the fork: never load a library between fork
+    and exec (another thread of the parent may have held the loader's lock)."""
     _check(libc.unshare(CLONE_NEWUSER | CLONE_NEWNET), "unshare")
     _write("/proc/self/uid_map", f"{uid} {uid} 1\n")
     _write("/proc/self/setgroups", "deny")  # required before an unprivileged gid_map
@@ -88,11 +87,11 @@ def new_namespace_preexec(strict: bool = True):
     """A preexec_fn that puts the child in a new namespace (uid and gid read here, before
     the fork). Not `strict`: a child that cannot have one starts in this network (the
     launcher sees that: its namespace is ours, `ns_of`)."""
-    uid, gid = os.getuid(), os.getgid()
+    uid, gid, libc = os.getuid(), os.getgid(), _libc()
 
     def pre() -> None:
         try:
-            enter_new(uid, gid)
+            enter_new(uid, gid, libc)
         except OSError:
             if strict:
                 raise
@@ -100,9 +99,8 @@ def new_namespace_preexec(strict: bool = True):
     return pre
 
 
-def join(user_fd: int, net_fd: int) -> None:
+def join(user_fd: int, net_fd: int, libc: ctypes.CDLL) -> None:
     """In a child before exec: join the namespace these /proc/PID/ns descriptors name."""
-    libc = _libc()
     _check(libc.setns(user_fd, CLONE_NEWUSER), "setns(user)")
     _check(libc.setns(net_fd, CLONE_NEWNET), "setns(net)")
 
@@ -118,13 +116,13 @@ def unavailable() -> str | None:
     if not sys.platform.startswith("linux"):
         why = f"network namespaces are Linux only (this is {sys.platform})"
     else:
-        uid, gid = os.getuid(), os.getgid()
+        uid, gid, libc = os.getuid(), os.getgid(), _libc()
         r, w = os.pipe()
         pid = os.fork()
         if pid == 0:  # the child: try it, report the error, exit without cleanup
             os.close(r)
             try:
-                enter_new(uid, gid)
+                enter_new(uid, gid, libc)
                 os._exit(0)
             except BaseException as e:  # noqa: BLE001 - anything here is the answer
                 os.write(w, str(e).encode()[:300])
@@ -157,6 +155,7 @@ class PrivateNet:
         from alchemist_jobs.processes import popen_group  # stdlib only
 
         self.user_fd = self.net_fd = -1
+        self.libc = _libc()  # loaded here, not in a child between fork and exec
         ours, theirs = socket.socketpair()
         bridge = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         try:
@@ -165,8 +164,8 @@ class PrivateNet:
             self.bridge_port = bridge.getsockname()[1]
             if join_pid is not None:  # a process already in a namespace of its own
                 self._open_ns(join_pid)
-                user_fd, net_fd = self.user_fd, self.net_fd
-                pre = lambda: join(user_fd, net_fd)  # noqa: E731
+                user_fd, net_fd, libc = self.user_fd, self.net_fd, self.libc
+                pre = lambda: join(user_fd, net_fd, libc)  # noqa: E731
             else:
                 pre = new_namespace_preexec()
             with open(os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab") as out:
@@ -200,7 +199,7 @@ class PrivateNet:
 
     def preexec(self) -> None:
         """preexec_fn of every other process of the job: join this namespace."""
-        join(self.user_fd, self.net_fd)
+        join(self.user_fd, self.net_fd, self.libc)
 
     def close(self) -> None:
         from alchemist_jobs.processes import stop_groups
@@ -216,7 +215,7 @@ class PrivateNet:
 # --- the holder --------------------------------------------------------------------------------
 
 
-def _bridge(sock: socket.socket, run_dir: str) -> None:
+def _bridge(sock: socket.socket, run_dir: str) -> "http.server.ThreadingHTTPServer":
     """Serve GET /metrics/<worker record> from that worker's own /metrics in the namespace."""
     import http.client
     import http.server
@@ -263,7 +262,9 @@ def _bridge(sock: socket.socket, run_dir: str) -> None:
     server.socket = sock
     server.server_address = sock.getsockname()
     server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True, name="metrics-bridge").start()
+    threading.Thread(target=server.serve_forever, args=(0.1,), daemon=True,
+                     name="metrics-bridge").start()
+    return server
 
 
 def _hold(control_fd: int, bridge_fd: int, run_dir: str, n: int) -> None:
