@@ -30,7 +30,8 @@ from alchemist_jobs.contract import RUN_LABEL
 from alchemist_jobs.kubernetes.manifests import (INDEX_ANNOTATION, MAX_RESTARTS_ANNOTATION,
                                                  NAME_LABEL, NODES_ANNOTATION, PROCS_ANNOTATION,
                                                  QUEUE_LABEL, RESTART_ATTEMPT_LABEL, RJOB_LABEL,
-                                                 SERVERS_ANNOTATION, WORKER_RJOB,
+                                                 REQUIREMENTS_ANNOTATION, SERVERS_ANNOTATION,
+                                                 WORKER_RJOB,
                                                  WORKERS_ANNOTATION)
 from alchemist_jobs.runtime.config_error import CONFIG_ERROR_EXIT_CODE
 from alchemist_jobs.scheduler import (FAILED, PENDING, RESTARTING, RUNNING, SUCCEEDED,
@@ -225,6 +226,8 @@ def run_status(job: dict, pods: list[dict], stack: str,
                     stack=stack, state=PENDING, created=parse_time(meta.get("creationTimestamp")),
                     workers=int(ann.get(WORKERS_ANNOTATION, 0)), restarts=restarts,
                     restarts_counted=counted, extra=extra)
+    if REQUIREMENTS_ANNOTATION in ann:  # the job's lock travels in its ConfigMap; its hash here
+        out.requirements = {"sha256": ann[REQUIREMENTS_ANNOTATION]}
     failed_pods = [p for p in pods if _gone(p)]
     if "Completed" in conds:
         out.state = SUCCEEDED

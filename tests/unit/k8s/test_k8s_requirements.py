@@ -11,6 +11,7 @@ import pytest
 from alchemist_jobs import environment as E
 from alchemist_jobs.job_env import JobLock
 from alchemist_jobs.kubernetes import manifests as mf
+from alchemist_jobs.kubernetes.job_state import run_status
 from alchemist_jobs.spec import load_spec
 from tests.k8s_stacks import stack_outputs
 from tests.unit.k8s.conftest import EXAMPLES
@@ -51,3 +52,13 @@ def test_without_requirements_nothing_changes():
     assert mf.build(spec, case.output, RUN) == mf.build(spec, case.output, RUN, deps=None)
     objs = mf.build(spec, case.output, RUN)
     assert mf.REQUIREMENTS_KEY not in next(o for o in objs if o["kind"] == "ConfigMap")["data"]
+
+
+def test_a_cluster_runs_status_names_its_locks_hash():
+    """`status --json` on a cluster stack: the hash the JobSet carries (the lock is in the
+    run's ConfigMap and its run directory's spec)."""
+    case = stack_outputs()[0]
+    spec = load_spec(EXAMPLES / "script.yaml")
+    with_lock, without = (_jobset(mf.build(spec, case.output, RUN, deps=d)) for d in (LOCK, None))
+    assert run_status(with_lock, [], case.name).as_json()["requirements"] == {"sha256": LOCK.sha256}
+    assert run_status(without, [], case.name).as_json()["requirements"] is None
