@@ -32,9 +32,9 @@ import stat
 from pathlib import Path
 from typing import Any, Iterable, NamedTuple
 
-from alchemist_jobs.run_files import Failure, Progress, Result
-from alchemist_jobs.rundir import (RUN_REF, remove_dead_temp_files, trusted_owner,
-                                   write_text_atomic)
+from alchemist_jobs.run_files import Failure, Progress, Result, RunRecord
+from alchemist_jobs.rundir import (RUN_REF, read_json, remove_dead_temp_files,
+                                   trusted_owner, write_text_atomic)
 from alchemist_jobs.scheduler import CANCELLED, FAILED, SUCCEEDED, RunStatus, decode_all
 
 INDEX = ".ended-runs.jsonl"
@@ -57,7 +57,9 @@ class Entry(NamedTuple):
 
     @classmethod
     def of(cls, mtime: int, status: RunStatus) -> Entry:
-        return cls(mtime, status.created, status.state, json.dumps(status.as_json()))
+        entry = cls(mtime, status.created, status.state, json.dumps(status.as_json()))
+        _from_run_dir[status.run_id] = entry.text  # its state is the directory's own
+        return entry
 
 
 def statuses(entries: Iterable[Entry]) -> list[RunStatus]:
@@ -67,6 +69,8 @@ def statuses(entries: Iterable[Entry]) -> list[RunStatus]:
 def load(runs: Path) -> dict[str, Entry]:
     """run id -> Entry for every indexed run; {} for an index that is not one, or that has
     a single entry that fails its checks (the caller rebuilds it from the run directories)."""
+    _checked.clear()
+    _from_run_dir.clear()
     try:
         remove_dead_temp_files(runs, [n for n in os.listdir(runs) if n.startswith(f".{INDEX}.")],
                                of=INDEX)
@@ -96,13 +100,15 @@ def load(runs: Path) -> dict[str, Entry]:
         if entry is None or entry[0] in out:
             return {}  # one damaged entry: the whole index is rebuilt, none of it trusted
         out[entry[0]] = entry[1]
-    _checked.clear()  # what save() validated and the digest vouches for is not checked again
+    # what save() validated and the digest vouches for is not checked again
     _checked.update((run_id, e.text) for run_id, e in out.items())
     return out
 
 
 # run id -> the document text (that very object) which the last load() found as save() wrote it
 _checked: dict[str, str] = {}
+# run id -> the document text (that very object) Entry.of made from the run directory
+_from_run_dir: dict[str, str] = {}
 
 
 def _entry(head: Any, text: str) -> tuple[str, Entry] | None:
@@ -155,7 +161,16 @@ def _valid(runs: Path, entries: dict[str, Entry]) -> set[str]:
             except (ValueError, RecursionError):
                 docs.append(None)
     return done | {run_id for run_id, doc in zip(ids, docs)
-                   if valid_doc(doc, runs / run_id, entries[run_id])}
+                   if valid_doc(doc, runs / run_id, entries[run_id])
+                   and _state_of_run_dir(runs / run_id, entries[run_id])}
+
+
+def _state_of_run_dir(run_dir: Path, entry: Entry) -> bool:
+    """Whether the state an entry claims is the one its run directory records: read from
+    run.json unless the entry was just made from that directory (Entry.of)."""
+    if _from_run_dir.get(run_dir.name) is entry.text:
+        return True
+    return RunRecord.lenient(read_json(run_dir / "run.json")).state == entry.state
 
 
 def _int(x: Any) -> bool:

@@ -217,3 +217,17 @@ def test_a_temp_file_name_planted_as_a_symlink_is_never_written_through(tmp_path
     write_text_atomic(folder / run_index.INDEX, "new index\n")
     assert victim.read_text() == "the victim's own file"
     assert (folder / run_index.INDEX).read_text() == "new index\n"
+
+
+def test_a_consistent_lie_written_by_the_index_writer_itself_is_not_believed(indexed, capsys):
+    """An entry whose head and document agree, written by run_index.save itself with the
+    run directory's own mtime, still cannot claim a state run.json does not hold."""
+    root, path, want = indexed
+    entries = run_index.load(runs_root(root))
+    doc = dict(json.loads(entries[LAST].text), state="failed", message="planted")
+    entries[LAST] = entries[LAST]._replace(state="failed", text=json.dumps(doc))
+    run_index.save(runs_root(root), entries)
+    assert cli.main(["list", "--json", "--state", "failed", "--home", str(root)]) == 0
+    assert json.loads(capsys.readouterr().out) == []
+    assert cli.main(["list", "--json", "--home", str(root)]) == 0
+    assert "planted" not in capsys.readouterr().out
