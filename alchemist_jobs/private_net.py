@@ -35,8 +35,12 @@ import socket
 import struct
 import subprocess
 import sys
+from typing import TYPE_CHECKING
 
 from alchemist_jobs import environment as E
+
+if TYPE_CHECKING:
+    import http.server
 
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWNET = 0x40000000

@@ -376,7 +376,7 @@ def check_pinned(mode: Mode) -> Row:
 def check_metrics(root: Path, mode: Mode) -> Row:
     """A live worker's /metrics: on a GPU its NVML readings (the series the DCGM exporter's
     dashboards sit beside), on CPU its process series."""
-    from alchemist_jobs.rundir import read_json
+    from alchemist_jobs.ui.series import metrics_url
 
     want = "alchemist_gpu_utilization_ratio{" if mode.gpu else "alchemist_process_cpu_seconds_total{"
     found: list[str] = []
@@ -384,9 +384,9 @@ def check_metrics(root: Path, mode: Mode) -> Row:
     def scrape(handle: Any) -> None:
         if found:
             return
-        port = (read_json(handle.run.worker_file(0)) or {}).get("metrics_port")
-        if port and (handle.run.progress() or {}).get("step", 0) > 5:
-            text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+        url = metrics_url(handle.run.path)  # through the run's metrics bridge
+        if url and (handle.run.progress() or {}).get("step", 0) > 5:
+            text = urllib.request.urlopen(url, timeout=5).read().decode()
             found.extend(ln for ln in text.splitlines() if ln.startswith(want))
 
     # After step 6 the worker pauses 4 s: a short job would otherwise end before a scrape.

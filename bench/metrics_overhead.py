@@ -31,6 +31,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from alchemist_jobs.ui.series import metrics_url  # noqa: E402
+
 
 def run_once(spec: Path, home: Path, metrics: bool, steps: int, scrape_every: float) -> dict:
     argv = [sys.executable, "-m", "alchemist_jobs", "run", str(spec), "--quiet", "--home", str(home),
@@ -55,10 +57,10 @@ def _scrape(home: Path, before: set, stop: threading.Event, every: float) -> Non
     while not stop.wait(every):
         for run in set((home / "runs").glob("*")) - before:
             for rec in (run / "workers").glob("rank-*.json"):
-                try:
-                    port = json.loads(rec.read_text()).get("metrics_port")
-                    if port:
-                        urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read()
+                try:  # through the run's metrics bridge, as the monitor's Prometheus does
+                    url = metrics_url(run, rec.stem)
+                    if url:
+                        urllib.request.urlopen(url, timeout=2).read()
                 except (OSError, ValueError):
                     pass
 

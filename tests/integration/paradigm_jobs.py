@@ -54,11 +54,13 @@ def run_job(home: Path, job: dict[str, Any], tick: Callable[[RunDir], None] | No
     return status, handle.run
 
 
-def scrape(port: int, timeout: float = 2.0) -> dict[str, float]:
-    """Every sample of a worker's /metrics, summed by sample name."""
+def scrape(where: int | str, timeout: float = 2.0) -> dict[str, float]:
+    """Every sample of a worker's /metrics (a loopback port, or a URL such as the run's
+    metrics bridge gives, ui/series.py `metrics_url`), summed by sample name."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=timeout) as r:
+    url = where if isinstance(where, str) else f"http://127.0.0.1:{where}/metrics"
+    with urllib.request.urlopen(url, timeout=timeout) as r:
         text = r.read().decode()
     out: dict[str, float] = {}
     for family in text_string_to_metric_families(text):

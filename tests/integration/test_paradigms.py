@@ -20,6 +20,7 @@ import pytest
 
 from alchemist_jobs.rundir import RunDir, read_json
 from alchemist_jobs.scheduler import SUCCEEDED
+from alchemist_jobs.ui.series import metrics_url
 from tests.integration.paradigm_jobs import digits_job, epochs_done_by, run_job, scrape
 
 ALGORITHMS = {
@@ -49,11 +50,12 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
         server_scrapes: list[dict[str, float]] = []
 
         def tick(run: RunDir, scrapes=scrapes, server_scrapes=server_scrapes) -> None:
-            for rec, into in ((read_json(run.worker_file(0)), scrapes),
-                              (read_json(run.workers / "server-0.json"), server_scrapes)):
-                if rec and rec.get("metrics_port") and "finished" not in rec:
+            for who, into in (("rank-0", scrapes), ("server-0", server_scrapes)):
+                rec = read_json(run.workers / f"{who}.json")
+                url = metrics_url(run.path, who)  # through the run's metrics bridge
+                if rec and url and "finished" not in rec:
                     try:
-                        into.append(scrape(rec["metrics_port"], timeout=20))
+                        into.append(scrape(url, timeout=20))
                     except (OSError, http.client.HTTPException):
                         pass  # not serving yet, or exited (mid-answer: IncompleteRead)
 

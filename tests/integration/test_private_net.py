@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from alchemist_jobs.rundir import RunDir
+from alchemist_jobs.ui.series import scrape_rank0
 from tests import another_user, netns
 from tests.conftest import EXAMPLES, REPO
 
@@ -208,6 +209,9 @@ def test_no_listener_of_an_async_job_answers_another_account(tmp_path: Path):
             "    print('refused', e.code)\n", str(bridge))
         assert read.returncode == 0, read.stderr
         assert "alchemist_" in read.stdout and "refused 404" in read.stdout, read.stdout[-2000:]
+        # The dashboard's live figures come through the bridge too.
+        live = wait_for(lambda: scrape_rank0(run.path, timeout=10), "rank 0's live metrics", cli)
+        assert "communication_s" in live, live
     finally:
         if cli.poll() is None:
             cli.send_signal(signal.SIGINT)
@@ -260,3 +264,19 @@ def test_tensorflow_grpc_servers_are_unreachable_from_another_host(tmp_path: Pat
         finally:
             out = stop(cli, run)
         assert cli.returncode == 0, out
+
+
+def test_without_a_namespace_a_job_runs_in_this_network_with_one_warning(tmp_path: Path):
+    """ALCHEMIST_LOCAL_NETNS=0 (as where user namespaces are unavailable): the job runs as
+    before, and one line says so and what it leaves reachable."""
+    home = tmp_path / "home"
+    r = subprocess.run([sys.executable, "-m", "alchemist_jobs", "run",
+                        str(EXAMPLES / "script.yaml"), "--quiet"], cwd=REPO, timeout=500,
+                       env=dict(os.environ, PYTHONPATH=str(REPO), ALCHEMIST_HOME=str(home),
+                                ALCHEMIST_LOCAL_NETNS="0"), capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    warned = [ln for ln in r.stderr.splitlines() if "this machine's network" in ln]
+    assert len(warned) == 1 and "ALCHEMIST_LOCAL_NETNS=0" in warned[0], r.stderr
+    assert "reachable by other accounts" in warned[0], warned
+    run = the_run(home)
+    assert "metrics_bridge" not in run.state() and run.state()["state"] == "succeeded"

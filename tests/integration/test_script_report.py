@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from alchemist_jobs.rundir import read_json
+from alchemist_jobs.ui.series import metrics_url
 from tests.conftest import EXAMPLES, REPO, cli
 from tests.integration.test_local_runs import no_process_of, only_run, wait_for
 
@@ -46,9 +46,9 @@ def test_a_script_workers_metrics_and_reports_are_served_live(home, tmp_path: Pa
                         "rank 0's progress at step 5")
         texts = {}
         for rank in (0, 1):
-            port = wait_for(lambda: (read_json(run.worker_file(rank)) or {}).get("metrics_port"),
-                            60, f"rank {rank}'s metrics port")
-            texts[rank] = wait_for(lambda: _scrape_once_reported(port), 60, f"rank {rank} scrape")
+            url = wait_for(lambda: metrics_url(run.path, f"rank-{rank}"), 60,
+                           f"rank {rank}'s metrics endpoint")  # through the run's metrics bridge
+            texts[rank] = wait_for(lambda: _scrape_once_reported(url), 60, f"rank {rank} scrape")
         go.write_text("")
         out, _ = p.communicate(timeout=120)
     finally:
@@ -65,8 +65,8 @@ def test_a_script_workers_metrics_and_reports_are_served_live(home, tmp_path: Pa
     assert no_process_of(run) == []
 
 
-def _scrape_once_reported(port: int) -> str | None:
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+def _scrape_once_reported(url: str) -> str | None:
+    text = urllib.request.urlopen(url, timeout=5).read().decode()
     return text if "alchemist_script_metric{" in text else None
 
 
