@@ -72,3 +72,27 @@ def test_the_bridge_serves_a_workers_metrics_and_nothing_else(bridge):
 def test_local_netns_0_is_the_reason_given(monkeypatch):
     monkeypatch.setenv("ALCHEMIST_LOCAL_NETNS", "0")
     assert private_net.unavailable() == "ALCHEMIST_LOCAL_NETNS=0"
+
+
+def test_the_monitor_scrapes_a_namespaced_run_through_its_bridge(tmp_path):
+    """A run with a metrics bridge (run.json) is scraped there, one target per worker with
+    the worker's path; Prometheus takes `__metrics_path__` from a file_sd target's labels."""
+    import os
+
+    from alchemist_jobs.commands.monitor import TargetFinder
+    from tests.unit.test_monitoring_command import _run_dir
+
+    me = os.getpid()
+    run = _run_dir(tmp_path, "digits-a", "running", me, {
+        "rank-0": dict(rank=0, node="h0", metrics_port=9101, pid=me),
+        "server-0": dict(rank="server-0", node="h0", metrics_port=9201, role="server")},
+        algorithm="async")
+    run.update_state(metrics_bridge=9555)
+    assert TargetFinder(tmp_path).groups() == [
+        {"targets": ["127.0.0.1:9555"],
+         "labels": dict(__metrics_path__="/metrics/rank-0", job="digits", run="digits-a",
+                        rank="0", node="h0", algorithm="async")},
+        {"targets": ["127.0.0.1:9555"],
+         "labels": dict(__metrics_path__="/metrics/server-0", job="digits", run="digits-a",
+                        rank="server-0", node="h0", algorithm="async")},
+    ]
