@@ -277,9 +277,12 @@ def check_home(root: Path) -> None:
         mode = stat.S_IMODE(st.st_mode)
         others_write = mode & 0o022 and not mode & stat.S_ISVTX
         if path == home / RUNS:
-            if st.st_uid != me or mode & 0o022:
+            if st.st_uid != me:
                 _refuse(root, path, f"is owned by {_user(st.st_uid)} with mode {mode:04o}",
                         "a runs folder you own that no one else can write (0700)")
+            if mode & 0o022:
+                _refuse(root, path, f"is writable by others (mode {mode:04o})",
+                        "a runs folder only you can write (chmod 700 it)")
         elif st.st_uid not in (me, 0) or others_write or \
                 path == home and st.st_uid != me and not mode & stat.S_ISVTX:
             _refuse(root, path, f"is owned by {_user(st.st_uid)} with mode {mode:04o}",
@@ -288,7 +291,9 @@ def check_home(root: Path) -> None:
 
 
 def _refuse(root: Path, path: Path, what: str, accepted: str) -> None:
-    where = f"home {root}" + ("" if Path(os.path.abspath(root)) == path else f": {path}")
+    home = Path(os.path.abspath(root))
+    where = f"home {root}" + ("" if home == path else f": {RUNS}/" if path == home / RUNS
+                              else f": {path}")
     raise UserError(f"{where} {what}; accepted: {accepted}")
 
 

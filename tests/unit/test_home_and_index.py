@@ -231,3 +231,18 @@ def test_a_consistent_lie_written_by_the_index_writer_itself_is_not_believed(ind
     assert json.loads(capsys.readouterr().out) == []
     assert cli.main(["list", "--json", "--home", str(root)]) == 0
     assert "planted" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("mode", [0o775, 0o757, 0o777])
+def test_a_runs_folder_others_can_write_is_refused_with_the_fix(tmp_path, capsys, mode):
+    """Even the user's own runs/ (made under umask 002, say) is refused while others may
+    write to it: they could rename a run away or plant one; the line says how to mend it."""
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    runs.chmod(mode)
+    assert cli.main(["list", "--home", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"mode {mode:04o}" in err and "chmod 700" in err
+    assert f"home {tmp_path}: runs/ is writable by others" in err
+    runs.chmod(0o700)
+    assert cli.main(["list", "--home", str(tmp_path)]) == 0
