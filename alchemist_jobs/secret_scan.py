@@ -17,13 +17,25 @@ Some credentials detect-secrets has no detector for: a kubeconfig's client key o
 `docker login`'s config.json, a gcloud login, GitHub's fine-grained and Hugging Face's tokens.
 TOKENS and DOCUMENTS recognise them by their content, whatever the file is called. Files are
 judged by content, never by extension (a key saved as `logo.png` is a key). An archive (zip,
-tar, gzip, ...) is held back whole: the files inside it are not scanned, so only
-`ship_secrets` ships one. An `env:` variable is also judged by its name (SECRET_NAME).
+tar, gzip, bzip2, xz: torch checkpoints, `.npz`, wheels and documents are zips) is opened with
+the standard library and each file inside judged as the same file outside would be; it is held
+back for the first that holds a secret, naming it, or whole when it cannot be judged within
+bounds (MAX_ARCHIVE_*: a zip bomb, nesting, an encrypted or unreadable file inside) or opened
+at all (zstd, 7z, rar). An `env:` variable is also judged by its name (SECRET_NAME).
 """
 
 from __future__ import annotations
 
+import bz2
+import gzip
+import io
+import lzma
 import re
+import struct
+import tarfile
+import tempfile
+import zipfile
+import zlib
 from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
@@ -139,6 +151,19 @@ _ALLOWLISTED = re.compile(r"pragma:\s*allowlist[ -]secret", re.IGNORECASE)
 ARCHIVES = ((b"PK\x03\x04", "zip"), (b"PK\x05\x06", "zip"), (b"PK\x07\x08", "zip"),
             (b"\x1f\x8b", "gzip"), (b"\xfd7zXZ\x00", "xz"), (b"\x28\xb5\x2f\xfd", "zstd"),
             (b"7z\xbc\xaf\x27\x1c", "7z"), (b"Rar!\x1a\x07", "rar"))
+# Compressed streams (one file, or a tar) and their standard-library readers, whose read(n)
+# decompresses no more than n bytes.
+STREAMS = {"gzip": lambda f: gzip.GzipFile(fileobj=f, mode="rb"), "bzip2": bz2.BZ2File,
+           "xz": lzma.LZMAFile}
+# What one archive may take to be judged, over all its levels; beyond it, it is held back.
+MAX_ARCHIVE_DEPTH = 2  # an archive inside an archive is opened, one inside that is not
+MAX_ARCHIVE_MEMBERS = 10_000  # entries (a zip's, from its directory before anything is read)
+MAX_ARCHIVE_BYTES = 64 << 20  # decompressed bytes read (a zip's, summed from its directory)
+# What reading a damaged archive raises (zipfile, tarfile and the decompressors).
+UNREADABLE = (OSError, EOFError, ValueError, RuntimeError, NotImplementedError, struct.error,
+              zipfile.BadZipFile, tarfile.TarError, zlib.error, lzma.LZMAError)
+# Printable ASCII runs: the text a binary file carries (a token or key is one).
+_TEXT_RUNS = re.compile(rb"[\t\x20-\x7e]{6,}")
 
 
 @contextmanager
@@ -226,7 +251,9 @@ def archive_kind(head: bytes) -> str | None:
     return next((kind for magic, kind in ARCHIVES if head.startswith(magic)), None)
 
 
-def _detect_secrets_kinds(path: Path, text: str, data: bytes) -> list[str]:
+def _detect_secrets_kinds(name: str, text: str, data: bytes, path: Path | None) -> list[str]:
+    """What detect-secrets finds in a file called `name` (at `path`, or only in memory, as a
+    file inside an archive is) whose content is `data`, read as `text`."""
     detectors = _may_flag(text)
     if not detectors:
         return []
@@ -234,33 +261,229 @@ def _detect_secrets_kinds(path: Path, text: str, data: bytes) -> list[str]:
     from detect_secrets.core.scan import scan_line
 
     with _settings(detectors):  # the same verdict as all of them: no other can match
-        try:
-            data.decode()
-        except UnicodeDecodeError:
+        if not _is_text(data):
             # detect-secrets skips a file that is not text; its line detectors still judge
             # the text a binary file carries (a key appended to an image).
             return sorted({s.type for line in text.splitlines()
                            if _may_flag(line) for s in scan_line(line)})
         found = SecretsCollection()
-        found.scan_file(str(path))
+        if path is not None:
+            found.scan_file(str(path))
+        else:  # detect-secrets reads files by name (and parses them by their extension)
+            with tempfile.TemporaryDirectory(prefix="alchemist-scan-") as private:
+                copy = Path(private) / _file_name(name)
+                copy.write_bytes(data)
+                found.scan_file(str(copy))
     return sorted({s.type for name in found.files for s in found[name]})
 
 
+def _is_text(data: bytes) -> bool:
+    try:
+        data.decode()
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _file_name(name: str) -> str:
+    """A safe file name for the file inside an archive called `name` (its last part)."""
+    base = "".join(c if c.isprintable() and c not in "/\\" else "_"
+                   for c in name.rstrip("/").rsplit("/", 1)[-1])[-100:]
+    return base if base.strip(".") else "file"
+
+
+def _content_kinds(name: str, data: bytes, path: Path | None = None) -> list[str]:
+    """The kinds of secret the content `data` of a file called `name` holds. The text of a file
+    that is not UTF-8 is its runs of printable ASCII (a token or key is one), not the whole
+    file decoded: the detectors' patterns take seconds on megabytes of binary (a tensor)."""
+    if _is_text(data):
+        text = data.decode()
+    else:
+        text = b"\n".join(_TEXT_RUNS.findall(data)).decode("ascii")
+    return _detect_secrets_kinds(name, text, data, path) + signature_kinds(text)
+
+
+class _Unjudged(Exception):
+    """An archive the scan cannot judge; the message ends 'it is a zip archive ...'."""
+
+
+class _Budget:
+    """What is left of one archive's bounds (MAX_ARCHIVE_*), over all its levels."""
+
+    def __init__(self) -> None:
+        self.members, self.bytes = MAX_ARCHIVE_MEMBERS, MAX_ARCHIVE_BYTES
+
+    def take(self, members: int = 0, nbytes: int = 0) -> None:
+        self.members -= members
+        self.bytes -= nbytes
+        if self.members < 0:
+            raise _Unjudged(f"too large to scan (more than {MAX_ARCHIVE_MEMBERS} files)")
+        if self.bytes < 0:
+            raise _Unjudged(f"too large to scan (more than {MAX_ARCHIVE_BYTES >> 20} MiB to read)")
+
+
+class _Counted:
+    """A file whose reads (not its seeks) are taken from the budget; `head` was read before."""
+
+    def __init__(self, f: Any, budget: _Budget, head: bytes = b"") -> None:
+        self.f, self.budget, self.head = f, budget, head
+
+    def read(self, n: int | None = -1) -> bytes:
+        if n is None or n < 0:
+            n = max(self.budget.bytes, 0) + 1  # never unbounded
+        out, self.head = self.head[:n], self.head[n:]
+        if len(out) < n:
+            out += self.f.read(n - len(out))
+        self.budget.take(nbytes=len(out))
+        return out
+
+    def seek(self, *args: int) -> int:
+        return self.f.seek(*args)
+
+    def tell(self) -> int:
+        return self.f.tell()
+
+
+Found = tuple[tuple[str, ...], list[str]]  # (the path of the file inside, the kinds it holds)
+UNOPENED = ("zstd", "7z", "rar")  # archives the standard library cannot read
+
+
+def _shown(where: tuple[str, ...]) -> str:
+    """'c.pem in b/inner.zip' for the file c.pem inside b/inner.zip: printable, one line."""
+    return " in ".join("".join(c if c.isprintable() else "?" for c in w)[:200]
+                       for w in reversed(where))
+
+
+def _member(where: tuple[str, ...], read: Any, size: int | None, depth: int,
+            budget: _Budget) -> Found | None:
+    """Judge the file inside an archive at `where` (of `size` bytes, None when unknown) as the
+    same file outside would be; `read(n)` gives its first n bytes. A nested archive is opened
+    (to MAX_ARCHIVE_DEPTH); a file over MAX_SCAN_BYTES is data, not read beyond its head."""
+    big = size is not None and size > MAX_SCAN_BYTES
+    try:
+        data = read(512 if big else MAX_SCAN_BYTES + 1)
+    except UNREADABLE:
+        raise _Unjudged(f"that cannot be scanned ({_shown(where)} cannot be read)") from None
+    inner = archive_kind(data[:512])
+    big = big or len(data) > MAX_SCAN_BYTES
+    if inner is None:
+        kinds = [] if big else _content_kinds(where[-1], data)
+        return (where, kinds) if kinds else None
+    if inner in UNOPENED:
+        raise _Unjudged(f"that cannot be scanned ({_shown(where)} is a {inner} archive)")
+    if depth >= MAX_ARCHIVE_DEPTH:
+        raise _Unjudged(f"too deeply nested to scan ({_shown(where)} is an archive "
+                        f"{depth} levels down)")
+    if big:
+        raise _Unjudged(f"too large to scan ({_shown(where)} is a {inner} archive over "
+                        f"{MAX_SCAN_BYTES >> 20} MiB)")
+    try:
+        return _archive(io.BytesIO(data), inner, where[-1], where, depth + 1, budget)
+    except UNREADABLE:
+        raise _Unjudged(f"that cannot be scanned ({_shown(where)} cannot be read)") from None
+
+
+def _archive(f: Any, kind: str, name: str, where: tuple[str, ...], depth: int,
+             budget: _Budget) -> Found | None:
+    """The first file inside the archive `f` (of `kind`, called `name`, at `where` inside the
+    archives above it) that holds a secret, or None."""
+    if kind == "zip":
+        return _zip(f, where, depth, budget)
+    if kind == "tar":  # seekable: the data of a file not read is skipped, not read
+        return _tar(tarfile.open(fileobj=_Counted(f, budget), mode="r:"), where, depth, budget)
+    stream = STREAMS[kind](f)
+    head = stream.read(512)
+    counted = _Counted(stream, budget, head)
+    if archive_kind(head) == "tar":  # a .tar.gz: one archive, read in order
+        return _tar(tarfile.open(fileobj=counted, mode="r|"), where, depth, budget)
+    stem = name.rstrip("/").rsplit("/", 1)[-1]  # one compressed file: notes.txt.gz -> notes.txt
+    stem = stem.rsplit(".", 1)[0] if "." in stem.lstrip(".") else stem
+    return _member((*where, stem), counted.read, None, depth, budget)
+
+
+def _tar(tar: tarfile.TarFile, where: tuple[str, ...], depth: int,
+         budget: _Budget) -> Found | None:
+    for entry in tar:
+        budget.take(members=1)
+        if entry.isfile():
+            found = _member((*where, entry.name), tar.extractfile(entry).read, entry.size,
+                            depth, budget)
+            if found:
+                return found
+    return None
+
+
+def _zip_entries(f: Any) -> int | None:
+    """The number of entries a zip's end record declares, read before its whole directory."""
+    end = getattr(zipfile, "_EndRecData", None)  # zipfile's own reader of that record
+    record = end(f) if end else None
+    return record[getattr(zipfile, "_ECD_ENTRIES_TOTAL", 4)] if record else None
+
+
+def _zip_read(z: zipfile.ZipFile, info: zipfile.ZipInfo, budget: _Budget, n: int) -> bytes:
+    with z.open(info) as member:
+        data = member.read(n)  # zipfile stops at the size the directory declares
+    budget.take(nbytes=len(data))
+    return data
+
+
+def _zip(f: Any, where: tuple[str, ...], depth: int, budget: _Budget) -> Found | None:
+    """A zip is judged from its directory before anything is decompressed: its entries,
+    encryption and the bytes its files would take to read."""
+    entries = _zip_entries(f)
+    budget.take(members=entries or 0)
+    z = zipfile.ZipFile(f)
+    if entries is None:
+        budget.take(members=len(z.infolist()))
+    files = [i for i in z.infolist() if not i.is_dir()]
+    locked = next((i for i in files if i.flag_bits & 0x1), None)
+    if locked is not None:
+        raise _Unjudged(f"that cannot be scanned ({_shown((*where, locked.filename))} is "
+                        "encrypted)")
+    if sum(512 if i.file_size > MAX_SCAN_BYTES else i.file_size for i in files) > budget.bytes:
+        budget.take(nbytes=budget.bytes + 1)
+    for info in files:
+        found = _member((*where, info.filename), lambda n, i=info: _zip_read(z, i, budget, n),
+                        info.file_size, depth, budget)
+        if found:
+            return found
+    return None
+
+
+def _archive_verdict(f: Any, kind: str, name: str) -> str | None:
+    """Why the archive `f` (of `kind`, called `name`) must not ship, or None."""
+    if kind in UNOPENED:
+        return (f"it is a {kind} archive, which the scan cannot open (it reads zip, tar, "
+                "gzip, bzip2 and xz)")
+    try:
+        found = _archive(f, kind, name, (), 1, _Budget())
+    except _Unjudged as e:
+        return f"it is a {kind} archive {e}"
+    except UNREADABLE:
+        return f"it is a {kind} archive that cannot be scanned (it cannot be read)"
+    if found is None:
+        return None
+    where, kinds = found
+    return f"it holds {', '.join(kinds)} in {_shown(where)} inside the {kind} archive"
+
+
 def why_held_back(path: Path) -> str | None:
-    """Why the file at `path` must not ship (what it holds, or that it is an archive whose
-    files are not scanned), or None. Judged by content, whatever the file's name."""
+    """Why the file at `path` must not ship (what it holds, or in which file inside an archive,
+    or that an archive cannot be judged), or None. Judged by content, whatever its name."""
+    path = Path(path)
     try:
         with open(path, "rb") as f:
-            data = f.read(MAX_SCAN_BYTES + 1)
+            head = f.read(512)
+            kind = archive_kind(head)
+            if kind is not None:
+                f.seek(0)
+                return _archive_verdict(f, kind, path.name)
+            data = head + f.read(MAX_SCAN_BYTES + 1 - len(head))
     except OSError:
         return None
-    kind = archive_kind(data[:512])
-    if kind is not None:
-        return f"it is a {kind} archive, whose files are not scanned"
     if len(data) > MAX_SCAN_BYTES:
         return None
-    text = data.decode("utf-8", "replace")
-    kinds = _detect_secrets_kinds(path, text, data) + signature_kinds(text)
+    kinds = _content_kinds(path.name, data, path)
     return f"it holds {', '.join(kinds)}" if kinds else None
 
 

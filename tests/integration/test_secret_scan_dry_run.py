@@ -1,9 +1,10 @@
 """Through the CLI a user runs: `alchemist run job.yaml --dry-run` in a working directory that
-holds a kubeconfig, a docker login, a gcloud login, tokens in notes, archives and a key named
-like an image beside the code, and an `env:` with HF_TOKEN and a github_pat_ value. Each file
-held back is one warning line naming it, why and ship_secrets; each variable one warning
-pointing at secret_env (and the spec, now holding tokens, is held back too); no secret is
-printed; the run's copy counts the code files only."""
+holds a kubeconfig, a docker login, a gcloud login, tokens in notes, archives holding credentials
+and a key named like an image beside the code and the user's own model (a torch checkpoint and
+a numpy .npz, both zip archives), and an `env:` with HF_TOKEN and a github_pat_ value. Each file
+held back is one warning line naming it, why (for an archive, the file inside) and
+ship_secrets; each variable one warning pointing at secret_env (and the spec, now holding
+tokens, is held back too); no secret is printed; the run's copy counts the code and the model."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import re
 from pathlib import Path
 
 from tests.conftest import cli
-from tests.unit.test_secret_scan_formats import CODE, GITHUB_PAT, HELD, HF_TOKEN, project
+from tests.unit.test_secret_scan_formats import GITHUB_PAT, HELD, HF_TOKEN, project, shipped
 
 
 def test_the_dry_run_names_each_held_back_file_and_secret_looking_variable(home: Path,
@@ -32,4 +33,4 @@ def test_the_dry_run_names_each_held_back_file_and_secret_looking_variable(home:
         assert any(f"env.{name}:" in x and f"secret_env.{name}" in x for x in warnings)
     assert HF_TOKEN not in r.stderr and GITHUB_PAT not in r.stderr
     copied = re.search(r"# code: (\d+) file\(s\)", r.stdout)
-    assert copied and int(copied.group(1)) == len(CODE), r.stdout
+    assert copied and int(copied.group(1)) == len(shipped()), r.stdout

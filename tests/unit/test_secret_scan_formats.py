@@ -1,7 +1,9 @@
 """A user's working directory as it really is: a kubeconfig beside the code, a docker login, a
-gcloud login, tokens pasted into notes, an old backup zip, a key saved with an image's name.
-None of them ships with a run (the cluster ConfigMap's tarball, the local run's `code/`), each
-is one warning line naming the file, why and `ship_secrets`, and the code around them ships."""
+gcloud login, tokens pasted into notes, old backups (zip, tar.gz) holding credentials, a key saved
+with an image's name. None of them ships with a run (the cluster ConfigMap's tarball, the local
+run's `code/`), each is one warning line naming the file, why (for an archive, the file inside
+that holds it) and `ship_secrets`, and the code around them ships, with the user's own model
+(a torch checkpoint, a numpy `.npz`: zip archives holding no credential)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import io
 import json
 import tarfile
 import zipfile
+from functools import lru_cache
 from pathlib import Path
 
 import pytest
@@ -103,29 +106,48 @@ OPENSSH_KEY = ("-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAABG5
 AWS_ENV = "AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY\n"
 
 
-def _zip() -> bytes:
+PEM_KEY = base64.b64decode(CLIENT_KEY).decode()
+
+
+def zip_of(files: dict) -> bytes:
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
-        z.writestr("old/.env", AWS_ENV)
+        for name, content in files.items():
+            z.writestr(name, content)
     return buf.getvalue()
 
 
-def _tar_gz() -> bytes:
+def tar_of(files: dict, mode: str = "w") -> bytes:
     buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        info = tarfile.TarInfo("creds.txt")
-        info.size = len(AWS_ENV)
-        tar.addfile(info, io.BytesIO(AWS_ENV.encode()))
+    with tarfile.open(fileobj=buf, mode=mode) as tar:
+        for name, content in files.items():
+            data = content if isinstance(content, bytes) else content.encode()
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
     return buf.getvalue()
 
 
-def _tar() -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        info = tarfile.TarInfo("creds.txt")
-        info.size = len(AWS_ENV)
-        tar.addfile(info, io.BytesIO(AWS_ENV.encode()))
-    return buf.getvalue()
+@lru_cache(maxsize=1)
+def model_files() -> dict[str, bytes]:
+    """A team's own model beside its code, as torch and numpy write them (both are zip
+    archives): the state dict its script loads, and arrays saved with numpy.savez."""
+    import numpy as np
+    import torch
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
+    pt, npz = io.BytesIO(), io.BytesIO()
+    torch.save(model.state_dict(), pt)
+    rng = np.random.default_rng(0)
+    np.savez(npz, embedding=rng.standard_normal((100, 16)).astype(np.float32),
+             vocab=np.array(["the", "a", "model"]))
+    return {"pretrained.pt": pt.getvalue(), "data/weights.npz": npz.getvalue()}
+
+
+def shipped() -> list[str]:
+    """What ships of project(): the code and the model."""
+    return sorted([*CODE, *model_files()])
 
 
 # path in the user's directory -> (content, a word the warning's reason holds)
@@ -137,9 +159,18 @@ HELD = {
     "gcp/adc.json": (GCLOUD_ADC, "Google"),
     "notes/github.md": (f"CI pushes with {GITHUB_PAT}\n", "GitHub"),
     "notes/hub.md": (f"my hub token: {HF_TOKEN}\n", "Hugging Face"),
-    "backup.zip": (_zip(), "zip archive"),
-    "old/site.tar.gz": (_tar_gz(), "gzip archive"),
-    "old/site.tar": (_tar(), "tar archive"),
+    # Archives: held back for what a file inside holds, named in the reason.
+    "backup.zip": (zip_of({"old/.env": AWS_ENV}), "in old/.env inside the zip archive"),
+    "old/site.tar.gz": (tar_of({"creds.txt": AWS_ENV}, "w:gz"), "in creds.txt inside the gzip archive"),
+    "old/site.tar": (tar_of({"creds.txt": AWS_ENV}), "in creds.txt inside the tar archive"),
+    "deploy/clusters.zip": (zip_of({"README.md": "# clusters\n", "clusters/prod.yaml": ADMIN_CONF}),
+                            "kubeconfig's credentials in clusters/prod.yaml inside the zip archive"),
+    "backup/home.tar.gz": (tar_of({"notes.txt": "todo\n",
+                                   "secrets/creds.json": json.dumps({"hub": HF_TOKEN})}, "w:gz"),
+                           "it holds a Hugging Face token in secrets/creds.json inside the gzip archive"),
+    "release/bundle.zip": (zip_of({"app.py": "print(1)\n",
+                                   "inner/keys.zip": zip_of({"deploy.pem": PEM_KEY})}),
+                           "Private Key in deploy.pem in inner/keys.zip inside the zip archive"),
     "assets/logo.png": (OPENSSH_KEY, "Private Key"),
 }
 CODE = {
@@ -161,7 +192,7 @@ def write(root: Path, files: dict) -> Path:
 
 
 def project(root: Path) -> Path:
-    return write(root, {**{rel: c for rel, (c, _) in HELD.items()}, **CODE})
+    return write(root, {**{rel: c for rel, (c, _) in HELD.items()}, **CODE, **model_files()})
 
 
 def shipped_in(tarball: bytes) -> list[str]:
@@ -186,7 +217,7 @@ def test_code_that_names_these_formats_is_not_held_back(tmp_path, rel):
 
 def test_a_cluster_snapshot_ships_only_the_code_and_names_each_file_once(tmp_path, capsys):
     snap = pack(project(tmp_path / "p"))
-    assert shipped_in(snap.tarball) == sorted(CODE)
+    assert shipped_in(snap.tarball) == shipped()
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == len(HELD), err
     for rel, (_, why) in HELD.items():
@@ -200,12 +231,12 @@ def test_a_cluster_snapshot_ships_only_the_code_and_names_each_file_once(tmp_pat
 def test_a_local_runs_copy_ships_only_the_code(tmp_path, capsys):
     spec = parse_spec({"name": "s", "task": {"module": "train"}}, "job.yaml")
     _, files = code_of(spec, project(tmp_path / "p"), tmp_path / "home")
-    assert sorted(files) == sorted(CODE)
+    assert sorted(files) == shipped()
     assert len(capsys.readouterr().err.strip().splitlines()) == len(HELD)
 
 
 def test_an_archive_the_spec_lists_in_ship_secrets_ships(tmp_path, capsys):
-    """Archives are held back because their files are not scanned; listing one ships it."""
+    """An archive held back for what it holds ships when the spec lists it."""
     root = project(tmp_path / "p")
     spec = parse_spec({"name": "s", "task": {"module": "train"},
                        "ship_secrets": ["backup.zip", "old/*.tar"]}, "job.yaml")
@@ -223,3 +254,10 @@ def test_an_image_is_judged_by_its_content_and_ships(tmp_path):
            b"\x18\xd8N\x00\x00\x00\x00IEND\xaeB`\x82")
     write(tmp_path, {"assets/real.png": png, "data.bin": gzip.compress(b"x")[:1]})
     assert secret_scan.flagged_files(tmp_path, ["assets/real.png", "data.bin"]) == {}
+
+
+@pytest.mark.parametrize("rel", sorted(["pretrained.pt", "data/weights.npz"]))
+def test_the_users_own_model_is_not_held_back(tmp_path, rel):
+    """torch.save and numpy.savez write zip archives: what is inside is judged, not the format."""
+    write(tmp_path, {rel: model_files()[rel]})
+    assert secret_scan.flagged_files(tmp_path, [rel]) == {}
