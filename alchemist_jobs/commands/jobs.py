@@ -164,8 +164,11 @@ def complete_run(prefix: str, parsed_args: argparse.Namespace, **_) -> list[str]
         return []
     given = set(getattr(parsed_args, "runs", None) or ())  # `rm A B`: A is not offered again
     home = getattr(parsed_args, "home", None) or default_root()
-    return sorted(r.run_id for r in run_dirs(home)
-                  if r.run_id.startswith(prefix) and r.run_id not in given)
+    try:
+        runs = run_dirs(home)
+    except UserError:  # a home the commands refuse offers nothing (the command says why)
+        return []
+    return sorted(r.run_id for r in runs if r.run_id.startswith(prefix) and r.run_id not in given)
 
 
 def _scheduler(args: argparse.Namespace):

@@ -246,3 +246,14 @@ def test_a_runs_folder_others_can_write_is_refused_with_the_fix(tmp_path, capsys
     assert f"home {tmp_path}: runs/ is writable by others" in err
     runs.chmod(0o700)
     assert cli.main(["list", "--home", str(tmp_path)]) == 0
+
+
+@pytest.mark.parametrize("special", SPECIAL, indirect=True)
+def test_completion_offers_no_run_of_a_home_the_commands_refuse(special):
+    """Shell completion never fails: a home the commands refuse offers no run ids."""
+    import argparse
+
+    from alchemist_jobs.commands.jobs import complete_run
+
+    kind, home = special
+    assert complete_run("", argparse.Namespace(stack="local", home=home)) == []
