@@ -181,14 +181,33 @@ class NodeCache:
     def _lock(self, key: str, kind: str, mode: int) -> int:
         # Read-only: flock needs no write access, so a lock file another account created
         # (mode 0644 under its umask) locks all the same; never through a link.
+        # Non-blocking: a FIFO planted under the name would otherwise block the open forever.
         path = self.root / "locks" / f"{key}.{kind}"
-        fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
         try:
+            fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+                         | os.O_NONBLOCK, 0o666)
+        except OSError as e:
+            raise DataError(self._not_a_lock(path, f"cannot be opened ({e.strerror})")) from None
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise DataError(self._not_a_lock(path, "is not a regular file"))
             self._wait_for(fd, path, mode)
         except BaseException:
             os.close(fd)
             raise
         return fd
+
+    @staticmethod
+    def _not_a_lock(path: Path, what: str) -> str:
+        try:
+            st = os.lstat(path)
+            owner = f", uid {st.st_uid}'s {'link' if stat.S_ISLNK(st.st_mode) else 'file'}"
+        except OSError:
+            owner = ""
+        return (f"dataset cache lock {path}{owner}, {what}; accepted: a regular lock file: ask its "
+                f"owner to remove it, or stage elsewhere ({E.DATA_CACHE.name}=another folder, or "
+                "data.cache: none)")
 
     def _wait_for(self, fd: int, path: Path, mode: int) -> None:
         """flock(fd, mode), waiting as long as the module docstring says, and no longer."""

@@ -169,6 +169,42 @@ def test_a_lock_left_to_the_child_of_an_exited_process_is_a_bounded_wait(tmp_pat
     assert len(line.splitlines()) == 1 and "accepted:" in line
 
 
+PLANT = textwrap.dedent("""
+    import os, sys
+    locks = os.path.join(sys.argv[1], "locks")
+    os.mkdir(locks); os.chmod(locks, 0o1777)
+    target = os.path.join(locks, sys.argv[2])
+    if sys.argv[3] == "fifo":
+        os.mkfifo(target, 0o666)
+    else:
+        os.symlink("/etc/hostname", target)
+""")
+
+
+@pytest.mark.parametrize("kind", ["fifo", "link"])
+def test_a_fifo_or_link_planted_as_the_victims_lock_file_is_one_line(
+        shared_cache, tmp_path, kind):
+    """A FIFO under the lock's name would block its open forever; a link would lead the open
+    elsewhere. Either is refused in one line, as uid nobody planted it."""
+    key = "cd" * 32
+    planted = another_user.run_python(PLANT, str(shared_cache), f"{key}.fill", kind)
+    assert planted.returncode == 0, planted.stderr
+    victim = subprocess.run([sys.executable, "-c", textwrap.dedent(f"""
+        import sys
+        from alchemist_jobs.data.cache import DataError, NodeCache
+        try:
+            NodeCache({str(shared_cache)!r}).acquire({key!r}, lambda dest: None)
+        except DataError as e:
+            print(e)
+            sys.exit(3)
+    """)], cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True,
+        timeout=60)
+    assert victim.returncode == 3, victim.stdout + victim.stderr
+    line = victim.stdout.strip()
+    assert len(line.splitlines()) == 1 and f"{key}.fill" in line and "uid 65534" in line, line
+    assert "accepted:" in line
+
+
 @pytest.mark.parametrize("mode", [0o777, 0o775])
 def test_a_cache_folder_others_may_change_without_the_sticky_bit_is_refused(tmp_path, mode):
     root = tmp_path / "cache"
