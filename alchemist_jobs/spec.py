@@ -20,6 +20,7 @@ from pydantic_core import PydanticCustomError
 
 from alchemist_jobs.data.source import parse_s3_uri, resolve_local_source
 from alchemist_jobs.errors import UserError, shown
+from alchemist_jobs.frameworks import unhonoured
 from alchemist_jobs.input_files import load_yaml, read_text
 from alchemist_jobs.job_env import check_requirement
 from alchemist_jobs.secret_scan import value_looks_secret
@@ -752,6 +753,9 @@ def parse_spec(raw: Any, source: str, spec_dir: Path | None = None) -> JobSpec:
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
         raise UserError(f"{shown_source(source)}: {field[:80]}: {text} is invalid; accepted: "
                         f"{accepted[:120]}{more}") from None
+    ignored = unhonoured(spec)  # a TensorFlow or JAX script's own loop would ignore it
+    if ignored:
+        raise UserError(f"{shown_source(source)}: {ignored}")
     _check_task(spec, spec_dir or Path.cwd(), source)
     _warn_secret_looking_env(spec, source)
     return spec
