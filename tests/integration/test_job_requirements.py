@@ -209,3 +209,31 @@ def test_the_cluster_dry_run_carries_the_resolved_lock(home: Path, tmp_path: Pat
     assert "deps" in [c["name"] for c in pod["initContainers"]]
     env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
     assert env["ALCHEMIST_JOB_SITE"].endswith(f"/deps/envs/{job_env.lock_hash(lock)[:16]}/site")
+
+
+def test_the_platforms_packages_come_first(home: Path, tmp_path: Path):
+    """A job's package that ships a module of a platform package's name (`yaml`) does not
+    replace the platform's: the job's site comes after the platform's site-packages."""
+    import yaml
+
+    links = tmp_path / "links"
+    wheel_src = build_wheel(links, "shadow_alc", "1.0.0")
+    # Rebuild the same project with a top-level `yaml` package beside its own.
+    src = links.parent / "src-shadow_alc-1.0.0"
+    (src / "yaml").mkdir()
+    (src / "yaml" / "__init__.py").write_text("SHADOW = True\n")
+    (src / "pyproject.toml").write_text((src / "pyproject.toml").read_text().replace(
+        'packages = ["shadow_alc"]', 'packages = ["shadow_alc", "yaml"]'))
+    wheel_src.unlink()
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
+                    "--no-build-isolation", "-w", str(links), str(src)], check=True)
+    d = tmp_path / "job"
+    d.mkdir()
+    (d / "which.py").write_text("import shadow_alc, yaml\nprint('yaml from', yaml.__file__, "
+                                "hasattr(yaml, 'SHADOW'), flush=True)\n")
+    (d / "job.yaml").write_text("name: shadow\ntask: {script: which.py}\nmax_restarts: 0\n"
+                                "requirements: [shadow_alc]\n")
+    r = cli("run", str(d / "job.yaml"), home=home, env_extra=mirror(links))
+    assert r.returncode == 0, r.stdout + r.stderr
+    log = (next((home / "runs").iterdir()) / "logs" / "rank-0.log").read_text()
+    assert f"yaml from {yaml.__file__} False" in log, log
