@@ -29,6 +29,7 @@ from __future__ import annotations
 import bz2
 import gzip
 import io
+import json
 import lzma
 import re
 import struct
@@ -211,8 +212,6 @@ def _allowlisted(text: str, start: int, end: int) -> bool:
 
 def _document(text: str) -> Any:
     """The JSON or YAML document `text` holds, or None."""
-    import json
-
     import yaml
 
     try:
@@ -251,7 +250,8 @@ def archive_kind(head: bytes) -> str | None:
     return next((kind for magic, kind in ARCHIVES if head.startswith(magic)), None)
 
 
-def _detect_secrets_kinds(name: str, text: str, data: bytes, path: Path | None) -> list[str]:
+def _detect_secrets_kinds(name: str, text: str, data: bytes, path: Path | None,
+                          binary: bool) -> list[str]:
     """What detect-secrets finds in a file called `name` (at `path`, or only in memory, as a
     file inside an archive is) whose content is `data`, read as `text`."""
     detectors = _may_flag(text)
@@ -261,7 +261,7 @@ def _detect_secrets_kinds(name: str, text: str, data: bytes, path: Path | None) 
     from detect_secrets.core.scan import scan_line
 
     with _settings(detectors):  # the same verdict as all of them: no other can match
-        if not _is_text(data):
+        if binary:
             # detect-secrets skips a file that is not text; its line detectors still judge
             # the text a binary file carries (a key appended to an image).
             return sorted({s.type for line in text.splitlines()
@@ -296,15 +296,13 @@ def _content_kinds(name: str, data: bytes, path: Path | None = None) -> list[str
     """The kinds of secret the content `data` of a file called `name` holds. The text of a file
     that is not UTF-8 is its runs of printable ASCII (a token or key is one), not the whole
     file decoded: the detectors' patterns take seconds on megabytes of binary (a tensor)."""
-    if _is_text(data):
-        text = data.decode()
-    else:
-        text = b"\n".join(_TEXT_RUNS.findall(data)).decode("ascii")
-    return _detect_secrets_kinds(name, text, data, path) + signature_kinds(text)
+    binary = not _is_text(data)
+    text = b"\n".join(_TEXT_RUNS.findall(data)).decode("ascii") if binary else data.decode()
+    return _detect_secrets_kinds(name, text, data, path, binary) + signature_kinds(text)
 
 
 class _Unjudged(Exception):
-    """An archive the scan cannot judge; the message ends 'it is a zip archive ...'."""
+    """An archive the scan cannot judge; the message completes 'it is a zip archive ...'."""
 
 
 class _Budget:
@@ -440,6 +438,13 @@ def _zip(f: Any, where: tuple[str, ...], depth: int, budget: _Budget) -> Found |
     if locked is not None:
         raise _Unjudged(f"that cannot be scanned ({_shown((*where, locked.filename))} is "
                         "encrypted)")
+    # zipfile decompresses a bzip2 or LZMA file's chunks whole (4 KB of bzip2 can be gigabytes)
+    unbounded = next((i for i in files if i.compress_type in (zipfile.ZIP_BZIP2,
+                                                             zipfile.ZIP_LZMA)), None)
+    if unbounded is not None:
+        raise _Unjudged(f"that cannot be scanned ({_shown((*where, unbounded.filename))} is "
+                        "compressed with bzip2 or LZMA, which the scan does not decompress in a "
+                        "zip)")
     if sum(512 if i.file_size > MAX_SCAN_BYTES else i.file_size for i in files) > budget.bytes:
         budget.take(nbytes=budget.bytes + 1)
     for info in files:

@@ -108,6 +108,20 @@ def test_an_encrypted_file_inside_is_held_back_naming_it(tmp_path):
     assert why == "it is a zip archive that cannot be scanned (keys/notes.txt is encrypted)"
 
 
+def test_a_zip_file_compressed_with_bzip2_is_held_back_unread(tmp_path, opened_members):
+    """zipfile hands a bzip2 file's 4 KB chunks to the decompressor whole, with no bound on
+    what comes out (100 MiB of zeros is 113 bytes of bzip2)."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_BZIP2) as z:
+        z.writestr("zeros.bin", bytes(1 << 20))
+    opened_members.clear()
+    assert verdict(tmp_path, "b.zip", buf.getvalue()) == (
+        "it is a zip archive that cannot be scanned (zeros.bin is compressed with bzip2 or "
+        "LZMA, which the scan does not decompress in a zip)")
+    assert opened_members == []
+    assert verdict(tmp_path, "b.tar.bz2", tar_of({"zeros.bin": bytes(1 << 20)}, "w:bz2")) is None
+
+
 def test_a_corrupt_archive_is_held_back(tmp_path):
     stored = io.BytesIO()
     with zipfile.ZipFile(stored, "w") as z:  # stored: a flipped byte is a bad CRC

@@ -161,13 +161,16 @@ HELD = {
     "notes/hub.md": (f"my hub token: {HF_TOKEN}\n", "Hugging Face"),
     # Archives: held back for what a file inside holds, named in the reason.
     "backup.zip": (zip_of({"old/.env": AWS_ENV}), "in old/.env inside the zip archive"),
-    "old/site.tar.gz": (tar_of({"creds.txt": AWS_ENV}, "w:gz"), "in creds.txt inside the gzip archive"),
+    "old/site.tar.gz": (tar_of({"creds.txt": AWS_ENV}, "w:gz"),
+                        "in creds.txt inside the gzip archive"),
     "old/site.tar": (tar_of({"creds.txt": AWS_ENV}), "in creds.txt inside the tar archive"),
-    "deploy/clusters.zip": (zip_of({"README.md": "# clusters\n", "clusters/prod.yaml": ADMIN_CONF}),
-                            "kubeconfig's credentials in clusters/prod.yaml inside the zip archive"),
-    "backup/home.tar.gz": (tar_of({"notes.txt": "todo\n",
-                                   "secrets/creds.json": json.dumps({"hub": HF_TOKEN})}, "w:gz"),
-                           "it holds a Hugging Face token in secrets/creds.json inside the gzip archive"),
+    "deploy/clusters.zip": (
+        zip_of({"README.md": "# clusters\n", "clusters/prod.yaml": ADMIN_CONF}),
+        "kubeconfig's credentials in clusters/prod.yaml inside the zip archive"),
+    "backup/home.tar.gz": (
+        tar_of({"notes.txt": "todo\n", "secrets/creds.json": json.dumps({"hub": HF_TOKEN})},
+               "w:gz"),
+        "it holds a Hugging Face token in secrets/creds.json inside the gzip archive"),
     "release/bundle.zip": (zip_of({"app.py": "print(1)\n",
                                    "inner/keys.zip": zip_of({"deploy.pem": PEM_KEY})}),
                            "Private Key in deploy.pem in inner/keys.zip inside the zip archive"),
