@@ -112,15 +112,19 @@ def main(argv: list[str]) -> int:
         sys.stderr.flush()
         os._exit(code)
 
-    # A TensorFlow or JAX program: its framework importable (or one line naming the extra),
-    # and its place in the job told as TF_CONFIG or JAX_* (runtime/framework_env.py).
+    # A TensorFlow or JAX program: its place in the job told as TF_CONFIG or JAX_*
+    # (runtime/framework_env.py) before the framework is imported, since it reads some of them
+    # only then; the framework importable (or one line naming the extra); a SIGTERM that ends
+    # the worker even after the framework took the signal for itself.
     framework = E.FRAMEWORK.get(default="torch")
     if framework != "torch":
+        gpus = _spec_gpus(run_dir)
+        framework_env.prepare(framework, gpus)
         try:
             framework_env.require(framework)
         except framework_env.FrameworkMissing as e:  # the image lacks it: no restart helps
             return config_error.fail(str(e))
-        framework_env.prepare(framework, _spec_gpus(run_dir))
+        framework_env.after_import(framework, gpus)
 
     # A user program: exactly what `python PATH ARGS` / `python -m NAME ARGS` would do,
     # with this worker's metrics served and `alchemist_jobs.report.report()` wired up.

@@ -17,10 +17,15 @@ that reads JAX_NUM_PROCESSES and JAX_PROCESS_ID, ahead of jax's Kubernetes detec
 
 from __future__ import annotations
 
+import ctypes
 import importlib
 import json
 import os
+import signal
 import socket
+import sys
+import threading
+import time
 from datetime import timedelta
 from typing import Mapping
 
@@ -108,16 +113,35 @@ def framework_vars(framework: str, env: Mapping[str, str],
             out["JAX_COORDINATOR_BIND_ADDRESS"] = addresses[0]
             out["JAX_NUM_PROCESSES"] = env["WORLD_SIZE"]
             out["JAX_PROCESS_ID"] = env["RANK"]
+            # Kubeflow training-operator v1's JAXJob names (frameworks.cluster_env says where)
+            host, _, port = addresses[0].rpartition(":")
+            out["COORDINATOR_ADDRESS"], out["COORDINATOR_PORT"] = host, port
+            out["NUM_PROCESSES"] = env["WORLD_SIZE"]
         else:
             out["JAX_PROCESS_ID"] = str(_index(env))
-        # Cross-process collectives on CPU: gloo over the coordinator's key-value store
-        # (jax's default at 0.10.2; said here so a later default cannot leave them out).
-        out["JAX_CPU_COLLECTIVES_IMPLEMENTATION"] = "gloo"
+        out["PROCESS_ID"] = out["JAX_PROCESS_ID"]
+    out.update(import_vars(framework, env))
     return {k: v for k, v in out.items() if k not in env or k == "TF_CONFIG"}
 
 
+def import_vars(framework: str, env: Mapping[str, str]) -> dict[str, str]:
+    """What the framework reads once, when it is imported: set before the bootstrap imports it
+    (a value the job's env gives wins)."""
+    out: dict[str, str] = {}
+    if framework == "jax":
+        # Cross-process collectives on CPU: gloo over the coordinator's key-value store
+        # (jax's default at 0.10.2; said here so a later default cannot leave them out).
+        out["JAX_CPU_COLLECTIVES_IMPLEMENTATION"] = "gloo"
+        # jax.distributed.initialize() otherwise starts XLA's preemption notifier, whose
+        # SIGTERM handler only logs ("SIGTERM caught"): a group stop then waits out torchrun's
+        # 30 s grace. Here a stop is a restart from the job's checkpoints, not a preemption.
+        out["JAX_ENABLE_PREEMPTION_SERVICE"] = "false"
+    return {k: v for k, v in out.items() if k not in env}
+
+
 def prepare(framework: str, gpus: int = 0) -> None:
-    """Set this worker's framework variables in os.environ (TF_CONFIG or JAX_*)."""
+    """Set this worker's framework variables in os.environ (TF_CONFIG or JAX_*), before the
+    framework is imported: some it reads only then (import_vars)."""
     env = os.environ
     addresses = None
     static = "TF_CONFIG" in env if framework == "tensorflow" else "JAX_COORDINATOR_ADDRESS" in env
@@ -135,8 +159,74 @@ def prepare(framework: str, gpus: int = 0) -> None:
         visible = env.get("CUDA_VISIBLE_DEVICES")
         devices = visible.split(",") if visible else [str(i) for i in range(gpus)]
         env["CUDA_VISIBLE_DEVICES"] = devices[int(env["LOCAL_RANK"]) % len(devices)]
+
+
+def after_import(framework: str, gpus: int = 0) -> None:
+    """Once the framework is imported: jax's cluster detection told about this job, and a
+    SIGTERM that stops the worker whatever the framework installs later."""
     if framework == "jax":
         register_jax_cluster(gpus)
+    keep_sigterm_fatal()
+
+
+# Native libraries whose SIGTERM handler only records the signal: TensorFlow's coordination
+# service and jaxlib's preemption notifier (tsl's preemption_notifier.cc) install one when the
+# strategy or jax.distributed starts, long after the bootstrap ran.
+_SWALLOWERS = ("tensorflow", "jaxlib", "xla")
+SIGTERM_POLL_S = 0.2
+
+
+def keep_sigterm_fatal(poll_s: float = SIGTERM_POLL_S) -> threading.Thread | None:
+    """A daemon thread that puts SIGTERM back to its default (the process ends at once) as
+    soon as a framework's native library has replaced the handler with its own. torchrun's
+    agent stops a group with SIGTERM and waits 30 s before SIGKILL: a worker that swallowed
+    it cost every restart that wait. A handler the program set in Python is left alone."""
+    libc = _libc()
+    if libc is None:
+        return None
+
+    def handler_library() -> str:
+        act = (ctypes.c_char * 256)()  # struct sigaction: the handler's address comes first
+        if libc.sigaction(signal.SIGTERM, None, act) != 0:
+            return ""
+        address = ctypes.c_void_p.from_buffer(act).value
+        if not address or address in (signal.SIG_DFL, signal.SIG_IGN):
+            return ""
+        info = _DlInfo()
+        if not libc.dladdr(ctypes.c_void_p(address), ctypes.byref(info)) or not info.fname:
+            return ""
+        return os.path.basename(info.fname.decode(errors="replace"))
+
+    def watch() -> None:
+        while True:
+            name = handler_library()
+            if any(s in name.lower() for s in _SWALLOWERS):
+                # libc's, not signal.signal: Python allows that in the main thread only.
+                libc.signal(signal.SIGTERM, None)  # SIG_DFL
+                print(f"alchemist: {name} caught SIGTERM for itself; set back to the default, "
+                      "so a stopped group restarts at once", file=sys.stderr, flush=True)
+            time.sleep(poll_s)
+
+    t = threading.Thread(target=watch, name="alchemist-sigterm", daemon=True)
+    t.start()
+    return t
+
+
+class _DlInfo(ctypes.Structure):
+    _fields_ = [("fname", ctypes.c_char_p), ("fbase", ctypes.c_void_p),
+                ("sname", ctypes.c_char_p), ("saddr", ctypes.c_void_p)]
+
+
+def _libc():
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.sigaction.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]
+        libc.dladdr.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+        libc.signal.argtypes = [ctypes.c_int, ctypes.c_void_p]
+        libc.signal.restype = ctypes.c_void_p
+        return libc
+    except (OSError, AttributeError):
+        return None
 
 
 def register_jax_cluster(gpus: int = 0) -> None:
