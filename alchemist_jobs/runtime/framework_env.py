@@ -153,12 +153,35 @@ def prepare(framework: str, gpus: int = 0) -> None:
         addresses = swap_addresses(own, int(env["RANK"]), int(env["WORLD_SIZE"]),
                                    env["MASTER_ADDR"], int(env["MASTER_PORT"]))
     env.update(framework_vars(framework, env, addresses))
-    if gpus and framework == "tensorflow" and "LOCAL_RANK" in env:
-        # One GPU per worker, as with torch: the node's local-rank'th (jax does this itself
-        # through the cluster's local process id).
+    env.update(gpu_vars(framework, env, gpus))
+
+
+def gpu_share(gpus: int, local_rank: int, local_world: int) -> list[int]:
+    """Positions, among the node's visible GPUs, of this worker's share: the node's GPUs
+    split evenly among its workers in local-rank order. One process per node (TensorFlow's
+    and JAX's usual layout) gets every GPU; one process per GPU (torch's) its own."""
+    per = max(1, gpus // max(1, local_world))
+    return list(range(local_rank * per, min(gpus, (local_rank + 1) * per)))
+
+
+def gpu_vars(framework: str, env: Mapping[str, str], gpus: int) -> dict[str, str]:
+    """What tells the framework this worker's GPUs: TensorFlow's CUDA_VISIBLE_DEVICES (the
+    node's entries of the share), jax's JAX_LOCAL_DEVICE_IDS (read by initialize()). Nothing
+    for one worker per node: it sees all of them. One GPU each: jax's local process id does
+    it (register_jax_cluster)."""
+    if not gpus or "LOCAL_RANK" not in env:
+        return {}
+    local_world = int(env.get("LOCAL_WORLD_SIZE", gpus))
+    if local_world == 1:
+        return {}
+    share = gpu_share(gpus, int(env["LOCAL_RANK"]), local_world)
+    if framework == "tensorflow":
         visible = env.get("CUDA_VISIBLE_DEVICES")
         devices = visible.split(",") if visible else [str(i) for i in range(gpus)]
-        env["CUDA_VISIBLE_DEVICES"] = devices[int(env["LOCAL_RANK"]) % len(devices)]
+        return {"CUDA_VISIBLE_DEVICES": ",".join(devices[i % len(devices)] for i in share)}
+    if framework == "jax" and len(share) > 1 and "JAX_LOCAL_DEVICE_IDS" not in env:
+        return {"JAX_LOCAL_DEVICE_IDS": ",".join(map(str, share))}
+    return {}
 
 
 def after_import(framework: str, gpus: int = 0) -> None:
@@ -256,8 +279,12 @@ def register_jax_cluster(gpus: int = 0) -> None:
 
         @classmethod
         def get_local_process_id(cls) -> int | None:
-            # With GPUs, each process its local rank's device; on CPU, jax's one CPU device.
-            return int(os.environ.get("LOCAL_RANK", 0)) if gpus else None
+            # With one GPU per process, its local rank's; one process per node sees them all
+            # (None), several per node get JAX_LOCAL_DEVICE_IDS (gpu_vars); on CPU, jax's one
+            # CPU device.
+            if not gpus or int(os.environ.get("LOCAL_WORLD_SIZE", gpus)) != gpus:
+                return None
+            return int(os.environ.get("LOCAL_RANK", 0))
 
     types = clusters.ClusterEnv._cluster_types
     types[:] = [AlchemistCluster] + [t for t in types if t.name != AlchemistCluster.name]
