@@ -41,9 +41,9 @@ def root_sources(platform: Platform) -> list[dict[str, Any]]:
     for pv in platform.kube_objects("PersistentVolume"):
         spec = pv["spec"]
         if "nfs" in spec:
-            out.append({"nfs": {"server": spec["nfs"]["server"], "path": "/"}})
+            out.append({"nfs": {"server": spec["nfs"]["server"], "path": spec["nfs"]["path"].split("/teams/")[0] or "/"}})
         if "hostPath" in spec:
-            out.append({"hostPath": {"path": "/"}})
+            out.append({"hostPath": {"path": spec["hostPath"]["path"].split("/teams/")[0] or "/"}})
         if "csi" in spec:
             handle = str(spec["csi"]["volumeHandle"]).split("::")[0].split("#")[0]
             out.append({"csi": {"driver": spec["csi"]["driver"],
