@@ -86,7 +86,12 @@ def main(argv: list[str]) -> int:
     _record(run_dir, rank, kind)
     job_env.activate()  # the job's own packages, after the platform's (requirements:)
 
-    store_bind.apply()  # rank 0's worker store stays where the run allows (local: a private file)
+    framework = E.FRAMEWORK.get(default="torch")
+    # Rank 0's worker store stays where the run allows (local: a private file). Patching it
+    # imports torch (about 210 MB a worker): a TensorFlow or JAX worker swaps its addresses
+    # through files instead (framework_env.swap_through_files) and opens no torch store.
+    if framework == "torch":
+        store_bind.apply()
 
     try:  # an EFA pod without NCCL's net plugin would train over TCP without a word
         plugin = nccl_net.require()
@@ -116,7 +121,6 @@ def main(argv: list[str]) -> int:
     # (runtime/framework_env.py) before the framework is imported, since it reads some of them
     # only then; the framework importable (or one line naming the extra); a SIGTERM that ends
     # the worker even after the framework took the signal for itself.
-    framework = E.FRAMEWORK.get(default="torch")
     if framework != "torch":
         gpus = _spec_gpus(run_dir)
         framework_env.prepare(framework, gpus)

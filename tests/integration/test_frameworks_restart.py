@@ -59,7 +59,8 @@ def test_a_killed_worker_s_group_is_back_within_ten_seconds(framework, home, tmp
                          cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)),
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        run = wait_for(lambda: (home / "runs").exists() and only_run(home), 120, "run dir")
+        run = wait_for(lambda: (home / "runs").exists() and any((home / "runs").iterdir())
+                       and only_run(home), 120, "run dir")
         wait_for(lambda: len(list(out.glob("ready-*"))) == 2, 600, "both workers initialized")
         first = {r: read_json(run.worker_file(r))["pid"] for r in (0, 1)}
         os.kill(first[1], signal.SIGKILL)
@@ -118,3 +119,31 @@ def test_jax_s_import_time_variables_are_set_before_jax_is_imported(home, tmp_pa
                       "JAX_ENABLE_PREEMPTION_SERVICE": "false",
                       "JAX_COORDINATOR_ADDRESS": record["JAX_COORDINATOR_ADDRESS"]}, record
     assert record["JAX_COORDINATOR_ADDRESS"], record
+
+
+NO_TORCH = """
+import json, os, sys
+from pathlib import Path
+loaded = "torch" in sys.modules  # before the script imports anything: what the bootstrap left
+import jax
+jax.distributed.initialize()
+Path(os.environ["OUT_DIR"], f"worker-{jax.process_index()}").write_text(
+    json.dumps({"torch": loaded, "processes": jax.process_count()}))
+"""
+
+
+def test_a_jax_worker_swaps_addresses_without_loading_torch(home, tmp_path):
+    """torch (about 210 MB a worker) was imported only to swap the workers' addresses."""
+    (tmp_path / "train.py").write_text(NO_TORCH)
+    (tmp_path / "job.yaml").write_text(
+        "name: notorch\ntask: {script: train.py, framework: jax}\nprocs_per_node: 2\n"
+        "max_restarts: 0\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    r = subprocess.run([sys.executable, "-m", "alchemist_jobs", "run", str(tmp_path / "job.yaml"),
+                        "--quiet", "--set", f"env.OUT_DIR={out}"],
+                       cwd=REPO, capture_output=True, text=True, timeout=600,
+                       env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert r.returncode == 0, r.stdout + r.stderr
+    got = sorted(json.loads(p.read_text()).items() for p in out.glob("worker-*"))
+    assert len(got) == 2 and all(dict(g) == {"torch": False, "processes": 2} for g in got), got
