@@ -33,7 +33,12 @@ SCRIPT = """
 import json, os, resource, sys, time
 import jax, jax.numpy as jnp, numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
-jax.distributed.initialize()
+hand = os.environ.get("BENCH_HAND")  # by hand: "coordinator process_id", as a user would pass
+if hand:
+    coordinator, pid = hand.split()
+    jax.distributed.initialize(coordinator, num_processes=2, process_id=int(pid))
+else:
+    jax.distributed.initialize()
 me = jax.process_index()
 mesh = jax.make_mesh((jax.device_count(),), ("w",))
 x = jax.make_array_from_process_local_data(NamedSharding(mesh, P("w")), np.array([me + 1.0], np.float32))
@@ -60,8 +65,8 @@ def hand(work: Path) -> tuple[float, float]:
     coord = f"127.0.0.1:{_free_port()}"
     t = time.monotonic()
     procs = [subprocess.Popen([sys.executable, str(work / "sum.py")], cwd=work, env=dict(
-        os.environ, BENCH_OUT=str(out), JAX_COORDINATOR_ADDRESS=coord, JAX_NUM_PROCESSES="2",
-        JAX_PROCESS_ID=str(i), JAX_PLATFORMS="cpu", OMP_NUM_THREADS="1")) for i in range(2)]
+        os.environ, BENCH_OUT=str(out), BENCH_HAND=f"{coord} {i}", JAX_PLATFORMS="cpu",
+        OMP_NUM_THREADS="1")) for i in range(2)]
     codes = [p.wait() for p in procs]
     wall = time.monotonic() - t
     assert codes == [0, 0], codes
