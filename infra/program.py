@@ -27,7 +27,7 @@ def load_config(stack: str) -> StackConfig:
 def run(stack: str, monitoring_dir: Path, repo_root: Path = REPO_ROOT) -> None:
     """Register every resource of the stack and export `alchemist`. Bad input raises before any."""
     from infra.images import Images, ImagesArgs
-    from infra.monitoring import Monitoring, MonitoringArgs, load_monitoring_files
+    from infra.monitoring import load_monitoring_files
     from infra.object_store import ObjectStore, ObjectStoreArgs
     from infra.object_store_network import store_egress
     from infra.output import build_output
@@ -58,7 +58,6 @@ def run(stack: str, monitoring_dir: Path, repo_root: Path = REPO_ROOT) -> None:
         ),
         opts=on_cluster,
     )
-    monitoring_ns = platform.system_namespaces[MONITORING_NAMESPACE]
     registry = RegistryAccess(
         "registry", RegistryAccessArgs(registry=facts.registry, namespaces=dict(platform.team_namespaces),
                                        existing_namespaces=[PREPARE_NAMESPACE]),
@@ -85,8 +84,19 @@ def run(stack: str, monitoring_dir: Path, repo_root: Path = REPO_ROOT) -> None:
                         **provider.object_store_args(facts)),
         opts=on_cluster,
     )
+    monitoring = _monitoring(cfg, monitoring_dir, images, platform, shared, registry, on_cluster)
+    pulumi.export("alchemist", build_output(stack, cfg, facts, images.refs, monitoring.urls,
+                                              pull_secret=registry.pull_secret, object_store=objects.output,
+                                              access=provider.jobs_access(cfg, facts, platform, on_cluster)))
+
+
+def _monitoring(cfg, monitoring_dir: Path, images, platform, shared, registry,
+                on_cluster: pulumi.ResourceOptions):
+    """The monitoring stack: each team's TensorBoard beside its claim, Grafana and the rules."""
+    from infra.monitoring import Monitoring, MonitoringArgs
+
     password = cfg.grafana_admin_password
-    monitoring = Monitoring(
+    return Monitoring(
         "monitoring",
         MonitoringArgs(
             job_namespaces=[t.name for t in cfg.teams],
@@ -94,7 +104,7 @@ def run(stack: str, monitoring_dir: Path, repo_root: Path = REPO_ROOT) -> None:
             tensorboard_image=images.refs["train"],
             grafana_admin_password=pulumi.Output.secret(password.get_secret_value()) if password else None,
             alerts=cfg.alertmanager,
-            depends_on=[monitoring_ns],
+            depends_on=[platform.system_namespaces[MONITORING_NAMESPACE]],
             # each team's TensorBoard reads that team's own claim
             team_depends_on={t.name: [platform.team_namespaces[t.name], shared.claims[t.name],
                                       *registry.secrets.values()] for t in cfg.teams},
@@ -103,7 +113,3 @@ def run(stack: str, monitoring_dir: Path, repo_root: Path = REPO_ROOT) -> None:
         ),
         opts=on_cluster,
     )
-    pulumi.export("alchemist", build_output(stack, cfg, facts, images.refs, monitoring.urls,
-                                              pull_secret=registry.pull_secret, object_store=objects.output,
-                                              access=provider.jobs_access(cfg, facts, platform, on_cluster)))
-

@@ -15,11 +15,13 @@ with it; they also die if it is killed.
 from __future__ import annotations
 
 import argparse
+import base64
 import fcntl
 import importlib.util
 import json
 import os
 import re
+import secrets
 import shutil
 import signal
 import socket
@@ -294,8 +296,6 @@ def _password(path: Path) -> str:
         if (kept and st.st_uid == os.geteuid() and not stat.S_IMODE(st.st_mode) & 0o077
                 and re.fullmatch(r"[A-Za-z0-9_-]{32,}", kept)):
             return kept  # the owner's browsers keep their login across restarts
-    import secrets
-
     password = secrets.token_urlsafe(32)
     write_text_atomic(path, password + "\n")
     return password
@@ -310,8 +310,6 @@ def _start(argv: list[str], log: Path, env: dict[str, str] | None = None) -> sub
 
 
 def _basic(username: str, password: str) -> str:
-    import base64
-
     return "Basic " + base64.b64encode(f"{username}:{password}".encode()).decode()
 
 
@@ -391,6 +389,25 @@ def _one_per_home(root: Path, state_dir: Path, state_file: Path) -> int:
     return fd
 
 
+def _claim_state(root: Path, state_dir: Path, state_file: Path,
+                 password_file: Path) -> tuple[int, str, Path]:
+    """The home's private monitor folder, held by this monitor (the lock's fd, held until the
+    command ends), with the login's password and Prometheus's web config written."""
+    root.mkdir(parents=True, exist_ok=True)
+    _private_dir(state_dir)
+    lock = _one_per_home(root, state_dir, state_file)
+    try:
+        if (state_dir / "data").exists():
+            _private_dir(state_dir / "data")  # Prometheus's, from an older, looser monitor
+        password = _password(password_file)
+        web_file = state_dir / "web.yml"
+        write_text_atomic(web_file, web_config(password))
+    except BaseException:
+        os.close(lock)
+        raise
+    return lock, password, web_file
+
+
 def cmd_monitor(args: argparse.Namespace) -> int:
     # Everything is checked before anything starts or is written.
     prom_bin = find_prometheus()
@@ -414,19 +431,8 @@ def cmd_monitor(args: argparse.Namespace) -> int:
                                 targets_file=targets_file, self_address=f"127.0.0.1:{port}",
                                 password_file=password_file)
 
-    root.mkdir(parents=True, exist_ok=True)
-    _private_dir(state_dir)
-    lock = _one_per_home(root, state_dir, state_file)  # held until this command ends
-    try:
-        if (state_dir / "data").exists():
-            _private_dir(state_dir / "data")  # Prometheus's, from an older, looser monitor
-        password = _password(password_file)
-        web_file = state_dir / "web.yml"
-        write_text_atomic(web_file, web_config(password))
-    except BaseException:
-        os.close(lock)
-        raise
-    runs_root(root).mkdir(parents=True, exist_ok=True)
+    lock, password, web_file = _claim_state(root, state_dir, state_file, password_file)
+    runs_root(root).mkdir(mode=0o700, parents=True, exist_ok=True)
     finder = TargetFinder(root)
     groups = finder.groups()
     write_json_atomic(targets_file, groups)
