@@ -151,14 +151,15 @@ class _AgentDyingBetweenPolls:
 def test_an_agent_that_dies_between_two_polls_is_reported(home):
     """The wait loop reads every agent's code, then picks a live one to wait on: an agent
     killed in between left no live one (StopIteration, a traceback instead of the summary)."""
-    from types import SimpleNamespace
+    from alchemist_jobs.local_backend import LocalRequest, LocalRun
 
     run = RunDir(runs_root(home) / "digits-20260101-000000-00000000")
     run.create(exclusive=True)
     run.spec.write_text((EXAMPLES / "digits.yaml").read_text())
     run.update_state(run_id=run.run_id, name="digits", stack="local", state="running")
     spec = load_spec(EXAMPLES / "digits.yaml")
-    handle = SimpleNamespace(run=run, procs=[_AgentDyingBetweenPolls()], servers=None,
-                             request=SimpleNamespace(spec=spec))
+    # The backend's own handle (a hand-made one went stale when the handle gained `net`).
+    handle = LocalRun(LocalRequest(run_id=run.run_id, run=run, spec=spec, processes=[]),
+                      procs=[_AgentDyingBetweenPolls()])
     status = LocalScheduler(home).wait(handle)
     assert status.state == "failed" and "killed by SIGKILL" in status.message, status
