@@ -22,7 +22,7 @@ def ReportCallback(samples_per_step: int | None = None) -> Any:  # noqa: N802 (a
     optimizer steps over the whole fit; `total_steps` = epochs x steps per epoch when Keras
     knows them; `samples_per_step` (the global batch) feeds samples/s."""
     try:
-        import keras
+        import keras  # Keras (and the TensorFlow it runs on) only when a fit asks for it
         base = keras.callbacks.Callback
     except ImportError:  # an older TensorFlow with its own Keras
         import tensorflow as tf

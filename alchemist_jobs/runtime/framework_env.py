@@ -30,6 +30,7 @@ from datetime import timedelta
 from typing import Mapping
 
 from alchemist_jobs import environment as E
+from alchemist_jobs import store_bind
 from alchemist_jobs.frameworks import EXTRAS, MODULES, install_hint
 
 SWAP_TIMEOUT_S = 600.0  # every worker of the group reaches the swap within torchrun's start-up
@@ -65,8 +66,6 @@ def swap_addresses(own: str, rank: int, world: int, master_addr: str, master_por
     keeps it up until every worker has read all the addresses."""
     import torch.distributed as dist
 
-    from alchemist_jobs import store_bind
-
     store_bind.apply()  # the store listens only where the run allows (ALCHEMIST_STORE_ADDR)
     store = dist.TCPStore(master_addr, master_port, world, rank == 0,
                           timeout=timedelta(seconds=timeout_s), wait_for_workers=False)
@@ -87,9 +86,7 @@ def swap_through_files(directory: str, master_port: int, own: str, rank: int, wo
     address beside the round's store file (store_bind: `store-<MASTER_PORT>`, fresh each
     round, in the run's private stores/ directory, removed with it at the next round) and
     reads the others' as they appear."""
-    from alchemist_jobs.store_bind import store_file
-
-    prefix = f"{store_file(directory, master_port)}.addr-"
+    prefix = f"{store_bind.store_file(directory, master_port)}.addr-"
     tmp = f"{prefix}{rank}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
