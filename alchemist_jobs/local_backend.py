@@ -501,6 +501,8 @@ class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
             for p in request.processes:
                 argv = p.argv
                 env = {**os.environ, **p.env, **ps_env, **request.secrets}
+                if handle.net is not None and handle.net.slirp is not None:
+                    env = private_net.for_job(env)  # loopback endpoints as seen from inside
                 if warm is not None and p.node == 0:
                     handle.procs.append(warm.launch(argv, env, p.cwd, str(p.log)))
                     continue
@@ -529,11 +531,31 @@ class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
         if not request.private_network:
             return None, warm
         why = private_net.unavailable()
+        no_out = private_net.no_outbound() if why is None else None
+        source = request.spec.data.source or ""
+        if no_out is not None and source.startswith("s3://"):
+            # Its workers download the data set themselves: without outbound they would fail
+            # at staging, after the start. This network instead, and the same warning.
+            why = (f"{no_out} and data.source {source} needs the network (install {private_net.SLIRP}"
+                   " for a private network with outbound)")
         if why is not None:
             print(f"warning: local run {request.run_id} uses this machine's network: {why}; its "
                   "listeners (gloo, parameter servers, coordinators, /metrics) are reachable by "
                   "other accounts on loopback (docs/security.md)", file=sys.stderr)
+            if warm is not None and private_net.ns_of(warm.proc.pid, "net") not in (
+                    "", private_net.ns_of(os.getpid(), "net")):
+                warm.discard()  # started in a namespace of its own: not this network
+                warm = None
             return None, warm
+        if no_out is not None:
+            print(f"warning: local run {request.run_id} has no outbound network: {no_out}; "
+                  f"install {private_net.SLIRP}, or set {E.LOCAL_NETNS.name}=0 to run it in "
+                  "this machine's network (docs/security.md)", file=sys.stderr)
+        elif private_net.loopback_nameservers():
+            print(f"warning: local run {request.run_id} cannot resolve host names: /etc/resolv.conf"
+                  f" names only loopback nameservers ({', '.join(private_net.loopback_nameservers())}"
+                  "), which its private network does not reach; use addresses, or set "
+                  f"{E.LOCAL_NETNS.name}=0 (docs/security.md)", file=sys.stderr)
         join_pid = None
         if warm is not None:
             own = private_net.ns_of(warm.proc.pid, "net")
@@ -546,7 +568,8 @@ class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
         pythonpath = os.pathsep.join(p for p in (_PKG_PARENT, os.environ.get("PYTHONPATH")) if p)
         net = private_net.PrivateNet(str(run.path), len(request.servers),
                                      str(run.logs / "private-net.log"), join_pid=join_pid,
-                                     env=dict(os.environ, PYTHONPATH=pythonpath))
+                                     env=dict(os.environ, PYTHONPATH=pythonpath),
+                                     outbound=no_out is None)
         # The one way in from outside: read-only /metrics of each worker (commands/monitor.py).
         run.update_state(metrics_bridge=net.bridge_port)
         return net, warm

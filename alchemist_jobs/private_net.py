@@ -18,6 +18,14 @@ every agent and parameter server then joins it (`setns` before exec). The holder
   metrics bridge), by reading that worker's /metrics inside the namespace: the one way in,
   read-only, for the monitor's Prometheus and the dashboard (commands/monitor.py, ui/series.py).
 
+Outbound, the job goes through `slirp4netns` (user-mode NAT, what rootless podman uses; no
+privileges), started on the namespace once it exists and ended with the run: its --exit-fd
+is a pipe only the launcher holds, so it exits when the run stops or the launcher dies. It
+forwards nothing inward, so every listener of the job stays private. The host's 127.0.0.1
+is 10.0.2.2 from inside (`HOST_LOOPBACK`): the S3 endpoint the workers are given
+(AWS_ENDPOINT_URL[_S3]) is rewritten to it when it names loopback (`for_job`). Without
+slirp4netns the job keeps its private network with no outbound, and one warning line.
+
 Where user namespaces are unavailable (a kernel setting, a container without them, or
 ALCHEMIST_LOCAL_NETNS=0) the job runs in this machine's network with one warning line.
 
@@ -31,10 +39,14 @@ from __future__ import annotations
 import ctypes
 import fcntl
 import os
+import select
+import shutil
 import socket
 import struct
 import subprocess
 import sys
+import time
+import urllib.parse
 from typing import TYPE_CHECKING
 
 from alchemist_jobs import environment as E
@@ -46,6 +58,13 @@ CLONE_NEWUSER = 0x10000000
 CLONE_NEWNET = 0x40000000
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
 START_TIMEOUT_S = 120.0  # the holder is a bare interpreter; a loaded machine may be slow
+
+SLIRP = "slirp4netns"
+HOST_LOOPBACK = "10.0.2.2"  # slirp4netns's gateway: the host's 127.0.0.1 seen from inside
+SLIRP_DNS = "10.0.2.3"  # slirp4netns's forwarder to the host's own nameservers
+# The endpoints a worker is given that it reaches on this machine's loopback (data/s3.py).
+ENDPOINT_VARS = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3")
+_LOOPBACK_NAMES = ("localhost", "::1")
 
 _why_not: list[str | None] = []  # the probe's answer, once per process
 
@@ -142,6 +161,108 @@ def unavailable() -> str | None:
     return why
 
 
+def no_outbound() -> str | None:
+    """Why a job's private network would have no outbound here (None: slirp4netns gives it)."""
+    if shutil.which(SLIRP) is None:
+        return f"{SLIRP} is not installed"
+    if not os.path.exists("/dev/net/tun"):
+        return f"{SLIRP} needs /dev/net/tun, which this machine lacks"
+    return None
+
+
+def _is_loopback(host: str) -> bool:
+    return host.lower() in _LOOPBACK_NAMES or host.startswith("127.")
+
+
+def loopback_nameservers(resolv: str = "/etc/resolv.conf") -> list[str]:
+    """The nameservers of `resolv` when every one of them is a loopback address (systemd-
+    resolved's 127.0.0.53, Docker's 127.0.0.11): unreachable from the job's network, which
+    shares this file. Empty when name resolution works inside (or the file names none)."""
+    try:
+        with open(resolv) as f:
+            servers = [ln.split()[1] for ln in f if ln.split()[:1] == ["nameserver"]
+                       and len(ln.split()) > 1]
+    except OSError:
+        return []
+    return servers if servers and all(_is_loopback(s) for s in servers) else []
+
+
+def for_job(env: dict[str, str]) -> dict[str, str]:
+    """`env` with each endpoint in ENDPOINT_VARS that names this machine's loopback made to
+    name HOST_LOOPBACK, the same service seen from inside the job's network."""
+    out = dict(env)
+    for name in ENDPOINT_VARS:
+        url = out.get(name)
+        if not url:
+            continue
+        parts = urllib.parse.urlsplit(url)
+        try:
+            host, port = parts.hostname, parts.port
+        except ValueError:  # not a URL botocore would take either; leave its error to it
+            continue
+        if host is None or not _is_loopback(host):
+            continue
+        netloc = parts.netloc.rpartition("@")[0]
+        netloc = (netloc + "@" if netloc else "") + HOST_LOOPBACK + (f":{port}" if port else "")
+        out[name] = urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+    return out
+
+
+def start_outbound(pid: int, log: str, timeout: float = START_TIMEOUT_S) -> subprocess.Popen:
+    """slirp4netns on the namespace `pid` is in, configured (tap0 up, address and default
+    route) when this returns. It ends when the write end of its exit pipe closes: `close`
+    of the returned process's `exit_w`, or the death of this process, which alone holds it."""
+    from alchemist_jobs.processes import popen_group
+
+    ready_r, ready_w = os.pipe()
+    exit_r, exit_w = os.pipe()
+    try:
+        with open(os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab") as out:
+            proc = popen_group(
+                [shutil.which(SLIRP) or SLIRP, "--configure", "--mtu=65520",
+                 f"--ready-fd={ready_w}", f"--exit-fd={exit_r}",
+                 f"--userns-path=/proc/{pid}/ns/user", "--netns-type=path",
+                 f"/proc/{pid}/ns/net", "tap0"],
+                pass_fds=(ready_w, exit_r), stdin=subprocess.DEVNULL, stdout=out,
+                stderr=subprocess.STDOUT)
+    except BaseException:
+        for fd in (ready_r, exit_w):
+            os.close(fd)
+        raise
+    finally:
+        os.close(ready_w)
+        os.close(exit_r)
+    proc.exit_w = exit_w  # type: ignore[attr-defined]
+    try:  # "1" once configured; end of file if it died first
+        deadline = time.monotonic() + timeout
+        got = b""
+        while not got:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([ready_r], [], [], left)[0]:
+                raise OSError(f"{SLIRP} did not configure the job's network in {timeout:.0f} s "
+                              f"(see {log})")
+            got = os.read(ready_r, 1)
+            if not got:
+                raise OSError(f"{SLIRP} exited before configuring the job's network "
+                              f"(see {log})")
+    except BaseException:
+        stop_outbound(proc)
+        raise
+    finally:
+        os.close(ready_r)
+    return proc
+
+
+def stop_outbound(proc: subprocess.Popen) -> None:
+    from alchemist_jobs.processes import stop_groups
+
+    exit_w = getattr(proc, "exit_w", -1)
+    if exit_w >= 0:
+        os.close(exit_w)  # slirp4netns exits on this
+        proc.exit_w = -1  # type: ignore[attr-defined]
+    stop_groups([proc], 5.0)
+
+
 def ns_of(pid: int, kind: str) -> str:
     try:
         return os.readlink(f"/proc/{pid}/ns/{kind}")
@@ -155,10 +276,11 @@ class PrivateNet:
     and the metrics bridge's port on this machine's loopback."""
 
     def __init__(self, run_dir: str, listeners: int, log: str, join_pid: int | None = None,
-                 env: dict[str, str] | None = None):
+                 env: dict[str, str] | None = None, outbound: bool = False):
         from alchemist_jobs.processes import popen_group  # stdlib only
 
         self.user_fd = self.net_fd = -1
+        self.slirp: subprocess.Popen | None = None
         self.libc = _libc()  # loaded here, not in a child between fork and exec
         ours, theirs = socket.socketpair()
         bridge = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -193,6 +315,8 @@ class PrivateNet:
                 raise OSError(f"the namespace holder did not start (see {log})")
             ours.settimeout(None)
             self.listeners = [socket.socket(fileno=fd) for fd in fds]
+            if outbound:
+                self.slirp = start_outbound(join_pid or self.proc.pid, log)
         except BaseException:
             self.close()
             raise
@@ -208,6 +332,8 @@ class PrivateNet:
     def close(self) -> None:
         from alchemist_jobs.processes import stop_groups
 
+        if self.slirp is not None:
+            stop_outbound(self.slirp)
         self.control.close()  # the holder exits on this
         stop_groups([self.proc], 5.0)
         for fd in (self.user_fd, self.net_fd):
