@@ -195,8 +195,8 @@ def for_job(env: dict[str, str]) -> dict[str, str]:
         url = out.get(name)
         if not url:
             continue
-        parts = urllib.parse.urlsplit(url)
         try:
+            parts = urllib.parse.urlsplit(url)
             host, port = parts.hostname, parts.port
         except ValueError:  # not a URL botocore would take either; leave its error to it
             continue
