@@ -26,9 +26,11 @@ import pytest
 from tests import netns
 from tests.integration.test_private_net import descendants, start, stop, the_run, wait_for
 
-pytestmark = [pytest.mark.timeout(600),
-              pytest.mark.skipif(shutil.which("slirp4netns") is None,
-                                 reason="slirp4netns is not installed (scripts/setup installs it)")]
+from tests.conftest import REPO
+
+pytestmark = [pytest.mark.timeout(600)]
+needs_slirp = pytest.mark.skipif(shutil.which("slirp4netns") is None,
+                                 reason="slirp4netns is not installed (scripts/setup installs it)")
 
 FETCH = """
 import json, os, sys, time, urllib.request
@@ -106,6 +108,7 @@ def loopback_server():
     srv.server_close()
 
 
+@needs_slirp
 @pytest.mark.skipif(netns.unavailable() is not None,
                     reason=f"no other host to play: {netns.unavailable()}")
 def test_a_jobs_script_reaches_another_host_and_this_machines_loopback(
@@ -148,6 +151,7 @@ def test_a_jobs_script_reaches_another_host_and_this_machines_loopback(
     assert "no outbound" not in out and "this machine's network" not in out, out
 
 
+@needs_slirp
 @pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGKILL], ids=["cancel", "launcher-killed"])
 def test_no_slirp4netns_outlives_a_cancel_or_its_launcher(tmp_path: Path, loopback_server: int,
                                                          monkeypatch: pytest.MonkeyPatch, how):
@@ -166,3 +170,35 @@ def test_no_slirp4netns_outlives_a_cancel_or_its_launcher(tmp_path: Path, loopba
         cli.communicate(timeout=120)
     got = json.loads((run.path / "fetched.json").read_text())
     assert got["endpoint"] == f"http://10.0.2.2:{loopback_server}", got
+
+
+@pytest.mark.parametrize("source", [None, "s3://some-bucket/datasets/x"], ids=["plain", "s3-source"])
+def test_without_slirp4netns_one_line_says_what_the_job_gets(tmp_path: Path, source):
+    """No slirp4netns on PATH: a job keeps its private network, without outbound, and one
+    line says so and how to get it; a job whose data.source is s3:// (its workers download
+    it) runs in this machine's network instead, with the fallback's one warning line."""
+    (tmp_path / "ok.py").write_text("print('ok')\n")
+    job = tmp_path / "ok.yaml"
+    data = f"data: {{source: '{source}'}}\n" if source else ""
+    job.write_text(f"name: ok\ntask: {{script: ok.py}}\n{data}procs_per_node: 1\n"
+                   "max_restarts: 0\n")
+    home = tmp_path / "home"
+    path = str(Path(sys.executable).parent)  # the interpreter's directory, no slirp4netns
+    r = subprocess.run([sys.executable, "-m", "alchemist_jobs", "run", str(job), "--quiet"],
+                       cwd=REPO, timeout=500, capture_output=True, text=True,
+                       env=dict(os.environ, PYTHONPATH=str(REPO), ALCHEMIST_HOME=str(home),
+                                PATH=path))
+    assert r.returncode == 0, r.stdout + r.stderr
+    warned = [ln for ln in r.stderr.splitlines() if ln.startswith("warning:")]
+    assert len(warned) == 1, r.stderr
+    state = the_run(home).state()
+    if source is None:
+        assert "has no outbound network: slirp4netns is not installed" in warned[0], warned
+        assert "install slirp4netns" in warned[0] and "ALCHEMIST_LOCAL_NETNS=0" in warned[0]
+        assert "metrics_bridge" in state  # still in a network of its own
+    else:
+        assert "uses this machine's network: slirp4netns is not installed and data.source " \
+               f"{source} needs the network" in warned[0], warned
+        assert "reachable by other accounts" in warned[0], warned
+        assert "metrics_bridge" not in state
+    assert state["state"] == "succeeded", state
