@@ -6,6 +6,8 @@ its rendezvous and its workers' stores kept where the run allows (alchemist_jobs
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 
 from alchemist_jobs import store_bind
@@ -15,9 +17,6 @@ def continue_stopped_workers() -> None:
     """torchrun stops a worker with SIGTERM to its process group and SIGKILLs it only after
     its close timeout (30 s): a SIGSTOPped worker (the rank a stall watchdog names) acts on
     the SIGTERM only once continued, so it lived out the whole timeout. SIGCONT follows."""
-    import os
-    import signal
-
     from torch.distributed.elastic.multiprocessing.subprocess_handler import \
         subprocess_handler as sh
 

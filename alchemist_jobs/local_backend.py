@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import pwd
 import shlex
 import shutil
 import signal
@@ -84,8 +85,6 @@ def read_secrets(spec: JobSpec, spec_dir: Path) -> dict[str, str]:
 
 
 def _account(uid: int) -> str:
-    import pwd
-
     try:
         return pwd.getpwuid(uid).pw_name
     except KeyError:
