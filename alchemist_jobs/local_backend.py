@@ -550,10 +550,10 @@ class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
             print(f"warning: local run {request.run_id} has no outbound network: {no_out}; "
                   f"install {private_net.SLIRP}, or set {E.LOCAL_NETNS.name}=0 to run it in "
                   "this machine's network (docs/security.md)", file=sys.stderr)
-        elif private_net.loopback_nameservers():
+        elif dns := private_net.loopback_nameservers():
             print(f"warning: local run {request.run_id} cannot resolve host names: /etc/resolv.conf"
-                  f" names only loopback nameservers ({', '.join(private_net.loopback_nameservers())}"
-                  "), which its private network does not reach; use addresses, or set "
+                  f" names only loopback nameservers ({', '.join(dns)}), which its private "
+                  "network does not reach; use addresses, or set "
                   f"{E.LOCAL_NETNS.name}=0 (docs/security.md)", file=sys.stderr)
         join_pid = None
         if warm is not None:
