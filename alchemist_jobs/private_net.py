@@ -50,6 +50,7 @@ import urllib.parse
 from typing import TYPE_CHECKING
 
 from alchemist_jobs import environment as E
+from alchemist_jobs.processes import popen_group, stop_groups
 
 if TYPE_CHECKING:
     import http.server
@@ -212,7 +213,6 @@ def start_outbound(pid: int, log: str, timeout: float = START_TIMEOUT_S) -> subp
     """slirp4netns on the namespace `pid` is in, configured (tap0 up, address and default
     route) when this returns. It ends when the write end of its exit pipe closes: `close`
     of the returned process's `exit_w`, or the death of this process, which alone holds it."""
-    from alchemist_jobs.processes import popen_group
 
     ready_r, ready_w = os.pipe()
     exit_r, exit_w = os.pipe()
@@ -254,7 +254,6 @@ def start_outbound(pid: int, log: str, timeout: float = START_TIMEOUT_S) -> subp
 
 
 def stop_outbound(proc: subprocess.Popen) -> None:
-    from alchemist_jobs.processes import stop_groups
 
     exit_w = getattr(proc, "exit_w", -1)
     if exit_w >= 0:
@@ -330,8 +329,7 @@ class PrivateNet:
         join(self.user_fd, self.net_fd, self.libc)
 
     def close(self) -> None:
-        from alchemist_jobs.processes import stop_groups
-
+    
         if self.slirp is not None:
             stop_outbound(self.slirp)
         self.control.close()  # the holder exits on this
@@ -347,11 +345,11 @@ class PrivateNet:
 
 def _bridge(sock: socket.socket, run_dir: str) -> "http.server.ThreadingHTTPServer":
     """Serve GET /metrics/<worker record> from that worker's own /metrics in the namespace."""
-    import http.client
-    import http.server
-    import json
-    import re
-    import threading
+    import http.client  # only the holder serves: every local run's CLI imports this module
+    import http.server  # (the same)
+    import json  # (the same)
+    import re  # (the same)
+    import threading  # (the same)
 
     workers = os.path.join(run_dir, "workers")
     name = re.compile(r"/metrics/((?:rank|server)-\d{1,6})")
