@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests import netns
-from tests.integration.test_private_net import descendants, run_listeners
+from tests.integration.test_private_net import PROBE, descendants, run_listeners
 from alchemist_jobs.rundir import RunDir
 from tests.conftest import EXAMPLES, REPO
 
@@ -30,21 +30,6 @@ pytestmark = [
                        reason=f"network namespaces unavailable: {netns.unavailable()}"),
 ]
 
-PROBE = """
-import json, socket, sys
-out = {}
-for port in map(int, sys.argv[2:]):
-    s = socket.socket()
-    s.settimeout(5)
-    try:
-        s.connect((sys.argv[1], port))
-        out[port] = "connected"
-    except OSError as e:
-        out[port] = type(e).__name__
-    finally:
-        s.close()
-print(json.dumps(out))
-"""
 
 
 def listening(host: netns.Host) -> list[tuple[str, int]]:

@@ -29,6 +29,7 @@ from tests.conftest import EXAMPLES, REPO
 
 pytestmark = [pytest.mark.timeout(600)]
 
+# Connect to each port; print what each attempt met (also test_local_isolation.py's probe).
 PROBE = """
 import json, socket, sys
 out = {}
@@ -44,6 +45,7 @@ for port in map(int, sys.argv[2:]):
         s.close()
 print(json.dumps(out))
 """
+
 
 # A script that holds its framework's servers open until the test says stop: TensorFlow's
 # gRPC servers (MultiWorkerMirroredStrategy), JAX's coordinator (jax.distributed), torch's
