@@ -436,3 +436,11 @@ class Cluster:
                 self._restart_all()
                 break
             time.sleep(poll)
+
+
+def team_json(path: Path) -> dict:
+    """A run file the pods wrote, read as this test (root, the cluster's admin) reads it. The
+    product's RunDir.read_json trusts only the reader's own files (or root's), and here the
+    team's uid wrote them, as on a real shared file system; a team member's own tools (same
+    uid) read them through RunDir."""
+    return json.loads(Path(path).read_text())

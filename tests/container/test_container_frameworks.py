@@ -9,7 +9,7 @@ import re
 import pytest
 
 from alchemist_jobs.rundir import RunDir
-from tests.container.pod_runner import Cluster
+from tests.container.pod_runner import Cluster, team_json
 from tests.container.test_container_pods import access_point_volume, run_id
 from tests.container.conftest import REPO
 from tests.k8s_stacks import FIXTURES
@@ -50,4 +50,4 @@ def test_a_jax_job_trains_as_two_pods(jax_train_image, tmp_path):
     assert float(next(iter(found.values()))[-1][2]) >= 0.9, found
     run = RunDir(shared / "runs" / run_id(objects))
     assert list(run.checkpoints.glob("jax-step-*.npz"))
-    assert run.progress()["step"] == 150
+    assert team_json(run.progress_file)["step"] == 150

@@ -14,7 +14,7 @@ import yaml
 
 from alchemist_jobs.rundir import RunDir
 from tests.container.conftest import REPO
-from tests.container.pod_runner import PODMAN, Cluster, _quantity_bytes
+from tests.container.pod_runner import PODMAN, Cluster, _quantity_bytes, team_json
 from tests.k8s_stacks import FIXTURES
 
 JOB_UID = 1000  # contract SharedFs.uid's default: the identity job pods run as
@@ -111,7 +111,7 @@ def test_rendered_pods_train_together_as_the_manifests_say(images, tmp_path):
         assert int(got["shm"]) == _quantity_bytes(shm)
 
     run = RunDir(shared / "runs" / run_id(objects))
-    assert run.result()["test_accuracy"] >= 0.9, run.result()
+    assert team_json(run.result_file)["test_accuracy"] >= 0.9, team_json(run.result_file)
     assert list(run.checkpoints.glob("step-*.pt"))
     assert list(run.tensorboard.glob("events.out.tfevents.*"))
     assert list((run.logs / "torchrun").rglob("stdout.log"))
@@ -163,4 +163,4 @@ def test_killed_pod_zero_restarts_the_whole_group(images, tmp_path):
         logs = {p.name: cluster.logs(p) for p in cluster.pods}
     assert killed and result == "succeeded", (cluster.events, logs)
     assert cluster.restarts == 1, cluster.events
-    assert run.result()["test_accuracy"] >= 0.9
+    assert team_json(run.result_file)["test_accuracy"] >= 0.9
