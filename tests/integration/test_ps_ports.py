@@ -51,7 +51,11 @@ def test_a_planned_port_taken_before_the_start_does_not_stop_the_server(tmp_path
     assert record["port"] != planned and record["restart"] == 0
 
 
-def test_a_killed_servers_port_stays_the_runs_until_it_restarts(tmp_path: Path):
+def test_a_killed_servers_port_stays_the_runs_until_it_restarts(tmp_path: Path, monkeypatch):
+    # In this machine's network (ALCHEMIST_LOCAL_NETNS=0, or where user namespaces are
+    # unavailable), where another process could take the port; in the job's own network
+    # namespace only the job's processes exist to take it.
+    monkeypatch.setenv("ALCHEMIST_LOCAL_NETNS", "0")
     sched = LocalScheduler(tmp_path / "home")
     job = digits_job("ps-restart", {"name": "async", "servers": 1}, hyper={"epochs": 30})
     handle = sched.schedule(sched.dryrun(parse_spec(job, "<ps-restart>", REPO), REPO))
