@@ -133,7 +133,12 @@ DEPS_CACHE_GIB = _var("DEPS_CACHE_GIB", float, USER,
                       "GiB the jobs' package environments may take under the home (default 10)")
 LOCAL_NETNS = _var("LOCAL_NETNS", _unless_0, USER,
                    "0: run local jobs in this machine's network, not a namespace of their own "
-                   "(their listeners are then reachable by every local account)")
+                   "(their listeners are then reachable by every local account). With 1 (the "
+                   "default) a job reaches out through `slirp4netns` where it is installed (none "
+                   "otherwise, with one warning line), and this machine's `127.0.0.1` is "
+                   "`10.0.2.2` from inside: `AWS_ENDPOINT_URL[_S3]` naming loopback is rewritten "
+                   "for the workers, a loopback URL of your own must say `10.0.2.2` "
+                   "(docs/security.md)")
 OBJECT_STORE = _var("OBJECT_STORE", str, USER,
                     "s3://BUCKET: the object store `data push` uses on the local stack")
 
