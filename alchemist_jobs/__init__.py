@@ -34,5 +34,4 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'alchemist_jobs' has no attribute {name!r}")
 
 
-__all__ = ["prepare", "finish", "evaluation_model", "checkpoint", "Task", "TaskContext",
-           "report"]
+__all__ = ["prepare", "finish", "evaluation_model", "checkpoint", "Task", "TaskContext", "report"]

@@ -17,8 +17,7 @@ def continue_stopped_workers() -> None:
     """torchrun stops a worker with SIGTERM to its process group and SIGKILLs it only after
     its close timeout (30 s): a SIGSTOPped worker (the rank a stall watchdog names) acts on
     the SIGTERM only once continued, so it lived out the whole timeout. SIGCONT follows."""
-    from torch.distributed.elastic.multiprocessing.subprocess_handler import \
-        subprocess_handler as sh
+    from torch.distributed.elastic.multiprocessing.subprocess_handler import subprocess_handler as sh
 
     close = sh.SubprocessHandler.close
     if getattr(close, "_alchemist", False):

@@ -31,8 +31,9 @@ def save(**extra: Any) -> None:
     if not in_run():
         return
     p = require("checkpoint.save()")
-    p.checkpoints.save(p.step, p.model, p.optimizer, dict(
-        step=p.step, extra=extra, config=p.spec.model_dump(mode="json")))
+    p.checkpoints.save(
+        p.step, p.model, p.optimizer, dict(step=p.step, extra=extra, config=p.spec.model_dump(mode="json"))
+    )
 
 
 def resume() -> dict[str, Any]:

@@ -29,8 +29,10 @@ COMMAND_MODULES = {
 }
 
 
-DESCRIPTION = ("Run distributed training jobs (PyTorch, TensorFlow, JAX) on this machine or on\n"
-               "a GPU Kubernetes platform that `pulumi up` stood up, and follow them.")
+DESCRIPTION = (
+    "Run distributed training jobs (PyTorch, TensorFlow, JAX) on this machine or on\n"
+    "a GPU Kubernetes platform that `pulumi up` stood up, and follow them."
+)
 EPILOG = """getting started:
   alchemist run examples/digits.yaml          train on this machine (the local stack)
   alchemist list                              runs, newest first
@@ -58,8 +60,9 @@ class _Version(argparse.Action):
     """--version, looked up only when asked: importlib.metadata is slow to import."""
 
     def __init__(self, option_strings: list[str], dest: str, **_) -> None:
-        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS,
-                         help="show the version and exit")
+        super().__init__(
+            option_strings, dest, nargs=0, default=argparse.SUPPRESS, help="show the version and exit"
+        )
 
     def __call__(self, parser, namespace, values, option_string=None) -> None:
         print(f"alchemist {_version()}")
@@ -69,8 +72,12 @@ class _Version(argparse.Action):
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     """The parser; given the command line, only the module of its command is imported
     (all of them for --help, a bad command, or no argv)."""
-    parser = _Parser(prog="alchemist", description=DESCRIPTION, epilog=EPILOG,
-                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = _Parser(
+        prog="alchemist",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     parser.add_argument("--version", action=_Version)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
@@ -89,7 +96,7 @@ def one_line(message: object) -> str:
     """`error: MESSAGE` on one line of at most MAX_ERROR_CHARS characters, whatever a value
     quoted in it held (newlines, megabytes)."""
     text = "error: " + str(message).replace("\r", "\\r").replace("\n", "\\n")
-    return text if len(text) <= MAX_ERROR_CHARS else text[:MAX_ERROR_CHARS - 3] + "..."
+    return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 3] + "..."
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -105,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         command = next((a for a in argv if not a.startswith("-")), None)
         if command in ("run", "submit") and "--" in argv:
             cut = argv.index("--")
-            argv, rest = argv[:cut], argv[cut + 1:]
+            argv, rest = argv[:cut], argv[cut + 1 :]
         if command == "run":
             # The agent interpreter imports torch while this one imports the rest (warm_agent.py).
             warm_agent.start_early(argv)

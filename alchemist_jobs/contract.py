@@ -18,8 +18,7 @@ from alchemist_jobs.errors import UserError
 # IsValidLabelValue): a bad one is one line naming the outputs file and the field, not a
 # refused JobSet later.
 Dns1123Label = Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)]
-LabelValue = Annotated[str, Field(pattern=r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$",
-                                  max_length=63)]
+LabelValue = Annotated[str, Field(pattern=r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$", max_length=63)]
 
 SHARED_FS_KINDS = ("efs", "fsx-lustre", "nfs", "hostpath")
 
@@ -173,25 +172,34 @@ class StackOutput(_Strict):
     teams: list[Team] = []
 
     @model_validator(mode="after")
-    def _teams_agree(self) -> "StackOutput":
+    def _teams_agree(self) -> StackOutput:
         if not self.teams:
             return self
         names = [t.name for t in self.teams]
         if len(set(names)) != len(names) or self.team not in names:
             raise ValueError(f"`team` must name one of `teams` ({', '.join(names)}), each once")
         mine = next(t for t in self.teams if t.name == self.team)
-        prefix = self.object_store.prefix if self.object_store and mine.object_store_prefix is not None else None
+        prefix = (
+            self.object_store.prefix if self.object_store and mine.object_store_prefix is not None else None
+        )
         if (mine.namespace, mine.queue, mine.uid, mine.gid, mine.object_store_prefix) != (
-                self.namespace, self.queue, self.shared_fs.uid, self.shared_fs.gid, prefix):
-            raise ValueError(f"team {self.team}'s entry in `teams` differs from the top-level "
-                             "namespace, queue, shared_fs identity or object_store prefix")
+            self.namespace,
+            self.queue,
+            self.shared_fs.uid,
+            self.shared_fs.gid,
+            prefix,
+        ):
+            raise ValueError(
+                f"team {self.team}'s entry in `teams` differs from the top-level "
+                "namespace, queue, shared_fs identity or object_store prefix"
+            )
         return self
 
     def team_names(self) -> list[str]:
         """The stack's teams, the default one first."""
         return [t.name for t in self.teams] or [self.team or self.namespace]
 
-    def for_team(self, name: str | None, given_as: str | None = None) -> "StackOutput":
+    def for_team(self, name: str | None, given_as: str | None = None) -> StackOutput:
         """This output as team `name` sees it: its namespace, queue, identity, prefix and, where
         it has one, its own credential at the top level. None: the stack's default team. An
         unknown team is one UserError line naming the teams there are."""
@@ -199,11 +207,16 @@ class StackOutput(_Strict):
             return self
         team = next((t for t in self.teams if t.name == name), None)
         if team is None:
-            raise UserError(f"{given_as or f'--team {name}'}: stack {self.stack} has no such team; accepted: "
-                            f"{', '.join(self.team_names())}")
+            raise UserError(
+                f"{given_as or f'--team {name}'}: stack {self.stack} has no such team; accepted: "
+                f"{', '.join(self.team_names())}"
+            )
         update: dict[str, Any] = {
-            "team": team.name, "namespace": team.namespace, "queue": team.queue,
-            "shared_fs": self.shared_fs.model_copy(update={"uid": team.uid, "gid": team.gid})}
+            "team": team.name,
+            "namespace": team.namespace,
+            "queue": team.queue,
+            "shared_fs": self.shared_fs.model_copy(update={"uid": team.uid, "gid": team.gid}),
+        }
         if self.object_store is not None:
             prefix = team.object_store_prefix if team.object_store_prefix is not None else f"{team.name}/"
             update["object_store"] = self.object_store.model_copy(update={"prefix": prefix})
@@ -212,7 +225,7 @@ class StackOutput(_Strict):
         return self.model_copy(update=update)
 
     @classmethod
-    def parse(cls, data: Any, source: str) -> "StackOutput":
+    def parse(cls, data: Any, source: str) -> StackOutput:
         """Validate a stack's `alchemist` output; a break of the contract is one UserError line."""
         try:
             out = cls.model_validate(data)

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 from alchemist_jobs import environment as E
-
 from alchemist_jobs.errors import UserError, shown
 
 KEYS = {"stack": str, "outputs": str, "home": str, "quiet": bool}
@@ -43,13 +42,10 @@ def _load(file: Path) -> dict[str, Any]:
         raise UserError(f"{file}: accepted: a mapping of {', '.join(KEYS)}")
     for key, value in data.items():
         if key not in KEYS:
-            raise UserError(f"{file}: {shown(key)} is not a default; accepted: "
-                            f"{', '.join(KEYS)}")
+            raise UserError(f"{file}: {shown(key)} is not a default; accepted: {', '.join(KEYS)}")
         if not isinstance(value, KEYS[key]):
-            raise UserError(f"{file}: {key}: {shown(value)} is invalid; accepted: a "
-                            f"{KEYS[key].__name__}")
-    return {k: (Path(v).expanduser() if k in ("outputs", "home") else v)
-            for k, v in data.items()}
+            raise UserError(f"{file}: {key}: {shown(value)} is invalid; accepted: a {KEYS[key].__name__}")
+    return {k: (Path(v).expanduser() if k in ("outputs", "home") else v) for k, v in data.items()}
 
 
 def get(key: str, fallback: Any = None) -> Any:

@@ -52,7 +52,7 @@ def root_cause(logs: Path) -> RootCause | None:
         starts = [i for i, line in enumerate(lines) if line.strip() == ROOT_CAUSE]
         if not starts:
             continue
-        block = lines[starts[-1]:starts[-1] + 9]
+        block = lines[starts[-1] : starts[-1] + 9]
         rank = next((int(m.group(1)) for m in map(_RANK.match, block) if m), None)
         code = next((int(m.group(1)) for m in map(_EXIT.match, block) if m), None)
         if rank is not None and code is not None:
@@ -65,7 +65,7 @@ def last_attempt(path: Path) -> list[str]:
     """The lines of a rank log's last attempt (the bootstrap heads each with `=== rank`)."""
     lines = _lines(path)
     starts = [i for i, line in enumerate(lines) if line.startswith("=== rank ")]
-    return lines[starts[-1] + 1:] if starts else lines
+    return lines[starts[-1] + 1 :] if starts else lines
 
 
 def failure_lines(logs: Path, n: int = 12) -> list[str]:
@@ -97,8 +97,11 @@ def _telling(lines: list[str]) -> str:
     torchrun's banner or a blank."""
     for line in reversed(lines):
         text = line.strip()
-        if text and not text.startswith(("File ", "^", "~", "===", "---", "WARNING:", "I0000")) \
-                and not line.startswith(" "):
+        if (
+            text
+            and not text.startswith(("File ", "^", "~", "===", "---", "WARNING:", "I0000"))
+            and not line.startswith(" ")
+        ):
             return text[:300]
     return ""
 
@@ -110,8 +113,13 @@ def failure_record(logs: Path) -> dict:
     lines = failure_lines(logs)
     cause = root_cause(logs)
     if cause is None:
-        return dict(rank=None, exit_code=None, signal=None,
-                    summary=_telling([ln.split("] ", 1)[-1] for ln in lines]), lines=lines)
+        return dict(
+            rank=None,
+            exit_code=None,
+            signal=None,
+            summary=_telling([ln.split("] ", 1)[-1] for ln in lines]),
+            lines=lines,
+        )
     said = _telling(last_attempt(logs / f"rank-{cause.rank}.log"))
     sig = None
     if cause.exitcode < 0:
@@ -119,14 +127,22 @@ def failure_record(logs: Path) -> dict:
             sig = signal.Signals(-cause.exitcode).name
         except ValueError:
             sig = f"signal {-cause.exitcode}"
-    return dict(rank=cause.rank, exit_code=cause.exitcode, signal=sig,
-                summary=cause.describe() + (f": {said}" if said else ""), lines=lines)
+    return dict(
+        rank=cause.rank,
+        exit_code=cause.exitcode,
+        signal=sig,
+        summary=cause.describe() + (f": {said}" if said else ""),
+        lines=lines,
+    )
 
 
 # torchrun's agent logs each failure of its worker group as it sees it, before it restarts
 # the group (ERROR level, so it is in the agent's log at torchrun's default level).
-_GROUP_FAILED = re.compile(r"^(?:[EWI](\d{4} [\d:.]+) .*)?failed \(exitcode: (-?\d+)\) "
-                           r"local_rank: (\d+) \(pid: (\d+)\)", re.M)
+_GROUP_FAILED = re.compile(
+    r"^(?:[EWI](\d{4} [\d:.]+) .*)?failed \(exitcode: (-?\d+)\) "
+    r"local_rank: (\d+) \(pid: (\d+)\)",
+    re.M,
+)
 
 
 @dataclass
@@ -148,14 +164,19 @@ class AttemptFailure:
         who = f"rank {self.rank}" if self.rank is not None else "a worker"
         return f"{who} failed ({self.what()})"
 
-    def same_as(self, other: "AttemptFailure") -> bool:
+    def same_as(self, other: AttemptFailure) -> bool:
         """The same failure again: the same rank, exit code, exception line and step."""
-        return (self.rank, self.exit_code, self.said, self.step) == \
-            (other.rank, other.exit_code, other.said, other.step)
+        return (self.rank, self.exit_code, self.said, self.step) == (
+            other.rank,
+            other.exit_code,
+            other.said,
+            other.step,
+        )
 
     def as_dict(self) -> dict:
-        return dict(attempt=self.attempt, rank=self.rank, exit_code=self.exit_code,
-                    said=self.said, step=self.step)
+        return dict(
+            attempt=self.attempt, rank=self.rank, exit_code=self.exit_code, said=self.said, step=self.step
+        )
 
 
 class GroupFailures:
@@ -185,24 +206,25 @@ class GroupFailures:
             self.rest[path] = rest[-4096:]  # a line still being written
             node = int(path.stem.split("-")[1]) if path.stem.split("-")[1].isdigit() else 0
             for m in _GROUP_FAILED.finditer(head.decode(errors="replace")):
-                out.append((m.group(1) or "", node, int(m.group(2)), int(m.group(3)),
-                            int(m.group(4))))
+                out.append((m.group(1) or "", node, int(m.group(2)), int(m.group(3)), int(m.group(4))))
         # The first failure first (torchrun's lines start with their time): on several
         # nodes, the others' workers fail only because that one did.
         return [t[1:] for t in sorted(out, key=lambda t: t[0])]
 
 
-def attempt_failure(logs: Path, attempt: int, rank: int | None, exit_code: int,
-                    step: int | None) -> AttemptFailure:
+def attempt_failure(
+    logs: Path, attempt: int, rank: int | None, exit_code: int, step: int | None
+) -> AttemptFailure:
     """What rank `rank` said when attempt `attempt` failed: the telling line of that
     attempt in its log (the bootstrap heads each attempt with `=== rank R attempt A`)."""
     said = ""
     if rank is not None:
         lines = _lines(logs / f"rank-{rank}.log")
-        starts = [i for i, line in enumerate(lines)
-                  if line.startswith(f"=== rank {rank} attempt {attempt} ")]
+        starts = [i for i, line in enumerate(lines) if line.startswith(f"=== rank {rank} attempt {attempt} ")]
         if starts:
-            end = next((i for i, line in enumerate(lines)
-                        if i > starts[-1] and line.startswith("=== rank ")), len(lines))
-            said = _telling(lines[starts[-1] + 1:end])
+            end = next(
+                (i for i, line in enumerate(lines) if i > starts[-1] and line.startswith("=== rank ")),
+                len(lines),
+            )
+            said = _telling(lines[starts[-1] + 1 : end])
     return AttemptFailure(attempt, rank, exit_code, said, step)

@@ -45,7 +45,7 @@ FRAMEWORK_BASE_PORT = 29700
 # (`algorithm.name` other than sync is refused by JobSpec itself.)
 IGNORED_BY_OWN_FRAMEWORK = {
     "algorithm": "sync's options are torch's (DDP's buckets, compression, accumulation); "
-                 "do them in the script",
+    "do them in the script",
     "hyper": "the script sets its own (pass them in task.args)",
     "checkpoint.every_steps": "the script writes its own checkpoints",
     "checkpoint.keep": "the script prunes its own checkpoints",
@@ -54,7 +54,7 @@ IGNORED_BY_OWN_FRAMEWORK = {
 }
 
 
-def unhonoured(spec: "JobSpec") -> str | None:
+def unhonoured(spec: JobSpec) -> str | None:
     """For a TensorFlow or JAX task, the first field set to something other than its default
     that such a script cannot honour, as `field: value ...; accepted: ...` (None: all fine)."""
     framework = spec.task.framework
@@ -69,9 +69,11 @@ def unhonoured(spec: "JobSpec") -> str | None:
                 continue
             value, dflt = getattr(node, name), getattr(default, name)
             if value != dflt:
-                return (f"{top}.{name}: {value!r} is not honoured by a script of "
-                        f"task.framework {framework} ({why}); accepted: the default "
-                        f"({_shown_default(dflt)})")
+                return (
+                    f"{top}.{name}: {value!r} is not honoured by a script of "
+                    f"task.framework {framework} ({why}); accepted: the default "
+                    f"({_shown_default(dflt)})"
+                )
     return None
 
 
@@ -82,8 +84,10 @@ def _shown_default(value: Any) -> str:
 def install_hint(framework: str) -> str:
     """How to get a framework into the worker's Python: the extra, or the image's build arg."""
     extra = EXTRAS[framework]
-    return (f"pip install 'alchemist[{extra}]' (scripts/setup installs it), or for a cluster "
-            f"build the image with `images/build --frameworks {extra}`")
+    return (
+        f"pip install 'alchemist[{extra}]' (scripts/setup installs it), or for a cluster "
+        f"build the image with `images/build --frameworks {extra}`"
+    )
 
 
 def ports(framework: str, procs_per_node: int) -> list[tuple[str, int]]:

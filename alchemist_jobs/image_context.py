@@ -61,7 +61,7 @@ def _regex(pattern: str) -> str:
         out += {"*": "[^/]*", "?": "[^/]"}.get(c, re.escape(c) if c != "[" else "[")
         if c == "[":  # a character class passes through to its closing bracket
             end = pattern.index("]", i)
-            out += pattern[i + 1:end].replace("\\", "\\\\") + "]"
+            out += pattern[i + 1 : end].replace("\\", "\\\\") + "]"
             i = end
         i += 1
     return out + "$"

@@ -25,8 +25,7 @@ def read_text(path: Path, what: str, source: str | None = None) -> str:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except FileNotFoundError:
-        raise UserError(f"{source}: no such file" if source else f"{path}: no such {what} file") \
-            from None
+        raise UserError(f"{source}: no such file" if source else f"{path}: no such {what} file") from None
     except OSError as e:
         raise UserError(f"{source or path}: cannot read the {what} ({e.strerror})") from None
     where = source or str(path)
@@ -40,8 +39,7 @@ def read_text(path: Path, what: str, source: str | None = None) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise UserError(f"{where}: byte {e.start} is not UTF-8; accepted: a UTF-8 text file") \
-            from None
+        raise UserError(f"{where}: byte {e.start} is not UTF-8; accepted: a UTF-8 text file") from None
 
 
 class _Loader(yaml.SafeLoader):
@@ -67,8 +65,10 @@ class _Loader(yaml.SafeLoader):
             except TypeError:
                 continue  # an unhashable key: the base class says so
             if duplicate:
-                raise _Refused(f"line {key_node.start_mark.line + 1}: key {_cut(key)} appears "
-                               "twice; accepted: each key once")
+                raise _Refused(
+                    f"line {key_node.start_mark.line + 1}: key {_cut(key)} appears "
+                    "twice; accepted: each key once"
+                )
         return super().construct_mapping(node, deep=deep)
 
 
@@ -93,8 +93,7 @@ def load_yaml(text: str, source: str) -> Any:
         problem = _cut(getattr(e, "problem", None) or "not valid YAML", 80).strip("'\"")
         raise UserError(f"{source}:{where} {problem}; accepted: a YAML mapping") from None
     except RecursionError:
-        raise UserError(f"{source}: nested too deeply; accepted: at most {MAX_DEPTH} levels") \
-            from None
+        raise UserError(f"{source}: nested too deeply; accepted: at most {MAX_DEPTH} levels") from None
     check_size(data, source)
     return data
 
@@ -103,8 +102,7 @@ def load_json(text: str, source: str) -> Any:
     try:
         data = json.loads(text)
     except RecursionError:
-        raise UserError(f"{source}: nested too deeply; accepted: at most {MAX_DEPTH} levels") \
-            from None
+        raise UserError(f"{source}: nested too deeply; accepted: at most {MAX_DEPTH} levels") from None
     check_size(data, source)
     return data
 
@@ -124,8 +122,10 @@ def check_size(data: Any, source: str) -> None:
         items = list(obj.keys()) + list(obj.values()) if isinstance(obj, dict) else obj
         n = 1 + sum(size(x, depth + 1) for x in items)
         if n > MAX_NODES:
-            raise UserError(f"{source}: expands to more than {MAX_NODES} values (YAML aliases?); "
-                            "accepted: a job-sized file")
+            raise UserError(
+                f"{source}: expands to more than {MAX_NODES} values (YAML aliases?); "
+                "accepted: a job-sized file"
+            )
         sizes[id(obj)] = n
         return n
 

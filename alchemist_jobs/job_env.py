@@ -49,8 +49,15 @@ SHORT = 16  # hex digits of the lock's sha256 that name its environment
 DEPS = "deps"  # <root>/deps/{resolved,envs}
 DEFAULT_CACHE_GIB = 10.0
 # pip settings that change what a resolution finds: part of the resolution's cache key.
-INDEX_SETTINGS = ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_NO_INDEX",
-                  "PIP_PRE", "PIP_ONLY_BINARY", "PIP_NO_BINARY")
+INDEX_SETTINGS = (
+    "PIP_INDEX_URL",
+    "PIP_EXTRA_INDEX_URL",
+    "PIP_FIND_LINKS",
+    "PIP_NO_INDEX",
+    "PIP_PRE",
+    "PIP_ONLY_BINARY",
+    "PIP_NO_BINARY",
+)
 # The section of the platform's lock that every worker has (the training image).
 RUNTIME = "runtime"
 _REPO_LOCK = Path(__file__).resolve().parent.parent / "requirements.lock"
@@ -93,9 +100,11 @@ def platform_lock(path: Path | None = None) -> PlatformLock:
     try:
         text = path.read_text()
     except FileNotFoundError:
-        text = "# --- section: runtime ---\n" + "".join(sorted(
-            f"{d.metadata['Name']}=={d.version}\n" for d in metadata.distributions()
-            if d.metadata["Name"]))
+        text = "# --- section: runtime ---\n" + "".join(
+            sorted(
+                f"{d.metadata['Name']}=={d.version}\n" for d in metadata.distributions() if d.metadata["Name"]
+            )
+        )
     pins: dict[str, Pin] = {}
     section, current = "", None
     for line in text.splitlines():
@@ -159,16 +168,18 @@ def check_requirement(text: str, where: str) -> str:
     text = text.strip()
     accepted = "a PEP 508 requirement from the package index, e.g. tomli-w==1.2.0"
     if text.startswith("-"):
-        raise UserError(f"{where}: {shown(text)}: options do not go in requirements; accepted: "
-                        f"{accepted} (point pip at a mirror with PIP_INDEX_URL or PIP_FIND_LINKS)")
+        raise UserError(
+            f"{where}: {shown(text)}: options do not go in requirements; accepted: "
+            f"{accepted} (point pip at a mirror with PIP_INDEX_URL or PIP_FIND_LINKS)"
+        )
     try:
         req = Requirement(text)
     except InvalidRequirement:
-        raise UserError(f"{where}: {shown(text)} is not a requirement; accepted: {accepted}") \
-            from None
+        raise UserError(f"{where}: {shown(text)} is not a requirement; accepted: {accepted}") from None
     if req.url:
-        raise UserError(f"{where}: {shown(text)} names a URL, which a hash-pinned lock cannot "
-                        f"take; accepted: {accepted}")
+        raise UserError(
+            f"{where}: {shown(text)} names a URL, which a hash-pinned lock cannot take; accepted: {accepted}"
+        )
     return text
 
 
@@ -181,14 +192,19 @@ def _moves_a_pin(requirements: list[str], platform: PlatformLock) -> None:
             raise UserError(
                 f"requirements: {shown(text)} would move the platform's pin "
                 f"{pin.name}=={pin.version} (requirements.lock); accepted: a version the pin "
-                f"satisfies, or {req.name} alone (the platform's is used)")
+                f"satisfies, or {req.name} alone (the platform's is used)"
+            )
 
 
 def _cache_key(requirements: list[str], platform: PlatformLock) -> str:
-    doc = {"requirements": requirements, "platform": platform.sha256,
-           "python": list(sys.version_info[:3]), "implementation": sys.implementation.name,
-           "machine": os.uname().machine,
-           "index": {k: os.environ.get(k, "") for k in INDEX_SETTINGS}}
+    doc = {
+        "requirements": requirements,
+        "platform": platform.sha256,
+        "python": list(sys.version_info[:3]),
+        "implementation": sys.implementation.name,
+        "machine": os.uname().machine,
+        "index": {k: os.environ.get(k, "") for k in INDEX_SETTINGS},
+    }
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
 
 
@@ -224,9 +240,21 @@ def _resolve_with_pip(requirements: list[str], platform: PlatformLock) -> str:
         constraints.write_text(platform.constraints())
         # Without --ignore-installed: what this Python has at the platform's pins satisfies
         # the resolver, and the report lists only what the job adds.
-        argv = [sys.executable, "-m", "pip", "install", "--dry-run", "--report", str(report),
-                "--disable-pip-version-check", "--no-input", "--no-color",
-                "-c", str(constraints), *requirements]
+        argv = [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--dry-run",
+            "--report",
+            str(report),
+            "--disable-pip-version-check",
+            "--no-input",
+            "--no-color",
+            "-c",
+            str(constraints),
+            *requirements,
+        ]
         p = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL)
         if p.returncode != 0:
             raise UserError(_pip_failure(requirements, p.stdout + p.stderr, platform))
@@ -245,18 +273,23 @@ def lock_text(requirements: list[str], platform: PlatformLock, installs: list[di
         if digest is None and str(info.get("url", "")).startswith("file://"):
             digest = hashlib.sha256(Path(info["url"][7:]).read_bytes()).hexdigest()
         if digest is None:
-            raise UserError(f"requirements: {meta['name']} {meta['version']} comes without a "
-                            "sha256 from the index; accepted: a package from an index or "
-                            "find-links directory")
-        blocks[canonical(meta["name"])] = (f"{canonical(meta['name'])}=={meta['version']} \\\n"
-                                           f"    --hash=sha256:{digest}\n")
+            raise UserError(
+                f"requirements: {meta['name']} {meta['version']} comes without a "
+                "sha256 from the index; accepted: a package from an index or "
+                "find-links directory"
+            )
+        blocks[canonical(meta["name"])] = (
+            f"{canonical(meta['name'])}=={meta['version']} \\\n    --hash=sha256:{digest}\n"
+        )
     for key in _beyond_runtime(installs, platform):
         blocks.setdefault(key, platform.pins[key].block)
-    head = (f"# The job's own packages, resolved by pip for {', '.join(requirements)}\n"
-            f"# against the platform's lock sha256:{platform.sha256[:SHORT]} on "
-            f"{sys.implementation.name} {sys.version_info[0]}.{sys.version_info[1]} "
-            f"{sys.platform} {os.uname().machine}; install with\n"
-            "#   pip install --no-deps --require-hashes --target DIR -r requirements.lock\n")
+    head = (
+        f"# The job's own packages, resolved by pip for {', '.join(requirements)}\n"
+        f"# against the platform's lock sha256:{platform.sha256[:SHORT]} on "
+        f"{sys.implementation.name} {sys.version_info[0]}.{sys.version_info[1]} "
+        f"{sys.platform} {os.uname().machine}; install with\n"
+        "#   pip install --no-deps --require-hashes --target DIR -r requirements.lock\n"
+    )
     return head + "".join(blocks[k] for k in sorted(blocks))
 
 
@@ -293,21 +326,27 @@ def _pip_failure(requirements: list[str], output: str, platform: PlatformLock) -
     text = _SECRET_URL.sub(r"\1***@", output)
     lines = [ln.strip() for ln in text.splitlines()]
     if "The conflict is caused by:" in lines:
-        cause = lines[lines.index("The conflict is caused by:") + 1:]
-        cause = cause[:cause.index("")] if "" in cause else cause
+        cause = lines[lines.index("The conflict is caused by:") + 1 :]
+        cause = cause[: cause.index("")] if "" in cause else cause
         pins = [ln.rsplit(" ", 1)[-1] for ln in cause if "(constraint)" in ln]
         needs = [ln.removeprefix("The user requested ") for ln in cause if "(constraint)" not in ln]
         what = "; ".join(needs) or ", ".join(requirements)
         if pins:
-            return (f"requirements: {what[:300]}: would move the platform's pin "
-                    f"{', '.join(pins)} (requirements.lock); accepted: versions that keep the "
-                    "platform's pins")
-        return f"requirements: {what[:300]}: conflicting versions; accepted: requirements " \
-               "that agree with each other"
+            return (
+                f"requirements: {what[:300]}: would move the platform's pin "
+                f"{', '.join(pins)} (requirements.lock); accepted: versions that keep the "
+                "platform's pins"
+            )
+        return (
+            f"requirements: {what[:300]}: conflicting versions; accepted: requirements "
+            "that agree with each other"
+        )
     errors = [ln.removeprefix("ERROR: ") for ln in lines if ln.startswith("ERROR: ")]
     said = errors[0] if errors else (lines[-1] if lines else "pip failed")
-    return (f"requirements: {', '.join(requirements)[:200]}: cannot be resolved: {said[:300]}; "
-            "accepted: packages the index offers (PIP_INDEX_URL, PIP_FIND_LINKS)")
+    return (
+        f"requirements: {', '.join(requirements)[:200]}: cannot be resolved: {said[:300]}; "
+        "accepted: packages the index offers (PIP_INDEX_URL, PIP_FIND_LINKS)"
+    )
 
 
 # --- the environment ------------------------------------------------------------------------
@@ -335,16 +374,34 @@ def ensure_site(lock: JobLock, root: Path, max_bytes: int | None = None) -> tupl
         try:
             tmp.mkdir(mode=0o700)
             (tmp / RUN_LOCK).write_text(lock.text)
-            argv = [sys.executable, "-m", "pip", "install", "--no-deps", "--require-hashes",
-                    "--disable-pip-version-check", "--no-input", "--no-color", "-q",
-                    "--target", str(tmp / "site"), "-r", str(tmp / RUN_LOCK)]
+            argv = [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "--no-deps",
+                "--require-hashes",
+                "--disable-pip-version-check",
+                "--no-input",
+                "--no-color",
+                "-q",
+                "--target",
+                str(tmp / "site"),
+                "-r",
+                str(tmp / RUN_LOCK),
+            ]
             p = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL)
             if p.returncode != 0:
-                said = [ln.removeprefix("ERROR: ") for ln in _SECRET_URL.sub(
-                    r"\1***@", p.stderr).splitlines() if ln.startswith("ERROR: ")]
-                raise UserError(f"requirements: installing lock {lock.short} failed: "
-                                f"{(said[0] if said else 'pip exited ' + str(p.returncode))[:300]}"
-                                "; accepted: a lock whose files the index still offers")
+                said = [
+                    ln.removeprefix("ERROR: ")
+                    for ln in _SECRET_URL.sub(r"\1***@", p.stderr).splitlines()
+                    if ln.startswith("ERROR: ")
+                ]
+                raise UserError(
+                    f"requirements: installing lock {lock.short} failed: "
+                    f"{(said[0] if said else 'pip exited ' + str(p.returncode))[:300]}"
+                    "; accepted: a lock whose files the index still offers"
+                )
             os.rename(tmp, env)
         finally:
             if tmp.exists():
@@ -430,8 +487,9 @@ def remove(env: CachedEnv) -> None:
     shutil.rmtree(gone, ignore_errors=True)
 
 
-def prune(root: Path, max_bytes: int, keep: set[str] = frozenset(),
-          older_than_s: float | None = None) -> list[CachedEnv]:
+def prune(
+    root: Path, max_bytes: int, keep: set[str] = frozenset(), older_than_s: float | None = None
+) -> list[CachedEnv]:
     """Remove the least recently used environments until the rest fit `max_bytes` (and any
     unused for `older_than_s`); those in `keep` stay. Returns what was removed."""
     envs = cached(root)
@@ -468,8 +526,7 @@ def main(argv: list[str] | None = None) -> int:
         path, built = ensure_site(lock, args.root)
     except UserError as e:
         raise SystemExit(f"job_env: {e}") from None
-    print(f"job_env: {lock.short} {'installed into' if built else 'already in'} {path}",
-          flush=True)
+    print(f"job_env: {lock.short} {'installed into' if built else 'already in'} {path}", flush=True)
     return 0
 
 

@@ -23,9 +23,11 @@ def ReportCallback(samples_per_step: int | None = None) -> Any:  # noqa: N802 (a
     knows them; `samples_per_step` (the global batch) feeds samples/s."""
     try:
         import keras  # Keras (and the TensorFlow it runs on) only when a fit asks for it
+
         base = keras.callbacks.Callback
     except ImportError:  # an older TensorFlow with its own Keras
         import tensorflow as tf
+
         base = tf.keras.callbacks.Callback
 
     class _Report(base):  # type: ignore[misc, valid-type]
@@ -45,10 +47,18 @@ def ReportCallback(samples_per_step: int | None = None) -> Any:  # noqa: N802 (a
             report(step=self.step, loss=loss, total_steps=self.total, samples=samples_per_step)
 
         def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
-            values = {k: v for k, v in ((k, _number(v)) for k, v in (logs or {}).items())
-                      if v is not None and k != "loss"}
-            report(step=self.step, loss=_number((logs or {}).get("loss")),
-                   total_steps=self.total, epoch=float(epoch + 1), **values)
+            values = {
+                k: v
+                for k, v in ((k, _number(v)) for k, v in (logs or {}).items())
+                if v is not None and k != "loss"
+            }
+            report(
+                step=self.step,
+                loss=_number((logs or {}).get("loss")),
+                total_steps=self.total,
+                epoch=float(epoch + 1),
+                **values,
+            )
 
     return _Report()
 

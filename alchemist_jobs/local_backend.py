@@ -21,29 +21,47 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import TYPE_CHECKING
 
 import yaml
 
 import alchemist_jobs
 from alchemist_jobs import environment as E
-from alchemist_jobs import job_env
-from alchemist_jobs import local_servers, private_net, run_index, server_role, store_bind
+from alchemist_jobs import job_env, local_servers, private_net, run_index, server_role, store_bind
 from alchemist_jobs.errors import UserError
-from alchemist_jobs.failures import (AttemptFailure, GroupFailures, attempt_failure, exit_text,
-                                     failure_record)
+from alchemist_jobs.failures import AttemptFailure, GroupFailures, attempt_failure, exit_text, failure_record
 from alchemist_jobs.frameworks import MODULES, install_hint
-from alchemist_jobs.processes import (alive, environ_has, owned_pids, popen_group, record_procs,
-                                      start_time, still_same, stop_groups, stop_pids)
+from alchemist_jobs.processes import (
+    alive,
+    environ_has,
+    owned_pids,
+    popen_group,
+    record_procs,
+    start_time,
+    still_same,
+    stop_groups,
+    stop_pids,
+)
 from alchemist_jobs.run_files import Progress, Result, RunRecord
-from alchemist_jobs.rundir import (RUN_REF, RunDir, all_runs, match_runs, new_run_id, runs_root,
-                                   write_private)
+from alchemist_jobs.rundir import RUN_REF, RunDir, all_runs, match_runs, new_run_id, runs_root, write_private
 from alchemist_jobs.runtime.devices import DeviceError, plan_local_devices, visible_devices
-from alchemist_jobs.scheduler import (CANCELLED, FAILED, FINAL_STATES, LOST, RESTARTING, RUNNING,
-                                      SUCCEEDED, Listed, Request, RunStatus, Scheduler,
-                                      listing_order)
+from alchemist_jobs.scheduler import (
+    CANCELLED,
+    FAILED,
+    FINAL_STATES,
+    LOST,
+    RESTARTING,
+    RUNNING,
+    SUCCEEDED,
+    Listed,
+    Request,
+    RunStatus,
+    Scheduler,
+    listing_order,
+)
 from alchemist_jobs.spec import JobSpec
 from alchemist_jobs.worker_env import WorkerEnv, threads_per_worker
 
@@ -63,22 +81,28 @@ def read_secrets(spec: JobSpec, spec_dir: Path) -> dict[str, str]:
     for name, ref in spec.secret_env.items():
         where = f"secret_env.{name}"
         if ref.file:
-            path = (spec_dir / Path(ref.file).expanduser())
+            path = spec_dir / Path(ref.file).expanduser()
             try:
                 text = _read_secret_file(path, where)
             except (OSError, UnicodeDecodeError) as e:
-                raise UserError(f"{where}: cannot read file {path} "
-                                f"({getattr(e, 'strerror', None) or type(e).__name__}); "
-                                "accepted: a readable UTF-8 file holding the value") from None
+                raise UserError(
+                    f"{where}: cannot read file {path} "
+                    f"({getattr(e, 'strerror', None) or type(e).__name__}); "
+                    "accepted: a readable UTF-8 file holding the value"
+                ) from None
             values[name] = text[:-1] if text.endswith("\n") else text
         elif ref.from_env:
             if ref.from_env not in os.environ:
-                raise UserError(f"{where}: ${ref.from_env} is not set in this environment; "
-                                "accepted: export it before `alchemist run`, or use `file`")
+                raise UserError(
+                    f"{where}: ${ref.from_env} is not set in this environment; "
+                    "accepted: export it before `alchemist run`, or use `file`"
+                )
             values[name] = os.environ[ref.from_env]
         else:
-            raise UserError(f"{where}: names a Kubernetes Secret, which the local stack cannot "
-                            "read; accepted: `file: PATH` or `from_env: VARIABLE` for local runs")
+            raise UserError(
+                f"{where}: names a Kubernetes Secret, which the local stack cannot "
+                "read; accepted: `file: PATH` or `from_env: VARIABLE` for local runs"
+            )
         if "\0" in values[name]:
             raise UserError(f"{where}: the value holds a NUL character; accepted: text")
     return values
@@ -103,20 +127,29 @@ def _read_secret_file(path: Path, where: str) -> str:
         mine = (os.geteuid(), 0)  # the user's, or root's (a secret an administrator placed)
         for what, owner in (("file", st.st_uid), ("link", link.st_uid)):
             if owner not in mine and (what == "file" or stat.S_ISLNK(link.st_mode)):
-                raise UserError(f"{where}: {what} {path} belongs to {_account(owner)}, not to you, "
-                                "so its value is theirs to choose; accepted: a file you own, "
-                                "only you can write (chmod 600)")
+                raise UserError(
+                    f"{where}: {what} {path} belongs to {_account(owner)}, not to you, "
+                    "so its value is theirs to choose; accepted: a file you own, "
+                    "only you can write (chmod 600)"
+                )
         if mode & 0o020:
-            raise UserError(f"{where}: file {path} may be changed by its group (mode "
-                            f"{stat.S_IMODE(mode):04o}), so its value is theirs to choose; "
-                            f"accepted: a file only you can write (chmod 600 {path})")
+            raise UserError(
+                f"{where}: file {path} may be changed by its group (mode "
+                f"{stat.S_IMODE(mode):04o}), so its value is theirs to choose; "
+                f"accepted: a file only you can write (chmod 600 {path})"
+            )
         if mode & 0o007:
-            raise UserError(f"{where}: file {path} is open to every account on this machine (mode "
-                            f"{stat.S_IMODE(mode):04o}), so its secret is not one; accepted: a file "
-                            f"only you can read (chmod 600 {path}), then replace the secret")
+            raise UserError(
+                f"{where}: file {path} is open to every account on this machine (mode "
+                f"{stat.S_IMODE(mode):04o}), so its secret is not one; accepted: a file "
+                f"only you can read (chmod 600 {path}), then replace the secret"
+            )
         if mode & 0o070:
-            print(f"warning: {where}: file {path} is open to its group (mode "
-                  f"{stat.S_IMODE(mode):04o}); chmod 600 {path} keeps it yours", file=sys.stderr)
+            print(
+                f"warning: {where}: file {path} is open to its group (mode "
+                f"{stat.S_IMODE(mode):04o}); chmod 600 {path} keeps it yours",
+                file=sys.stderr,
+            )
         return f.read().decode()
 
 
@@ -134,25 +167,31 @@ def code_of(spec: JobSpec, spec_dir: Path, home: Path) -> tuple[Path | None, lis
 
     root = spec_dir.resolve()
     # A secret_env file never travels with the code, wherever it lies.
-    secret_files = {(root / Path(r.file).expanduser()).resolve()
-                    for r in spec.secret_env.values() if r.file}
+    secret_files = {(root / Path(r.file).expanduser()).resolve() for r in spec.secret_env.values() if r.file}
     files = shipped_files(root, [home], spec.ship_secrets, leave_out=secret_files)
-    for field, rel in (("task.script", spec.task.script), ("task.entry", spec.task.entry_file)):
+    for name, rel in (("task.script", spec.task.script), ("task.entry", spec.task.entry_file)):
         if rel and rel not in files:  # the run executes its copy only
-            raise UserError(f"{field}: {rel!r} is not in the run's copy of {root} (ignored by "
-                            ".gitignore or .alchemistignore, or held back as a secret); "
-                            "accepted: a file of that directory that is copied")
+            raise UserError(
+                f"{name}: {rel!r} is not in the run's copy of {root} (ignored by "
+                ".gitignore or .alchemistignore, or held back as a secret); "
+                "accepted: a file of that directory that is copied"
+            )
     sizes = {f: (root / f).stat().st_size for f in files}
     size = sum(sizes.values())
     if size > MAX_CODE_BYTES:
-        raise UserError(f"task: code directory {root} holds {size >> 20} MiB; accepted: at most "
-                        f"{MAX_CODE_BYTES >> 20} MiB of code (list data and outputs in "
-                        ".alchemistignore: data belongs on the shared file system)")
+        raise UserError(
+            f"task: code directory {root} holds {size >> 20} MiB; accepted: at most "
+            f"{MAX_CODE_BYTES >> 20} MiB of code (list data and outputs in "
+            ".alchemistignore: data belongs on the shared file system)"
+        )
     if size > WARN_CODE_BYTES:  # copied into every run: say so, naming what weighs most
         big = max(sizes, key=sizes.__getitem__)
-        print(f"warning: task: code directory {root} holds {size >> 20} MiB ({big}: "
-              f"{sizes[big] >> 20} MiB), copied into every run; list data and outputs in "
-              ".alchemistignore (data belongs on the shared file system)", file=sys.stderr)
+        print(
+            f"warning: task: code directory {root} holds {size >> 20} MiB ({big}: "
+            f"{sizes[big] >> 20} MiB), copied into every run; list data and outputs in "
+            ".alchemistignore (data belongs on the shared file system)",
+            file=sys.stderr,
+        )
     return root, files
 
 
@@ -182,8 +221,10 @@ def disk_full(path: Path) -> str:
     mount, dev = Path(path), os.stat(path).st_dev
     while mount.parent != mount and os.stat(mount.parent).st_dev == dev:
         mount = mount.parent
-    return (f"no space left on {mount} ({free // 1024} KiB free); a restart cannot help: "
-            "free some space and run the job again")
+    return (
+        f"no space left on {mount} ({free // 1024} KiB free); a restart cannot help: "
+        "free some space and run the job again"
+    )
 
 
 def config_error_path(run: RunDir) -> Path:
@@ -257,8 +298,7 @@ class GroupRestarts:
         if not isinstance(step, int):  # a script that reports on rank 0 only: rank 0's step
             prog = Progress.lenient(self.run.progress() or {})
             step = prog.step if prog.restarts == attempt - 1 else None
-        failure = attempt_failure(self.run.logs, attempt, rank if isinstance(rank, int) else None,
-                                  code, step)
+        failure = attempt_failure(self.run.logs, attempt, rank if isinstance(rank, int) else None, code, step)
         before = self.failures[-1] if self.failures else None
         self.failures.append(failure)
         if attempt > spec.max_restarts:
@@ -267,15 +307,16 @@ class GroupRestarts:
             self.repeated = failure
             at = f", at step {failure.step}" if failure.step is not None else ""
             who = f"rank {failure.rank}" if failure.rank is not None else "a worker"
-            line = (f"{who} failed the same way on attempts {before.attempt} and {attempt} "
-                    f"({failure.what()}{at}); not restarting again")
+            line = (
+                f"{who} failed the same way on attempts {before.attempt} and {attempt} "
+                f"({failure.what()}{at}); not restarting again"
+            )
             self.run.update_state(restart_events=self.events + [line])
             return line
         line = f"{failure.describe()}; restarting {attempt}/{spec.max_restarts}"
         self.events.append(line)
         self.pending = True
-        self.run.update_state(restarts=len(self.events), restart_events=self.events,
-                              message=line)
+        self.run.update_state(restarts=len(self.events), restart_events=self.events, message=line)
         return ""
 
 
@@ -294,9 +335,11 @@ def agents_message(procs: list[subprocess.Popen], codes: list[int | None]) -> st
     with it; torchrun's own report never says that the agent itself died)."""
     for node, (proc, code) in enumerate(zip(procs, codes)):
         if code is not None and code < 0:
-            return (f"the torchrun agent of node {node} (pid {proc.pid}) was killed by "
-                    f"{exit_text(code).split('(')[-1].rstrip(')')}; its workers were stopped "
-                    "with it")
+            return (
+                f"the torchrun agent of node {node} (pid {proc.pid}) was killed by "
+                f"{exit_text(code).split('(')[-1].rstrip(')')}; its workers were stopped "
+                "with it"
+            )
     return ""
 
 
@@ -309,8 +352,10 @@ def check_framework(spec: JobSpec) -> None:
     """Local workers run this very Python: a framework it lacks is one line before any start."""
     fw = spec.task.framework
     if fw != "torch" and importlib.util.find_spec(MODULES[fw]) is None:
-        raise UserError(f"task.framework: {fw} is not installed in {sys.executable}; "
-                        f"accepted: torch, or install the '{fw}' extra: {install_hint(fw)}")
+        raise UserError(
+            f"task.framework: {fw} is not installed in {sys.executable}; "
+            f"accepted: torch, or install the '{fw}' extra: {install_hint(fw)}"
+        )
 
 
 @dataclass
@@ -347,32 +392,52 @@ class LocalRequest(Request):
     private_network: bool = True
 
     def describe(self) -> str:
-        head = [f"# run {self.run_id} on stack local: {self.spec.nodes} node(s) x "
-                f"{self.spec.procs_per_node} worker(s), run directory {self.run.path}"]
+        head = [
+            f"# run {self.run_id} on stack local: {self.spec.nodes} node(s) x "
+            f"{self.spec.procs_per_node} worker(s), run directory {self.run.path}"
+        ]
         if self.code_source is not None:
-            head.append(f"# code: {len(self.code_files)} file(s) of {self.code_source} copied to "
-                        f"{self.run.path / 'code'}, the workers' working directory")
+            head.append(
+                f"# code: {len(self.code_files)} file(s) of {self.code_source} copied to "
+                f"{self.run.path / 'code'}, the workers' working directory"
+            )
         if self.deps is not None:
-            head.append(f"# requirements: lock sha256:{self.deps.sha256} "
-                        f"({', '.join(self.deps.packages())}), environment {self.deps.short}")
-        head += [f"# secret {name} from {'file ' + ref.file if ref.file else '$' + str(ref.from_env)}"
-                 " (value not shown)" for name, ref in self.spec.secret_env.items()]
-        return "\n".join(head + [s.shell() for s in self.servers]
-                         + [p.shell() for p in self.processes])
+            head.append(
+                f"# requirements: lock sha256:{self.deps.sha256} "
+                f"({', '.join(self.deps.packages())}), environment {self.deps.short}"
+            )
+        head += [
+            f"# secret {name} from {'file ' + ref.file if ref.file else '$' + str(ref.from_env)}"
+            " (value not shown)"
+            for name, ref in self.spec.secret_env.items()
+        ]
+        return "\n".join(head + [s.shell() for s in self.servers] + [p.shell() for p in self.processes])
 
     def as_json(self) -> dict:
         """`--dry-run --json`: the run and each process (agent or server) it would start;
         secret_env appears by name and source only."""
-        procs = [dict(role="agent", node=p.node, argv=p.argv, env=p.env, cwd=p.cwd,
-                      log=str(p.log)) for p in self.processes]
-        procs += [dict(role="parameter-server", shard=s.shard, argv=s.argv, env=s.env,
-                       cwd=s.cwd, log=str(s.log)) for s in self.servers]
-        secrets = {name: ({"file": ref.file} if ref.file else {"from_env": ref.from_env})
-                   for name, ref in self.spec.secret_env.items()}
-        return dict(run_id=self.run_id, stack="local", run_dir=str(self.run.path),
-                    nodes=self.spec.nodes, procs_per_node=self.spec.procs_per_node,
-                    processes=procs, secret_env=secrets,
-                    requirements=None if self.deps is None else self.deps.as_json())
+        procs = [
+            dict(role="agent", node=p.node, argv=p.argv, env=p.env, cwd=p.cwd, log=str(p.log))
+            for p in self.processes
+        ]
+        procs += [
+            dict(role="parameter-server", shard=s.shard, argv=s.argv, env=s.env, cwd=s.cwd, log=str(s.log))
+            for s in self.servers
+        ]
+        secrets = {
+            name: ({"file": ref.file} if ref.file else {"from_env": ref.from_env})
+            for name, ref in self.spec.secret_env.items()
+        }
+        return dict(
+            run_id=self.run_id,
+            stack="local",
+            run_dir=str(self.run.path),
+            nodes=self.spec.nodes,
+            procs_per_node=self.spec.procs_per_node,
+            processes=procs,
+            secret_env=secrets,
+            requirements=None if self.deps is None else self.deps.as_json(),
+        )
 
 
 @dataclass
@@ -392,8 +457,7 @@ def _node_devices(spec: JobSpec) -> list[str | None]:
     machine and each restarts LOCAL_RANK at 0, so each gets its own slice of the visible GPUs;
     a spec asking for more than the machine has is one line (or CPU, with gpu_fallback)."""
     try:
-        return plan_local_devices(spec.resources.gpu, spec.nodes, spec.procs_per_node,
-                                  visible_devices())
+        return plan_local_devices(spec.resources.gpu, spec.nodes, spec.procs_per_node, visible_devices())
     except DeviceError as e:
         if spec.resources.gpu_fallback:
             return [None] * spec.nodes
@@ -421,7 +485,8 @@ class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
         code_source, code_files = code_of(spec, Path(spec_dir), self.root)
         cwd = str(run.path / "code") if code_source is not None else str(Path(spec_dir).resolve())
         pythonpath = os.pathsep.join(
-            [_PKG_PARENT] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))
+            [_PKG_PARENT] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])
+        )
         # The c10d stores of a local run (the agents' rendezvous, rank 0's worker store) are
         # files in its private stores/ directory, never loopback ports: another account on
         # this machine could write to a port, and torch unpickles the rendezvous state
@@ -429,12 +494,18 @@ class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
         stores = str(run.stores)
         check_framework(spec)
         deps = job_env.resolve(spec.requirements, self.root) if spec.requirements else None
-        worker = WorkerEnv(run_dir=str(run.path), shared_root=str(self.root), stack="local",
-                           threads=threads_per_worker(spec.resources.cpu, spec.procs_per_node),
-                           store_dir=stores, gloo_ifname="lo", pythonpath=pythonpath,
-                           framework=spec.task.framework,
-                           config_error_file=str(config_error_path(run)),
-                           job_site=None if deps is None else str(job_env.site_dir(deps, self.root)))
+        worker = WorkerEnv(
+            run_dir=str(run.path),
+            shared_root=str(self.root),
+            stack="local",
+            threads=threads_per_worker(spec.resources.cpu, spec.procs_per_node),
+            store_dir=stores,
+            gloo_ifname="lo",
+            pythonpath=pythonpath,
+            framework=spec.task.framework,
+            config_error_file=str(config_error_path(run)),
+            job_site=None if deps is None else str(job_env.site_dir(deps, self.root)),
+        )
         base_env = {**worker.as_dict(), **spec.env}
         # The parameter-server role, for algorithms that have one.
         servers = local_servers.server_processes(spec, run, base_env, cwd)
@@ -445,24 +516,42 @@ class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
         procs = []
         rdzv_conf = "store_type=file" + (",join_timeout=120" if spec.nodes > 1 else "")
         for node in range(spec.nodes):
-            argv = [sys.executable, "-m", AGENT_MODULE,
-                    f"--nnodes={spec.nodes}", f"--nproc-per-node={spec.procs_per_node}",
-                    f"--max-restarts={spec.max_restarts}", "--rdzv-backend=c10d",
-                    f"--rdzv-id={run_id}",
-                    f"--rdzv-endpoint={os.path.join(stores, store_bind.RENDEZVOUS_FILE)}",
-                    f"--rdzv-conf={rdzv_conf}", "--local-addr=127.0.0.1"]
+            argv = [
+                sys.executable,
+                "-m",
+                AGENT_MODULE,
+                f"--nnodes={spec.nodes}",
+                f"--nproc-per-node={spec.procs_per_node}",
+                f"--max-restarts={spec.max_restarts}",
+                "--rdzv-backend=c10d",
+                f"--rdzv-id={run_id}",
+                f"--rdzv-endpoint={os.path.join(stores, store_bind.RENDEZVOUS_FILE)}",
+                f"--rdzv-conf={rdzv_conf}",
+                "--local-addr=127.0.0.1",
+            ]
             argv += ["-m", "alchemist_jobs.runtime.bootstrap", *target]
-            env = {**base_env, **E.NODE.entry(f"{socket.gethostname()}-node{node}"
-                                              if spec.nodes > 1 else socket.gethostname())}
+            env = {
+                **base_env,
+                **E.NODE.entry(
+                    f"{socket.gethostname()}-node{node}" if spec.nodes > 1 else socket.gethostname()
+                ),
+            }
             if devices[node] is not None:  # this node's own GPUs: LOCAL_RANK indexes into them
                 env["CUDA_VISIBLE_DEVICES"] = devices[node]
-            procs.append(LocalProcess(node=node, argv=argv, env=env,
-                                      cwd=cwd, log=run.agent_log(node)))
-        return LocalRequest(run_id=run_id, run=run, spec=spec, processes=procs, servers=servers,
-                            secrets=read_secrets(spec, Path(spec_dir)), code_source=code_source,
-                            code_files=code_files, deps=deps)
+            procs.append(LocalProcess(node=node, argv=argv, env=env, cwd=cwd, log=run.agent_log(node)))
+        return LocalRequest(
+            run_id=run_id,
+            run=run,
+            spec=spec,
+            processes=procs,
+            servers=servers,
+            secrets=read_secrets(spec, Path(spec_dir)),
+            code_source=code_source,
+            code_files=code_files,
+            deps=deps,
+        )
 
-    def schedule(self, request: LocalRequest, warm: "WarmAgent | None" = None) -> LocalRun:
+    def schedule(self, request: LocalRequest, warm: WarmAgent | None = None) -> LocalRun:
         """Start the run. `warm`, if given, is an agent interpreter the CLI started early
         (alchemist_jobs/warm_agent.py): node 0's agent becomes that process."""
         run, spec = request.run, request.spec
@@ -471,8 +560,10 @@ class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
         try:
             run.create(exclusive=True)
         except FileExistsError:
-            raise UserError(f"run {request.run_id}: its directory {run.path} exists already; "
-                            "accepted: a new run id (leave it out to get one)") from None
+            raise UserError(
+                f"run {request.run_id}: its directory {run.path} exists already; "
+                "accepted: a new run id (leave it out to get one)"
+            ) from None
         write_private(run.spec, spec.to_yaml())
         if request.deps is not None:
             job_env.record(run.path, request.deps)
@@ -481,11 +572,20 @@ class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
         os.close(os.open(rendezvous, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
         if request.code_source is not None:
             copy_code(request.code_source, request.code_files, run.path / "code")
-        run.update_state(run_id=request.run_id, name=spec.name, stack="local", state=RUNNING,
-                         created=time.time(), launcher_pid=os.getpid(),
-                         launcher_start=start_time(os.getpid()), workers=spec.world_size,
-                         algorithm=spec.algorithm.name,
-                         nodes=spec.nodes, agents=[], proc_starts={})
+        run.update_state(
+            run_id=request.run_id,
+            name=spec.name,
+            stack="local",
+            state=RUNNING,
+            created=time.time(),
+            launcher_pid=os.getpid(),
+            launcher_start=start_time(os.getpid()),
+            workers=spec.world_size,
+            algorithm=spec.algorithm.name,
+            nodes=spec.nodes,
+            agents=[],
+            proc_starts={},
+        )
         handle = LocalRun(request)
         try:
             handle.net, warm = self._private_net(request, warm)
@@ -493,8 +593,12 @@ class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
             ps_env = {}
             if request.servers:
                 handle.servers = local_servers.LocalServers(
-                    request.servers, run, spec.max_restarts, preexec=join,
-                    listeners=handle.net.listeners if handle.net is not None else None)
+                    request.servers,
+                    run,
+                    spec.max_restarts,
+                    preexec=join,
+                    listeners=handle.net.listeners if handle.net is not None else None,
+                )
                 handle.servers.start()
                 ps_env = handle.servers.worker_env()
             for p in request.processes:
@@ -505,11 +609,18 @@ class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
                 if warm is not None and p.node == 0:
                     handle.procs.append(warm.launch(argv, env, p.cwd, str(p.log)))
                     continue
-                with open(os.open(p.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600),
-                          "ab") as log:
-                    handle.procs.append(popen_group(
-                        argv, cwd=p.cwd, env=env, stdout=log, preexec=join,
-                        stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL))
+                with open(os.open(p.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab") as log:
+                    handle.procs.append(
+                        popen_group(
+                            argv,
+                            cwd=p.cwd,
+                            env=env,
+                            stdout=log,
+                            preexec=join,
+                            stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL,
+                        )
+                    )
         except BaseException:
             if warm is not None:
                 warm.discard()
@@ -520,9 +631,9 @@ class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
         return handle
 
     @staticmethod
-    def _private_net(request: LocalRequest,
-                     warm: "WarmAgent | None") -> tuple[private_net.PrivateNet | None,
-                                                          "WarmAgent | None"]:
+    def _private_net(
+        request: LocalRequest, warm: WarmAgent | None
+    ) -> tuple[private_net.PrivateNet | None, WarmAgent | None]:
         """The job's own network namespace (private_net.py), or None where this machine has
         none to give (one warning line). A warm agent started in a namespace of its own is
         node 0's agent there; one started without (namespaces refused at its start) is
@@ -535,26 +646,39 @@ class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
         if no_out is not None and source.startswith("s3://"):
             # Its workers download the data set themselves: without outbound they would fail
             # at staging, after the start. This network instead, and the same warning.
-            why = (f"{no_out} and data.source {source} needs the network (install {private_net.SLIRP}"
-                   " for a private network with outbound)")
+            why = (
+                f"{no_out} and data.source {source} needs the network (install {private_net.SLIRP}"
+                " for a private network with outbound)"
+            )
         if why is not None:
-            print(f"warning: local run {request.run_id} uses this machine's network: {why}; its "
-                  "listeners (gloo, parameter servers, coordinators, /metrics) are reachable by "
-                  "other accounts on loopback (docs/security.md)", file=sys.stderr)
+            print(
+                f"warning: local run {request.run_id} uses this machine's network: {why}; its "
+                "listeners (gloo, parameter servers, coordinators, /metrics) are reachable by "
+                "other accounts on loopback (docs/security.md)",
+                file=sys.stderr,
+            )
             if warm is not None and private_net.ns_of(warm.proc.pid, "net") not in (
-                    "", private_net.ns_of(os.getpid(), "net")):
+                "",
+                private_net.ns_of(os.getpid(), "net"),
+            ):
                 warm.discard()  # started in a namespace of its own: not this network
                 warm = None
             return None, warm
         if no_out is not None:
-            print(f"warning: local run {request.run_id} has no outbound network: {no_out}; "
-                  f"install {private_net.SLIRP}, or set {E.LOCAL_NETNS.name}=0 to run it in "
-                  "this machine's network (docs/security.md)", file=sys.stderr)
+            print(
+                f"warning: local run {request.run_id} has no outbound network: {no_out}; "
+                f"install {private_net.SLIRP}, or set {E.LOCAL_NETNS.name}=0 to run it in "
+                "this machine's network (docs/security.md)",
+                file=sys.stderr,
+            )
         elif dns := private_net.loopback_nameservers():
-            print(f"warning: local run {request.run_id} cannot resolve host names: /etc/resolv.conf"
-                  f" names only loopback nameservers ({', '.join(dns)}), which its private "
-                  "network does not reach; use addresses, or set "
-                  f"{E.LOCAL_NETNS.name}=0 (docs/security.md)", file=sys.stderr)
+            print(
+                f"warning: local run {request.run_id} cannot resolve host names: /etc/resolv.conf"
+                f" names only loopback nameservers ({', '.join(dns)}), which its private "
+                "network does not reach; use addresses, or set "
+                f"{E.LOCAL_NETNS.name}=0 (docs/security.md)",
+                file=sys.stderr,
+            )
         join_pid = None
         if warm is not None:
             own = private_net.ns_of(warm.proc.pid, "net")
@@ -565,16 +689,19 @@ class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
                 warm = None
         run = request.run
         pythonpath = os.pathsep.join(p for p in (_PKG_PARENT, os.environ.get("PYTHONPATH")) if p)
-        net = private_net.PrivateNet(str(run.path), len(request.servers),
-                                     str(run.logs / "private-net.log"), join_pid=join_pid,
-                                     env=dict(os.environ, PYTHONPATH=pythonpath),
-                                     outbound=no_out is None)
+        net = private_net.PrivateNet(
+            str(run.path),
+            len(request.servers),
+            str(run.logs / "private-net.log"),
+            join_pid=join_pid,
+            env=dict(os.environ, PYTHONPATH=pythonpath),
+            outbound=no_out is None,
+        )
         # The one way in from outside: read-only /metrics of each worker (commands/monitor.py).
         run.update_state(metrics_bridge=net.bridge_port)
         return net, warm
 
-    def wait(self, handle: LocalRun, tick: Callable[[], None] | None = None,
-             poll: float = 0.1) -> RunStatus:
+    def wait(self, handle: LocalRun, tick: Callable[[], None] | None = None, poll: float = 0.1) -> RunStatus:
         """Block until every agent exits (calling `tick` each poll); record the outcome."""
         run = handle.run
         message, stopped = "", False
@@ -588,8 +715,12 @@ class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
                 message, stopped = full, True
                 self._stop(handle, grace=CANCEL_GRACE_S)
                 codes = [p.poll() for p in handle.procs]
-            elif any(c not in (None, 0) for c in codes) and any(c is None for c in codes) or \
-                    handle.servers is not None and not handle.servers.poll():
+            elif (
+                any(c not in (None, 0) for c in codes)
+                and any(c is None for c in codes)
+                or handle.servers is not None
+                and not handle.servers.poll()
+            ):
                 # One node (or a parameter server) failed for good: the others would wait
                 # for it until timeout.
                 message, stopped = agents_message(handle.procs, codes), True
@@ -621,8 +752,13 @@ class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
                 outcome["restarts"] = len(restarts.events)
                 outcome["failure"].update(rank=f.rank, exit_code=f.exit_code, summary=message)
             try:
-                run.update_state(state=SUCCEEDED if ok else FAILED, ended=time.time(),
-                                 exit_codes=codes, message=message, **outcome)
+                run.update_state(
+                    state=SUCCEEDED if ok else FAILED,
+                    ended=time.time(),
+                    exit_codes=codes,
+                    message=message,
+                    **outcome,
+                )
             except OSError as e:  # a full disk: the outcome still reaches the user
                 message = message or f"could not record the outcome: {e.strerror}"
         if handle.servers is not None:  # they exit by themselves once every worker is done
@@ -649,12 +785,13 @@ class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
             return matches[0]
         if matches:
             names = ", ".join(r.run_id for r in matches[-3:])
-            raise UserError(f"run id {ref!r}: {len(matches)} runs match ({names}...); accepted: "
-                            "a part of the id that only one run has")
+            raise UserError(
+                f"run id {ref!r}: {len(matches)} runs match ({names}...); accepted: "
+                "a part of the id that only one run has"
+            )
         known = [r.run_id for r in all_runs(self.root)][-3:]
         hint = f"; recent runs: {', '.join(known)}" if known else "; there are no runs yet"
-        raise UserError(f"run id {ref!r}: no such run on stack local (under "
-                        f"{runs_root(self.root)}){hint}")
+        raise UserError(f"run id {ref!r}: no such run on stack local (under {runs_root(self.root)}){hint}")
 
     def status(self, run_id: str) -> RunStatus:
         return self._status(self._run(run_id))
@@ -669,27 +806,42 @@ class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
         state = rec.state
         # A record without start times (written before they were kept) falls back to the
         # pid alone: this only decides what is shown; signals always need both.
-        launcher = still_same(rec.launcher_pid, rec.launcher_start) if rec.launcher_start \
-            is not None else alive(rec.launcher_pid)
+        launcher = (
+            still_same(rec.launcher_pid, rec.launcher_start)
+            if rec.launcher_start is not None
+            else alive(rec.launcher_pid)
+        )
         if state == RUNNING and not launcher and not owned_pids(raw, "agents"):
             state = LOST  # the launcher died without recording an outcome
-        elif state == RUNNING and rec.restarts and \
-                not group_restarted(run, rec.restarts, rec.workers):
+        elif state == RUNNING and rec.restarts and not group_restarted(run, rec.restarts, rec.workers):
             state = RESTARTING  # a rank failed: torchrun is starting the group again
         prog = Progress.lenient(run.progress()) if run.progress_file.exists() else None
         res = Result.lenient(run.result()) if run.result_file.exists() else None
         restarts = max(res.restarts if res else prog.restarts if prog else 0, rec.restarts)
         return RunStatus(
-            run_id=run.run_id, name=rec.name, stack="local", state=state, created=rec.created,
-            ended=rec.ended, workers=rec.workers, restarts=restarts,
-            step=prog.step if prog else None, total_steps=prog.total_steps if prog else None,
-            message=rec.message, run_dir=str(run.path), progress=prog, result=res,
-            exit_codes=rec.exit_codes, algorithm=rec.algorithm or _spec_algorithm(run),
+            run_id=run.run_id,
+            name=rec.name,
+            stack="local",
+            state=state,
+            created=rec.created,
+            ended=rec.ended,
+            workers=rec.workers,
+            restarts=restarts,
+            step=prog.step if prog else None,
+            total_steps=prog.total_steps if prog else None,
+            message=rec.message,
+            run_dir=str(run.path),
+            progress=prog,
+            result=res,
+            exit_codes=rec.exit_codes,
+            algorithm=rec.algorithm or _spec_algorithm(run),
             failure=None if rec.failure is None else rec.failure.model_dump(),
-            requirements=job_env.recorded(run.path)), rec.state
+            requirements=job_env.recorded(run.path),
+        ), rec.state
 
-    def logs(self, run_id: str, rank: int = 0, follow: bool = False,
-             stop: threading.Event | None = None) -> Iterator[str]:
+    def logs(
+        self, run_id: str, rank: int = 0, follow: bool = False, stop: threading.Event | None = None
+    ) -> Iterator[str]:
         run = self._run(run_id)
         stop = stop or threading.Event()
         path = run.rank_log(rank)
@@ -698,8 +850,7 @@ class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
             raise UserError(f"--rank {rank}: run {run.run_id} has ranks 0..{n - 1}")
         deadline = time.time() + 30
         while not path.exists():
-            if not follow or stop.is_set() or self.status(run.run_id).finished or \
-                    time.time() > deadline:
+            if not follow or stop.is_set() or self.status(run.run_id).finished or time.time() > deadline:
                 raise UserError(f"run {run.run_id}: rank {rank} has written no log yet ({path})")
             stop.wait(0.2)
         with open(path, errors="replace") as f:
@@ -718,8 +869,10 @@ class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
     def cancel(self, run_id: str) -> RunStatus:
         run = self._run(run_id)
         if run.state_file.exists() and not run.state_file.is_file():
-            raise UserError(f"run {run.run_id}: {run.state_file} is not a regular file; "
-                            "accepted: a run whose run.json the launcher wrote")
+            raise UserError(
+                f"run {run.run_id}: {run.state_file} is not a regular file; "
+                "accepted: a run whose run.json the launcher wrote"
+            )
         st = run.state()
         if st.get("state") in FINAL_STATES:
             return self.status(run.run_id)
@@ -737,15 +890,18 @@ class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
         st = self.status(run.run_id)
         if not st.finished:
             if not force:
-                raise UserError(f"rm {run.run_id}: the run is {st.state}; accepted: an ended "
-                                "run, or --force to cancel it first")
+                raise UserError(
+                    f"rm {run.run_id}: the run is {st.state}; accepted: an ended "
+                    "run, or --force to cancel it first"
+                )
             st = self.cancel(run.run_id)
         doomed = run.path.with_name(f".removing-{run.run_id}-{os.getpid()}")
         try:
             os.rename(run.path, doomed)
         except OSError as e:
-            raise UserError(f"rm {run.run_id}: cannot remove {run.path}: "
-                            f"{e.strerror or type(e).__name__}") from None
+            raise UserError(
+                f"rm {run.run_id}: cannot remove {run.path}: {e.strerror or type(e).__name__}"
+            ) from None
         shutil.rmtree(doomed, ignore_errors=True)
         return st
 

@@ -14,12 +14,12 @@ import shlex
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from alchemist_jobs import environment as E
-
 from alchemist_jobs.processes import free_port, popen_group, record_procs, stop_groups
 from alchemist_jobs.server_role import SERVER_MODULE, addrs, server_count, server_env
 
@@ -42,9 +42,12 @@ class ServerProcess:
 
     def shell(self) -> str:
         env = {**self.env, **E.PS_PORT.entry(self.port)}
-        return (f"cd {shlex.quote(self.cwd)} && "
-                + " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items()))
-                + " " + shlex.join(self.argv))
+        return (
+            f"cd {shlex.quote(self.cwd)} && "
+            + " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items()))
+            + " "
+            + shlex.join(self.argv)
+        )
 
 
 def server_processes(spec: Any, run: Any, base_env: dict[str, str], cwd: str) -> list[ServerProcess]:
@@ -53,9 +56,15 @@ def server_processes(spec: Any, run: Any, base_env: dict[str, str], cwd: str) ->
     out = []
     for k in range(server_count(spec)):
         port = free_port()
-        out.append(ServerProcess(shard=k, cwd=cwd, log=run.logs / f"server-{k}.launcher.log",
-                                 port=port, env={**base_env, **server_env(run.path, k, port),
-                                                 **E.PS_BIND.entry("127.0.0.1")}))
+        out.append(
+            ServerProcess(
+                shard=k,
+                cwd=cwd,
+                log=run.logs / f"server-{k}.launcher.log",
+                port=port,
+                env={**base_env, **server_env(run.path, k, port), **E.PS_BIND.entry("127.0.0.1")},
+            )
+        )
     return out
 
 
@@ -63,17 +72,23 @@ class LocalServers:
     """Start the shards, restart one that dies (up to max_restarts each), stop them all.
     Their pids are recorded in run.json (`servers`) so `alchemist cancel` finds them."""
 
-    def __init__(self, servers: list[ServerProcess], run: Any, max_restarts: int,
-                 preexec: Callable[[], None] | None = None,
-                 listeners: list[socket.socket] | None = None):
+    def __init__(
+        self,
+        servers: list[ServerProcess],
+        run: Any,
+        max_restarts: int,
+        preexec: Callable[[], None] | None = None,
+        listeners: list[socket.socket] | None = None,
+    ):
         """`preexec` and `listeners`: the run's private network (private_net.py), which
         each server joins, and one listening socket per shard made inside it."""
         self.servers, self.run, self.max_restarts = servers, run, max_restarts
         self.preexec = preexec
         self.procs: list[subprocess.Popen | None] = [None] * len(servers)
         self.restarts = [0] * len(servers)
-        self.listeners: list[socket.socket | None] = list(listeners) if listeners is not None \
-            else [None] * len(servers)
+        self.listeners: list[socket.socket | None] = (
+            list(listeners) if listeners is not None else [None] * len(servers)
+        )
 
     def start(self) -> None:
         for k, s in enumerate(self.servers):
@@ -89,16 +104,22 @@ class LocalServers:
 
     def _spawn(self, k: int) -> None:
         s, listener = self.servers[k], self.listeners[k]
-        env = {**os.environ, **s.env, **E.PS_PORT.entry(s.port),
-               **E.PS_RESTART.entry(self.restarts[k])}
+        env = {**os.environ, **s.env, **E.PS_PORT.entry(s.port), **E.PS_RESTART.entry(self.restarts[k])}
         fds: tuple[int, ...] = ()
         if listener is not None:
             fds = (listener.fileno(),)
             env.update(E.PS_LISTEN_FD.entry(listener.fileno()))
         with open(os.open(s.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab") as log:
-            self.procs[k] = popen_group(s.argv, cwd=s.cwd, env=env, stdout=log, pass_fds=fds,
-                                        preexec=self.preexec,
-                                        stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            self.procs[k] = popen_group(
+                s.argv,
+                cwd=s.cwd,
+                env=env,
+                stdout=log,
+                pass_fds=fds,
+                preexec=self.preexec,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
         record_procs(self.run, servers=self.pids)
 
     @property
@@ -118,8 +139,12 @@ class LocalServers:
             if self.restarts[k] >= self.max_restarts:
                 return False
             self.restarts[k] += 1
-            print(f"alchemist: parameter server {k} exited with {code}; restart "
-                  f"{self.restarts[k]}/{self.max_restarts}", file=sys.stderr, flush=True)
+            print(
+                f"alchemist: parameter server {k} exited with {code}; restart "
+                f"{self.restarts[k]}/{self.max_restarts}",
+                file=sys.stderr,
+                flush=True,
+            )
             self._spawn(k)
         return True
 

@@ -38,9 +38,14 @@ def basic_auth(app, username: str, password: str):
             pair = b""
         if scheme.lower() == "basic" and hmac.compare_digest(pair, want):
             return app(environ, start_response)
-        start_response("401 Unauthorized", [
-            ("WWW-Authenticate", f'Basic realm="{REALM}", charset="UTF-8"'),
-            ("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", "25")])
+        start_response(
+            "401 Unauthorized",
+            [
+                ("WWW-Authenticate", f'Basic realm="{REALM}", charset="UTF-8"'),
+                ("Content-Type", "text/plain; charset=utf-8"),
+                ("Content-Length", "25"),
+            ],
+        )
         return [b"log in: alchemist monitor"]
 
     return guarded
@@ -61,12 +66,24 @@ def main(argv: list[str] | None = None) -> int:
     from tensorboard import default, main_lib, program
 
     main_lib.global_init()  # as `tensorboard` itself starts
+
     def server(app, flags):
         return program.WerkzeugServer(basic_auth(app, args.username, password), flags)
 
     tb = program.TensorBoard(plugins=default.get_plugins(), server_class=server)
-    tb.configure(argv=[sys.argv[0], "--logdir", args.logdir, "--host", "127.0.0.1",
-                       "--port", str(args.port), "--load_fast", "false"])
+    tb.configure(
+        argv=[
+            sys.argv[0],
+            "--logdir",
+            args.logdir,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(args.port),
+            "--load_fast",
+            "false",
+        ]
+    )
     tb._register_info = lambda server: None  # the world-writable /tmp/.tensorboard-info
     return tb.main()
 

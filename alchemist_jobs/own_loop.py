@@ -31,17 +31,18 @@ import os
 import socket
 import sys
 import time
-from typing import TYPE_CHECKING, Any, Iterator
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 from alchemist_jobs import environment as E
 from alchemist_jobs.rundir import RunDir
 from alchemist_jobs.runtime import script_report
 from alchemist_jobs.runtime.config_error import fail
 from alchemist_jobs.runtime.metrics import WorkerMetrics
+from alchemist_jobs.runtime.script_report import not_applied_message
 from alchemist_jobs.runtime.step_metrics import StepMetrics
 from alchemist_jobs.runtime.strategies import build_strategy
 from alchemist_jobs.runtime.strategies.base import WorkerContext
-from alchemist_jobs.runtime.script_report import not_applied_message
 from alchemist_jobs.worker_env import restarts
 
 if TYPE_CHECKING:
@@ -51,7 +52,7 @@ if TYPE_CHECKING:
     from alchemist_jobs.runtime.worker_checkpoint import WorkerCheckpoints
     from alchemist_jobs.spec import JobSpec
 
-_prepared: "Prepared | None" = None
+_prepared: Prepared | None = None
 
 
 class NotApplied(Exception):
@@ -61,10 +62,17 @@ class NotApplied(Exception):
 class Prepared:
     """One worker's loop under the job's strategy: its step count, checkpoints and metrics."""
 
-    def __init__(self, spec: "JobSpec", model: "torch.nn.Module",
-                 optimizer: "torch.optim.Optimizer", strategy: "Strategy",
-                 checkpoints: "WorkerCheckpoints", ctx: Any, step_metrics: Any,
-                 reporter: Any):
+    def __init__(
+        self,
+        spec: JobSpec,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        strategy: Strategy,
+        checkpoints: WorkerCheckpoints,
+        ctx: Any,
+        step_metrics: Any,
+        reporter: Any,
+    ):
         self.spec, self.model, self.optimizer, self.strategy = spec, model, optimizer, strategy
         self.checkpoints, self.ctx, self.step_metrics = checkpoints, ctx, step_metrics
         self.reporter = reporter
@@ -82,8 +90,9 @@ class Prepared:
         @functools.wraps(inner)
         def step(*args: Any, **kwargs: Any) -> Any:
             if self.finished:
-                raise RuntimeError("alchemist_jobs.finish() was called: the algorithm's last "
-                                   "exchange is done, no more steps")
+                raise RuntimeError(
+                    "alchemist_jobs.finish() was called: the algorithm's last exchange is done, no more steps"
+                )
             self.ctx.lr = float(self.optimizer.param_groups[0]["lr"])
             self.strategy.after_backward(self.step)  # gradient exchange (async: PS push/pull)
             out = inner(*args, **kwargs)
@@ -96,8 +105,9 @@ class Prepared:
 
     def _record(self) -> None:
         now = time.perf_counter()
-        self.step_metrics.record(step_s=now - self._last, data_s=0.0, samples=0,
-                                 lr=self.ctx.lr, epoch=0.0, comm=self.ctx.comm)
+        self.step_metrics.record(
+            step_s=now - self._last, data_s=0.0, samples=0, lr=self.ctx.lr, epoch=0.0, comm=self.ctx.comm
+        )
         self._last = now
         if self.reporter is not None:
             self.reporter.loop_step(self.step)
@@ -110,16 +120,19 @@ class Prepared:
         self.step_metrics.record_final_exchange(self.ctx.comm)
 
 
-def prepare(model: "torch.nn.Module", optimizer: "torch.optim.Optimizer"
-            ) -> tuple["torch.nn.Module", "torch.optim.Optimizer"]:
+def prepare(
+    model: torch.nn.Module, optimizer: torch.optim.Optimizer
+) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
     """Apply the job's algorithm to a model and its optimizer; returns the module to run
     forward and backward on, and the optimizer whose step() runs the algorithm."""
     import torch.distributed as dist
 
     global _prepared
     if _prepared is not None:
-        raise RuntimeError("alchemist_jobs.prepare() was called already in this process; "
-                           "accepted: one model and optimizer per worker")
+        raise RuntimeError(
+            "alchemist_jobs.prepare() was called already in this process; "
+            "accepted: one model and optimizer per worker"
+        )
     run_dir = E.RUN_DIR.get()
     world = int(os.environ.get("WORLD_SIZE", 1))
     if run_dir is None:  # plain torchrun: DDP over the group torchrun's variables describe
@@ -135,8 +148,9 @@ def prepare(model: "torch.nn.Module", optimizer: "torch.optim.Optimizer"
     return _prepared.train_model, optimizer
 
 
-def _prepare_in_run(run_dir: Any, model: "torch.nn.Module", optimizer: "torch.optim.Optimizer",
-                    world: int) -> Prepared:
+def _prepare_in_run(
+    run_dir: Any, model: torch.nn.Module, optimizer: torch.optim.Optimizer, world: int
+) -> Prepared:
     import torch.distributed as dist
     import yaml
 
@@ -146,9 +160,11 @@ def _prepare_in_run(run_dir: Any, model: "torch.nn.Module", optimizer: "torch.op
     run = RunDir(run_dir)
     spec = JobSpec.model_validate(yaml.safe_load(run.spec.read_text()))
     if spec.algorithm.micro_batches > 1:  # the trainer's: a loop accumulates as it likes
-        _refuse(f"algorithm.grad_accum: {spec.algorithm.micro_batches} is the built-in "
-                "trainer's; in your own loop accumulate yourself (model.no_sync() under "
-                "sync); accepted: grad_accum 1 with alchemist_jobs.prepare")
+        _refuse(
+            f"algorithm.grad_accum: {spec.algorithm.micro_batches} is the built-in "
+            "trainer's; in your own loop accumulate yourself (model.no_sync() under "
+            "sync); accepted: grad_accum 1 with alchemist_jobs.prepare"
+        )
     rank, local_rank = int(os.environ.get("RANK", 0)), int(os.environ.get("LOCAL_RANK", 0))
     device = next(model.parameters()).device
     if world > 1 and not dist.is_initialized():
@@ -156,15 +172,31 @@ def _prepare_in_run(run_dir: Any, model: "torch.nn.Module", optimizer: "torch.op
     reporter = script_report.current()
     if reporter is not None:
         reporter.applied = True  # its first reported step need not stop the script
-    metrics = reporter.metrics if reporter is not None else WorkerMetrics(
-        dict(job=spec.name, run=run.run_id, rank=str(rank),
-             node=E.NODE.get() or socket.gethostname(), algorithm=spec.algorithm.name),
-        enabled=False)
-    ctx = WorkerContext(spec=spec, rank=rank, world_size=world, local_rank=local_rank,
-                        device=device, metrics=metrics, extra={"run": run})
+    metrics = (
+        reporter.metrics
+        if reporter is not None
+        else WorkerMetrics(
+            dict(
+                job=spec.name,
+                run=run.run_id,
+                rank=str(rank),
+                node=E.NODE.get() or socket.gethostname(),
+                algorithm=spec.algorithm.name,
+            ),
+            enabled=False,
+        )
+    )
+    ctx = WorkerContext(
+        spec=spec,
+        rank=rank,
+        world_size=world,
+        local_rank=local_rank,
+        device=device,
+        metrics=metrics,
+        extra={"run": run},
+    )
     strategy = build_strategy(ctx)
-    checkpoints = WorkerCheckpoints(run, spec.checkpoint.keep, strategy, rank, world,
-                                    device.type == "cuda")
+    checkpoints = WorkerCheckpoints(run, spec.checkpoint.keep, strategy, rank, world, device.type == "cuda")
     loaded = checkpoints.newest() if spec.checkpoint.resume else None
     if loaded is not None:
         checkpoints.restore_model(model, loaded)
@@ -172,16 +204,14 @@ def _prepare_in_run(run_dir: Any, model: "torch.nn.Module", optimizer: "torch.op
         _same_start(model)  # a script seeds as it likes: every rank takes rank 0's model
     train_model = strategy.setup(model)
     strategy.bind_optimizer(optimizer)
-    p = Prepared(spec, model, optimizer, strategy, checkpoints, ctx, StepMetrics(metrics),
-                 reporter)
+    p = Prepared(spec, model, optimizer, strategy, checkpoints, ctx, StepMetrics(metrics), reporter)
     p.train_model = train_model
     if loaded is not None:
         checkpoints.restore_rest(model, optimizer, loaded)
         p.step = int(loaded[1].get("step", loaded[0]))
         p.resumed = dict(loaded[1].get("extra") or {}, step=p.step)
         if checkpoints.writes:
-            print(f"alchemist: resumed from checkpoint at step {p.step}, restart {restarts()}",
-                  flush=True)
+            print(f"alchemist: resumed from checkpoint at step {p.step}, restart {restarts()}", flush=True)
     p.wrap_step()
     return p
 
@@ -194,7 +224,7 @@ def _refuse(message: str) -> None:
     os._exit(code)
 
 
-def _same_start(model: "torch.nn.Module") -> None:
+def _same_start(model: torch.nn.Module) -> None:
     """Every rank's parameters and buffers become rank 0's (DDP does the same at its start)."""
     import torch
     import torch.distributed as dist
@@ -215,8 +245,10 @@ def in_run() -> bool:
 
 def require(what: str) -> Prepared:
     if _prepared is None:
-        raise RuntimeError(f"alchemist_jobs.{what} needs alchemist_jobs.prepare(model, "
-                           "optimizer) first, inside an Alchemist run")
+        raise RuntimeError(
+            f"alchemist_jobs.{what} needs alchemist_jobs.prepare(model, "
+            "optimizer) first, inside an Alchemist run"
+        )
     return _prepared
 
 
@@ -229,7 +261,7 @@ def finish() -> None:
 
 
 @contextlib.contextmanager
-def evaluation_model() -> Iterator["torch.nn.Module"]:
+def evaluation_model() -> Iterator[torch.nn.Module]:
     """The model the algorithm would hand out now (bmuf: the last block's global model;
     easgd: the centre), for an evaluation mid-run; the local one comes back afterwards."""
     p = require("evaluation_model()")

@@ -156,8 +156,10 @@ def unavailable() -> str | None:
             err = f.read().decode(errors="replace")
         _, status = os.waitpid(pid, 0)
         if status != 0:
-            why = (f"user namespaces are unavailable ({err or 'status ' + str(status)}; "
-                   "kernel.unprivileged_userns_clone or user.max_user_namespaces may be 0)")
+            why = (
+                f"user namespaces are unavailable ({err or 'status ' + str(status)}; "
+                "kernel.unprivileged_userns_clone or user.max_user_namespaces may be 0)"
+            )
     _why_not.append(why)
     return why
 
@@ -181,8 +183,7 @@ def loopback_nameservers(resolv: str = "/etc/resolv.conf") -> list[str]:
     shares this file. Empty when name resolution works inside (or the file names none)."""
     try:
         with open(resolv) as f:
-            servers = [ln.split()[1] for ln in f if ln.split()[:1] == ["nameserver"]
-                       and len(ln.split()) > 1]
+            servers = [ln.split()[1] for ln in f if ln.split()[:1] == ["nameserver"] and len(ln.split()) > 1]
     except OSError:
         return []
     return servers if servers and all(_is_loopback(s) for s in servers) else []
@@ -219,12 +220,22 @@ def start_outbound(pid: int, log: str, timeout: float = START_TIMEOUT_S) -> subp
     try:
         with open(os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab") as out:
             proc = popen_group(
-                [shutil.which(SLIRP) or SLIRP, "--configure", "--mtu=65520",
-                 f"--ready-fd={ready_w}", f"--exit-fd={exit_r}",
-                 f"--userns-path=/proc/{pid}/ns/user", "--netns-type=path",
-                 f"/proc/{pid}/ns/net", "tap0"],
-                pass_fds=(ready_w, exit_r), stdin=subprocess.DEVNULL, stdout=out,
-                stderr=subprocess.STDOUT)
+                [
+                    shutil.which(SLIRP) or SLIRP,
+                    "--configure",
+                    "--mtu=65520",
+                    f"--ready-fd={ready_w}",
+                    f"--exit-fd={exit_r}",
+                    f"--userns-path=/proc/{pid}/ns/user",
+                    "--netns-type=path",
+                    f"/proc/{pid}/ns/net",
+                    "tap0",
+                ],
+                pass_fds=(ready_w, exit_r),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
     except BaseException:
         for fd in (ready_r, exit_w):
             os.close(fd)
@@ -239,12 +250,10 @@ def start_outbound(pid: int, log: str, timeout: float = START_TIMEOUT_S) -> subp
         while not got:
             left = deadline - time.monotonic()
             if left <= 0 or not select.select([ready_r], [], [], left)[0]:
-                raise OSError(f"{SLIRP} did not configure the job's network in {timeout:.0f} s "
-                              f"(see {log})")
+                raise OSError(f"{SLIRP} did not configure the job's network in {timeout:.0f} s (see {log})")
             got = os.read(ready_r, 1)
             if not got:
-                raise OSError(f"{SLIRP} exited before configuring the job's network "
-                              f"(see {log})")
+                raise OSError(f"{SLIRP} exited before configuring the job's network (see {log})")
     except BaseException:
         stop_outbound(proc)
         raise
@@ -274,8 +283,15 @@ class PrivateNet:
     keep them alive and let later processes join), the servers' listening sockets made in it,
     and the metrics bridge's port on this machine's loopback."""
 
-    def __init__(self, run_dir: str, listeners: int, log: str, join_pid: int | None = None,
-                 env: dict[str, str] | None = None, outbound: bool = False):
+    def __init__(
+        self,
+        run_dir: str,
+        listeners: int,
+        log: str,
+        join_pid: int | None = None,
+        env: dict[str, str] | None = None,
+        outbound: bool = False,
+    ):
         from alchemist_jobs.processes import popen_group  # stdlib only
 
         self.user_fd = self.net_fd = -1
@@ -295,10 +311,22 @@ class PrivateNet:
                 pre = new_namespace_preexec()
             with open(os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab") as out:
                 self.proc = popen_group(
-                    [sys.executable, "-m", "alchemist_jobs.private_net", str(theirs.fileno()),
-                     str(bridge.fileno()), run_dir, str(listeners)],
-                    preexec=pre, pass_fds=(theirs.fileno(), bridge.fileno()), env=env,
-                    stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+                    [
+                        sys.executable,
+                        "-m",
+                        "alchemist_jobs.private_net",
+                        str(theirs.fileno()),
+                        str(bridge.fileno()),
+                        run_dir,
+                        str(listeners),
+                    ],
+                    preexec=pre,
+                    pass_fds=(theirs.fileno(), bridge.fileno()),
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                )
         finally:
             theirs.close()
             bridge.close()  # the holder has it now
@@ -329,7 +357,7 @@ class PrivateNet:
         join(self.user_fd, self.net_fd, self.libc)
 
     def close(self) -> None:
-    
+
         if self.slirp is not None:
             stop_outbound(self.slirp)
         self.control.close()  # the holder exits on this
@@ -343,7 +371,7 @@ class PrivateNet:
 # --- the holder --------------------------------------------------------------------------------
 
 
-def _bridge(sock: socket.socket, run_dir: str) -> "http.server.ThreadingHTTPServer":
+def _bridge(sock: socket.socket, run_dir: str) -> http.server.ThreadingHTTPServer:
     """Serve GET /metrics/<worker record> from that worker's own /metrics in the namespace."""
     import http.client  # only the holder serves: every local run's CLI imports this module
     import http.server  # (the same)
@@ -390,8 +418,7 @@ def _bridge(sock: socket.socket, run_dir: str) -> "http.server.ThreadingHTTPServ
     server.socket = sock
     server.server_address = sock.getsockname()
     server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, args=(0.1,), daemon=True,
-                     name="metrics-bridge").start()
+    threading.Thread(target=server.serve_forever, args=(0.1,), daemon=True, name="metrics-bridge").start()
     return server
 
 

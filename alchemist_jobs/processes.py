@@ -13,7 +13,8 @@ import socket
 import subprocess
 import sys
 import time
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 PR_SET_PDEATHSIG = 1
 
@@ -36,8 +37,9 @@ def die_with_parent(sig: int = signal.SIGTERM) -> None:
         libc.prctl(PR_SET_PDEATHSIG, sig)
 
 
-def popen_group(argv: list[str], die_with_parent: bool = True,
-                preexec: Callable[[], None] | None = None, **kw) -> subprocess.Popen:
+def popen_group(
+    argv: list[str], die_with_parent: bool = True, preexec: Callable[[], None] | None = None, **kw
+) -> subprocess.Popen:
     """Start a child in its own session (Ctrl-C in the terminal reaches the CLI only, which
     then stops children in order) that receives SIGTERM if the launcher dies (unless
     `die_with_parent` is False: a detached launcher outlives the command that started it).
@@ -50,9 +52,11 @@ def popen_group(argv: list[str], die_with_parent: bool = True,
             libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
         if preexec is not None:
             preexec()
+
     kw.setdefault("umask", 0o077)  # what a run writes (logs, checkpoints) is its owner's only
-    return subprocess.Popen(argv, start_new_session=True,
-                            preexec_fn=pre if libc is not None or preexec else None, **kw)
+    return subprocess.Popen(
+        argv, start_new_session=True, preexec_fn=pre if libc is not None or preexec else None, **kw
+    )
 
 
 def alive(pid: object) -> bool:

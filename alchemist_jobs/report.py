@@ -18,8 +18,13 @@ from __future__ import annotations
 from alchemist_jobs.runtime.script_report import current
 
 
-def report(step: int | None = None, loss: float | None = None, total_steps: int | None = None,
-           samples: int | None = None, **values: float) -> None:
+def report(
+    step: int | None = None,
+    loss: float | None = None,
+    total_steps: int | None = None,
+    samples: int | None = None,
+    **values: float,
+) -> None:
     reporter = current()
     if reporter is not None:
         reporter.report(step=step, loss=loss, total_steps=total_steps, samples=samples, **values)

@@ -63,15 +63,19 @@ class RunRecord(_File):
     agents: list[int] = Field(default_factory=list, description="torchrun agents, node order")
     servers: list[int] = Field(default_factory=list, description="parameter-server processes")
     proc_starts: dict[str, int | None] = Field(
-        default_factory=dict, description="pid -> start time: a pid is signalled only if both match")
+        default_factory=dict, description="pid -> start time: a pid is signalled only if both match"
+    )
     exit_codes: list[int | None] | None = None
     message: str = ""
     detached: bool = False
-    restarts: int = Field(0, ge=0, description="the group's restarts: each as it begins, "
-                          "all of them at the end")
+    restarts: int = Field(
+        0, ge=0, description="the group's restarts: each as it begins, all of them at the end"
+    )
     restart_events: list[str] = Field(
-        default_factory=list, description="one line per restart, as it began: the rank that "
-        "failed and how ('rank 1 failed (ValueError: ...); restarting 1/3')")
+        default_factory=list,
+        description="one line per restart, as it began: the rank that "
+        "failed and how ('rank 1 failed (ValueError: ...); restarting 1/3')",
+    )
     algorithm: str = Field("", description="the spec's algorithm.name")
     failure: Failure | None = None
 
@@ -87,8 +91,10 @@ class Progress(_File):
     samples_per_s: float = Field(0.0, ge=0)
     restarts: int = Field(0, ge=0)
     metrics: dict[str, float] = Field(
-        default_factory=dict, description="the latest value of each metric a script reported "
-        "(alchemist_jobs.report.report(accuracy=...))")
+        default_factory=dict,
+        description="the latest value of each metric a script reported "
+        "(alchemist_jobs.report.report(accuracy=...))",
+    )
 
 
 class Result(_File):
@@ -97,8 +103,10 @@ class Result(_File):
     final_loss: float | None = None
     test_accuracy: float | None = None
     test_metrics: dict[str, float] = Field(
-        default_factory=dict, description="the final evaluation: loss, accuracy where it "
-        "applies, and a task's own metrics (task.entry's `metrics`)")
+        default_factory=dict,
+        description="the final evaluation: loss, accuracy where it "
+        "applies, and a task's own metrics (task.entry's `metrics`)",
+    )
     samples_per_s: float | None = None
     steps: int | None = None
     global_batch: int | None = None

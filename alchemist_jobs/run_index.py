@@ -29,12 +29,12 @@ import json
 import math
 import os
 import stat
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable, NamedTuple
+from typing import Any, NamedTuple
 
 from alchemist_jobs.run_files import Failure, Progress, Result, RunRecord
-from alchemist_jobs.rundir import (RUN_REF, read_json, remove_dead_temp_files,
-                                   trusted_owner, write_text_atomic)
+from alchemist_jobs.rundir import RUN_REF, read_json, remove_dead_temp_files, trusted_owner, write_text_atomic
 from alchemist_jobs.scheduler import CANCELLED, FAILED, SUCCEEDED, RunStatus, decode_all
 
 INDEX = ".ended-runs.jsonl"
@@ -72,19 +72,21 @@ def load(runs: Path) -> dict[str, Entry]:
     _checked.clear()
     _from_run_dir.clear()
     try:
-        remove_dead_temp_files(runs, [n for n in os.listdir(runs) if n.startswith(f".{INDEX}.")],
-                               of=INDEX)
+        remove_dead_temp_files(runs, [n for n in os.listdir(runs) if n.startswith(f".{INDEX}.")], of=INDEX)
         fd = os.open(runs / INDEX, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
         with open(fd, "rb") as f:
             st = os.fstat(f.fileno())
-            if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_INDEX_BYTES or \
-                    not trusted_owner(st):
+            if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_INDEX_BYTES or not trusted_owner(st):
                 return {}
             data = f.read()
         header, newline, body = data.partition(b"\n")
         head = json.loads(header)
-        if not (isinstance(head, dict) and head.get("version") == VERSION and newline
-                and head.get("sha256") == hashlib.sha256(body).hexdigest()):
+        if not (
+            isinstance(head, dict)
+            and head.get("version") == VERSION
+            and newline
+            and head.get("sha256") == hashlib.sha256(body).hexdigest()
+        ):
             return {}
         lines = body.decode("utf-8").split("\n")
         if len(lines) < 2 or lines[-1] != "":
@@ -117,12 +119,17 @@ def _entry(head: Any, text: str) -> tuple[str, Entry] | None:
     if not (isinstance(head, list) and len(head) == 4):
         return None
     run_id, mtime, created, state = head
-    if not (isinstance(run_id, str) and RUN_REF.fullmatch(run_id) and _int(mtime)
-            and (created is None or _number(created)) and state in ENDED
-            and len(text) <= MAX_DOC_BYTES
-            # an entry speaks for the run it names only: its document opens with that id,
-            # as as_json() writes it
-            and text.startswith(f'{{"run_id": "{run_id}", ')):
+    if not (
+        isinstance(run_id, str)
+        and RUN_REF.fullmatch(run_id)
+        and _int(mtime)
+        and (created is None or _number(created))
+        and state in ENDED
+        and len(text) <= MAX_DOC_BYTES
+        # an entry speaks for the run it names only: its document opens with that id,
+        # as as_json() writes it
+        and text.startswith(f'{{"run_id": "{run_id}", ')
+    ):
         return None
     return run_id, Entry(mtime, created, state, text)
 
@@ -135,8 +142,7 @@ def save(runs: Path, entries: dict[str, Entry]) -> None:
     good = {run_id: e for run_id, e in entries.items() if run_id in valid}
     heads = json.dumps([[run_id, e.mtime, e.created, e.state] for run_id, e in good.items()])
     body = "\n".join([heads, *(e.text for e in good.values())]) + "\n"
-    header = json.dumps({"version": VERSION,
-                         "sha256": hashlib.sha256(body.encode("utf-8")).hexdigest()})
+    header = json.dumps({"version": VERSION, "sha256": hashlib.sha256(body.encode("utf-8")).hexdigest()})
     try:
         write_text_atomic(runs / INDEX, header + "\n" + body)
         (runs / OLD_INDEX).unlink(missing_ok=True)
@@ -147,8 +153,11 @@ def save(runs: Path, entries: dict[str, Entry]) -> None:
 def _valid(runs: Path, entries: dict[str, Entry]) -> set[str]:
     """The ids whose entries pass full validation (one decoding of all of them, each one
     alone only where that fails)."""
-    ids = [run_id for run_id, e in entries.items() if _entry(
-        [run_id, e.mtime, e.created, e.state], e.text) is not None]
+    ids = [
+        run_id
+        for run_id, e in entries.items()
+        if _entry([run_id, e.mtime, e.created, e.state], e.text) is not None
+    ]
     done = {run_id for run_id in ids if _checked.get(run_id) is entries[run_id].text}
     ids = [run_id for run_id in ids if run_id not in done]
     try:
@@ -160,9 +169,12 @@ def _valid(runs: Path, entries: dict[str, Entry]) -> set[str]:
                 docs.append(json.loads(entries[run_id].text))
             except (ValueError, RecursionError):
                 docs.append(None)
-    return done | {run_id for run_id, doc in zip(ids, docs)
-                   if valid_doc(doc, runs / run_id, entries[run_id])
-                   and _state_of_run_dir(runs / run_id, entries[run_id])}
+    return done | {
+        run_id
+        for run_id, doc in zip(ids, docs)
+        if valid_doc(doc, runs / run_id, entries[run_id])
+        and _state_of_run_dir(runs / run_id, entries[run_id])
+    }
 
 
 def _state_of_run_dir(run_dir: Path, entry: Entry) -> bool:
@@ -199,16 +211,24 @@ def _metrics(x: Any) -> bool:
 
 # Each field of RunStatus.as_json() (scheduler.py) and the type a reader may rely on.
 FIELDS = {
-    "run_id": _str, "name": _str, "stack": _str, "state": _str,
-    "created": lambda x: _opt(_number, x), "ended": lambda x: _opt(_number, x),
-    "workers": _count, "restarts": _count,
-    "step": lambda x: _opt(_count, x), "total_steps": lambda x: _opt(_count, x),
-    "message": _str, "run_dir": _str,
+    "run_id": _str,
+    "name": _str,
+    "stack": _str,
+    "state": _str,
+    "created": lambda x: _opt(_number, x),
+    "ended": lambda x: _opt(_number, x),
+    "workers": _count,
+    "restarts": _count,
+    "step": lambda x: _opt(_count, x),
+    "total_steps": lambda x: _opt(_count, x),
+    "message": _str,
+    "run_dir": _str,
     "exit_codes": lambda x: x is None or isinstance(x, list) and all(_opt(_int, c) for c in x),
     "restarts_counted": lambda x: _opt(_count, x),
     "stuck_pods": lambda x: isinstance(x, list) and all(isinstance(p, dict) for p in x),
     "failure": lambda x: x is None or isinstance(x, dict),
-    "algorithm": lambda x: _opt(_str, x), "metrics": _metrics,
+    "algorithm": lambda x: _opt(_str, x),
+    "metrics": _metrics,
     "duration_s": lambda x: _opt(_number, x),
     "progress": lambda x: x is None or isinstance(x, dict),
     "result": lambda x: x is None or isinstance(x, dict),
@@ -220,12 +240,19 @@ def valid_doc(doc: Any, run_dir: Path, entry: Entry) -> bool:
     field of its declared type, nested no deeper than MAX_DEPTH, its state and creation
     time those of its head, its run directory the one the index names it for."""
     # (a field added to as_json() since is kept; nesting and size bound it)
-    if not (isinstance(doc, dict) and doc.keys() >= FIELDS.keys()
-            and all(check(doc[k]) for k, check in FIELDS.items())):
+    if not (
+        isinstance(doc, dict)
+        and doc.keys() >= FIELDS.keys()
+        and all(check(doc[k]) for k, check in FIELDS.items())
+    ):
         return False
-    if not (doc["state"] == entry.state and doc["created"] == entry.created
-            and doc["run_id"] == run_dir.name and doc["run_dir"] == str(run_dir)
-            and _depth(doc) <= MAX_DEPTH):
+    if not (
+        doc["state"] == entry.state
+        and doc["created"] == entry.created
+        and doc["run_id"] == run_dir.name
+        and doc["run_dir"] == str(run_dir)
+        and _depth(doc) <= MAX_DEPTH
+    ):
         return False
     try:  # as status_from_json reads them, strictly: no value is coerced
         for key, model in (("progress", Progress), ("result", Result)):
@@ -257,14 +284,25 @@ def status_from_json(doc: dict[str, Any]) -> RunStatus:
     and result.json as their declared fields; `status RUN` reads every key)."""
     prog, res = doc.get("progress"), doc.get("result")
     return RunStatus(
-        run_id=doc["run_id"], name=doc.get("name", ""), stack=doc.get("stack", "local"),
-        state=doc["state"], created=doc.get("created"), ended=doc.get("ended"),
-        workers=doc.get("workers", 0), restarts=doc.get("restarts", 0), step=doc.get("step"),
-        total_steps=doc.get("total_steps"), message=doc.get("message", ""),
-        run_dir=doc.get("run_dir"), exit_codes=doc.get("exit_codes"), failure=doc.get("failure"),
+        run_id=doc["run_id"],
+        name=doc.get("name", ""),
+        stack=doc.get("stack", "local"),
+        state=doc["state"],
+        created=doc.get("created"),
+        ended=doc.get("ended"),
+        workers=doc.get("workers", 0),
+        restarts=doc.get("restarts", 0),
+        step=doc.get("step"),
+        total_steps=doc.get("total_steps"),
+        message=doc.get("message", ""),
+        run_dir=doc.get("run_dir"),
+        exit_codes=doc.get("exit_codes"),
+        failure=doc.get("failure"),
         algorithm=doc.get("algorithm"),
         progress=None if prog is None else Progress.model_validate(prog),
-        result=None if res is None else Result.model_validate(res), source=doc)
+        result=None if res is None else Result.model_validate(res),
+        source=doc,
+    )
 
 
 def dir_mtime(entry: os.DirEntry) -> int:

@@ -55,7 +55,7 @@ def new_run_id(name: str) -> str:
     """<name>-<date>-<time>-<32 random bits>, the name cut to fit MAX_RUN_ID (the run keeps
     its whole name in its spec and labels): unique in practice; the run directory and the
     JobSet are still created exclusively, so two runs can never share one."""
-    stem = name[:MAX_RUN_ID - _STAMP].rstrip("-")
+    stem = name[: MAX_RUN_ID - _STAMP].rstrip("-")
     return f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(4)}"
 
 
@@ -64,8 +64,10 @@ def check_run_ref(ref: str) -> str:
     if RUN_REF.fullmatch(ref):
         return ref
 
-    raise UserError(f"run id {shown(ref)}: accepted: a run id or a unique part of one "
-                    "(lowercase letters, digits and '-', at most 200 characters)")
+    raise UserError(
+        f"run id {shown(ref)}: accepted: a run id or a unique part of one "
+        "(lowercase letters, digits and '-', at most 200 characters)"
+    )
 
 
 def write_private(path: Path, text: str) -> None:
@@ -78,9 +80,11 @@ def write_private(path: Path, text: str) -> None:
 
 def write_json_atomic(path: Path, data: Any, fsync: bool = False, indent: int | None = 1) -> None:
     """Write JSON so a reader sees the old or the new file, never half of one."""
-    write_text_atomic(path, json.dumps(data, indent=indent, default=str,
-                                       separators=None if indent is not None else (",", ":")),
-                      fsync=fsync)
+    write_text_atomic(
+        path,
+        json.dumps(data, indent=indent, default=str, separators=None if indent is not None else (",", ":")),
+        fsync=fsync,
+    )
 
 
 def write_text_atomic(path: Path, text: str, fsync: bool = False) -> None:
@@ -265,42 +269,67 @@ def check_home(root: Path) -> None:
             _refuse(root, path, e.strerror or type(e).__name__, "a folder")
         if stat.S_ISLNK(st.st_mode):
             if st.st_uid not in (me, 0):
-                _refuse(root, path, f"is a symlink owned by {_user(st.st_uid)}",
-                        "no symlink, or one owned by you or root")
+                _refuse(
+                    root,
+                    path,
+                    f"is a symlink owned by {_user(st.st_uid)}",
+                    "no symlink, or one owned by you or root",
+                )
             try:
                 st = os.stat(path)
             except OSError as e:
-                _refuse(root, path, f"is a symlink that leads nowhere ({e.strerror})",
-                        "a symlink to a folder")
+                _refuse(
+                    root, path, f"is a symlink that leads nowhere ({e.strerror})", "a symlink to a folder"
+                )
         if not stat.S_ISDIR(st.st_mode):
             _refuse(root, path, f"is {_kind(st.st_mode)}", "a folder")
         mode = stat.S_IMODE(st.st_mode)
         others_write = mode & 0o022 and not mode & stat.S_ISVTX
         if path == home / RUNS:
             if st.st_uid != me:
-                _refuse(root, path, f"is owned by {_user(st.st_uid)} with mode {mode:04o}",
-                        "a runs folder you own that no one else can write (0700)")
+                _refuse(
+                    root,
+                    path,
+                    f"is owned by {_user(st.st_uid)} with mode {mode:04o}",
+                    "a runs folder you own that no one else can write (0700)",
+                )
             if mode & 0o022:
-                _refuse(root, path, f"is writable by others (mode {mode:04o})",
-                        "a runs folder only you can write (chmod 700 it)")
-        elif st.st_uid not in (me, 0) or others_write or \
-                path == home and st.st_uid != me and not mode & stat.S_ISVTX:
-            _refuse(root, path, f"is owned by {_user(st.st_uid)} with mode {mode:04o}",
-                    "folders owned by you or root that no one else can write (or sticky, "
-                    "as /tmp), the home your own")
+                _refuse(
+                    root,
+                    path,
+                    f"is writable by others (mode {mode:04o})",
+                    "a runs folder only you can write (chmod 700 it)",
+                )
+        elif (
+            st.st_uid not in (me, 0)
+            or others_write
+            or path == home
+            and st.st_uid != me
+            and not mode & stat.S_ISVTX
+        ):
+            _refuse(
+                root,
+                path,
+                f"is owned by {_user(st.st_uid)} with mode {mode:04o}",
+                "folders owned by you or root that no one else can write (or sticky, "
+                "as /tmp), the home your own",
+            )
 
 
 def _refuse(root: Path, path: Path, what: str, accepted: str) -> None:
     home = Path(os.path.abspath(root))
-    where = f"home {root}" + ("" if home == path else f": {RUNS}/" if path == home / RUNS
-                              else f": {path}")
+    where = f"home {root}" + ("" if home == path else f": {RUNS}/" if path == home / RUNS else f": {path}")
     raise UserError(f"{where} {what}; accepted: {accepted}")
 
 
 def _kind(mode: int) -> str:
-    for test, name in ((stat.S_ISREG, "a file"), (stat.S_ISFIFO, "a FIFO"),
-                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-                       (stat.S_ISSOCK, "a socket")):
+    for test, name in (
+        (stat.S_ISREG, "a file"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
         if test(mode):
             return name
     return "no folder"
@@ -331,8 +360,12 @@ def match_runs(root: Path, ref: str) -> list[RunDir]:
 
 def _is_run(p: Path) -> bool:
     # A run is a real directory (not a link that could lead out of the runs folder).
-    return RUN_REF.fullmatch(p.name) is not None and p.is_dir() and not p.is_symlink() \
+    return (
+        RUN_REF.fullmatch(p.name) is not None
+        and p.is_dir()
+        and not p.is_symlink()
         and (p / "spec.yaml").is_file()
+    )
 
 
 def all_runs(root: Path) -> list[RunDir]:

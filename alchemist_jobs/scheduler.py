@@ -14,15 +14,22 @@ import abc
 import json
 import threading
 import time
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Generic, Iterable, Iterator, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 from alchemist_jobs.errors import UserError
 from alchemist_jobs.run_files import Progress, Result
 
 # Run states, the same words on every backend.
 PENDING, RUNNING, SUCCEEDED, FAILED, CANCELLED, LOST = (
-    "pending", "running", "succeeded", "failed", "cancelled", "lost")
+    "pending",
+    "running",
+    "succeeded",
+    "failed",
+    "cancelled",
+    "lost",
+)
 FINAL_STATES = (SUCCEEDED, FAILED, CANCELLED, LOST)
 # A cluster job replacing a lost or failed pod: not final, not yet running again.
 RESTARTING = "restarting"
@@ -82,18 +89,31 @@ class RunStatus:
         if self.source is not None:
             return self.source
         return dict(
-            run_id=self.run_id, name=self.name, stack=self.stack, state=self.state,
-            created=self.created, ended=self.ended, workers=self.workers,
-            restarts=self.restarts, step=self.step, total_steps=self.total_steps,
-            message=self.message, run_dir=self.run_dir, exit_codes=self.exit_codes,
-            restarts_counted=self.restarts_counted, stuck_pods=self.stuck_pods,
-            failure=self.failure, algorithm=self.algorithm, metrics=self.metrics,
+            run_id=self.run_id,
+            name=self.name,
+            stack=self.stack,
+            state=self.state,
+            created=self.created,
+            ended=self.ended,
+            workers=self.workers,
+            restarts=self.restarts,
+            step=self.step,
+            total_steps=self.total_steps,
+            message=self.message,
+            run_dir=self.run_dir,
+            exit_codes=self.exit_codes,
+            restarts_counted=self.restarts_counted,
+            stuck_pods=self.stuck_pods,
+            failure=self.failure,
+            algorithm=self.algorithm,
+            metrics=self.metrics,
             requirements=self.requirements,
             duration_s=None if self.duration_s is None else round(self.duration_s, 3),
-            progress=None if self.progress is None else self.progress.model_dump(
-                include=set(Progress.model_fields)),
-            result=None if self.result is None else self.result.model_dump(
-                include=set(Result.model_fields)))
+            progress=None
+            if self.progress is None
+            else self.progress.model_dump(include=set(Progress.model_fields)),
+            result=None if self.result is None else self.result.model_dump(include=set(Result.model_fields)),
+        )
 
 
 def run_metrics(progress: Progress | None, result: Result | None) -> dict[str, float]:
@@ -163,8 +183,7 @@ class Scheduler(abc.ABC, Generic[RequestT, HandleT]):
     @abc.abstractmethod
     def run_id(self, handle: HandleT) -> str: ...
 
-    def wait(self, handle: HandleT, tick: Callable[[], None] | None = None,
-             poll: float = 2.0) -> RunStatus:
+    def wait(self, handle: HandleT, tick: Callable[[], None] | None = None, poll: float = 2.0) -> RunStatus:
         """Block until the run ends, polling `status` (TorchX waits the same way)."""
         while True:
             st = self.status(self.run_id(handle))
@@ -192,8 +211,9 @@ class Scheduler(abc.ABC, Generic[RequestT, HandleT]):
         return self.status(run_id)
 
     @abc.abstractmethod
-    def logs(self, run_id: str, rank: int = 0, follow: bool = False,
-             stop: threading.Event | None = None) -> Iterator[str]:
+    def logs(
+        self, run_id: str, rank: int = 0, follow: bool = False, stop: threading.Event | None = None
+    ) -> Iterator[str]:
         """Rank N's log lines; with `follow`, until the run ends or `stop` is set."""
 
     @abc.abstractmethod
@@ -209,5 +229,7 @@ class Scheduler(abc.ABC, Generic[RequestT, HandleT]):
     def remove(self, run_id: str, force: bool = False) -> RunStatus:
         """Delete a run and its files; a run that has not ended only with `force` (which
         cancels it first)."""
-        raise UserError(f"rm: stack {self.stack}: removing runs is done on the local stack; "
-                        "on a cluster stack `alchemist cancel RUN` deletes the run's JobSet")
+        raise UserError(
+            f"rm: stack {self.stack}: removing runs is done on the local stack; "
+            "on a cluster stack `alchemist cancel RUN` deletes the run's JobSet"
+        )

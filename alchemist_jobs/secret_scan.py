@@ -37,18 +37,34 @@ import tarfile
 import tempfile
 import zipfile
 import zlib
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 # detect-secrets' plugin class names (detect_secrets/plugins/*.py, version pinned in the lock).
 DETECTORS = (
-    "ArtifactoryDetector", "AWSKeyDetector", "AzureStorageKeyDetector", "BasicAuthDetector",
-    "DiscordBotTokenDetector", "GitHubTokenDetector", "GitLabTokenDetector", "JwtTokenDetector",
-    "KeywordDetector", "MailchimpDetector", "NpmDetector", "OpenAIDetector",
-    "PrivateKeyDetector", "PypiTokenDetector", "SendGridDetector", "SlackDetector",
-    "SquareOAuthDetector", "StripeDetector", "TelegramBotTokenDetector", "TwilioKeyDetector",
+    "ArtifactoryDetector",
+    "AWSKeyDetector",
+    "AzureStorageKeyDetector",
+    "BasicAuthDetector",
+    "DiscordBotTokenDetector",
+    "GitHubTokenDetector",
+    "GitLabTokenDetector",
+    "JwtTokenDetector",
+    "KeywordDetector",
+    "MailchimpDetector",
+    "NpmDetector",
+    "OpenAIDetector",
+    "PrivateKeyDetector",
+    "PypiTokenDetector",
+    "SendGridDetector",
+    "SlackDetector",
+    "SquareOAuthDetector",
+    "StripeDetector",
+    "TelegramBotTokenDetector",
+    "TwilioKeyDetector",
 )
 # Also left out: the IBM Cloud, Cloudant and SoftLayer detectors, password keywords near a
 # vendor's name (KeywordDetector finds the same lines), whose patterns are the slowest.
@@ -77,8 +93,7 @@ MAX_SCAN_BYTES = 8 << 20  # larger files are data, not code or configuration: no
 TOKENS: tuple[tuple[str, str], ...] = (
     # client-go's clientcmd v1 Config (a kubeconfig): users[].user.client-key-data, as YAML or
     # JSON, wherever it lies.
-    ("a kubeconfig's client key",
-     r"""client-key-data["']?[ \t]*:[ \t]*["']?[A-Za-z0-9+/]{16,}"""),
+    ("a kubeconfig's client key", r"""client-key-data["']?[ \t]*:[ \t]*["']?[A-Za-z0-9+/]{16,}"""),
     # GitHub's fine-grained personal access tokens (GitHubTokenDetector knows ghp_ and its
     # kin only) and Hugging Face's user access tokens.
     ("a GitHub fine-grained token", r"\bgithub_pat_[A-Za-z0-9_]{50,}"),
@@ -93,8 +108,7 @@ MAX_PARSE_BYTES = 1 << 20
 def _kubeconfig_secret(doc: Any) -> str | None:
     """A kubeconfig user's token, password, client key or OIDC tokens (clientcmd v1 AuthInfo;
     `client-key` and `tokenFile` are paths, not secrets)."""
-    if not (isinstance(doc, dict) and doc.get("kind") == "Config"
-            and isinstance(doc.get("users"), list)):
+    if not (isinstance(doc, dict) and doc.get("kind") == "Config" and isinstance(doc.get("users"), list)):
         return None
     for entry in doc["users"]:
         user = entry.get("user") if isinstance(entry, dict) else None
@@ -102,9 +116,13 @@ def _kubeconfig_secret(doc: Any) -> str | None:
             continue
         provider = user.get("auth-provider")  # OIDC: its config's id and refresh tokens
         config = provider.get("config") if isinstance(provider, dict) else None
-        for d, fields in ((user, ("token", "password", "client-key-data")),
-                          (config if isinstance(config, dict) else {},
-                           ("id-token", "refresh-token", "access-token", "client-secret"))):
+        for d, fields in (
+            (user, ("token", "password", "client-key-data")),
+            (
+                config if isinstance(config, dict) else {},
+                ("id-token", "refresh-token", "access-token", "client-secret"),
+            ),
+        ):
             for field in fields:
                 if isinstance(d.get(field), str) and d[field]:
                     return d[field]
@@ -115,15 +133,19 @@ def _docker_login(doc: Any) -> str | None:
     """A `docker login` in a config.json (docker/cli configfile): auths.REGISTRY.auth (base64
     of user:password) or its identitytoken."""
     auths = doc.get("auths") if isinstance(doc, dict) else None
-    for entry in (auths.values() if isinstance(auths, dict) else ()):
+    for entry in auths.values() if isinstance(auths, dict) else ():
         for field in ("auth", "identitytoken", "registrytoken", "password"):
             if isinstance(entry, dict) and isinstance(entry.get(field), str) and entry[field]:
                 return entry[field]
     return None
 
 
-GOOGLE_TYPES = {"authorized_user", "service_account", "external_account_authorized_user",
-                "impersonated_service_account"}
+GOOGLE_TYPES = {
+    "authorized_user",
+    "service_account",
+    "external_account_authorized_user",
+    "impersonated_service_account",
+}
 
 
 def _google_credentials(doc: Any) -> str | None:
@@ -140,29 +162,50 @@ def _google_credentials(doc: Any) -> str | None:
 
 
 DOCUMENTS = (  # the pattern picks the few files worth parsing
-    ("a kubeconfig's credentials",
-     re.compile(r"""(^|[{,])[ \t"']*kind["']?[ \t]*:[ \t]*["']?Config\b""", re.MULTILINE),
-     _kubeconfig_secret),
+    (
+        "a kubeconfig's credentials",
+        re.compile(r"""(^|[{,])[ \t"']*kind["']?[ \t]*:[ \t]*["']?Config\b""", re.MULTILINE),
+        _kubeconfig_secret,
+    ),
     ("a docker login (config.json auths)", re.compile(r'"auths"\s*:'), _docker_login),
-    ("Google Cloud credentials",
-     re.compile(r'"type"\s*:\s*"(%s)"' % "|".join(sorted(GOOGLE_TYPES))), _google_credentials),
+    (
+        "Google Cloud credentials",
+        re.compile(r'"type"\s*:\s*"({})"'.format("|".join(sorted(GOOGLE_TYPES)))),
+        _google_credentials,
+    ),
 )
 _ALLOWLISTED = re.compile(r"pragma:\s*allowlist[ -]secret", re.IGNORECASE)
 # An archive's leading bytes (and tar's at offset 257) -> its kind.
-ARCHIVES = ((b"PK\x03\x04", "zip"), (b"PK\x05\x06", "zip"), (b"PK\x07\x08", "zip"),
-            (b"\x1f\x8b", "gzip"), (b"\xfd7zXZ\x00", "xz"), (b"\x28\xb5\x2f\xfd", "zstd"),
-            (b"7z\xbc\xaf\x27\x1c", "7z"), (b"Rar!\x1a\x07", "rar"))
+ARCHIVES = (
+    (b"PK\x03\x04", "zip"),
+    (b"PK\x05\x06", "zip"),
+    (b"PK\x07\x08", "zip"),
+    (b"\x1f\x8b", "gzip"),
+    (b"\xfd7zXZ\x00", "xz"),
+    (b"\x28\xb5\x2f\xfd", "zstd"),
+    (b"7z\xbc\xaf\x27\x1c", "7z"),
+    (b"Rar!\x1a\x07", "rar"),
+)
 # Compressed streams (one file, or a tar) and their standard-library readers, whose read(n)
 # decompresses no more than n bytes.
-STREAMS = {"gzip": lambda f: gzip.GzipFile(fileobj=f, mode="rb"), "bzip2": bz2.BZ2File,
-           "xz": lzma.LZMAFile}
+STREAMS = {"gzip": lambda f: gzip.GzipFile(fileobj=f, mode="rb"), "bzip2": bz2.BZ2File, "xz": lzma.LZMAFile}
 # What one archive may take to be judged, over all its levels; beyond it, it is held back.
 MAX_ARCHIVE_DEPTH = 2  # an archive inside an archive is opened, one inside that is not
 MAX_ARCHIVE_MEMBERS = 10_000  # entries (a zip's, from its directory before anything is read)
 MAX_ARCHIVE_BYTES = 64 << 20  # decompressed bytes read (a zip's, summed from its directory)
 # What reading a damaged archive raises (zipfile, tarfile and the decompressors).
-UNREADABLE = (OSError, EOFError, ValueError, RuntimeError, NotImplementedError, struct.error,
-              zipfile.BadZipFile, tarfile.TarError, zlib.error, lzma.LZMAError)
+UNREADABLE = (
+    OSError,
+    EOFError,
+    ValueError,
+    RuntimeError,
+    NotImplementedError,
+    struct.error,
+    zipfile.BadZipFile,
+    tarfile.TarError,
+    zlib.error,
+    lzma.LZMAError,
+)
 # Printable ASCII runs: the text a binary file carries (a token or key is one).
 _TEXT_RUNS = re.compile(rb"[\t\x20-\x7e]{6,}")
 
@@ -171,8 +214,9 @@ _TEXT_RUNS = re.compile(rb"[\t\x20-\x7e]{6,}")
 def _settings(detectors: Iterable[str] = DETECTORS) -> Iterator[None]:
     from detect_secrets.settings import transient_settings
 
-    with transient_settings({"plugins_used": [{"name": n} for n in detectors],
-                             "filters_used": [{"path": f} for f in FILTERS]}) as settings:
+    with transient_settings(
+        {"plugins_used": [{"name": n} for n in detectors], "filters_used": [{"path": f} for f in FILTERS]}
+    ) as settings:
         settings.disable_filters(*NOT_FILTERS)  # on by default: off only when named
         yield
 
@@ -191,7 +235,8 @@ def _patterns() -> tuple[re.Pattern[str], dict[str, tuple[re.Pattern[str], ...]]
         for plugin in get_plugins():
             if isinstance(plugin, RegexBasedDetector) and type(plugin).__name__ != "KeywordDetector":
                 others[type(plugin).__name__] = tuple(
-                    re.compile(p.pattern, p.flags | re.MULTILINE) for p in plugin.denylist)
+                    re.compile(p.pattern, p.flags | re.MULTILINE) for p in plugin.denylist
+                )
     return words, others
 
 
@@ -207,7 +252,7 @@ def _may_flag(text: str) -> list[str]:
 def _allowlisted(text: str, start: int, end: int) -> bool:
     """Whether the lines from `start` to `end` carry detect-secrets' allowlist marker."""
     a, b = text.rfind("\n", 0, start) + 1, text.find("\n", end)
-    return bool(_ALLOWLISTED.search(text[a:None if b < 0 else b]))
+    return bool(_ALLOWLISTED.search(text[a : None if b < 0 else b]))
 
 
 def _document(text: str) -> Any:
@@ -226,9 +271,11 @@ def _document(text: str) -> Any:
 
 def signature_kinds(text: str) -> list[str]:
     """The TOKENS and DOCUMENTS `text` holds (one on an allowlisted line does not count)."""
-    out = [kind for kind, pattern in TOKENS
-           if any(not _allowlisted(text, m.start(), m.end())
-                  for m in re.finditer(pattern, text, re.MULTILINE))]
+    out = [
+        kind
+        for kind, pattern in TOKENS
+        if any(not _allowlisted(text, m.start(), m.end()) for m in re.finditer(pattern, text, re.MULTILINE))
+    ]
     candidates = [(kind, check) for kind, hint, check in DOCUMENTS if hint.search(text)]
     if candidates and len(text) <= MAX_PARSE_BYTES:
         doc = _document(text)
@@ -250,8 +297,7 @@ def archive_kind(head: bytes) -> str | None:
     return next((kind for magic, kind in ARCHIVES if head.startswith(magic)), None)
 
 
-def _detect_secrets_kinds(name: str, text: str, data: bytes, path: Path | None,
-                          binary: bool) -> list[str]:
+def _detect_secrets_kinds(name: str, text: str, data: bytes, path: Path | None, binary: bool) -> list[str]:
     """What detect-secrets finds in a file called `name` (at `path`, or only in memory, as a
     file inside an archive is) whose content is `data`, read as `text`."""
     detectors = _may_flag(text)
@@ -264,8 +310,7 @@ def _detect_secrets_kinds(name: str, text: str, data: bytes, path: Path | None,
         if binary:
             # detect-secrets skips a file that is not text; its line detectors still judge
             # the text a binary file carries (a key appended to an image).
-            return sorted({s.type for line in text.splitlines()
-                           if _may_flag(line) for s in scan_line(line)})
+            return sorted({s.type for line in text.splitlines() if _may_flag(line) for s in scan_line(line)})
         found = SecretsCollection()
         if path is not None:
             found.scan_file(str(path))
@@ -287,8 +332,9 @@ def _is_text(data: bytes) -> bool:
 
 def _file_name(name: str) -> str:
     """A safe file name for the file inside an archive called `name` (its last part)."""
-    base = "".join(c if c.isprintable() and c not in "/\\" else "_"
-                   for c in name.rstrip("/").rsplit("/", 1)[-1])[-100:]
+    base = "".join(
+        c if c.isprintable() and c not in "/\\" else "_" for c in name.rstrip("/").rsplit("/", 1)[-1]
+    )[-100:]
     return base if base.strip(".") else "file"
 
 
@@ -348,12 +394,10 @@ UNOPENED = ("zstd", "7z", "rar")  # archives the standard library cannot read
 
 def _shown(where: tuple[str, ...]) -> str:
     """'c.pem in b/inner.zip' for the file c.pem inside b/inner.zip: printable, one line."""
-    return " in ".join("".join(c if c.isprintable() else "?" for c in w)[:200]
-                       for w in reversed(where))
+    return " in ".join("".join(c if c.isprintable() else "?" for c in w)[:200] for w in reversed(where))
 
 
-def _member(where: tuple[str, ...], read: Any, size: int | None, depth: int,
-            budget: _Budget) -> Found | None:
+def _member(where: tuple[str, ...], read: Any, size: int | None, depth: int, budget: _Budget) -> Found | None:
     """Judge the file inside an archive at `where` (of `size` bytes, None when unknown) as the
     same file outside would be; `read(n)` gives its first n bytes. A nested archive is opened
     (to MAX_ARCHIVE_DEPTH); a file over MAX_SCAN_BYTES is data, not read beyond its head."""
@@ -370,19 +414,20 @@ def _member(where: tuple[str, ...], read: Any, size: int | None, depth: int,
     if inner in UNOPENED:
         raise _Unjudged(f"that cannot be scanned ({_shown(where)} is a {inner} archive)")
     if depth >= MAX_ARCHIVE_DEPTH:
-        raise _Unjudged(f"too deeply nested to scan ({_shown(where)} is an archive "
-                        f"{depth} levels down)")
+        raise _Unjudged(f"too deeply nested to scan ({_shown(where)} is an archive {depth} levels down)")
     if big:
-        raise _Unjudged(f"too large to scan ({_shown(where)} is a {inner} archive over "
-                        f"{MAX_SCAN_BYTES >> 20} MiB)")
+        raise _Unjudged(
+            f"too large to scan ({_shown(where)} is a {inner} archive over {MAX_SCAN_BYTES >> 20} MiB)"
+        )
     try:
         return _archive(io.BytesIO(data), inner, where[-1], where, depth + 1, budget)
     except UNREADABLE:
         raise _Unjudged(f"that cannot be scanned ({_shown(where)} cannot be read)") from None
 
 
-def _archive(f: Any, kind: str, name: str, where: tuple[str, ...], depth: int,
-             budget: _Budget) -> Found | None:
+def _archive(
+    f: Any, kind: str, name: str, where: tuple[str, ...], depth: int, budget: _Budget
+) -> Found | None:
     """The first file inside the archive `f` (of `kind`, called `name`, at `where` inside the
     archives above it) that holds a secret, or None."""
     if kind == "zip":
@@ -399,13 +444,11 @@ def _archive(f: Any, kind: str, name: str, where: tuple[str, ...], depth: int,
     return _member((*where, stem), counted.read, None, depth, budget)
 
 
-def _tar(tar: tarfile.TarFile, where: tuple[str, ...], depth: int,
-         budget: _Budget) -> Found | None:
+def _tar(tar: tarfile.TarFile, where: tuple[str, ...], depth: int, budget: _Budget) -> Found | None:
     for entry in tar:
         budget.take(members=1)
         if entry.isfile():
-            found = _member((*where, entry.name), tar.extractfile(entry).read, entry.size,
-                            depth, budget)
+            found = _member((*where, entry.name), tar.extractfile(entry).read, entry.size, depth, budget)
             if found:
                 return found
     return None
@@ -436,20 +479,25 @@ def _zip(f: Any, where: tuple[str, ...], depth: int, budget: _Budget) -> Found |
     files = [i for i in z.infolist() if not i.is_dir()]
     locked = next((i for i in files if i.flag_bits & 0x1), None)
     if locked is not None:
-        raise _Unjudged(f"that cannot be scanned ({_shown((*where, locked.filename))} is "
-                        "encrypted)")
+        raise _Unjudged(f"that cannot be scanned ({_shown((*where, locked.filename))} is encrypted)")
     # zipfile decompresses a bzip2 or LZMA file's chunks whole (4 KB of bzip2 can be gigabytes)
-    unbounded = next((i for i in files if i.compress_type in (zipfile.ZIP_BZIP2,
-                                                             zipfile.ZIP_LZMA)), None)
+    unbounded = next((i for i in files if i.compress_type in (zipfile.ZIP_BZIP2, zipfile.ZIP_LZMA)), None)
     if unbounded is not None:
-        raise _Unjudged(f"that cannot be scanned ({_shown((*where, unbounded.filename))} is "
-                        "compressed with bzip2 or LZMA, which the scan does not decompress in a "
-                        "zip)")
+        raise _Unjudged(
+            f"that cannot be scanned ({_shown((*where, unbounded.filename))} is "
+            "compressed with bzip2 or LZMA, which the scan does not decompress in a "
+            "zip)"
+        )
     if sum(512 if i.file_size > MAX_SCAN_BYTES else i.file_size for i in files) > budget.bytes:
         budget.take(nbytes=budget.bytes + 1)
     for info in files:
-        found = _member((*where, info.filename), lambda n, i=info: _zip_read(z, i, budget, n),
-                        info.file_size, depth, budget)
+        found = _member(
+            (*where, info.filename),
+            lambda n, i=info: _zip_read(z, i, budget, n),
+            info.file_size,
+            depth,
+            budget,
+        )
         if found:
             return found
     return None
@@ -458,8 +506,7 @@ def _zip(f: Any, where: tuple[str, ...], depth: int, budget: _Budget) -> Found |
 def _archive_verdict(f: Any, kind: str, name: str) -> str | None:
     """Why the archive `f` (of `kind`, called `name`) must not ship, or None."""
     if kind in UNOPENED:
-        return (f"it is a {kind} archive, which the scan cannot open (it reads zip, tar, "
-                "gzip, bzip2 and xz)")
+        return f"it is a {kind} archive, which the scan cannot open (it reads zip, tar, gzip, bzip2 and xz)"
     try:
         found = _archive(f, kind, name, (), 1, _Budget())
     except _Unjudged as e:
@@ -506,9 +553,11 @@ def flagged_files(root: Path, files: Iterable[str]) -> dict[str, str]:
 # `env:` names that hold secrets by convention (HF_TOKEN, GITHUB_TOKEN, OPENAI_API_KEY,
 # AWS_SECRET_ACCESS_KEY, DB_PASSWORD...); a name ending in _FILE, _PATH or _DIR names where a
 # secret lies, not the secret.
-SECRET_NAME = re.compile(r"(^|_)(TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|API_?KEY|ACCESS_KEY|"
-                         r"SECRET_ACCESS_KEY|SECRET_KEY|PRIVATE_KEY|AUTH_KEY|CREDENTIALS?)$",
-                         re.IGNORECASE)
+SECRET_NAME = re.compile(
+    r"(^|_)(TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|API_?KEY|ACCESS_KEY|"
+    r"SECRET_ACCESS_KEY|SECRET_KEY|PRIVATE_KEY|AUTH_KEY|CREDENTIALS?)$",
+    re.IGNORECASE,
+)
 
 
 def value_looks_secret(name: str, value: str) -> str | None:

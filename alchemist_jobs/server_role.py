@@ -15,9 +15,9 @@ indexes of the job, on ports CLUSTER_BASE_PORT + k). This module imports no torc
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from alchemist_jobs import environment as E
-from typing import Any
 
 SERVER_MODULE = "alchemist_jobs.runtime.parameter_server"
 CLUSTER_BASE_PORT = 29600

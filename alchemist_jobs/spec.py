@@ -50,8 +50,9 @@ class _Node(BaseModel):
                 field = cls.model_fields.get(key) if isinstance(v, bool) else None
                 kinds = {field.annotation, *get_args(field.annotation)} if field else set()
                 if kinds & {int, float} and bool not in kinds:
-                    raise PydanticCustomError(BOOL_AS_NUMBER, "{field} is a boolean, not a number",
-                                              {"field": key, "value": v})
+                    raise PydanticCustomError(
+                        BOOL_AS_NUMBER, "{field} is a boolean, not a number", {"field": key, "value": v}
+                    )
         return data
 
 
@@ -82,16 +83,20 @@ class TaskSpec(_Node):
 
     builtin: Literal["digits", "synthetic"] | None = None
     entry: str | None = Field(
-        None, max_length=512,
+        None,
+        max_length=512,
         description="your own model through the built-in trainer: `FILE.py:FUNCTION` (a file "
         "in the spec's directory) or `package.module:FUNCTION`, returning the model, train "
-        "and test sets and loss (docs/bring-your-model.md); every algorithm applies")
+        "and test sets and loss (docs/bring-your-model.md); every algorithm applies",
+    )
     script: str | None = Field(None, description="path of a torchrun-compatible script")
     module: str | None = Field(None, description="a module run as `python -m MODULE`")
     args: list[str] = Field(default_factory=list, description="arguments for script/module")
     framework: Literal["torch", "tensorflow", "jax"] = Field(
-        "torch", description="what a script/module trains with: torch (torchrun's variables), "
-        "tensorflow (TF_CONFIG) or jax (JAX_COORDINATOR_ADDRESS...); docs/frameworks.md")
+        "torch",
+        description="what a script/module trains with: torch (torchrun's variables), "
+        "tensorflow (TF_CONFIG) or jax (JAX_COORDINATOR_ADDRESS...); docs/frameworks.md",
+    )
     digits: DigitsTask = Field(default_factory=DigitsTask)
     synthetic: SyntheticTask = Field(default_factory=SyntheticTask)
 
@@ -100,12 +105,14 @@ class TaskSpec(_Node):
     def _scalars_as_strings(cls, v: Any) -> Any:
         # `args: [--epochs, 10]` is natural YAML; a command line is strings all the same.
         if isinstance(v, list):
-            return [str(a).lower() if isinstance(a, bool) else str(a)
-                    if isinstance(a, (int, float)) else a for a in v]
+            return [
+                str(a).lower() if isinstance(a, bool) else str(a) if isinstance(a, (int, float)) else a
+                for a in v
+            ]
         return v
 
     @model_validator(mode="after")
-    def _exactly_one(self) -> "TaskSpec":
+    def _exactly_one(self) -> TaskSpec:
         given = [k for k in ("builtin", "entry", "script", "module") if getattr(self, k)]
         if len(given) != 1:
             raise ValueError(
@@ -115,11 +122,12 @@ class TaskSpec(_Node):
         if self.module is not None and not re.fullmatch(r"[A-Za-z_][\w.]*", self.module):
             raise ValueError(f"module {self.module!r} is not a dotted Python module name")
         if self.entry is not None and not _ENTRY.fullmatch(self.entry):
-            raise ValueError(f"entry {shown(self.entry)} is not FILE.py:FUNCTION or "
-                             "package.module:FUNCTION")
+            raise ValueError(f"entry {shown(self.entry)} is not FILE.py:FUNCTION or package.module:FUNCTION")
         if (self.builtin or self.entry) and self.framework != "torch":
-            raise ValueError(f"framework {self.framework} is for script and module tasks; "
-                             f"built-in and entry tasks train with torch")
+            raise ValueError(
+                f"framework {self.framework} is for script and module tasks; "
+                f"built-in and entry tasks train with torch"
+            )
         return self
 
     @property
@@ -287,10 +295,13 @@ class _BlockAlgo(_Algo):
     """bmuf and easgd: local steps, then an exchange of models every `tau` steps."""
 
     overlap: bool = Field(
-        False, description="start each exchange on a snapshot and apply it one block later, "
-                           "while the next block's local steps run (hides the link's time)")
+        False,
+        description="start each exchange on a snapshot and apply it one block later, "
+        "while the next block's local steps run (hides the link's time)",
+    )
     exchange_dtype: Literal["fp32", "fp16", "bf16"] = Field(
-        "fp32", description="precision of the exchanged model differences on the wire")
+        "fp32", description="precision of the exchanged model differences on the wire"
+    )
 
     @property
     def exchange(self) -> str:
@@ -317,12 +328,15 @@ class BmufAlgo(_BlockAlgo):
     name: Literal["bmuf"] = "bmuf"
     tau: int = Field(8, ge=1, description="local steps per block")
     block_momentum: float | None = Field(
-        None, ge=0, lt=1, description="eta: block momentum; none = 1 - 1/workers (Chen & Huo)")
+        None, ge=0, lt=1, description="eta: block momentum; none = 1 - 1/workers (Chen & Huo)"
+    )
     block_lr: float = Field(1.0, gt=0, description="zeta: block learning rate")
     nesterov: bool = Field(True, description="restart workers from W_t + eta * Delta_t")
     reset_momentum: bool = Field(
-        True, description="clear the local optimizer's momentum after each block (as CNTK "
-                          "does): it points along the old local path, not the new model")
+        True,
+        description="clear the local optimizer's momentum after each block (as CNTK "
+        "does): it points along the old local path, not the new model",
+    )
 
 
 class EasgdAlgo(_BlockAlgo):
@@ -336,10 +350,12 @@ class EasgdAlgo(_BlockAlgo):
     variant: Literal["sync", "async"] = Field("sync", description="all-reduce or parameter server")
 
     @model_validator(mode="after")
-    def _sync_only(self) -> "EasgdAlgo":
+    def _sync_only(self) -> EasgdAlgo:
         if self.variant == "async" and (self.overlap or self.exchange_dtype != "fp32"):
-            raise ValueError("variant: sync for overlap or exchange_dtype (variant: async "
-                             "sends fp32 to its parameter server)")
+            raise ValueError(
+                "variant: sync for overlap or exchange_dtype (variant: async "
+                "sends fp32 to its parameter server)"
+            )
         return self
 
     @property
@@ -353,8 +369,9 @@ class EasgdAlgo(_BlockAlgo):
 
 # Every algorithm by its name: a new one is its class above, added here.
 ALGORITHMS: dict[str, type[_Algo]] = {
-    cls.model_fields["name"].default: cls for cls in (SyncAlgo, AsyncAlgo, BmufAlgo, EasgdAlgo)}
-Algorithm = Annotated[Union[tuple(ALGORITHMS.values())], Field(discriminator="name")]
+    cls.model_fields["name"].default: cls for cls in (SyncAlgo, AsyncAlgo, BmufAlgo, EasgdAlgo)
+}
+Algorithm = Annotated[Union[tuple(ALGORITHMS.values())], Field(discriminator="name")]  # noqa: UP007 (a union built at runtime)
 
 
 # --- hyper-parameters ---------------------------------------------------------------------
@@ -379,7 +396,7 @@ class Hyper(_Node):
     schedule: Literal["constant", "cosine", "step"] = Field("constant", description="lr decay after warm-up")
 
     @model_validator(mode="after")
-    def _length(self) -> "Hyper":
+    def _length(self) -> Hyper:
         if self.epochs is None and self.steps is None:
             self.__dict__["epochs"] = 10.0
         return self
@@ -387,16 +404,22 @@ class Hyper(_Node):
 
 class DataSpec(_Node):
     path: str = Field(
-        "data", description="where the data set lives, relative to the shared file system root",
-        max_length=1024)
+        "data",
+        description="where the data set lives, relative to the shared file system root",
+        max_length=1024,
+    )
     source: str | None = Field(
-        None, max_length=1024,
+        None,
+        max_length=1024,
         description="none: `path` on the shared file system; `s3://bucket/prefix`: an "
-                    "object-store prefix; otherwise a local directory (relative to the "
-                    "spec), uploaded for the run on cluster stacks (docs/datasets.md)")
+        "object-store prefix; otherwise a local directory (relative to the "
+        "spec), uploaded for the run on cluster stacks (docs/datasets.md)",
+    )
     cache: Literal["node", "shared", "none"] = Field(
-        "node", description="where a `source` is staged: the node-local cache every job on the "
-                            "node shares, a cache on the shared file system, or the run only")
+        "node",
+        description="where a `source` is staged: the node-local cache every job on the "
+        "node shares, a cache on the shared file system, or the run only",
+    )
     loader_workers: int = Field(0, ge=0, le=32, description="DataLoader worker processes")
 
     @field_validator("path")
@@ -413,12 +436,13 @@ class CheckpointSpec(_Node):
     keep: int = Field(3, ge=1, description="newest checkpoints kept")
     resume: bool = Field(True, description="a (re)started worker resumes from the newest one")
     stall_timeout_s: float | Literal["auto"] | None = Field(
-        "auto", description="a worker that sees no optimizer step for this long (a stopped "
+        "auto",
+        description="a worker that sees no optimizer step for this long (a stopped "
         "or hung peer) exits, so the group restarts from the newest checkpoint; auto: from "
         "the run's own step time (100 x its recent median, at least 60 s; the first step of "
         "an attempt gets 300 s); seconds: a fixed limit; null: never. Past the limit a "
         "rank still computing (its heartbeat's CPU time advancing) is waited for, up to 10 "
-        "x the limit"
+        "x the limit",
     )
 
     @field_validator("stall_timeout_s", mode="before")
@@ -440,10 +464,13 @@ _Quantity = Annotated[str, Field(pattern=_QUANTITY)]
 
 class CurveSpec(_Node):
     every_steps: int | None = Field(
-        None, ge=1, description="rank 0 writes the model it would hand out now (bmuf: the "
+        None,
+        ge=1,
+        description="rank 0 writes the model it would hand out now (bmuf: the "
         "global model, easgd: the centre) to the run's snapshots/ every N optimizer steps, "
         "with its wall time, for a learning curve evaluated off the training path "
-        "(runtime/curve.py); the end-of-epoch evaluations are then skipped. none: off")
+        "(runtime/curve.py); the end-of-epoch evaluations are then skipped. none: off",
+    )
 
 
 class SecretRef(_Node):
@@ -481,11 +508,13 @@ class PrecisionSpec(_Node):
     bfloat16 natively; on CPU neither. `{tf32: false, autocast: none}` is plain float32."""
 
     autocast: Literal["none", "bf16"] | None = Field(
-        None, description="bf16: forward in bfloat16 autocast (weights stay float32); none: "
-        "float32; unset: bf16 on GPUs that support it, none on CPU"
+        None,
+        description="bf16: forward in bfloat16 autocast (weights stay float32); none: "
+        "float32; unset: bf16 on GPUs that support it, none on CPU",
     )
     tf32: bool | None = Field(
-        None, description="let float32 matmuls use TF32 tensor cores; unset: on GPUs only")
+        None, description="let float32 matmuls use TF32 tensor cores; unset: on GPUs only"
+    )
 
 
 MAX_NODES = 1024  # the Kubernetes backend sizes pod names for this many (manifests.MAX_NAME)
@@ -513,7 +542,8 @@ class JobSpec(_Node):
         default_factory=list,
         description="files shipped with the code although their name or content looks like a "
         "secret (gitignore patterns, relative to the spec's directory); readable wherever the "
-        "code is: prefer secret_env")
+        "code is: prefer secret_env",
+    )
     priority: Literal["batch", "interactive"] = Field(
         "batch", description="queue priority on cluster stacks (PriorityClass alchemist-<priority>)"
     )
@@ -522,11 +552,15 @@ class JobSpec(_Node):
         default_factory=list,
         description="the job's own Python packages: requirement strings, or a requirements file "
         "in the spec's directory; resolved once against the platform's lock into a hash-pinned "
-        "lock, installed once per lock (docs/dependencies.md)")
+        "lock, installed once per lock (docs/dependencies.md)",
+    )
     max_restarts: int = Field(3, ge=0, le=100, description="worker-group restarts before failing")
     rendezvous_timeout_s: int = Field(
-        900, ge=60, le=24 * 3600,
-        description="cluster stacks: how long pods wait for each other and for pod 0 (seconds)")
+        900,
+        ge=60,
+        le=24 * 3600,
+        description="cluster stacks: how long pods wait for each other and for pod 0 (seconds)",
+    )
     metrics: bool = Field(True, description="serve Prometheus metrics from every worker")
 
     @property
@@ -538,11 +572,13 @@ class JobSpec(_Node):
         return self.world_size * self.hyper.batch_size
 
     @model_validator(mode="after")
-    def _consistent(self) -> "JobSpec":
+    def _consistent(self) -> JobSpec:
         if self.task.framework != "torch" and self.algorithm.name != "sync":
-            raise ValueError(f"algorithm.name={self.algorithm.name} needs torch; a "
-                             f"{self.task.framework} script brings its own training loop "
-                             "(accepted: sync, the default)")
+            raise ValueError(
+                f"algorithm.name={self.algorithm.name} needs torch; a "
+                f"{self.task.framework} script brings its own training loop "
+                "(accepted: sync, the default)"
+            )
         if self.algorithm.name == "async" and self.algorithm.servers > self.world_size:
             raise ValueError(
                 f"algorithm.servers={self.algorithm.servers} exceeds the {self.world_size} workers"
@@ -567,13 +603,13 @@ class JobSpec(_Node):
 def apply_override(raw: dict, assignment: str, source: str = "--set") -> None:
     """Apply one `key.path=value` to the raw spec dict; the value is parsed as YAML."""
     if "=" not in assignment:
-        raise UserError(f"{source} {shown(assignment)}: expected KEY.PATH=VALUE, e.g. "
-                        "hyper.lr=0.05")
+        raise UserError(f"{source} {shown(assignment)}: expected KEY.PATH=VALUE, e.g. hyper.lr=0.05")
     path, _, text = assignment.partition("=")
     keys = path.strip().split(".")
     if not all(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,127}", k) for k in keys) or len(keys) > 8:
-        raise UserError(f"{source} {shown(assignment)}: {shown(path)} is not a dotted field "
-                        "path; accepted: e.g. hyper.lr")
+        raise UserError(
+            f"{source} {shown(assignment)}: {shown(path)} is not a dotted field path; accepted: e.g. hyper.lr"
+        )
     if keys[0] == "env" and len(keys) == 2:
         # An environment value is a string as written: --set env.X=5 is "5" and 0.10 stays
         # "0.10"; a quoted YAML string loses its quotes.
@@ -596,8 +632,8 @@ def apply_override(raw: dict, assignment: str, source: str = "--set") -> None:
             child = node[key] = {}
         elif not isinstance(child, dict):
             raise UserError(
-                f"{source} {shown(assignment)}: {'.'.join(keys[: i + 1])} is a value, not a "
-                "section")
+                f"{source} {shown(assignment)}: {'.'.join(keys[: i + 1])} is a value, not a section"
+            )
         node = child
     node[keys[-1]] = value
 
@@ -623,13 +659,16 @@ def _describe_error(err: dict) -> tuple[str, str]:
         if kind == "literal_error":
             accepted = "one of " + ctx.get("expected", "").replace("'", "")
         elif kind in ("greater_than_equal", "greater_than", "less_than", "less_than_equal"):
-            op = {"greater_than_equal": ">=", "greater_than": ">", "less_than": "<",
-                  "less_than_equal": "<="}[kind]
+            op = {"greater_than_equal": ">=", "greater_than": ">", "less_than": "<", "less_than_equal": "<="}[
+                kind
+            ]
             bound = next(iter(ctx.values()))
             accepted = f"a number {op} {bound}"
         elif kind == "string_pattern_mismatch" and ctx.get("pattern") == _QUANTITY:
-            accepted = ("a Kubernetes quantity such as 2Gi, 512Mi or 1.5 (a number, optionally "
-                        "with a suffix: Ki Mi Gi Ti Pi Ei, k M G T P E or m)")
+            accepted = (
+                "a Kubernetes quantity such as 2Gi, 512Mi or 1.5 (a number, optionally "
+                "with a suffix: Ki Mi Gi Ti Pi Ei, k M G T P E or m)"
+            )
         elif kind == "string_pattern_mismatch":
             accepted = f"a string matching {ctx.get('pattern')}"
         elif kind == "value_error":
@@ -646,14 +685,21 @@ def _closest_field(loc: list[str]) -> str | None:
     loc[-1] (difflib), if one is close enough to be what was meant."""
     models: list[type[BaseModel]] = [JobSpec]
     for part in loc[:-1]:
-        reached = [m for model in models if part in model.model_fields
-                   for m in _models_in(model.model_fields[part].annotation)]
+        reached = [
+            m
+            for model in models
+            if part in model.model_fields
+            for m in _models_in(model.model_fields[part].annotation)
+        ]
         if reached:
             models = reached
             continue
         # a union's tag (algorithm.bmuf.tau) picks its member; a list index or key keeps all
-        tagged = [m for m in models if "name" in m.model_fields
-                  and part in get_args(m.model_fields["name"].annotation)]
+        tagged = [
+            m
+            for m in models
+            if "name" in m.model_fields and part in get_args(m.model_fields["name"].annotation)
+        ]
         models = tagged or models
     names = sorted({n for m in models for n in m.model_fields})
     found = difflib.get_close_matches(loc[-1], names, n=1, cutoff=0.6) if loc else []
@@ -673,13 +719,16 @@ def _inside_spec_dir(rel: str, field: str, spec_dir: Path, source: str) -> str:
     it lies, as it is then."""
     path = (spec_dir / rel).resolve()
     if not path.is_file():
-        raise UserError(f"{source}: {field}: {rel!r} not found (looked for {path}); accepted: "
-                        "a path to a Python file, relative to the spec")
+        raise UserError(
+            f"{source}: {field}: {rel!r} not found (looked for {path}); accepted: "
+            "a path to a Python file, relative to the spec"
+        )
     top = Path(spec_dir).resolve()
     if top not in path.parents:
         raise UserError(
             f"{source}: {field}: {rel!r} lies outside the spec's directory {top}; accepted: a "
-            "file inside it (the run executes its own copy of that directory)")
+            "file inside it (the run executes its own copy of that directory)"
+        )
     return path.relative_to(top).as_posix()
 
 
@@ -690,9 +739,11 @@ def _requirements(given: list[str] | str, spec_dir: Path, source: str) -> list[s
     if isinstance(given, str):
         path = (spec_dir / given).resolve()
         if Path(spec_dir).resolve() not in path.parents or not path.is_file():
-            raise UserError(f"{source}: requirements: {shown(given)} is not a file inside the "
-                            f"spec's directory; accepted: a requirements file beside the spec, "
-                            "or a list of requirements")
+            raise UserError(
+                f"{source}: requirements: {shown(given)} is not a file inside the "
+                f"spec's directory; accepted: a requirements file beside the spec, "
+                "or a list of requirements"
+            )
         lines = [ln.split(" #")[0].strip() for ln in read_text(path, "requirements file").splitlines()]
         given, where = [ln for ln in lines if ln and not ln.startswith("#")], f"requirements ({given})"
     if len(given) > 200:
@@ -710,7 +761,6 @@ def _check_task(spec: JobSpec, spec_dir: Path, source: str) -> None:
         rel = _inside_spec_dir(spec.task.entry_file, "task.entry", spec_dir, source)
         spec.task.entry = f"{rel}:{function}"
     if spec.data.source is not None:  # an S3 URI checked, a local directory made absolute
-
         if spec.data.source.startswith("s3://"):
             parse_s3_uri(spec.data.source, f"{source}: data.source")
         else:
@@ -746,13 +796,13 @@ def parse_spec(raw: Any, source: str, spec_dir: Path | None = None) -> JobSpec:
             field, value = field + ".name", (errors[0].get("ctx") or {}).get("tag")
         elif errors[0]["type"] == BOOL_AS_NUMBER:
             value = errors[0]["ctx"]["value"]
-        text = "{...}" if isinstance(value, dict) else "[...]" if isinstance(value, list) \
-            else shown(value)
+        text = "{...}" if isinstance(value, dict) else "[...]" if isinstance(value, list) else shown(value)
         if errors[0]["type"] == "missing":
             text = "(missing)"
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-        raise UserError(f"{shown_source(source)}: {field[:80]}: {text} is invalid; accepted: "
-                        f"{accepted[:120]}{more}") from None
+        raise UserError(
+            f"{shown_source(source)}: {field[:80]}: {text} is invalid; accepted: {accepted[:120]}{more}"
+        ) from None
     ignored = unhonoured(spec)  # a TensorFlow or JAX script's own loop would ignore it
     if ignored:
         raise UserError(f"{shown_source(source)}: {ignored}")
@@ -771,10 +821,13 @@ def _warn_secret_looking_env(spec: JobSpec, source: str) -> None:
     for key, value in spec.env.items():
         kinds = value_looks_secret(key, value)
         if kinds:
-            print(f"warning: {shown_source(source)}: env.{key}: the value looks like a secret "
-                  f"({kinds}), and env values travel in clear (dry run, the run's spec.yaml, "
-                  f"checkpoints); accepted: secret_env.{key} with file, from_env or a "
-                  "Kubernetes Secret", file=sys.stderr)
+            print(
+                f"warning: {shown_source(source)}: env.{key}: the value looks like a secret "
+                f"({kinds}), and env values travel in clear (dry run, the run's spec.yaml, "
+                f"checkpoints); accepted: secret_env.{key} with file, from_env or a "
+                "Kubernetes Secret",
+                file=sys.stderr,
+            )
 
 
 def load_spec(path: str | Path, overrides: list[str] = ()) -> JobSpec:
@@ -803,8 +856,9 @@ def script_spec(script: str | Path, args: list[str], overrides: list[str] = ()) 
     file, one process unless `--set procs_per_node=N` (or nodes) says otherwise."""
     script = Path(script)
     if not script.is_file():
-        raise UserError(f"{shown_source(str(script))}: no such script; accepted: a Python file, "
-                        "or a job spec (YAML)")
+        raise UserError(
+            f"{shown_source(str(script))}: no such script; accepted: a Python file, or a job spec (YAML)"
+        )
     name = re.sub(r"[^a-z0-9-]+", "-", script.stem.lower()).strip("-")[:40].strip("-") or "job"
     raw: dict[str, Any] = {"name": name, "task": {"script": script.name, "args": list(args)}}
     for assignment in overrides:

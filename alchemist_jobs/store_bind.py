@@ -37,8 +37,7 @@ def reserve_port(directory: str) -> int:
     while True:
         port = get_free_port()
         try:
-            os.close(os.open(store_file(directory, port), os.O_WRONLY | os.O_CREAT | os.O_EXCL,
-                             0o600))
+            os.close(os.open(store_file(directory, port), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
             return port
         except FileExistsError:
             continue
@@ -70,13 +69,12 @@ def apply() -> bool:
     if getattr(original, "_alchemist_mode", None) == mode:
         return True
     base = getattr(original, "_alchemist_original", original)
-    replacement = _file_store_class(dist, base, directory) if directory else \
-        _bound_store_class(base, addr)
+    replacement = _file_store_class(dist, base, directory) if directory else _bound_store_class(base, addr)
     # Modules that did `from torch.distributed import TCPStore` hold the class itself.
     for name, module in list(sys.modules.items()):
         if name == "torch.distributed" or name.startswith("torch.distributed."):
             if getattr(module, "TCPStore", None) in (original, base):
-                setattr(module, "TCPStore", replacement)
+                module.TCPStore = replacement
     if directory:
         # torchrun's rank-0 agent picks MASTER_PORT with rendezvous.api's get_free_port
         # (RendezvousStoreInfo.build, torch 2.13), once per round: here it starts the round.

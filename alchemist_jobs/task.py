@@ -20,9 +20,10 @@ import importlib.util
 import inspect
 import re
 import sys
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import torch
@@ -39,7 +40,7 @@ class TaskError(Exception):
 class TaskContext:
     """What an entry function may want to know about where it runs."""
 
-    spec: "JobSpec"  # the whole job spec (hyper, algorithm, data...)
+    spec: JobSpec  # the whole job spec (hyper, algorithm, data...)
     rank: int  # this worker's rank (0 in the planner's profile and the curve's evaluation)
     world_size: int  # workers in the job
     shared_root: Path  # the shared file system every worker sees (locally: a directory)
@@ -50,7 +51,7 @@ class TaskContext:
         return self.shared_root / self.spec.data.path
 
     @property
-    def hyper(self) -> "Hyper":
+    def hyper(self) -> Hyper:
         return self.spec.hyper
 
 
@@ -58,20 +59,20 @@ class TaskContext:
 class Task:
     """A model and the data it learns. Required: model, train, test, loss."""
 
-    model: "torch.nn.Module"
+    model: torch.nn.Module
     # Map-style datasets (len() and [i]) of (input, target) pairs. A TensorDataset of two
     # tensors is sliced in place, batch by batch (no per-sample collation).
     train: Any
     test: Any
     # loss(outputs, targets) -> scalar tensor, e.g. torch.nn.functional.cross_entropy
-    loss: Callable[[Any, Any], "torch.Tensor"]
+    loss: Callable[[Any, Any], torch.Tensor]
     # metrics(outputs, targets) -> {name: number}, averaged over the test set (weighted by
     # batch size). Accuracy is computed without it when outputs are class scores over the
     # last dimension and targets class indices of the same leading shape.
     metrics: Callable[[Any, Any], Mapping[str, float]] | None = None
     # optimizer(params, hyper) -> torch.optim.Optimizer; default: hyper.optimizer. The
     # trainer sets every param group's lr each step from hyper's schedule either way.
-    optimizer: Callable[[Any, "Hyper"], "torch.optim.Optimizer"] | None = None
+    optimizer: Callable[[Any, Hyper], torch.optim.Optimizer] | None = None
     collate: Callable[[list], Any] | None = None  # default: torch's default_collate
     eval_batch_size: int = 1024  # test samples per forward pass when evaluating
 
@@ -88,31 +89,40 @@ def as_task(obj: Any, entry: str) -> Task:
     elif isinstance(obj, Mapping):
         unknown = sorted(set(obj) - {f.name for f in fields(Task)})
         if unknown:
-            raise TaskError(f"task.entry {entry}: returned unknown field {unknown[0]!r}; "
-                            f"accepted: {', '.join(f.name for f in fields(Task))}")
+            raise TaskError(
+                f"task.entry {entry}: returned unknown field {unknown[0]!r}; "
+                f"accepted: {', '.join(f.name for f in fields(Task))}"
+            )
         got = dict(obj)
     else:
         got = {f.name: getattr(obj, f.name) for f in fields(Task) if hasattr(obj, f.name)}
     missing = [k for k in _REQUIRED if got.get(k) is None]
     if missing:
-        raise TaskError(f"task.entry {entry}: returned no {missing[0]!r} "
-                        f"({type(obj).__name__}); accepted: a Task or mapping with "
-                        f"{', '.join(_REQUIRED)}")
+        raise TaskError(
+            f"task.entry {entry}: returned no {missing[0]!r} "
+            f"({type(obj).__name__}); accepted: a Task or mapping with "
+            f"{', '.join(_REQUIRED)}"
+        )
     if not isinstance(got["model"], torch.nn.Module):
-        raise TaskError(f"task.entry {entry}: model is a {type(got['model']).__name__}; "
-                        "accepted: a torch.nn.Module")
+        raise TaskError(
+            f"task.entry {entry}: model is a {type(got['model']).__name__}; accepted: a torch.nn.Module"
+        )
     for name in ("train", "test"):
         ds = got[name]
         if not (hasattr(ds, "__len__") and hasattr(ds, "__getitem__")):
-            raise TaskError(f"task.entry {entry}: {name} is a {type(ds).__name__} without "
-                            "len() and [i]; accepted: a map-style torch Dataset")
+            raise TaskError(
+                f"task.entry {entry}: {name} is a {type(ds).__name__} without "
+                "len() and [i]; accepted: a map-style torch Dataset"
+            )
         if len(ds) == 0:
-            raise TaskError(f"task.entry {entry}: {name} is empty; accepted: a dataset with "
-                            "at least one sample")
+            raise TaskError(
+                f"task.entry {entry}: {name} is empty; accepted: a dataset with at least one sample"
+            )
     for name in ("loss", "metrics", "optimizer", "collate"):
         if got.get(name) is not None and not callable(got[name]):
-            raise TaskError(f"task.entry {entry}: {name} is a {type(got[name]).__name__}; "
-                            "accepted: a function")
+            raise TaskError(
+                f"task.entry {entry}: {name} is a {type(got[name]).__name__}; accepted: a function"
+            )
     return Task(**got)
 
 
@@ -123,8 +133,9 @@ def entry_function(entry: str, code_dir: Path | None = None) -> Callable[..., An
     if target.endswith(".py"):
         path = (code_dir or Path.cwd()) / target
         if not path.is_file():
-            raise TaskError(f"task.entry {entry}: {path} not found; accepted: a Python file "
-                            "in the spec's directory")
+            raise TaskError(
+                f"task.entry {entry}: {path} not found; accepted: a Python file in the spec's directory"
+            )
         # One module per file, whatever its name: two entries both called model.py (two
         # projects, one process: the tests, a notebook) must not share a cached module.
         digest = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:12]
@@ -149,8 +160,10 @@ def entry_function(entry: str, code_dir: Path | None = None) -> Callable[..., An
             module = importlib.import_module(target)
         except ModuleNotFoundError as e:
             if e.name is not None and target.startswith(e.name):
-                raise TaskError(f"task.entry {entry}: no module named {e.name!r}; accepted: a "
-                                "module importable from the spec's directory or installed")
+                raise TaskError(
+                    f"task.entry {entry}: no module named {e.name!r}; accepted: a "
+                    "module importable from the spec's directory or installed"
+                ) from e
             raise
     fn = getattr(module, name, None)
     if not callable(fn):

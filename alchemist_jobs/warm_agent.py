@@ -28,21 +28,22 @@ class WarmAgent:
         here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         path = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH")) if p)
         # Node 0's agent of a run in a network of its own: it starts in it (private_net.py).
-        pre = private_net.new_namespace_preexec(strict=False) \
-            if private_net.unavailable() is None else None
+        pre = private_net.new_namespace_preexec(strict=False) if private_net.unavailable() is None else None
         self.proc = popen_group(
-            [sys.executable, "-m", "alchemist_jobs.warm_agent"], stdin=subprocess.PIPE,
+            [sys.executable, "-m", "alchemist_jobs.warm_agent"],
+            stdin=subprocess.PIPE,
             preexec=pre,
             env=dict(os.environ, PYTHONPATH=path),
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         self.used = False
 
     def launch(self, argv: list[str], env: dict[str, str], cwd: str, log: str) -> subprocess.Popen:
         """Turn this process into the agent `argv` (`python -m alchemist_jobs.agent ...`)."""
         assert argv[1:3] == ["-m", "alchemist_jobs.agent"], argv
         self.used = True
-        self.proc.stdin.write((json.dumps(dict(args=argv[3:], env=env, cwd=cwd, log=log))
-                               + "\n").encode())
+        self.proc.stdin.write((json.dumps(dict(args=argv[3:], env=env, cwd=cwd, log=log)) + "\n").encode())
         self.proc.stdin.close()
         return self.proc
 
@@ -67,8 +68,13 @@ def start_early(argv: list[str]) -> None:
     if not E.WARM_AGENT.get(default=True) or any(a in _NOT_WANTED for a in argv):
         return
     for i, a in enumerate(argv):
-        stack = argv[i + 1] if a == "--stack" and i + 1 < len(argv) else \
-            a.partition("=")[2] if a.startswith("--stack=") else None
+        stack = (
+            argv[i + 1]
+            if a == "--stack" and i + 1 < len(argv)
+            else a.partition("=")[2]
+            if a.startswith("--stack=")
+            else None
+        )
         if stack is not None and stack != "local":
             return
     _early = WarmAgent()

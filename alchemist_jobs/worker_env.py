@@ -74,4 +74,5 @@ def restarts(environ: dict[str, str] | None = None) -> int:
             return max(0, int(env.get(name) or 0))
         except ValueError:
             return 0
+
     return _int("TORCHELASTIC_RESTART_COUNT") + _int(E.RESTART_ATTEMPT.name)

@@ -73,8 +73,15 @@ VOLUME_SOURCES = ("persistentVolumeClaim", "configMap", "secret", "emptyDir", "p
 # adds to every pod before validating admission runs (kubernetes v1.35.0 plugin/pkg/admission/
 # defaulttolerationseconds: node.kubernetes.io/not-ready and unreachable, NoExecute). A
 # toleration without a key (`operator: Exists` tolerates every taint) is refused.
-TOLERATED_TAINTS = tuple(dict.fromkeys([*(t["key"] for t in GPU_TOLERATIONS),
-                                        "node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"]))
+TOLERATED_TAINTS = tuple(
+    dict.fromkeys(
+        [
+            *(t["key"] for t in GPU_TOLERATIONS),
+            "node.kubernetes.io/not-ready",
+            "node.kubernetes.io/unreachable",
+        ]
+    )
+)
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"  # Kueue's; a team's LocalQueue is named after the team
 _NS_LABELS = "namespaceObject.metadata.labels"
 TEAM_VARIABLES = [
@@ -92,7 +99,11 @@ _IDENTITY_MESSAGE = (
     f"(labels {TEAM_UID_LABEL}, {TEAM_GID_LABEL}): no pod is admitted in it' : "
     "'spec.securityContext must set runAsUser ' + string(variables.uid) + ', runAsGroup ' + "
     "string(variables.gid) + ' and runAsNonRoot: true, with fsGroup and supplementalGroups only ' + "
-    "string(variables.gid) + ' (the team\\'s identity, namespace labels " + TEAM_UID_LABEL + "/" + TEAM_GID_LABEL + ")'"
+    "string(variables.gid) + ' (the team\\'s identity, namespace labels "
+    + TEAM_UID_LABEL
+    + "/"
+    + TEAM_GID_LABEL
+    + ")'"
 )
 
 VALIDATIONS: list[tuple[str, str]] = [
@@ -154,7 +165,7 @@ IDENTITY_VALIDATIONS: list[dict[str, str]] = [{
 # the team's quota: every Pod, Job and JobSet a member creates names the team's LocalQueue.
 QUEUE_RULES = {
     "Pod": "has(object.metadata.labels) && '{q}' in object.metadata.labels && "
-           "object.metadata.labels['{q}'] == variables.queue",
+    "object.metadata.labels['{q}'] == variables.queue",
 }
 QUEUE_RULES["Job"] = QUEUE_RULES["JobSet"] = QUEUE_RULES["Pod"]
 
@@ -184,10 +195,14 @@ def match_conditions(policy: str) -> list[dict[str, str]]:
     `authorizer` in matchConditions: kubernetes v1.35.0 staging/src/k8s.io/apiserver/pkg/
     admission/plugin/policy/validating/plugin.go (compilePolicy, HasAuthorizer) and
     pkg/cel/library/authz.go."""
-    may_change = (f"authorizer.group('admissionregistration.k8s.io').resource('validatingadmissionpolicies')"
-                  f".name('{policy}').check('update').allowed()")
-    return [{"name": "submitted-by-a-user", "expression": NOT_A_CONTROLLER},
-            {"name": "not-the-platforms-deployer", "expression": f"!{may_change}"}]
+    may_change = (
+        f"authorizer.group('admissionregistration.k8s.io').resource('validatingadmissionpolicies')"
+        f".name('{policy}').check('update').allowed()"
+    )
+    return [
+        {"name": "submitted-by-a-user", "expression": NOT_A_CONTROLLER},
+        {"name": "not-the-platforms-deployer", "expression": f"!{may_change}"},
+    ]
 
 
 def validating_policy(kind: str) -> dict[str, Any]:
@@ -228,7 +243,9 @@ def policy_binding(kind: str) -> dict[str, Any]:
         "spec": {
             "policyName": policy_name(kind),
             "validationActions": ["Deny"],
-            "matchResources": {"namespaceSelector": {"matchExpressions": [{"key": TEAM_LABEL, "operator": "Exists"}]}},
+            "matchResources": {
+                "namespaceSelector": {"matchExpressions": [{"key": TEAM_LABEL, "operator": "Exists"}]}
+            },
         },
     }
 
@@ -254,23 +271,41 @@ def network_policy_policy() -> dict[str, Any]:
         "metadata": {"name": NETWORK_POLICY_NAME},
         "spec": {
             "failurePolicy": "Fail",
-            "matchConstraints": {"resourceRules": [{
-                "apiGroups": ["networking.k8s.io"], "apiVersions": ["v1"], "resources": ["networkpolicies"],
-                "operations": ["CREATE", "UPDATE", "DELETE"]}]},  # fmt: skip
+            "matchConstraints": {
+                "resourceRules": [
+                    {
+                        "apiGroups": ["networking.k8s.io"],
+                        "apiVersions": ["v1"],
+                        "resources": ["networkpolicies"],
+                        "operations": ["CREATE", "UPDATE", "DELETE"],
+                    }
+                ]
+            },  # fmt: skip
             "matchConditions": match_conditions(NETWORK_POLICY_NAME),
             "variables": [
                 {"name": "np", "expression": "request.operation == 'DELETE' ? oldObject : object"},
-                {"name": "run", "expression": f"has(variables.np.spec.podSelector.matchLabels) && "
-                                              f"'{RUN_LABEL}' in variables.np.spec.podSelector.matchLabels ? "
-                                              f"variables.np.spec.podSelector.matchLabels['{RUN_LABEL}'] : ''"},
+                {
+                    "name": "run",
+                    "expression": f"has(variables.np.spec.podSelector.matchLabels) && "
+                    f"'{RUN_LABEL}' in variables.np.spec.podSelector.matchLabels ? "
+                    f"variables.np.spec.podSelector.matchLabels['{RUN_LABEL}'] : ''",
+                },
             ],  # fmt: skip
             "validations": [
-                {"expression": "variables.run != ''", "reason": "Forbidden",
-                 "message": f"a submitter's NetworkPolicy selects one run (podSelector.matchLabels {RUN_LABEL})"},
-                {"expression": "request.operation == 'DELETE' || (" + _NP_PEERS.format(rules="ingress", peers="from")
-                               + " && " + _NP_PEERS.format(rules="egress", peers="to") + ")",
-                 "reason": "Forbidden",
-                 "message": "a run's NetworkPolicy admits only pods of the same run (podSelector on its run label)"},
+                {
+                    "expression": "variables.run != ''",
+                    "reason": "Forbidden",
+                    "message": f"a submitter's NetworkPolicy selects one run (podSelector.matchLabels {RUN_LABEL})",
+                },
+                {
+                    "expression": "request.operation == 'DELETE' || ("
+                    + _NP_PEERS.format(rules="ingress", peers="from")
+                    + " && "
+                    + _NP_PEERS.format(rules="egress", peers="to")
+                    + ")",
+                    "reason": "Forbidden",
+                    "message": "a run's NetworkPolicy admits only pods of the same run (podSelector on its run label)",
+                },
             ],  # fmt: skip
         },
     }
@@ -284,7 +319,9 @@ def network_policy_binding() -> dict[str, Any]:
         "spec": {
             "policyName": NETWORK_POLICY_NAME,
             "validationActions": ["Deny"],
-            "matchResources": {"namespaceSelector": {"matchExpressions": [{"key": TEAM_LABEL, "operator": "Exists"}]}},
+            "matchResources": {
+                "namespaceSelector": {"matchExpressions": [{"key": TEAM_LABEL, "operator": "Exists"}]}
+            },
         },
     }
 
@@ -310,27 +347,43 @@ def connect_policy() -> dict[str, Any]:
         "metadata": {"name": CONNECT_POLICY_NAME},
         "spec": {
             "failurePolicy": "Fail",
-            "matchConstraints": {"resourceRules": [{
-                "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods/exec", "pods/portforward", "pods/attach"],
-                "operations": ["CONNECT"]}]},  # fmt: skip
-            "matchConditions": [*match_conditions(CONNECT_POLICY_NAME), {
-                "name": "not-a-debugger",
-                "expression": "!authorizer.group('alchemist.io').resource('debug').namespace(request.namespace)"
-                              ".check('use').allowed()"}],
-            "validations": [{
-                "expression": f"request.name.startsWith('{SESSION_PREFIX}') || "
-                              f"(request.subResource == 'portforward' && request.name == '{TENSORBOARD_POD}')",
-                "reason": "Forbidden",
-                "message": f"a member execs into and port-forwards to interactive sessions ({SESSION_PREFIX}*) and "
-                           f"port-forwards to {TENSORBOARD_POD} only; any other pod needs the role alchemist-debug",
-            }],  # fmt: skip
+            "matchConstraints": {
+                "resourceRules": [
+                    {
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "resources": ["pods/exec", "pods/portforward", "pods/attach"],
+                        "operations": ["CONNECT"],
+                    }
+                ]
+            },  # fmt: skip
+            "matchConditions": [
+                *match_conditions(CONNECT_POLICY_NAME),
+                {
+                    "name": "not-a-debugger",
+                    "expression": "!authorizer.group('alchemist.io').resource('debug').namespace(request.namespace)"
+                    ".check('use').allowed()",
+                },
+            ],
+            "validations": [
+                {
+                    "expression": f"request.name.startsWith('{SESSION_PREFIX}') || "
+                    f"(request.subResource == 'portforward' && request.name == '{TENSORBOARD_POD}')",
+                    "reason": "Forbidden",
+                    "message": f"a member execs into and port-forwards to interactive sessions ({SESSION_PREFIX}*) and "
+                    f"port-forwards to {TENSORBOARD_POD} only; any other pod needs the role alchemist-debug",
+                }
+            ],  # fmt: skip
         },
     }
 
 
 def connect_binding() -> dict[str, Any]:
-    return {**network_policy_binding(), "metadata": {"name": CONNECT_POLICY_NAME},
-            "spec": {**network_policy_binding()["spec"], "policyName": CONNECT_POLICY_NAME}}
+    return {
+        **network_policy_binding(),
+        "metadata": {"name": CONNECT_POLICY_NAME},
+        "spec": {**network_policy_binding()["spec"], "policyName": CONNECT_POLICY_NAME},
+    }
 
 
 def all_policies() -> list[tuple[str, dict[str, Any], dict[str, Any]]]:

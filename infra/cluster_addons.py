@@ -79,7 +79,9 @@ class CloudIdentityAddon(pulumi.ComponentResource):
             opts=on_aws,
         )
         grants: list[Any] = [
-            aws.iam.RolePolicyAttachment(f"{name}-policy-{i}", role=self.role.name, policy_arn=arn, opts=on_aws)
+            aws.iam.RolePolicyAttachment(
+                f"{name}-policy-{i}", role=self.role.name, policy_arn=arn, opts=on_aws
+            )
             for i, arn in enumerate(args.policy_arns)
         ]
         if args.inline_policy is not None:
@@ -94,7 +96,9 @@ class CloudIdentityAddon(pulumi.ComponentResource):
                 cluster_name=args.cluster_name,
                 addon_name=args.eks_addon,
                 service_account_role_arn=self.role.arn,
-                configuration_values=json.dumps(args.configuration_values) if args.configuration_values else None,
+                configuration_values=json.dumps(args.configuration_values)
+                if args.configuration_values
+                else None,
                 resolve_conflicts_on_create="OVERWRITE",
                 resolve_conflicts_on_update="OVERWRITE",
                 opts=pulumi.ResourceOptions.merge(after, pulumi.ResourceOptions(provider=args.aws_provider)),
@@ -112,7 +116,9 @@ class CloudIdentityAddon(pulumi.ComponentResource):
         node = values
         for key in args.service_account_path:
             node = node.setdefault(key, {})
-        node.update({"create": True, "name": args.service_account, "annotations": {ROLE_ANNOTATION: self.role.arn}})
+        node.update(
+            {"create": True, "name": args.service_account, "annotations": {ROLE_ANNOTATION: self.role.arn}}
+        )
         chart_type = kubernetes.helm.v3.Release if args.helm_hooks else kubernetes.helm.v4.Chart
         return chart_type(
             f"{name}-chart",

@@ -12,12 +12,13 @@ import pulumi_aws as aws
 import pulumi_eks as eks
 import pulumi_kubernetes as kubernetes
 
+from infra.cluster_addons import CloudIdentityAddon, CloudIdentityAddonArgs
 from infra.cluster_facts import (
     AUTOSCALER_RESOURCE_TAG,
     EFA_RESOURCE,
     GPU_NODE_LABELS,
-    GPU_TOLERATIONS,
     GPU_TAINT,
+    GPU_TOLERATIONS,
     SYSTEM_NODE_LABELS,
     AwsCloud,
     AwsNetwork,
@@ -26,7 +27,6 @@ from infra.cluster_facts import (
     EksFacts,
     Registry,
 )
-from infra.cluster_addons import CloudIdentityAddon, CloudIdentityAddonArgs
 from infra.cluster_versions import EFA_DEVICE_PLUGIN_CHART, autoscaler_chart, eks_support_warning
 from infra.config import AwsConfig, GpuPool, NodePool, StackConfig
 from infra.instance_types import ACCELERATOR_LABEL, gpu_model, group_efa_rdma_read
@@ -52,10 +52,15 @@ AUTOSCALER_POLICY = {
         {
             "Effect": "Allow",
             "Action": [
-                "autoscaling:DescribeAutoScalingGroups", "autoscaling:DescribeAutoScalingInstances",
-                "autoscaling:DescribeLaunchConfigurations", "autoscaling:DescribeScalingActivities",
-                "autoscaling:DescribeTags", "ec2:DescribeImages", "ec2:DescribeInstanceTypes",
-                "ec2:DescribeLaunchTemplateVersions", "ec2:GetInstanceTypesFromInstanceRequirements",
+                "autoscaling:DescribeAutoScalingGroups",
+                "autoscaling:DescribeAutoScalingInstances",
+                "autoscaling:DescribeLaunchConfigurations",
+                "autoscaling:DescribeScalingActivities",
+                "autoscaling:DescribeTags",
+                "ec2:DescribeImages",
+                "ec2:DescribeInstanceTypes",
+                "ec2:DescribeLaunchTemplateVersions",
+                "ec2:GetInstanceTypesFromInstanceRequirements",
                 "eks:DescribeNodegroup",
             ],  # fmt: skip
             "Resource": "*",
@@ -85,8 +90,9 @@ class EksCluster(pulumi.ComponentResource):
         super().__init__("alchemist:infra:EksCluster", name, None, opts)
         cfg: AwsConfig = args.cfg.aws  # type: ignore[assignment]
         cluster_name = f"alchemist-{args.stack}"
-        warning = eks_support_warning(args.cfg.kubernetes_version, datetime.date.today().isoformat(),
-                                      KUBERNETES_VERSIONS)
+        warning = eks_support_warning(
+            args.cfg.kubernetes_version, datetime.date.today().isoformat(), KUBERNETES_VERSIONS
+        )
         if warning:
             pulumi.log.warn(warning, resource=self)
         self.aws_provider = aws.Provider(
@@ -138,8 +144,9 @@ class EksCluster(pulumi.ComponentResource):
                     oidc_provider_url=self.cluster.oidc_provider_url,
                     node_security_group_id=self.cluster.node_security_group_id,
                 ),
-                eks=EksFacts(cluster_name=cluster_name, region=cfg.region, endpoint=endpoint,
-                             certificate_authority=ca),  # fmt: skip
+                eks=EksFacts(
+                    cluster_name=cluster_name, region=cfg.region, endpoint=endpoint, certificate_authority=ca
+                ),  # fmt: skip
             ),
             depends_on=[self.system_nodes, self.ebs_csi],
         )
@@ -149,15 +156,24 @@ class EksCluster(pulumi.ComponentResource):
         """The IAM role every node runs as, with the managed policies EKS nodes need."""
         node_role = aws.iam.Role(
             f"{name}-node-role",
-            assume_role_policy=json.dumps({
-                "Version": "2012-10-17",
-                "Statement": [{"Effect": "Allow", "Principal": {"Service": "ec2.amazonaws.com"},
-                               "Action": "sts:AssumeRole"}],
-            }),  # fmt: skip
+            assume_role_policy=json.dumps(
+                {
+                    "Version": "2012-10-17",
+                    "Statement": [
+                        {
+                            "Effect": "Allow",
+                            "Principal": {"Service": "ec2.amazonaws.com"},
+                            "Action": "sts:AssumeRole",
+                        }
+                    ],
+                }
+            ),  # fmt: skip
             opts=on_aws,
         )
         attachments = [
-            aws.iam.RolePolicyAttachment(f"{name}-node-policy-{i}", role=node_role.name, policy_arn=arn, opts=on_aws)
+            aws.iam.RolePolicyAttachment(
+                f"{name}-node-policy-{i}", role=node_role.name, policy_arn=arn, opts=on_aws
+            )
             for i, arn in enumerate(NODE_POLICIES)
         ]
         return node_role, attachments
@@ -189,7 +205,9 @@ class EksCluster(pulumi.ComponentResource):
             authentication_mode=eks.AuthenticationMode.API,
             endpoint_private_access=True,
             endpoint_public_access=cfg.endpoint_public_access,
-            public_access_cidrs=[str(c) for c in cfg.public_access_cidrs] if cfg.endpoint_public_access else None,
+            public_access_cidrs=[str(c) for c in cfg.public_access_cidrs]
+            if cfg.endpoint_public_access
+            else None,
             create_oidc_provider=True,
             encryption_config_key_arn=secrets_key.arn,
             enabled_cluster_log_types=["api", "audit", "authenticator"],
@@ -244,9 +262,14 @@ class EksCluster(pulumi.ComponentResource):
             scaling_config=_scaling(gpu),
             tags=gpu_node_group_tags(gpu.efa_interfaces),
             ignore_scaling_changes=True,  # the cluster autoscaler owns the desired size
-            launch_template=self._launch_template(f"{name}-gpu", gpu.disk_size_gib, on_aws,
-                                                  require_imdsv2=gpu.require_imdsv2, pool="gpu",
-                                                  efa=self._efa(name, cluster_name, vpc_id, gpu.efa_interfaces, on_aws)),
+            launch_template=self._launch_template(
+                f"{name}-gpu",
+                gpu.disk_size_gib,
+                on_aws,
+                require_imdsv2=gpu.require_imdsv2,
+                pool="gpu",
+                efa=self._efa(name, cluster_name, vpc_id, gpu.efa_interfaces, on_aws),
+            ),
             opts=after_cluster,
         )
 
@@ -261,18 +284,31 @@ class EksCluster(pulumi.ComponentResource):
         cluster_tag = f"kubernetes.io/cluster/{cluster_name}"
         public = [
             aws.ec2.Subnet(
-                f"{name}-public-{zone}", vpc_id=vpc.id, cidr_block=cidr, availability_zone=zone,
+                f"{name}-public-{zone}",
+                vpc_id=vpc.id,
+                cidr_block=cidr,
+                availability_zone=zone,
                 map_public_ip_on_launch=False,
-                tags={"Name": f"{cluster_name}-public-{zone}", "kubernetes.io/role/elb": "1", cluster_tag: "shared"},
+                tags={
+                    "Name": f"{cluster_name}-public-{zone}",
+                    "kubernetes.io/role/elb": "1",
+                    cluster_tag: "shared",
+                },
                 opts=on_aws,
             )  # fmt: skip
             for zone, cidr in zip(cfg.availability_zones, public_cidrs)
         ]
         private = [
             aws.ec2.Subnet(
-                f"{name}-private-{zone}", vpc_id=vpc.id, cidr_block=cidr, availability_zone=zone,
-                tags={"Name": f"{cluster_name}-private-{zone}", "kubernetes.io/role/internal-elb": "1",
-                      cluster_tag: "shared"},
+                f"{name}-private-{zone}",
+                vpc_id=vpc.id,
+                cidr_block=cidr,
+                availability_zone=zone,
+                tags={
+                    "Name": f"{cluster_name}-private-{zone}",
+                    "kubernetes.io/role/internal-elb": "1",
+                    cluster_tag: "shared",
+                },
                 opts=on_aws,
             )  # fmt: skip
             for zone, cidr in zip(cfg.availability_zones, private_cidrs)
@@ -338,7 +374,8 @@ class EksCluster(pulumi.ComponentResource):
             opts=on_aws,
         )
         cluster_sg = aws.eks.get_cluster_output(
-            name=cluster_name, opts=pulumi.InvokeOutputOptions(provider=self.aws_provider, depends_on=[self.cluster])
+            name=cluster_name,
+            opts=pulumi.InvokeOutputOptions(provider=self.aws_provider, depends_on=[self.cluster]),
         ).vpc_config.cluster_security_group_id
         placement = aws.ec2.PlacementGroup(f"{name}-gpu-placement", strategy="cluster", opts=on_aws)
         return {
@@ -363,7 +400,9 @@ class EksCluster(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, provider=self.provider, depends_on=[self.system_nodes]),
         )
 
-    def _access_entries(self, name: str, cluster_name: str, cfg: StackConfig, on_aws: pulumi.ResourceOptions) -> None:
+    def _access_entries(
+        self, name: str, cluster_name: str, cfg: StackConfig, on_aws: pulumi.ResourceOptions
+    ) -> None:
         """An access entry per team principal, in the Kubernetes groups the team's RoleBinding binds."""
         opts = pulumi.ResourceOptions.merge(on_aws, pulumi.ResourceOptions(depends_on=[self.cluster]))
         for team in cfg.teams:
@@ -422,8 +461,11 @@ class EksCluster(pulumi.ComponentResource):
                 values={
                     "autoDiscovery": {"clusterName": cluster_name},
                     "awsRegion": aws_cfg.region,
-                    "extraArgs": {"balance-similar-node-groups": True, "expander": "least-waste",
-                                  "skip-nodes-with-system-pods": False},
+                    "extraArgs": {
+                        "balance-similar-node-groups": True,
+                        "expander": "least-waste",
+                        "skip-nodes-with-system-pods": False,
+                    },
                     "nodeSelector": dict(SYSTEM_NODE_LABELS),
                 },  # fmt: skip
                 depends_on=[self.system_nodes],

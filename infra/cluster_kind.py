@@ -100,17 +100,16 @@ class KindCluster(pulumi.ComponentResource):
             ),
         )
         self.kubeconfig = pulumi.Output.secret(kubeconfig_cmd.stdout)
-        self.provider = kubernetes.Provider(
-            f"{name}-k8s", kubeconfig=self.kubeconfig, opts=child
-        )
+        self.provider = kubernetes.Provider(f"{name}-k8s", kubeconfig=self.kubeconfig, opts=child)
         self.facts = ClusterFacts(
             provider=self.provider,
             kubeconfig=self.kubeconfig,
             gpus_per_node=0,
             gpu_driver_by_operator=False,
             toolkit_by_operator=False,
-            registry=Registry(prefix=f"localhost:{port}/alchemist", host=f"localhost:{port}",
-                              ready=[self.registry]),
+            registry=Registry(
+                prefix=f"localhost:{port}/alchemist", host=f"localhost:{port}", ready=[self.registry]
+            ),
             depends_on=[self.registry_wiring],
         )
         self.register_outputs({"kubeconfig": self.kubeconfig, "cluster_name": cluster_name})

@@ -5,13 +5,19 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-import yaml
-
 import pulumi
 import pulumi_command as command
 import pulumi_kubernetes as kubernetes
+import yaml
 
-from infra.cluster_facts import GPU_NODE_LABELS, GPU_TAINT, SYSTEM_NODE_LABELS, ClusterArgs, ClusterFacts, Registry
+from infra.cluster_facts import (
+    GPU_NODE_LABELS,
+    GPU_TAINT,
+    SYSTEM_NODE_LABELS,
+    ClusterArgs,
+    ClusterFacts,
+    Registry,
+)
 from infra.config import OnpremConfig, OnpremHost, StackConfig
 from infra.versions import K3S_VERSIONS, NVIDIA_CONTAINER_TOOLKIT_VERSION, k3s_installer
 
@@ -30,7 +36,7 @@ def _install(version: str, installer_sha256: str, args: str) -> str:
         f'if ! echo "{installer_sha256}  $INSTALLER" | sha256sum -c --status; then '
         f'echo "k3s install.sh of {version} does not match alchemist:onprem.k3sInstallerSha256 '
         f'{installer_sha256} (the download has $(sha256sum < "$INSTALLER" | cut -c1-64))" >&2; exit 1; fi && '
-        f'sudo INSTALL_K3S_VERSION=\'{version}\' sh "$INSTALLER" {args}'
+        f"sudo INSTALL_K3S_VERSION='{version}' sh \"$INSTALLER\" {args}"
     )
 
 
@@ -38,10 +44,7 @@ def _install(version: str, installer_sha256: str, args: str) -> str:
 # k3s reads (`--token-file`): it never appears on a command line, where `ps` shows it to
 # every user of the host.
 TOKEN_FILE = "/etc/rancher/k3s/cluster-token"
-_SAVE_TOKEN = (
-    "sudo install -d -m 0700 /etc/rancher/k3s && "
-    f"sudo sh -c 'umask 077 && cat > {TOKEN_FILE}' && "
-)
+_SAVE_TOKEN = f"sudo install -d -m 0700 /etc/rancher/k3s && sudo sh -c 'umask 077 && cat > {TOKEN_FILE}' && "
 
 
 def server_script(version: str, host: OnpremHost, api: str, first: bool, ha: bool,
@@ -65,8 +68,9 @@ def server_script(version: str, host: OnpremHost, api: str, first: bool, ha: boo
     return f"set -eu; {_registries_step(registries)}{token}{_install(version, installer_sha256, ' '.join(flags))}"
 
 
-def agent_script(version: str, host: OnpremHost, api: str, registries: bool = False, *,
-                 installer_sha256: str) -> str:
+def agent_script(
+    version: str, host: OnpremHost, api: str, registries: bool = False, *, installer_sha256: str
+) -> str:
     """Join a k3s agent (token on stdin). GPU agents get the GPU label, taint and nvidia runtime."""
     flags = [f"--node-name {host.name}", f"--server https://{api}:6443", f"--token-file {TOKEN_FILE}"]
     if host.gpus:
@@ -154,7 +158,7 @@ def team_credentials_script(team: str, groups: list[str], tls_dir: str = K3S_TLS
     subject = "".join(f"/O={g}" for g in groups) + f"/CN=alchemist-submitter-{team}"
     return (
         'set -eu; d="$(mktemp -d)"; trap \'rm -rf "$d"\' EXIT; umask 077; '
-        'openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes '
+        "openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes "
         f'-keyout "$d/key.pem" -subj "{subject}" -out "$d/req.csr" 2>/dev/null; '
         f'{sudo}openssl x509 -req -in "$d/req.csr" -CA {tls_dir}/client-ca.crt -CAkey {tls_dir}/client-ca.key '
         f'-set_serial "0x$(openssl rand -hex 16)" -days {TEAM_CERT_DAYS} 2>/dev/null > "$d/cert.pem"; '
@@ -223,21 +227,34 @@ class K3sCluster(pulumi.ComponentResource):
         self.first_server = command.remote.Command(
             f"{name}-server-{first.name}",
             connection=connection(first),
-            create=server_script(version, first, api, first=True, ha=len(servers) > 1, registries=True,
-                                 installer_sha256=onprem.k3s_installer_sha256),
+            create=server_script(
+                version,
+                first,
+                api,
+                first=True,
+                ha=len(servers) > 1,
+                registries=True,
+                installer_sha256=onprem.k3s_installer_sha256,
+            ),
             stdin=registries,
             delete="/usr/local/bin/k3s-uninstall.sh",
             opts=pulumi.ResourceOptions(parent=self),
         )
-        token_cmd = self._read_secret(f"{name}-token", connection(first), "sudo cat /var/lib/rancher/k3s/server/node-token")
+        token_cmd = self._read_secret(
+            f"{name}-token", connection(first), "sudo cat /var/lib/rancher/k3s/server/node-token"
+        )
         token = pulumi.Output.secret(token_cmd.stdout.apply(lambda s: s.strip()))
         self.nodes: list[Any] = [self.first_server]
         joining = pulumi.Output.concat(registries, token)  # stdin: registries.yaml, then the token
         for host in [*servers[1:], *agents]:
-            self.nodes.append(self._join(name, host, connection(host), version, api, onprem, joining, token_cmd))
+            self.nodes.append(
+                self._join(name, host, connection(host), version, api, onprem, joining, token_cmd)
+            )
         # The program itself deploys with the admin kubeconfig; jobs get each team's own
         # submitter certificate, so the contract never carries admin access.
-        admin_cmd = self._read_secret(f"{name}-kubeconfig", connection(first), "sudo cat /etc/rancher/k3s/k3s.yaml")
+        admin_cmd = self._read_secret(
+            f"{name}-kubeconfig", connection(first), "sudo cat /etc/rancher/k3s/k3s.yaml"
+        )
         admin = pulumi.Output.secret(
             admin_cmd.stdout.apply(lambda s: s.replace("https://127.0.0.1:6443", f"https://{api}:6443"))
         )
@@ -250,7 +267,9 @@ class K3sCluster(pulumi.ComponentResource):
             self.team_kubeconfigs[team.name] = pulumi.Output.secret(pulumi.Output.all(admin, team_cmd.stdout).apply(
                 lambda a, t=team.name: team_kubeconfig(a[0], a[1], t, api)))  # fmt: skip
         self.kubeconfig = self.team_kubeconfigs[args.cfg.default_team.name]
-        self.provider = kubernetes.Provider(f"{name}-k8s", kubeconfig=admin, opts=pulumi.ResourceOptions(parent=self))
+        self.provider = kubernetes.Provider(
+            f"{name}-k8s", kubeconfig=admin, opts=pulumi.ResourceOptions(parent=self)
+        )
         self.facts = ClusterFacts(
             provider=self.provider,
             kubeconfig=self.kubeconfig,
@@ -268,11 +287,20 @@ class K3sCluster(pulumi.ComponentResource):
         """One more server or agent; a GPU agent gets the NVIDIA container toolkit first."""
         deps: list[Any] = [token_cmd]
         if host.role == "server":
-            create = server_script(version, host, api, first=False, ha=True, registries=True,
-                                   installer_sha256=onprem.k3s_installer_sha256)
+            create = server_script(
+                version,
+                host,
+                api,
+                first=False,
+                ha=True,
+                registries=True,
+                installer_sha256=onprem.k3s_installer_sha256,
+            )
             delete = "k3s-uninstall.sh"
         else:
-            create = agent_script(version, host, api, registries=True, installer_sha256=onprem.k3s_installer_sha256)
+            create = agent_script(
+                version, host, api, registries=True, installer_sha256=onprem.k3s_installer_sha256
+            )
             delete = "k3s-agent-uninstall.sh"
             if host.gpus:
                 deps.append(command.remote.Command(

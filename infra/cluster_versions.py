@@ -30,6 +30,7 @@ def autoscaler_chart(kubernetes_minor: str) -> ChartPin:
     version, _app = AUTOSCALER_CHARTS[kubernetes_minor]
     return ChartPin("cluster-autoscaler", version, AUTOSCALER_REPO)
 
+
 # The EFA device plugin (advertises `vpc.amazonaws.com/efa` on EFA nodes), from aws/eks-charts
 # stable/aws-efa-k8s-device-plugin (Apache-2.0), Chart.yaml at commit bfe91c4: version v0.5.30,
 # appVersion v0.5.20. Its one template is a DaemonSet (no Helm hooks: helm.v4.Chart is enough);
@@ -53,6 +54,7 @@ def kind_node_image(kubernetes_minor: str) -> str:
     """The kind node image of this Kubernetes minor, pinned by digest."""
     image = KIND_NODE_IMAGES[kubernetes_minor]
     return f"{image}@{KIND_NODE_DIGESTS[image]}"
+
 
 # End of EKS standard support per Kubernetes minor (AWS EKS user guide, "Understand the
 # Kubernetes version lifecycle on EKS", release calendar, read 2026-12-01): after it a cluster

@@ -11,12 +11,19 @@ from __future__ import annotations
 import ipaddress
 import json
 import re
-from typing import Annotated, Any, Literal, Union, get_args
+from typing import Annotated, Any, Literal, get_args
 from urllib.parse import urlsplit
 
 import yaml
-from pydantic import (BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator,
-                      model_validator)
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
 from infra import providers
@@ -26,8 +33,14 @@ from infra.versions import K3S_VERSIONS, KUBERNETES_VERSIONS, k3s_installer
 NAMESPACE = "alchemist"
 # Keys whose values are secrets: they must be set with `pulumi config set --secret`, and no
 # message ever shows their value.
-SECRET_KEYS = ("kubeconfig", "sshPrivateKey", "registryPassword", "grafanaAdminPassword",
-               "objectStoreSecretKey", "objectStoreTeamSecretKeys")
+SECRET_KEYS = (
+    "kubeconfig",
+    "sshPrivateKey",
+    "registryPassword",
+    "grafanaAdminPassword",
+    "objectStoreSecretKey",
+    "objectStoreTeamSecretKeys",
+)
 # Namespaces the platform itself owns; a team may not take one of these names.
 SYSTEM_NAMESPACES = (
     "default", "kube-system", "kube-public", "kube-node-lease",
@@ -67,9 +80,7 @@ def _show(key: str, value: Any) -> str:
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(
-        extra="forbid", frozen=True, alias_generator=to_camel, populate_by_name=True
-    )
+    model_config = ConfigDict(extra="forbid", frozen=True, alias_generator=to_camel, populate_by_name=True)
 
 
 class Quota(_Model):
@@ -90,7 +101,8 @@ class Team(_Model):
         description="identity-provider groups allowed to submit jobs (default alchemist:<team>)",
     )
     uid: Annotated[int, Field(ge=1000, le=2**31 - 1)] | None = Field(
-        None, description="POSIX uid the team's job pods run as and own their subtree with (default 1000 + index)"
+        None,
+        description="POSIX uid the team's job pods run as and own their subtree with (default 1000 + index)",
     )
     gid: Annotated[int, Field(ge=1000, le=2**31 - 1)] | None = Field(
         None, description="POSIX gid of the team's job pods and subtree (default: the uid)"
@@ -100,9 +112,10 @@ class Team(_Model):
         description="IAM role or user ARNs (arn:aws:iam::<account>:role/<name>) that submit for the team (aws only)",
     )
     object_store_access_key_id: str | None = Field(
-        None, min_length=1,
+        None,
+        min_length=1,
         description="the team's own access key id on the S3-compatible service (not aws), which the service's "
-                    "admin restricts to the prefix <team>/; its secret key in alchemist:objectStoreTeamSecretKeys",
+        "admin restricts to the prefix <team>/; its secret key in alchemist:objectStoreTeamSecretKeys",
     )
 
 
@@ -122,7 +135,8 @@ class OnpremHost(_Model):
     role: Literal["server", "agent"] = Field(description="'server' or 'agent'")
     gpus: Size = Field(0, description="GPUs on this host; > 0 makes it a GPU agent")
     host_key: str | None = Field(
-        None, pattern=r"^(ssh-ed25519|ecdsa-sha2-nistp(256|384|521)|ssh-rsa) [A-Za-z0-9+/]+={0,3}$",
+        None,
+        pattern=r"^(ssh-ed25519|ecdsa-sha2-nistp(256|384|521)|ssh-rsa) [A-Za-z0-9+/]+={0,3}$",
         description="the host's public SSH key, such as 'ssh-ed25519 AAAA...' (ssh-keyscan -t ed25519 HOST)",
     )
 
@@ -138,7 +152,9 @@ class OnpremConfig(_Model):
         "host", description="'host' (driver preinstalled) or 'operator' (GPU Operator installs it)"
     )
     k3s_installer_sha256: str | None = Field(
-        None, pattern=r"^[0-9a-f]{64}$", alias="k3sInstallerSha256",
+        None,
+        pattern=r"^[0-9a-f]{64}$",
+        alias="k3sInstallerSha256",
         description="the sha256 of k3s's install.sh at the pinned release, 64 lowercase hex digits",
     )
 
@@ -168,8 +184,10 @@ class ExistingConfig(_Model):
         bad = [f"{k}: {val}" for k, val in v.items()
                if len(k) > 317 or not re.match(LABEL_KEY, k) or not re.match(LABEL_VALUE, val)]  # fmt: skip
         if not v or bad:
-            raise ValueError("at least one node label `key: value` (a label key such as nvidia.com/gpu.present, "
-                             "a value of up to 63 letters, digits, '-', '_', '.')")
+            raise ValueError(
+                "at least one node label `key: value` (a label key such as nvidia.com/gpu.present, "
+                "a value of up to 63 letters, digits, '-', '_', '.')"
+            )
         return v
 
 
@@ -197,7 +215,8 @@ class GpuPool(_Model):
     capacity_type: Literal["ON_DEMAND", "SPOT"] = "ON_DEMAND"
     require_imdsv2: bool = Field(True, description="true (policy imdsv2-on-gpu-nodes requires it)")
     efa: bool | None = Field(
-        None, description="true, false, or unset: on when every instance type has EFA (infra/instance_types.py)"
+        None,
+        description="true, false, or unset: on when every instance type has EFA (infra/instance_types.py)",
     )
 
     @property
@@ -209,8 +228,12 @@ class GpuPool(_Model):
 class AwsConfig(_Model):
     """VPC + EKS (pulumi-eks) with a system and a GPU managed node group."""
 
-    region: str = Field(pattern=r"^[a-z]{2}(-gov)?-[a-z]+-[0-9]$", description="an AWS region such as us-west-2")
-    availability_zones: list[str] = Field(min_length=2, max_length=6, description="2 to 6 zones of the region")
+    region: str = Field(
+        pattern=r"^[a-z]{2}(-gov)?-[a-z]+-[0-9]$", description="an AWS region such as us-west-2"
+    )
+    availability_zones: list[str] = Field(
+        min_length=2, max_length=6, description="2 to 6 zones of the region"
+    )
     vpc_cidr: ipaddress.IPv4Network = Field(description="an IPv4 /16 to /20 such as 10.40.0.0/16")
     endpoint_public_access: bool = True
     public_access_cidrs: list[ipaddress.IPv4Network] = Field(
@@ -245,7 +268,7 @@ class HostPathFs(_Model):
     kind: Literal["hostpath"]
 
 
-SharedFs = Annotated[Union[EfsFs, FsxLustreFs, NfsFs, HostPathFs], Field(discriminator="kind")]
+SharedFs = Annotated[EfsFs | FsxLustreFs | NfsFs | HostPathFs, Field(discriminator="kind")]
 
 
 class ImagesConfig(_Model):
@@ -254,7 +277,8 @@ class ImagesConfig(_Model):
     registry: str | None = Field(None, description="a registry/prefix such as registry.lab:5000/alchemist")
     registry_user: str | None = None
     registry_insecure: bool = Field(
-        False, description="true when the registry speaks plain HTTP (k3s nodes are told so in registries.yaml)"
+        False,
+        description="true when the registry speaks plain HTTP (k3s nodes are told so in registries.yaml)",
     )
     frameworks: list[Literal["tensorflow", "jax"]] = Field(
         default_factory=list,
@@ -274,15 +298,19 @@ class AlertmanagerConfig(_Model):
     show in Alertmanager and Grafana only."""
 
     receivers: list[dict[str, Any]] = Field(
-        min_length=1, description="Alertmanager receivers, such as [{name: oncall, webhook_configs: [{url_file: ...}]}]"
+        min_length=1,
+        description="Alertmanager receivers, such as [{name: oncall, webhook_configs: [{url_file: ...}]}]",
     )
-    route: dict[str, Any] | None = Field(None, description="an Alertmanager route (default: every alert to the first receiver)")
+    route: dict[str, Any] | None = Field(
+        None, description="an Alertmanager route (default: every alert to the first receiver)"
+    )
     secrets: list[DnsLabel] = Field(
-        default_factory=list, description="Secrets of the monitoring namespace, mounted at /etc/alertmanager/secrets/<name>/"
+        default_factory=list,
+        description="Secrets of the monitoring namespace, mounted at /etc/alertmanager/secrets/<name>/",
     )
 
     @model_validator(mode="after")
-    def _receivers_are_alertmanagers(self) -> "AlertmanagerConfig":
+    def _receivers_are_alertmanagers(self) -> AlertmanagerConfig:
         names = []
         for r in self.receivers:
             name = r.get("name")
@@ -303,16 +331,25 @@ class ObjectStoreConfig(_Model):
     """Object storage for datasets (infra/object_store.py). On AWS the stack creates the bucket
     (`bucket` optionally names it); elsewhere these name an existing S3-compatible service."""
 
-    endpoint: str | None = Field(None, pattern=r"^https?://[^\s/]+(:[0-9]+)?/?$",
-                                 description="the S3 API URL, such as https://minio.lab:9000")
-    bucket: str | None = Field(None, pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$",
-                               description="an S3 bucket name (3-63 of a-z 0-9 . -)")
+    endpoint: str | None = Field(
+        None,
+        pattern=r"^https?://[^\s/]+(:[0-9]+)?/?$",
+        description="the S3 API URL, such as https://minio.lab:9000",
+    )
+    bucket: str | None = Field(
+        None,
+        pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$",
+        description="an S3 bucket name (3-63 of a-z 0-9 . -)",
+    )
     region: str = Field("us-east-1", min_length=1, description="the region the service signs requests for")
-    access_key_id: str | None = Field(None, min_length=1,
-                                      description="with the secret alchemist:objectStoreSecretKey")
+    access_key_id: str | None = Field(
+        None, min_length=1, description="with the secret alchemist:objectStoreSecretKey"
+    )
     # Job pods reach the store through a NetworkPolicy, which matches addresses, not names.
     cidrs: list[ipaddress.IPv4Network] = Field(
-        default_factory=list, description="the addresses the endpoint's host resolves to, such as 10.20.0.9/32")
+        default_factory=list,
+        description="the addresses the endpoint's host resolves to, such as 10.20.0.9/32",
+    )
 
 
 class StackConfig(_Model):
@@ -364,7 +401,11 @@ class StackConfig(_Model):
         for team in self.teams:
             if team.object_store_access_key_id is not None:
                 out[team.name] = (team.object_store_access_key_id, own[team.name])
-            elif store is not None and store.access_key_id is not None and self.object_store_secret_key is not None:
+            elif (
+                store is not None
+                and store.access_key_id is not None
+                and self.object_store_secret_key is not None
+            ):
                 out[team.name] = (store.access_key_id, self.object_store_secret_key)
         return out
 
@@ -465,7 +506,7 @@ def _one_line(e: ValidationError) -> StackConfigError:
         msg = _describe(loc)
     for prefix in ("Input should be ", "Value error, "):
         if msg.startswith(prefix):
-            msg = msg[len(prefix):]
+            msg = msg[len(prefix) :]
     return StackConfigError(key, err.get("input"), msg)
 
 
@@ -550,13 +591,18 @@ def _check_consistency(cfg: StackConfig) -> None:
         try:  # jobs get this cluster with a team token (infra/team_credential.py)
             cluster_entry(cfg.kubeconfig.get_secret_value())
         except (ValueError, AttributeError, TypeError, KeyError, yaml.YAMLError):
-            raise StackConfigError(f"{ns}:kubeconfig", "<secret>",
-                                   "a kubeconfig whose current-context names a cluster with a server") from None
+            raise StackConfigError(
+                f"{ns}:kubeconfig",
+                "<secret>",
+                "a kubeconfig whose current-context names a cluster with a server",
+            ) from None
     if not rules.reads_kubeconfig and cfg.kubeconfig is not None:
         raise StackConfigError(f"{ns}:kubeconfig", "<secret>",
                                f"no kubeconfig: only {_providers_with('reads_kubeconfig')} reads one")  # fmt: skip
     if not rules.reads_ssh_key and cfg.ssh_private_key is not None:
-        raise StackConfigError(f"{ns}:sshPrivateKey", "<secret>", f"only with {_providers_with('reads_ssh_key')}")
+        raise StackConfigError(
+            f"{ns}:sshPrivateKey", "<secret>", f"only with {_providers_with('reads_ssh_key')}"
+        )
     if rules.own_registry is not None and cfg.images.registry is not None:
         raise StackConfigError(f"{ns}:images.registry", cfg.images.registry,
                                f"no registry: provider {provider!r} pushes to {rules.own_registry} it creates")  # fmt: skip
@@ -660,12 +706,18 @@ def _check_object_store(cfg: StackConfig) -> None:
     key, store = f"{NAMESPACE}:objectStore", cfg.object_store
     team_keys = [i for i, t in enumerate(cfg.teams) if t.object_store_access_key_id is not None]
     if store is None or providers.get(cfg.provider).iam:
-        where = "only with an objectStore section" if store is None else \
-            f"no key: provider {cfg.provider!r} grants jobs access through IAM"
+        where = (
+            "only with an objectStore section"
+            if store is None
+            else f"no key: provider {cfg.provider!r} grants jobs access through IAM"
+        )
         if team_keys:
             i = team_keys[0]
-            raise StackConfigError(f"{NAMESPACE}:teams[{i}].objectStoreAccessKeyId",
-                                   cfg.teams[i].object_store_access_key_id, where)
+            raise StackConfigError(
+                f"{NAMESPACE}:teams[{i}].objectStoreAccessKeyId",
+                cfg.teams[i].object_store_access_key_id,
+                where,
+            )
         if cfg.object_store_team_secret_keys is not None:
             raise StackConfigError(f"{NAMESPACE}:objectStoreTeamSecretKeys", "<secret>", where)
     if store is None:
@@ -674,8 +726,11 @@ def _check_object_store(cfg: StackConfig) -> None:
                                    "only with an objectStore section")  # fmt: skip
         return
     if providers.get(cfg.provider).iam:
-        for field_, value in (("endpoint", store.endpoint), ("accessKeyId", store.access_key_id),
-                              ("cidrs", [str(c) for c in store.cidrs] or None)):
+        for field_, value in (
+            ("endpoint", store.endpoint),
+            ("accessKeyId", store.access_key_id),
+            ("cidrs", [str(c) for c in store.cidrs] or None),
+        ):
             if value is not None:
                 raise StackConfigError(f"{key}.{field_}", value, f"no {field_}: provider {cfg.provider!r} "
                                        "creates its bucket and grants jobs access through IAM")  # fmt: skip
@@ -707,7 +762,9 @@ def _team_secret_keys(cfg: StackConfig) -> dict[str, SecretStr]:
         raw = yaml.safe_load(cfg.object_store_team_secret_keys.get_secret_value())
     except yaml.YAMLError:
         raw = None
-    if not isinstance(raw, dict) or not all(isinstance(k, str) and isinstance(v, str) and v for k, v in raw.items()):
+    if not isinstance(raw, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) and v for k, v in raw.items()
+    ):
         raise StackConfigError(key, "<secret>", "a mapping of team name to that team's secret key")
     return {k: SecretStr(v) for k, v in raw.items()}
 
@@ -718,8 +775,12 @@ def _check_team_keys(cfg: StackConfig) -> None:
     own = _team_secret_keys(cfg)
     with_key = {t.name for t in cfg.teams if t.object_store_access_key_id is not None}
     for name in sorted(set(own) ^ with_key):
-        raise StackConfigError(key, "<secret>", f"a secret key for each team that sets objectStoreAccessKeyId "
-                               f"({', '.join(sorted(with_key)) or 'none does'}), no other; team {name!r} differs")
+        raise StackConfigError(
+            key,
+            "<secret>",
+            f"a secret key for each team that sets objectStoreAccessKeyId "
+            f"({', '.join(sorted(with_key)) or 'none does'}), no other; team {name!r} differs",
+        )
     shared = [i for i, t in enumerate(cfg.teams) if t.object_store_access_key_id is None]
     if store.access_key_id is not None and len(shared) > 1:
         i = shared[1]
@@ -734,8 +795,11 @@ def _check_team_keys(cfg: StackConfig) -> None:
         if kid is None:
             continue
         if kid in seen:
-            raise StackConfigError(f"{NAMESPACE}:teams[{i}].objectStoreAccessKeyId", kid,
-                                   f"a key no other team holds (team {seen[kid]!r} has it)")
+            raise StackConfigError(
+                f"{NAMESPACE}:teams[{i}].objectStoreAccessKeyId",
+                kid,
+                f"a key no other team holds (team {seen[kid]!r} has it)",
+            )
         seen[kid] = t.name
 
 
@@ -751,8 +815,11 @@ def _check_gpu_pool(aws: AwsConfig) -> None:
     if gpu.efa:
         for i, t in enumerate(gpu.instance_types):
             if not efa_interfaces(t):
-                raise StackConfigError(f"{key}.instanceTypes[{i}]", t,
-                                       "an EFA instance type with efa: true (see infra/instance_types.py)")
+                raise StackConfigError(
+                    f"{key}.instanceTypes[{i}]",
+                    t,
+                    "an EFA instance type with efa: true (see infra/instance_types.py)",
+                )
 
 
 def cluster_entry(deployer_kubeconfig: str) -> dict[str, Any]:
@@ -762,7 +829,9 @@ def cluster_entry(deployer_kubeconfig: str) -> dict[str, Any]:
     doc = yaml.safe_load(deployer_kubeconfig) or {}
     current = doc.get("current-context")
     ctx = next((c["context"] for c in doc.get("contexts") or [] if c.get("name") == current), None)
-    cluster = next((c["cluster"] for c in doc.get("clusters") or [] if ctx and c.get("name") == ctx.get("cluster")), None)
+    cluster = next(
+        (c["cluster"] for c in doc.get("clusters") or [] if ctx and c.get("name") == ctx.get("cluster")), None
+    )
     if not cluster or not cluster.get("server"):
         raise ValueError("no current-context whose cluster has a server")
     return dict(cluster)

@@ -9,9 +9,8 @@ from typing import Any
 import pulumi
 import pulumi_command as command
 
-from infra.cluster import Registry
-
 from alchemist_jobs.image_context import IMAGES, context_hash, image_tag
+from infra.cluster import Registry
 
 # Runs on the deployer's Docker, for linux/amd64 whatever the deployer's own architecture. A tag
 # already in the registry holds the same content (the tag is the content hash; ECR tags are
@@ -84,7 +83,8 @@ class Images(pulumi.ComponentResource):
             }
             repos = {image: repo.repository_url for image, repo in ecr.items()}
             token = aws.ecr.get_authorization_token_output(
-                registry_id=ecr["train"].registry_id, opts=pulumi.InvokeOutputOptions(provider=args.aws_provider)
+                registry_id=ecr["train"].registry_id,
+                opts=pulumi.InvokeOutputOptions(provider=args.aws_provider),
             )
             user, password = token.user_name, pulumi.Output.secret(token.password)
             host = token.proxy_endpoint.apply(lambda e: e.removeprefix("https://"))
@@ -97,8 +97,11 @@ class Images(pulumi.ComponentResource):
                 f"{name}-login",
                 create=LOGIN_SCRIPT,
                 interpreter=["/bin/bash", "-c"],
-                environment={"REGISTRY_HOST": host, "REGISTRY_USER": user or "",
-                             "REGISTRY_PASSWORD": pulumi.Output.secret(password)},
+                environment={
+                    "REGISTRY_HOST": host,
+                    "REGISTRY_USER": user or "",
+                    "REGISTRY_PASSWORD": pulumi.Output.secret(password),
+                },
                 logging=command.local.Logging.STDERR,
                 opts=pulumi.ResourceOptions(parent=self),
             )
@@ -127,5 +130,7 @@ class Images(pulumi.ComponentResource):
                 opts=pulumi.ResourceOptions(parent=self, depends_on=previous),
             )
             previous = [build]
-            self.refs[image] = pulumi.Output.concat(repos[image], "@", build.stdout.apply(lambda s: s.strip()))
+            self.refs[image] = pulumi.Output.concat(
+                repos[image], "@", build.stdout.apply(lambda s: s.strip())
+            )
         self.register_outputs(dict(self.refs))

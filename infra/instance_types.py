@@ -78,4 +78,5 @@ def group_efa(instance_types: list[str]) -> int:
 def group_efa_rdma_read(instance_types: list[str]) -> bool:
     """Whether every type of a group has EFA with RDMA read (False for an empty list)."""
     return bool(instance_types) and all(
-        efa_interfaces(t) and family(t) in EFA_RDMA_READ_FAMILIES for t in instance_types)
+        efa_interfaces(t) and family(t) in EFA_RDMA_READ_FAMILIES for t in instance_types
+    )

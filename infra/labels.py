@@ -3,7 +3,14 @@
 from __future__ import annotations
 
 from alchemist_jobs.contract import (  # noqa: F401  (re-exported for the components)
-    MANAGED_BY_LABEL, METRICS_BASE_PORT, METRICS_PORT_SLOTS, RUN_LABEL, metrics_port_name)
+    JOB_SECRET_PREFIX,
+    JOB_SERVICE_ACCOUNT,
+    MANAGED_BY_LABEL,
+    METRICS_BASE_PORT,
+    METRICS_PORT_SLOTS,
+    RUN_LABEL,
+    metrics_port_name,
+)
 
 MANAGED_BY = dict([MANAGED_BY_LABEL])  # {"app.kubernetes.io/managed-by": "alchemist"}
 SCRAPE_LABELS = {"alchemist.io/scrape": "true"}  # exported as monitoring.pod_monitor_labels
@@ -29,12 +36,11 @@ SESSION_PREFIX = "alchemist-session-"
 TENSORBOARD_POD = "tensorboard-0"  # a team's TensorBoard StatefulSet's one pod
 
 # Job pods run as this ServiceAccount (or the namespace's `default`); it has no RBAC and no
-# token is mounted. The admission policy refuses any other ServiceAccount.
-from alchemist_jobs.contract import JOB_SERVICE_ACCOUNT  # noqa: E402  (the contract names it)
+# token is mounted. The admission policy refuses any other ServiceAccount (JOB_SERVICE_ACCOUNT,
+# named by the contract and imported above).
 # The only Secrets a submitter's pod may reference (volumes, env, envFrom): a team admin
 # creates them with this prefix (and an interactive session its own token Secret);
-# submitters can create and delete Secrets but never read one.
-from alchemist_jobs.contract import JOB_SECRET_PREFIX  # noqa: E402  (the contract names it)
+# submitters can create and delete Secrets but never read one (JOB_SECRET_PREFIX, above).
 
 # kube-prometheus-stack's release name; its Prometheus selects ServiceMonitors, PodMonitors
 # and PrometheusRules carrying this label (set explicitly in the chart values).

@@ -59,16 +59,24 @@ def load_monitoring_files(monitoring_dir: Path) -> MonitoringFiles:
         try:
             json.loads(text)
         except json.JSONDecodeError as e:
-            raise StackConfigError(str(path), f"line {e.lineno}: {e.msg}", "a Grafana dashboard as JSON") from None
+            raise StackConfigError(
+                str(path), f"line {e.lineno}: {e.msg}", "a Grafana dashboard as JSON"
+            ) from None
         if len(text.encode()) > 900_000:
-            raise StackConfigError(str(path), f"{len(text.encode())} bytes", "under 900 kB (a ConfigMap holds 1 MiB)")
+            raise StackConfigError(
+                str(path), f"{len(text.encode())} bytes", "under 900 kB (a ConfigMap holds 1 MiB)"
+            )
         dashboards[_k8s_name(path.stem)] = text
     rules: dict[str, dict[str, Any]] = {}
-    for path in sorted([*(monitoring_dir / "rules").glob("*.yaml"), *(monitoring_dir / "rules").glob("*.yml")]):
+    for path in sorted(
+        [*(monitoring_dir / "rules").glob("*.yaml"), *(monitoring_dir / "rules").glob("*.yml")]
+    ):
         try:
             doc = yaml.safe_load(path.read_text())
         except yaml.YAMLError as e:
-            raise StackConfigError(str(path), str(e).splitlines()[0], "a Prometheus rule file (YAML)") from None
+            raise StackConfigError(
+                str(path), str(e).splitlines()[0], "a Prometheus rule file (YAML)"
+            ) from None
         if not isinstance(doc, dict) or set(doc) != {"groups"} or not isinstance(doc["groups"], list):
             keys = sorted(doc) if isinstance(doc, dict) else type(doc).__name__
             raise StackConfigError(str(path), keys, "a Prometheus rule file: only a top-level `groups:` list")
@@ -83,9 +91,14 @@ def alertmanager_config(receivers: list[dict[str, Any]], route: dict[str, Any] |
                      "repeat_interval": "12h", "receiver": receivers[0]["name"]}  # fmt: skip
     return {
         "global": {"resolve_timeout": "5m"},
-        "route": {**default_route, **(route or {}),
-                  "routes": [{"receiver": "null", "matchers": ['alertname = "Watchdog"']},
-                             *((route or {}).get("routes") or [])]},  # fmt: skip
+        "route": {
+            **default_route,
+            **(route or {}),
+            "routes": [
+                {"receiver": "null", "matchers": ['alertname = "Watchdog"']},
+                *((route or {}).get("routes") or []),
+            ],
+        },  # fmt: skip
         "receivers": [{"name": "null"}, *receivers],
         "templates": ["/etc/alertmanager/config/*.tmpl"],
     }
@@ -118,27 +131,41 @@ def prometheus_stack_values(alerts: Any = None, provider: str = "") -> dict[str,
             "testFramework": {"enabled": False},  # `helm test` pods: hooks, skipped anyway
             "fullnameOverride": f"{PROMETHEUS_RELEASE}-grafana",
             "image": {"tag": GRAFANA_IMAGE_TAG},
-            "admin": {"existingSecret": "grafana-admin", "userKey": "admin-user", "passwordKey": "admin-password"},
-            "sidecar": {"dashboards": {
-                "enabled": True,
-                "label": next(iter(DASHBOARD_LABEL)),
-                "labelValue": DASHBOARD_LABEL["grafana_dashboard"],
-                "searchNamespace": MONITORING_NAMESPACE,
-                "folderAnnotation": "grafana_folder",
-                "provider": {"foldersFromFilesStructure": True},
-            }},  # fmt: skip
+            "admin": {
+                "existingSecret": "grafana-admin",
+                "userKey": "admin-user",
+                "passwordKey": "admin-password",
+            },
+            "sidecar": {
+                "dashboards": {
+                    "enabled": True,
+                    "label": next(iter(DASHBOARD_LABEL)),
+                    "labelValue": DASHBOARD_LABEL["grafana_dashboard"],
+                    "searchNamespace": MONITORING_NAMESPACE,
+                    "folderAnnotation": "grafana_folder",
+                    "provider": {"foldersFromFilesStructure": True},
+                }
+            },  # fmt: skip
         },
-        "prometheus": {"prometheusSpec": {
-            "retention": "15d",
-            "serviceMonitorSelector": selector,
-            "serviceMonitorNamespaceSelector": {},
-            "podMonitorSelector": selector,
-            "podMonitorNamespaceSelector": {},
-            "ruleSelector": selector,
-            "ruleNamespaceSelector": {},
-            "storageSpec": {"volumeClaimTemplate": {"spec": {
-                "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "50Gi"}}}}},
-        }},  # fmt: skip
+        "prometheus": {
+            "prometheusSpec": {
+                "retention": "15d",
+                "serviceMonitorSelector": selector,
+                "serviceMonitorNamespaceSelector": {},
+                "podMonitorSelector": selector,
+                "podMonitorNamespaceSelector": {},
+                "ruleSelector": selector,
+                "ruleNamespaceSelector": {},
+                "storageSpec": {
+                    "volumeClaimTemplate": {
+                        "spec": {
+                            "accessModes": ["ReadWriteOnce"],
+                            "resources": {"requests": {"storage": "50Gi"}},
+                        }
+                    }
+                },
+            }
+        },  # fmt: skip
     }
     for component in HIDDEN_CONTROL_PLANE.get(provider, ()):
         values[component] = {"enabled": False}
@@ -161,15 +188,20 @@ def pod_monitor_spec(job_namespaces: list[str]) -> dict[str, Any]:
         # honorLabels: workers label every series with `job` = the Alchemist job name (the
         # metric contract); without it Prometheus renames that to `exported_job` and every
         # dashboard's and alert's job filter comes back empty.
-        "podMetricsEndpoints": [{"port": metrics_port_name(r), "path": "/metrics", "interval": "15s",
-                                 "honorLabels": True}
-                                for r in range(METRICS_PORT_SLOTS)],
+        "podMetricsEndpoints": [
+            {"port": metrics_port_name(r), "path": "/metrics", "interval": "15s", "honorLabels": True}
+            for r in range(METRICS_PORT_SLOTS)
+        ],
         "podTargetLabels": [RUN_LABEL],
     }
 
 
-def tensorboard_statefulset(namespace: str, image: pulumi.Input[str], identity: tuple[int, int] = (1000, 1000),
-                            pull_secret: str | None = None) -> dict[str, Any]:
+def tensorboard_statefulset(
+    namespace: str,
+    image: pulumi.Input[str],
+    identity: tuple[int, int] = (1000, 1000),
+    pull_secret: str | None = None,
+) -> dict[str, Any]:
     """A team's TensorBoard over its own runs, read-only, listening on the pod's loopback only.
 
     Nothing else in the cluster can connect to it; a teammate reaches it with
@@ -177,7 +209,11 @@ def tensorboard_statefulset(namespace: str, image: pulumi.Input[str], identity: 
     port-forward to that one pod). One StatefulSet replica, so the pod's name is fixed. Its
     image is the stack's training image: `pull_secret` is the registry login where one is needed.
     """
-    probe = ["python3", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:6006/', timeout=5)"]
+    probe = [
+        "python3",
+        "-c",
+        "import urllib.request; urllib.request.urlopen('http://127.0.0.1:6006/', timeout=5)",
+    ]
     return {
         "metadata": {"name": "tensorboard", "namespace": namespace, "labels": TENSORBOARD_LABELS},
         "spec": {
@@ -189,22 +225,50 @@ def tensorboard_statefulset(namespace: str, image: pulumi.Input[str], identity: 
                 "spec": {
                     "automountServiceAccountToken": False,
                     **({"imagePullSecrets": [{"name": pull_secret}]} if pull_secret else {}),
-                    "securityContext": {"runAsNonRoot": True, "runAsUser": identity[0], "runAsGroup": identity[1],
-                                        "seccompProfile": {"type": "RuntimeDefault"}},  # fmt: skip
-                    "containers": [{
-                        "name": "tensorboard",
-                        "image": image,
-                        "command": ["tensorboard", "--logdir", TENSORBOARD_LOGDIR, "--host", "127.0.0.1",
-                                    "--port", "6006"],
-                        "readinessProbe": {"exec": {"command": probe}, "periodSeconds": 10, "timeoutSeconds": 8},
-                        "resources": {"requests": {"cpu": "250m", "memory": "1Gi"}, "limits": {"memory": "4Gi"}},
-                        "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
-                                            "capabilities": {"drop": ["ALL"]}},
-                        "volumeMounts": [{"name": "shared", "mountPath": MOUNT_PATH, "readOnly": True},
-                                         {"name": "tmp", "mountPath": "/tmp"}],
-                    }],  # fmt: skip
+                    "securityContext": {
+                        "runAsNonRoot": True,
+                        "runAsUser": identity[0],
+                        "runAsGroup": identity[1],
+                        "seccompProfile": {"type": "RuntimeDefault"},
+                    },  # fmt: skip
+                    "containers": [
+                        {
+                            "name": "tensorboard",
+                            "image": image,
+                            "command": [
+                                "tensorboard",
+                                "--logdir",
+                                TENSORBOARD_LOGDIR,
+                                "--host",
+                                "127.0.0.1",
+                                "--port",
+                                "6006",
+                            ],
+                            "readinessProbe": {
+                                "exec": {"command": probe},
+                                "periodSeconds": 10,
+                                "timeoutSeconds": 8,
+                            },
+                            "resources": {
+                                "requests": {"cpu": "250m", "memory": "1Gi"},
+                                "limits": {"memory": "4Gi"},
+                            },
+                            "securityContext": {
+                                "allowPrivilegeEscalation": False,
+                                "readOnlyRootFilesystem": True,
+                                "capabilities": {"drop": ["ALL"]},
+                            },
+                            "volumeMounts": [
+                                {"name": "shared", "mountPath": MOUNT_PATH, "readOnly": True},
+                                {"name": "tmp", "mountPath": "/tmp"},
+                            ],
+                        }
+                    ],  # fmt: skip
                     "volumes": [
-                        {"name": "shared", "persistentVolumeClaim": {"claimName": SHARED_PVC, "readOnly": True}},
+                        {
+                            "name": "shared",
+                            "persistentVolumeClaim": {"claimName": SHARED_PVC, "readOnly": True},
+                        },
                         {"name": "tmp", "emptyDir": {}},
                     ],
                 },
@@ -255,8 +319,12 @@ class Monitoring(pulumi.ComponentResource):
         self.dashboards = [
             k8s.core.v1.ConfigMap(
                 f"{name}-dashboard-{stem}",
-                metadata={"name": f"alchemist-dashboard-{stem}", "namespace": MONITORING_NAMESPACE,
-                          "labels": DASHBOARD_LABEL, "annotations": {"grafana_folder": "Alchemist"}},
+                metadata={
+                    "name": f"alchemist-dashboard-{stem}",
+                    "namespace": MONITORING_NAMESPACE,
+                    "labels": DASHBOARD_LABEL,
+                    "annotations": {"grafana_folder": "Alchemist"},
+                },
                 data={f"{stem}.json": text},
                 opts=child,
             )  # fmt: skip
@@ -267,8 +335,11 @@ class Monitoring(pulumi.ComponentResource):
                 f"{name}-rules-{stem}",
                 api_version="monitoring.coreos.com/v1",
                 kind="PrometheusRule",
-                metadata={"name": f"alchemist-{stem}", "namespace": MONITORING_NAMESPACE,
-                          "labels": dict(PROMETHEUS_SELECTOR)},
+                metadata={
+                    "name": f"alchemist-{stem}",
+                    "namespace": MONITORING_NAMESPACE,
+                    "labels": dict(PROMETHEUS_SELECTOR),
+                },
                 spec=doc,
                 opts=after_crds,
             )  # fmt: skip
@@ -277,13 +348,18 @@ class Monitoring(pulumi.ComponentResource):
         self.pod_monitor, self.kueue_monitor = self._monitors(name, args, after_crds)
         self.tensorboards = {}
         for ns in args.job_namespaces:
-            tb = tensorboard_statefulset(ns, args.tensorboard_image,
-                                         args.team_identities.get(ns, (1000, 1000)), args.pull_secret)
+            tb = tensorboard_statefulset(
+                ns, args.tensorboard_image, args.team_identities.get(ns, (1000, 1000)), args.pull_secret
+            )
             self.tensorboards[ns] = k8s.apps.v1.StatefulSet(
                 f"{name}-tensorboard-{ns}", metadata=tb["metadata"], spec=tb["spec"],
                 opts=pulumi.ResourceOptions(parent=self, depends_on=args.team_depends_on.get(ns, [])),
             )  # fmt: skip
-        self.urls = {"prometheus_url": PROMETHEUS_URL, "grafana_url": GRAFANA_URL, "tensorboard_url": TENSORBOARD_URL}
+        self.urls = {
+            "prometheus_url": PROMETHEUS_URL,
+            "grafana_url": GRAFANA_URL,
+            "tensorboard_url": TENSORBOARD_URL,
+        }
         self.register_outputs({**self.urls, "dashboards": len(self.dashboards), "rules": len(self.rules)})
 
     def _grafana_secret(self, name: str, args: MonitoringArgs, child: pulumi.ResourceOptions) -> Any:
@@ -305,7 +381,9 @@ class Monitoring(pulumi.ComponentResource):
             opts=child,
         )
 
-    def _monitors(self, name: str, args: MonitoringArgs, after_crds: pulumi.ResourceOptions) -> tuple[Any, Any]:
+    def _monitors(
+        self, name: str, args: MonitoringArgs, after_crds: pulumi.ResourceOptions
+    ) -> tuple[Any, Any]:
         """(the job pods' PodMonitor, Kueue's ServiceMonitor)."""
         pod_monitor = kubernetes.apiextensions.CustomResource(
             f"{name}-podmonitor-jobs",

@@ -25,9 +25,9 @@ from pydantic import SecretStr
 
 from alchemist_jobs.contract import JOB_SERVICE_ACCOUNT, OBJECT_STORE_SECRET
 from infra.cluster import AwsNetwork
+from infra.cluster_addons import ROLE_ANNOTATION, irsa_trust_policy
 from infra.config import ObjectStoreConfig
 from infra.labels import MANAGED_BY
-from infra.cluster_addons import ROLE_ANNOTATION, irsa_trust_policy
 
 ACCESS_KEY_ANNOTATION = "alchemist.io/access-key-id"
 MULTIPART_ABORT_DAYS = 7  # an interrupted `alchemist data push` leaves parts; S3 bills them
@@ -43,7 +43,9 @@ class ObjectStoreArgs:
     depends_on: list[Any] = field(default_factory=list)
     service_accounts: dict[str, Any] = field(default_factory=dict)  # team -> its job ServiceAccount
     default_team: str = ""  # whose prefix the stack output names (the contract's namespace)
-    team_keys: dict[str, tuple[str, SecretStr]] = field(default_factory=dict)  # team -> its own key pair (non-AWS)
+    team_keys: dict[str, tuple[str, SecretStr]] = field(
+        default_factory=dict
+    )  # team -> its own key pair (non-AWS)
 
 
 def bucket_prefix(stack: str) -> str:
@@ -119,14 +121,27 @@ class ObjectStore(pulumi.ComponentResource):
             opts=on_aws,
         )  # fmt: skip
         block = aws.s3.BucketPublicAccessBlock(
-            f"{name}-public-access-block", bucket=bucket.id, block_public_acls=True,
-            block_public_policy=True, ignore_public_acls=True, restrict_public_buckets=True, opts=on_aws)
+            f"{name}-public-access-block",
+            bucket=bucket.id,
+            block_public_acls=True,
+            block_public_policy=True,
+            ignore_public_acls=True,
+            restrict_public_buckets=True,
+            opts=on_aws,
+        )
         aws.s3.BucketOwnershipControls(
-            f"{name}-ownership", bucket=bucket.id,
-            rule=aws.s3.BucketOwnershipControlsRuleArgs(object_ownership="BucketOwnerEnforced"), opts=on_aws)
+            f"{name}-ownership",
+            bucket=bucket.id,
+            rule=aws.s3.BucketOwnershipControlsRuleArgs(object_ownership="BucketOwnerEnforced"),
+            opts=on_aws,
+        )
         # After the public-access block: S3 evaluates a policy against the block when it is put.
-        aws.s3.BucketPolicy(f"{name}-tls-only", bucket=bucket.id, policy=bucket.arn.apply(tls_only_policy),
-                            opts=pulumi.ResourceOptions.merge(on_aws, pulumi.ResourceOptions(depends_on=[block])))
+        aws.s3.BucketPolicy(
+            f"{name}-tls-only",
+            bucket=bucket.id,
+            policy=bucket.arn.apply(tls_only_policy),
+            opts=pulumi.ResourceOptions.merge(on_aws, pulumi.ResourceOptions(depends_on=[block])),
+        )
         aws.s3.BucketLifecycleConfiguration(
             f"{name}-lifecycle", bucket=bucket.id,
             rules=[aws.s3.BucketLifecycleConfigurationRuleArgs(
@@ -137,20 +152,27 @@ class ObjectStore(pulumi.ComponentResource):
             )],
             opts=on_aws,
         )  # fmt: skip
-        for team, namespace in args.namespaces.items():
+        for team in args.namespaces:
             role = aws.iam.Role(
                 f"{name}-{team}-role",
                 assume_role_policy=irsa_trust_policy(net.oidc_provider_arn, net.oidc_provider_url,
                                                      team, JOB_SERVICE_ACCOUNT),
                 opts=on_aws,
             )  # fmt: skip
-            aws.iam.RolePolicy(f"{name}-{team}-access", role=role.id,
-                               policy=bucket.arn.apply(lambda arn, t=team: job_access_policy(arn, team_prefix(t))),
-                               opts=on_aws)
+            aws.iam.RolePolicy(
+                f"{name}-{team}-access",
+                role=role.id,
+                policy=bucket.arn.apply(lambda arn, t=team: job_access_policy(arn, team_prefix(t))),
+                opts=on_aws,
+            )
             self.role_arns[team] = role.arn
             self._annotate_service_account(name, team, args, {ROLE_ANNOTATION: role.arn})
         self.bucket = bucket
-        self.output = {"bucket": bucket.bucket, "region": net.region, "prefix": team_prefix(args.default_team)}
+        self.output = {
+            "bucket": bucket.bucket,
+            "region": net.region,
+            "prefix": team_prefix(args.default_team),
+        }
 
     def _existing(self, name: str, args: ObjectStoreArgs, cfg: ObjectStoreConfig) -> None:
         # Each team's own key pair (StackConfig.object_store_keys: no two teams share one), which
@@ -171,11 +193,16 @@ class ObjectStore(pulumi.ComponentResource):
                 },
                 opts=pulumi.ResourceOptions(parent=self, depends_on=[namespace, *args.depends_on]),
             )  # fmt: skip
-        self.output = {"endpoint": cfg.endpoint.rstrip("/"), "bucket": cfg.bucket, "region": cfg.region,
-                       "prefix": team_prefix(args.default_team)}
+        self.output = {
+            "endpoint": cfg.endpoint.rstrip("/"),
+            "bucket": cfg.bucket,
+            "region": cfg.region,
+            "prefix": team_prefix(args.default_team),
+        }
 
-    def _annotate_service_account(self, name: str, team: str, args: ObjectStoreArgs,
-                                  annotations: dict[str, Any]) -> None:
+    def _annotate_service_account(
+        self, name: str, team: str, args: ObjectStoreArgs, annotations: dict[str, Any]
+    ) -> None:
         """IRSA's role on the team's job ServiceAccount, which the team namespace owns: a patch
         (server-side apply of these fields only), not a second object of the same name."""
         kubernetes.core.v1.ServiceAccountPatch(

@@ -31,17 +31,34 @@ def build_output(stack: str, cfg: StackConfig, facts: ClusterFacts, images: dict
         "namespace": team.name,
         "queue": team.name,  # the team's LocalQueue has the namespace's name
         # The PVC is the team's own subtree, owned by this identity; job pods run as it.
-        "shared_fs": {"kind": cfg.shared_fs.kind, "pvc": SHARED_PVC, "mount_path": MOUNT_PATH,
-                      "uid": uid, "gid": gid},
-        "images": {"train": images["train"], "interactive": images["interactive"],
-                   **({"pull_secret": pull_secret} if pull_secret else {})},
+        "shared_fs": {
+            "kind": cfg.shared_fs.kind,
+            "pvc": SHARED_PVC,
+            "mount_path": MOUNT_PATH,
+            "uid": uid,
+            "gid": gid,
+        },
+        "images": {
+            "train": images["train"],
+            "interactive": images["interactive"],
+            **({"pull_secret": pull_secret} if pull_secret else {}),
+        },
         "gpu": {
             "resource": GPU_RESOURCE,
             "node_selector": dict(facts.gpu_node_labels),
             "tolerations": [dict(t) for t in GPU_TOLERATIONS],
             "per_node": facts.gpus_per_node,
-            **({"efa": {"resource": EFA_RESOURCE, "per_node": facts.efa_per_node,
-                        "rdma_read": facts.efa_rdma_read}} if facts.efa_per_node else {}),
+            **(
+                {
+                    "efa": {
+                        "resource": EFA_RESOURCE,
+                        "per_node": facts.efa_per_node,
+                        "rdma_read": facts.efa_rdma_read,
+                    }
+                }
+                if facts.efa_per_node
+                else {}
+            ),
         },
         "monitoring": {**monitoring_urls, "pod_monitor_labels": dict(SCRAPE_LABELS)},
     }
@@ -55,7 +72,9 @@ def build_output(stack: str, cfg: StackConfig, facts: ClusterFacts, images: dict
     return out
 
 
-def team_entry(cfg: StackConfig, team: str, has_store: bool, kubeconfig: pulumi.Input[str] | None) -> dict[str, Any]:
+def team_entry(
+    cfg: StackConfig, team: str, has_store: bool, kubeconfig: pulumi.Input[str] | None
+) -> dict[str, Any]:
     """One team as the contract's `Team`: its LocalQueue has its namespace's name."""
     uid, gid = cfg.identity(team)
     entry: dict[str, Any] = {"name": team, "namespace": team, "queue": team, "uid": uid, "gid": gid}

@@ -41,7 +41,9 @@ class PlatformArgs:
     toolkit_by_operator: bool
     depends_on: list[Any] = field(default_factory=list)
     object_store: StoreEgress | None = None  # where job pods reach the object store (none: no store)
-    gpu_node_labels: dict[str, str] | None = None  # the GPU nodes' labels (ClusterFacts); None: GPU_NODE_LABELS
+    gpu_node_labels: dict[str, str] | None = (
+        None  # the GPU nodes' labels (ClusterFacts); None: GPU_NODE_LABELS
+    )
 
 
 class Platform(pulumi.ComponentResource):
@@ -83,7 +85,9 @@ class Platform(pulumi.ComponentResource):
         self.team_namespaces = {team: t.namespace for team, t in self.teams.items()}
         self.job_service_accounts = {team: t.job_service_account for team, t in self.teams.items()}
         # After the JobSet chart: the JobSet policy's type check needs its CRD.
-        after_queueing = pulumi.ResourceOptions(parent=self, depends_on=[*args.depends_on, *self.queueing.ready])
+        after_queueing = pulumi.ResourceOptions(
+            parent=self, depends_on=[*args.depends_on, *self.queueing.ready]
+        )
         for key, vap, binding in all_policies():
             policy = k8s.admissionregistration.v1.ValidatingAdmissionPolicy(
                 f"{name}-admission-{key}", metadata=vap["metadata"], spec=vap["spec"], opts=after_queueing

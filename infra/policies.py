@@ -69,7 +69,10 @@ def _is_gpu_instance(instance_type: Any) -> bool:
 
 def check_storage_encrypted(r: Resource) -> list[str]:
     p = r.props
-    if r.type in ("aws:efs/fileSystem:FileSystem", "aws:ebs/volume:Volume") and p.get("encrypted") is not True:
+    if (
+        r.type in ("aws:efs/fileSystem:FileSystem", "aws:ebs/volume:Volume")
+        and p.get("encrypted") is not True
+    ):
         return [f"{r.name}: {r.type.split(':')[-1]} must set encrypted: true"]
     if r.type == "aws:ecr/repository:Repository":
         for enc in p.get("encryptionConfigurations") or []:
@@ -85,7 +88,7 @@ def check_storage_encrypted(r: Resource) -> list[str]:
         "ebs.csi.aws.com", "kubernetes.io/aws-ebs"
     ):  # fmt: skip
         if str(_get(p, "parameters", "encrypted", default="")).lower() != "true":
-            return [f"{r.name}: EBS StorageClass must set parameters.encrypted: \"true\""]
+            return [f'{r.name}: EBS StorageClass must set parameters.encrypted: "true"']
     if r.type == "aws:ec2/launchTemplate:LaunchTemplate":
         for bdm in p.get("blockDeviceMappings") or []:
             ebs = _get(bdm, "ebs") or {}
@@ -155,7 +158,10 @@ def check_no_open_endpoints(r: Resource) -> list[str]:
         opened = sorted({s for rule in p.get("ingress") or [] for s in _rule_opens(rule)})
         if opened:
             return [f"{r.name}: security group opens {' and '.join(opened)} to 0.0.0.0/0"]
-    if r.type in ("aws:ec2/securityGroupRule:SecurityGroupRule", "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule"):
+    if r.type in (
+        "aws:ec2/securityGroupRule:SecurityGroupRule",
+        "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule",
+    ):
         if r.type.endswith("SecurityGroupRule") and p.get("type") != "ingress":
             return []
         opened = _rule_opens(p)

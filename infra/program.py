@@ -51,16 +51,24 @@ def run(stack: str, monitoring_dir: Path, repo_root: Path = REPO_ROOT) -> None:
     platform = Platform(
         "platform",
         PlatformArgs(
-            teams=list(cfg.teams), pod_security=cfg.pod_security, depends_on=facts.depends_on,
+            teams=list(cfg.teams),
+            pod_security=cfg.pod_security,
+            depends_on=facts.depends_on,
             identities={t.name: cfg.identity(t.name) for t in cfg.teams},
-            gpu_driver_by_operator=facts.gpu_driver_by_operator, toolkit_by_operator=facts.toolkit_by_operator,
-            object_store=store_addresses, gpu_node_labels=dict(facts.gpu_node_labels),
+            gpu_driver_by_operator=facts.gpu_driver_by_operator,
+            toolkit_by_operator=facts.toolkit_by_operator,
+            object_store=store_addresses,
+            gpu_node_labels=dict(facts.gpu_node_labels),
         ),
         opts=on_cluster,
     )
     registry = RegistryAccess(
-        "registry", RegistryAccessArgs(registry=facts.registry, namespaces=dict(platform.team_namespaces),
-                                       existing_namespaces=[PREPARE_NAMESPACE]),
+        "registry",
+        RegistryAccessArgs(
+            registry=facts.registry,
+            namespaces=dict(platform.team_namespaces),
+            existing_namespaces=[PREPARE_NAMESPACE],
+        ),
         opts=on_cluster,
     )
     shared = SharedFileSystem(
@@ -70,28 +78,47 @@ def run(stack: str, monitoring_dir: Path, repo_root: Path = REPO_ROOT) -> None:
             namespaces=dict(platform.team_namespaces),
             identities={t.name: cfg.identity(t.name) for t in cfg.teams},
             prepare_image=images.refs["train"],
-            pull_secret=registry.pull_secret, pull_secret_ready=list(registry.secrets.values()),
-            depends_on=facts.depends_on, **provider.shared_fs_args(facts),
+            pull_secret=registry.pull_secret,
+            pull_secret_ready=list(registry.secrets.values()),
+            depends_on=facts.depends_on,
+            **provider.shared_fs_args(facts),
         ),
         opts=on_cluster,
     )
     objects = ObjectStore(
         "object-store",
-        ObjectStoreArgs(stack=stack, config=cfg.object_store, secret_key=cfg.object_store_secret_key,
-                        team_keys=cfg.object_store_keys(),
-                        namespaces=platform.team_namespaces, depends_on=facts.depends_on,
-                        service_accounts=platform.job_service_accounts, default_team=cfg.default_team.name,
-                        **provider.object_store_args(facts)),
+        ObjectStoreArgs(
+            stack=stack,
+            config=cfg.object_store,
+            secret_key=cfg.object_store_secret_key,
+            team_keys=cfg.object_store_keys(),
+            namespaces=platform.team_namespaces,
+            depends_on=facts.depends_on,
+            service_accounts=platform.job_service_accounts,
+            default_team=cfg.default_team.name,
+            **provider.object_store_args(facts),
+        ),
         opts=on_cluster,
     )
     monitoring = _monitoring(cfg, monitoring_dir, images, platform, shared, registry, on_cluster)
-    pulumi.export("alchemist", build_output(stack, cfg, facts, images.refs, monitoring.urls,
-                                              pull_secret=registry.pull_secret, object_store=objects.output,
-                                              access=provider.jobs_access(cfg, facts, platform, on_cluster)))
+    pulumi.export(
+        "alchemist",
+        build_output(
+            stack,
+            cfg,
+            facts,
+            images.refs,
+            monitoring.urls,
+            pull_secret=registry.pull_secret,
+            object_store=objects.output,
+            access=provider.jobs_access(cfg, facts, platform, on_cluster),
+        ),
+    )
 
 
-def _monitoring(cfg, monitoring_dir: Path, images, platform, shared, registry,
-                on_cluster: pulumi.ResourceOptions):
+def _monitoring(
+    cfg, monitoring_dir: Path, images, platform, shared, registry, on_cluster: pulumi.ResourceOptions
+):
     """The monitoring stack: each team's TensorBoard beside its claim, Grafana and the rules."""
     from infra.monitoring import Monitoring, MonitoringArgs
 
@@ -106,9 +133,12 @@ def _monitoring(cfg, monitoring_dir: Path, images, platform, shared, registry,
             alerts=cfg.alertmanager,
             depends_on=[platform.system_namespaces[MONITORING_NAMESPACE]],
             # each team's TensorBoard reads that team's own claim
-            team_depends_on={t.name: [platform.team_namespaces[t.name], shared.claims[t.name],
-                                      *registry.secrets.values()] for t in cfg.teams},
-            team_identities={t.name: cfg.identity(t.name) for t in cfg.teams}, pull_secret=registry.pull_secret,
+            team_depends_on={
+                t.name: [platform.team_namespaces[t.name], shared.claims[t.name], *registry.secrets.values()]
+                for t in cfg.teams
+            },
+            team_identities={t.name: cfg.identity(t.name) for t in cfg.teams},
+            pull_secret=registry.pull_secret,
             provider=cfg.provider,
         ),
         opts=on_cluster,

@@ -11,7 +11,14 @@ import yaml
 
 from infra.cluster import EFA_RESOURCE, GPU_NODE_LABELS, GPU_RESOURCE, GPU_TOLERATIONS
 from infra.config import Team
-from infra.labels import JOBSET_NAMESPACE, KUEUE_COHORT, KUEUE_NAMESPACE, KUEUE_RELEASE, PRIORITY_CLASSES, TEAM_LABEL
+from infra.labels import (
+    JOBSET_NAMESPACE,
+    KUEUE_COHORT,
+    KUEUE_NAMESPACE,
+    KUEUE_RELEASE,
+    PRIORITY_CLASSES,
+    TEAM_LABEL,
+)
 from infra.versions import CHARTS
 
 KUEUE_API = "kueue.x-k8s.io/v1beta1"
@@ -37,15 +44,25 @@ def kueue_manager_config() -> dict[str, Any]:
         "metrics": {"bindAddress": ":8443"},
         "webhook": {"port": 9443},
         "leaderElection": {"leaderElect": True, "resourceName": "c1f6bfd2.kueue.x-k8s.io"},
-        "controller": {"groupKindConcurrency": {
-            "Job.batch": 5, "Pod": 5, "Workload.kueue.x-k8s.io": 5, "LocalQueue.kueue.x-k8s.io": 1,
-            "ClusterQueue.kueue.x-k8s.io": 1, "ResourceFlavor.kueue.x-k8s.io": 1}},  # fmt: skip
+        "controller": {
+            "groupKindConcurrency": {
+                "Job.batch": 5,
+                "Pod": 5,
+                "Workload.kueue.x-k8s.io": 5,
+                "LocalQueue.kueue.x-k8s.io": 1,
+                "ClusterQueue.kueue.x-k8s.io": 1,
+                "ResourceFlavor.kueue.x-k8s.io": 1,
+            }
+        },  # fmt: skip
         "clientConnection": {"qps": 50, "burst": 100},
         # The manager writes its webhook certificate into this Secret, for this Service: the
         # names the chart gives them under release KUEUE_RELEASE (its pod mounts that Secret).
         # Without a Secret of this name the manager exits (pkg/util/cert/cert.go at v0.13.4).
-        "internalCertManagement": {"enable": True, "webhookServiceName": f"{KUEUE_RELEASE}-webhook-service",
-                                   "webhookSecretName": f"{KUEUE_RELEASE}-webhook-server-cert"},
+        "internalCertManagement": {
+            "enable": True,
+            "webhookServiceName": f"{KUEUE_RELEASE}-webhook-service",
+            "webhookSecretName": f"{KUEUE_RELEASE}-webhook-server-cert",
+        },
         # Only team namespaces hold jobs Kueue manages; system pods are never gated.
         "managedJobsNamespaceSelector": {"matchExpressions": [{"key": TEAM_LABEL, "operator": "Exists"}]},
         "integrations": {"frameworks": ["batch/job", "jobset.x-k8s.io/jobset", "pod"]},
@@ -66,15 +83,20 @@ def kueue_manager_config() -> dict[str, Any]:
 def kueue_values() -> dict[str, Any]:
     return {
         "controllerManager": {"replicas": 1},
-        "managerConfig": {"controllerManagerConfigYaml": yaml.safe_dump(kueue_manager_config(), sort_keys=False)},
+        "managerConfig": {
+            "controllerManagerConfigYaml": yaml.safe_dump(kueue_manager_config(), sort_keys=False)
+        },
     }
 
 
 # Kueue's metrics Service (charts/kueue/templates/manager/auth_proxy_service.yaml at v0.13.4):
 # labelled `kueue.metricsService.labels`, its port `https` (values.yaml metricsService.ports)
 # forwarding to the manager's `metrics.bindAddress`.
-KUEUE_METRICS_LABELS = {"app.kubernetes.io/name": "kueue", "app.kubernetes.io/instance": KUEUE_RELEASE,
-                        "app.kubernetes.io/component": "metrics"}
+KUEUE_METRICS_LABELS = {
+    "app.kubernetes.io/name": "kueue",
+    "app.kubernetes.io/instance": KUEUE_RELEASE,
+    "app.kubernetes.io/component": "metrics",
+}
 
 
 def kueue_service_monitor_spec() -> dict[str, Any]:
@@ -89,9 +111,16 @@ def kueue_service_monitor_spec() -> dict[str, Any]:
     return {
         "namespaceSelector": {"matchNames": [KUEUE_NAMESPACE]},
         "selector": {"matchLabels": dict(KUEUE_METRICS_LABELS)},
-        "endpoints": [{"port": "https", "scheme": "https", "path": "/metrics", "interval": "30s",
-                       "bearerTokenFile": "/var/run/secrets/kubernetes.io/serviceaccount/token",
-                       "tlsConfig": {"insecureSkipVerify": True}}],
+        "endpoints": [
+            {
+                "port": "https",
+                "scheme": "https",
+                "path": "/metrics",
+                "interval": "30s",
+                "bearerTokenFile": "/var/run/secrets/kubernetes.io/serviceaccount/token",
+                "tlsConfig": {"insecureSkipVerify": True},
+            }
+        ],
     }
 
 
@@ -114,14 +143,21 @@ def cluster_queue(team: Team) -> dict[str, Any]:
             "resourceGroups": [
                 {
                     "coveredResources": ["cpu", "memory"],
-                    "flavors": [{"name": "default", "resources": [
-                        {"name": "cpu", "nominalQuota": q.cpu},
-                        {"name": "memory", "nominalQuota": q.memory},
-                    ]}],  # fmt: skip
+                    "flavors": [
+                        {
+                            "name": "default",
+                            "resources": [
+                                {"name": "cpu", "nominalQuota": q.cpu},
+                                {"name": "memory", "nominalQuota": q.memory},
+                            ],
+                        }
+                    ],  # fmt: skip
                 },
                 {
                     "coveredResources": [GPU_RESOURCE],
-                    "flavors": [{"name": "gpu", "resources": [{"name": GPU_RESOURCE, "nominalQuota": q.gpu}]}],
+                    "flavors": [
+                        {"name": "gpu", "resources": [{"name": GPU_RESOURCE, "nominalQuota": q.gpu}]}
+                    ],
                 },
             ],
         },
@@ -138,8 +174,11 @@ def most_admitted(team: Team, cohort: list[Team]) -> dict[str, str]:
     mebibytes = {"Mi": 1, "Gi": 1024, "Ti": 1024**2}
     memory = sum(int(t.quota.memory[:-2]) * mebibytes[t.quota.memory[-2:]] for t in teams)
     unit = next(u for u in ("Ti", "Gi", "Mi") if memory % mebibytes[u] == 0)
-    return {"cpu": str(sum(t.quota.cpu for t in teams)), "memory": f"{memory // mebibytes[unit]}{unit}",
-            GPU_RESOURCE: str(sum(t.quota.gpu for t in teams))}
+    return {
+        "cpu": str(sum(t.quota.cpu for t in teams)),
+        "memory": f"{memory // mebibytes[unit]}{unit}",
+        GPU_RESOURCE: str(sum(t.quota.gpu for t in teams)),
+    }
 
 
 def resource_flavors(gpu_node_labels: dict[str, str] | None = None) -> dict[str, dict[str, Any]]:

@@ -24,7 +24,9 @@ def docker_config(host: str, user: str, password: str) -> str:
 @dataclass
 class RegistryAccessArgs:
     registry: Registry
-    namespaces: dict[str, Any]  # name -> Namespace resource (the team namespaces: jobs, sessions, TensorBoard)
+    namespaces: dict[
+        str, Any
+    ]  # name -> Namespace resource (the team namespaces: jobs, sessions, TensorBoard)
     # Namespaces the cluster already has whose pods run the stack's images too (the shared file
     # system's prepare Job in kube-system).
     existing_namespaces: list[str] = field(default_factory=list)
@@ -43,8 +45,10 @@ class RegistryAccess(pulumi.ComponentResource):
             config = pulumi.Output.secret(
                 pulumi.Output.all(reg.host, reg.user, reg.password).apply(lambda a: docker_config(*a))
             )
-            targets = {**{ns: [res] for ns, res in args.namespaces.items()},
-                       **{ns: [] for ns in args.existing_namespaces}}
+            targets = {
+                **{ns: [res] for ns, res in args.namespaces.items()},
+                **{ns: [] for ns in args.existing_namespaces},
+            }
             for ns, after in targets.items():
                 self.secrets[ns] = kubernetes.core.v1.Secret(
                     f"{name}-{ns}",

@@ -171,7 +171,7 @@ class Recorder:
 
     def __init__(self) -> None:
         import pulumi
-        from pulumi.runtime import rpc
+        from pulumi.runtime import rpc  # noqa: F401  (loads the module the mocks serialize with)
         from pulumi.runtime.mocks import MockMonitor
 
         self.resources: list[dict[str, Any]] = []
@@ -251,8 +251,10 @@ class Recorder:
                        repositoryUrl=f"{ACCOUNT}.dkr.ecr.{region}.amazonaws.com/{inputs.get('name', name)}")  # fmt: skip
         elif t == "aws:s3/bucket:Bucket":
             # The provider names a bucket from bucketPrefix plus a unique 26-character suffix.
-            rid = inputs.get("bucket") or inputs.get("bucketPrefix", "terraform-") + \
-                hashlib.sha256(name.encode()).hexdigest()[:26]
+            rid = (
+                inputs.get("bucket")
+                or inputs.get("bucketPrefix", "terraform-") + hashlib.sha256(name.encode()).hexdigest()[:26]
+            )
             out.update(bucket=rid, arn=f"arn:aws:s3:::{rid}", region=region)
         elif t == "aws:efs/accessPoint:AccessPoint":
             rid = _fake_id(name, "fsap")
@@ -264,8 +266,11 @@ class Recorder:
             out.setdefault("name", name)
         elif t == "kubernetes:core/v1:Secret" and inputs.get("type") == "kubernetes.io/service-account-token":
             # the token controller fills in the ServiceAccount's token and the cluster's CA
-            out["data"] = {"token": base64.b64encode(b"mock-service-account-token").decode(),
-                           "ca.crt": base64.b64encode(b"mock-cluster-ca").decode(), "namespace": ""}
+            out["data"] = {
+                "token": base64.b64encode(b"mock-service-account-token").decode(),
+                "ca.crt": base64.b64encode(b"mock-cluster-ca").decode(),
+                "namespace": "",
+            }
         elif t == "aws:iam/role:Role":
             out.update(arn=f"arn:aws:iam::{ACCOUNT}:role/{name}", name=name)
         elif t == "eks:index:Cluster":
@@ -443,7 +448,9 @@ def _pairs(items: list[str], flag: str) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m infra.render", description=__doc__.splitlines()[0])
     parser.add_argument("stack_file", type=Path, nargs="?")
-    parser.add_argument("--jobs", type=Path, help="a JSON list of render() keyword arguments: render each, print a list")
+    parser.add_argument(
+        "--jobs", type=Path, help="a JSON list of render() keyword arguments: render each, print a list"
+    )
     parser.add_argument("--stack", help="stack name (default: from the file name)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=YAML")
     parser.add_argument("--secret", action="append", default=[], metavar="KEY=VALUE")

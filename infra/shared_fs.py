@@ -21,7 +21,6 @@ The monitoring namespace (TensorBoard) gets the root, read-only.
 from __future__ import annotations
 
 import json
-
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,7 +56,9 @@ class SharedFileSystemArgs:
     fs: EfsFs | FsxLustreFs | NfsFs | HostPathFs
     namespaces: dict[str, Any]  # team name -> Namespace resource: each gets its own subtree
     identities: dict[str, tuple[int, int]]  # team name -> (uid, gid) owning its subtree
-    root_namespaces: dict[str, Any] = field(default_factory=dict)  # namespace -> resource: the root, read-only
+    root_namespaces: dict[str, Any] = field(
+        default_factory=dict
+    )  # namespace -> resource: the root, read-only
     prepare_image: pulumi.Input[str] | None = None  # any image with sh, mkdir, chown, chmod
     # The registry login for prepare_image in PREPARE_NAMESPACE (None: no login needed), and
     # what the Job waits for (that Secret).
@@ -104,7 +105,8 @@ def prepare_script(identities: dict[str, tuple[int, int]], root: str = "/fs") ->
             f" || {{ mkdir -p {d} && chown {uid}:{gid} {d} && chmod {PREPARED_DIR_MODE} {d}; }}"
             f" || {{ echo 'alchemist-shared-prepare: cannot give {rel} owner {uid}:{gid} and mode"
             f" {PREPARED_DIR_MODE} (an export with root_squash?); on the file server, in the exported"
-            f" directory, run: {make}' >&2; fail=1; }}")
+            f" directory, run: {make}' >&2; fail=1; }}"
+        )
     lines.append('exit "$fail"')
     return "; ".join(lines)
 
@@ -181,7 +183,9 @@ class SharedFileSystem(pulumi.ComponentResource):
                 "volumeName": pv_name,
                 "resources": {"requests": {"storage": capacity}},
             },
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[pv, *([ns_res] if ns_res is not None else [])]),
+            opts=pulumi.ResourceOptions(
+                parent=self, depends_on=[pv, *([ns_res] if ns_res is not None else [])]
+            ),
         )
 
     def _prepare_job(self, name: str, args: SharedFileSystemArgs) -> Any:
@@ -193,24 +197,36 @@ class SharedFileSystem(pulumi.ComponentResource):
             metadata={"name": "alchemist-shared-prepare", "namespace": PREPARE_NAMESPACE},
             spec={
                 "backoffLimit": 3,
-                "template": {"spec": {
-                    "restartPolicy": "OnFailure",
-                    **({"imagePullSecrets": [{"name": args.pull_secret}]} if args.pull_secret else {}),
-                    "containers": [{
-                        "name": "prepare",
-                        "image": args.prepare_image,
-                        "command": ["sh", "-c", prepare_script(args.identities)],
-                        # chown needs root; this Job is the only pod that runs as root on the root.
-                        # FSETID: chmod keeps the setgid bit on a directory whose group is not root's.
-                        "securityContext": {"runAsUser": 0, "runAsGroup": 0, "allowPrivilegeEscalation": False,
-                                            "capabilities": {"drop": ["ALL"],
-                                                             "add": ["CHOWN", "FOWNER", "DAC_OVERRIDE", "FSETID"]}},
-                        "volumeMounts": [{"name": "fs", "mountPath": "/fs"}],
-                    }],
-                    "volumes": [{"name": "fs", "persistentVolumeClaim": {"claimName": ROOT_PVC}}],
-                }},
+                "template": {
+                    "spec": {
+                        "restartPolicy": "OnFailure",
+                        **({"imagePullSecrets": [{"name": args.pull_secret}]} if args.pull_secret else {}),
+                        "containers": [
+                            {
+                                "name": "prepare",
+                                "image": args.prepare_image,
+                                "command": ["sh", "-c", prepare_script(args.identities)],
+                                # chown needs root; this Job is the only pod that runs as root on the root.
+                                # FSETID: chmod keeps the setgid bit on a directory whose group is not root's.
+                                "securityContext": {
+                                    "runAsUser": 0,
+                                    "runAsGroup": 0,
+                                    "allowPrivilegeEscalation": False,
+                                    "capabilities": {
+                                        "drop": ["ALL"],
+                                        "add": ["CHOWN", "FOWNER", "DAC_OVERRIDE", "FSETID"],
+                                    },
+                                },
+                                "volumeMounts": [{"name": "fs", "mountPath": "/fs"}],
+                            }
+                        ],
+                        "volumes": [{"name": "fs", "persistentVolumeClaim": {"claimName": ROOT_PVC}}],
+                    }
+                },
             },  # fmt: skip
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.storage_class, *args.pull_secret_ready]),
+            opts=pulumi.ResourceOptions(
+                parent=self, depends_on=[self.storage_class, *args.pull_secret_ready]
+            ),
         )
 
     def _csi_driver(self, name: str, net: AwsNetwork, service_account: str, chart: ChartPin, policy_arn: str,
@@ -277,8 +293,10 @@ class SharedFileSystem(pulumi.ComponentResource):
                 f"{name}-ap-{team}",
                 file_system_id=self.file_system.id,
                 posix_user={"uid": uid, "gid": gid},
-                root_directory={"path": f"/{team_path(team)}", "creation_info": {
-                    "owner_uid": uid, "owner_gid": gid, "permissions": TEAM_DIR_MODE}},
+                root_directory={
+                    "path": f"/{team_path(team)}",
+                    "creation_info": {"owner_uid": uid, "owner_gid": gid, "permissions": TEAM_DIR_MODE},
+                },
                 tags={"Name": f"{name}-{team}", "alchemist.io/team": team},
                 opts=on_aws,
             )  # fmt: skip

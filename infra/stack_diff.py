@@ -97,11 +97,7 @@ def in_layer(r: dict[str, Any], by_urn: dict[str, dict[str, Any]]) -> bool:
 def layers(render: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
     """(type, name) -> flattened inputs, for the platform and monitoring layers and the output."""
     by_urn = {r["urn"]: r for r in render["resources"]}
-    out = {
-        (r["type"], r["name"]): flatten(r["inputs"])
-        for r in render["resources"]
-        if in_layer(r, by_urn)
-    }
+    out = {(r["type"], r["name"]): flatten(r["inputs"]) for r in render["resources"] if in_layer(r, by_urn)}
     out[OUTPUT_KEY] = flatten(render.get("outputs", {}).get("alchemist", {}))
     return out
 

@@ -22,14 +22,22 @@ from typing import Any
 
 from infra.stack_diff import compare
 
-
 # section, key, stand-in, when the section needs it, how its deployer sets it
 DEPLOY_TIME = (
-    ("alchemist:aws", "publicAccessCidrs", ["100.20.30.40/32"],
-     lambda section: section.get("endpointPublicAccess", True) is not False,
-     "pulumi config set --path 'alchemist:aws.publicAccessCidrs[0]' <cidr>"),
-    ("alchemist:onprem", "k3sInstallerSha256", "0" * 64, lambda section: True,
-     "pulumi config set --path 'alchemist:onprem.k3sInstallerSha256' <sha256 of install.sh>"),
+    (
+        "alchemist:aws",
+        "publicAccessCidrs",
+        ["100.20.30.40/32"],
+        lambda section: section.get("endpointPublicAccess", True) is not False,
+        "pulumi config set --path 'alchemist:aws.publicAccessCidrs[0]' <cidr>",
+    ),
+    (
+        "alchemist:onprem",
+        "k3sInstallerSha256",
+        "0" * 64,
+        lambda section: True,
+        "pulumi config set --path 'alchemist:onprem.k3sInstallerSha256' <sha256 of install.sh>",
+    ),
 )
 
 
@@ -51,8 +59,9 @@ def check(req: dict[str, Any]) -> dict[str, Any]:
     # so are the deploy-time values its deployer has yet to give.
     later = [k for k in left_out if k.split(":", 1)[1] in SECRET_KEYS]
     filled = stand_ins(config)
-    deploy_time = [[k, how] for section, key, _, _, how in DEPLOY_TIME
-                   for k in filled if k == f"{section}.{key}"]
+    deploy_time = [
+        [k, how] for section, key, _, _, how in DEPLOY_TIME for k in filled if k == f"{section}.{key}"
+    ]
     config = {k: dict(v) if isinstance(v, dict) else v for k, v in config.items()}
     for dotted, value in filled.items():
         section, key = dotted.split(".", 1)
@@ -74,15 +83,18 @@ def diff(req: dict[str, Any]) -> dict[str, Any]:
     ra, rb = req["a"], req["b"]
     report = compare(ra, rb)
     a, b = ra["stack"], rb["stack"]
-    return {"a": a, "b": b, "differences": [d.line(a, b) for d in report.differences],
-            "allowed": [[d.allowed_because, d.line(a, b)] for d in report.allowed]}
+    return {
+        "a": a,
+        "b": b,
+        "differences": [d.line(a, b) for d in report.differences],
+        "allowed": [[d.allowed_because, d.line(a, b)] for d in report.allowed],
+    }
 
 
 def main(argv: list[str]) -> int:
     commands = {"check": check, "stand-ins": stand_ins_of, "diff": diff}
     if len(argv) != 1 or argv[0] not in commands:
-        print(f"usage: python -m infra.stack_tools {'|'.join(commands)} < request.json",
-              file=sys.stderr)
+        print(f"usage: python -m infra.stack_tools {'|'.join(commands)} < request.json", file=sys.stderr)
         return 2
     json.dump(commands[argv[0]](json.load(sys.stdin)), sys.stdout)
     return 0

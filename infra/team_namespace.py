@@ -8,6 +8,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as kubernetes
 
+from infra.admission import DEBUG_GRANT
 from infra.cluster import GPU_RESOURCE
 from infra.config import Team
 from infra.labels import (
@@ -21,7 +22,6 @@ from infra.labels import (
     TEAM_LABEL,
     TEAM_UID_LABEL,
 )
-from infra.admission import DEBUG_GRANT
 from infra.object_store_network import STORE_POLICY, StoreEgress
 from infra.queueing import local_queue, most_admitted
 
@@ -55,19 +55,37 @@ def job_network_policy(namespace: str) -> dict[str, Any]:
         "spec": {
             "podSelector": {"matchLabels": dict(MANAGED_BY)},
             "policyTypes": ["Ingress", "Egress"],
-            "ingress": [{
-                "from": [{"namespaceSelector": {"matchLabels": {
-                    "kubernetes.io/metadata.name": MONITORING_NAMESPACE}}}],  # fmt: skip
-                "ports": [{"protocol": "TCP", "port": METRICS_BASE_PORT,
-                           "endPort": METRICS_BASE_PORT + METRICS_PORT_SLOTS - 1}],
-            }],  # fmt: skip
-            "egress": [{
-                "to": [{
-                    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
-                    "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
-                }],
-                "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
-            }],  # fmt: skip
+            "ingress": [
+                {
+                    "from": [
+                        {
+                            "namespaceSelector": {
+                                "matchLabels": {"kubernetes.io/metadata.name": MONITORING_NAMESPACE}
+                            }
+                        }
+                    ],  # fmt: skip
+                    "ports": [
+                        {
+                            "protocol": "TCP",
+                            "port": METRICS_BASE_PORT,
+                            "endPort": METRICS_BASE_PORT + METRICS_PORT_SLOTS - 1,
+                        }
+                    ],
+                }
+            ],  # fmt: skip
+            "egress": [
+                {
+                    "to": [
+                        {
+                            "namespaceSelector": {
+                                "matchLabels": {"kubernetes.io/metadata.name": "kube-system"}
+                            },
+                            "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+                        }
+                    ],
+                    "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
+                }
+            ],  # fmt: skip
         },
     }
 
@@ -100,8 +118,12 @@ def object_store_network_policy(namespace: str, egress: StoreEgress) -> dict[str
         "spec": {
             "podSelector": {"matchLabels": dict(MANAGED_BY)},
             "policyTypes": ["Egress"],
-            "egress": [{"to": [{"ipBlock": {"cidr": cidr}} for cidr in egress.cidrs],
-                        "ports": [{"protocol": "TCP", "port": egress.port}]}],
+            "egress": [
+                {
+                    "to": [{"ipBlock": {"cidr": cidr}} for cidr in egress.cidrs],
+                    "ports": [{"protocol": "TCP", "port": egress.port}],
+                }
+            ],
         },
     }
 
@@ -154,8 +176,10 @@ def debug_role(namespace: str) -> dict[str, Any]:
         "apiVersion": f"{RBAC}/v1",
         "kind": "Role",
         "metadata": {"name": DEBUG_ROLE, "namespace": namespace},
-        "rules": [{"apiGroups": [""], "resources": ["pods/exec", "pods/portforward"], "verbs": ["get", "create"]},
-                  DEBUG_GRANT],  # exempts its holders from the admission policy on connections
+        "rules": [
+            {"apiGroups": [""], "resources": ["pods/exec", "pods/portforward"], "verbs": ["get", "create"]},
+            DEBUG_GRANT,
+        ],  # exempts its holders from the admission policy on connections
     }
 
 
@@ -177,7 +201,9 @@ def quota_spec(team: Team, cohort: list[Team]) -> dict[str, Any]:
 class TeamNamespaceArgs:
     team: Team
     pod_security: str  # restricted | baseline (policy forbids privileged)
-    identity: tuple[int, int]  # the team's (uid, gid): every pod a member creates runs as it (infra/admission.py)
+    identity: tuple[
+        int, int
+    ]  # the team's (uid, gid): every pod a member creates runs as it (infra/admission.py)
     cohort: list[Team]  # every team whose ClusterQueue shares the Kueue cohort: what this one may borrow
     queue_ready: list[Any] = field(default_factory=list)  # Kueue installed: the LocalQueue waits for it
     object_store: StoreEgress | None = None  # the store's addresses, where the stack has one
@@ -215,15 +241,24 @@ class TeamNamespace(pulumi.ComponentResource):
             opts=opts_in,
         )
         k8s.core.v1.ResourceQuota(
-            f"{name}-quota", metadata={"name": "alchemist-team", "namespace": ns},
-            spec=quota_spec(team, args.cohort), opts=opts_in,
+            f"{name}-quota",
+            metadata={"name": "alchemist-team", "namespace": ns},
+            spec=quota_spec(team, args.cohort),
+            opts=opts_in,
         )
         # Containers that set nothing still count against the quota at a sane size.
         k8s.core.v1.LimitRange(
             f"{name}-limits",
             metadata={"name": "alchemist-defaults", "namespace": ns},
-            spec={"limits": [{"type": "Container", "defaultRequest": {"cpu": "500m", "memory": "1Gi"},
-                              "default": {"memory": "4Gi"}}]},  # fmt: skip
+            spec={
+                "limits": [
+                    {
+                        "type": "Container",
+                        "defaultRequest": {"cpu": "500m", "memory": "1Gi"},
+                        "default": {"memory": "4Gi"},
+                    }
+                ]
+            },  # fmt: skip
             opts=opts_in,
         )
         k8s.networking.v1.NetworkPolicy(
@@ -231,7 +266,9 @@ class TeamNamespace(pulumi.ComponentResource):
             spec={"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}, opts=opts_in,
         )  # fmt: skip
         jobs = job_network_policy(ns)
-        k8s.networking.v1.NetworkPolicy(f"{name}-netpol-jobs", metadata=jobs["metadata"], spec=jobs["spec"], opts=opts_in)
+        k8s.networking.v1.NetworkPolicy(
+            f"{name}-netpol-jobs", metadata=jobs["metadata"], spec=jobs["spec"], opts=opts_in
+        )
         sessions = session_network_policy(ns)
         k8s.networking.v1.NetworkPolicy(f"{name}-netpol-sessions", metadata=sessions["metadata"],
                                         spec=sessions["spec"], opts=opts_in)  # fmt: skip

@@ -1,7 +1,7 @@
 """Write (or check) the generated monitoring files: dashboards/*.json and rules/*.yaml.
 
-    python -m monitoring.generate          regenerate them from the code
-    python -m monitoring.generate --check  exit 1, naming the files, if they are out of date
+python -m monitoring.generate          regenerate them from the code
+python -m monitoring.generate --check  exit 1, naming the files, if they are out of date
 """
 
 from __future__ import annotations
@@ -25,23 +25,27 @@ def stale(base: Path = HERE) -> list[str]:
     """Generated files whose content differs from what the code generates, or that are missing,
     or that nothing generates any more."""
     want = expected(base)
-    out = [str(p.relative_to(base)) for p, text in want.items()
-           if not p.exists() or p.read_text() != text]
+    out = [str(p.relative_to(base)) for p, text in want.items() if not p.exists() or p.read_text() != text]
     for folder, pattern in (("dashboards", "*.json"), ("rules", "*.yaml")):
         out += [str(p.relative_to(base)) for p in sorted((base / folder).glob(pattern)) if p not in want]
     return out
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m monitoring.generate", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m monitoring.generate",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("--check", action="store_true", help="only check; exit 1 when out of date")
     args = ap.parse_args(argv)
     if args.check:
         bad = stale()
         if bad:
-            print(f"out of date with the code: {', '.join(bad)}; run `python -m monitoring.generate`",
-                  file=sys.stderr)
+            print(
+                f"out of date with the code: {', '.join(bad)}; run `python -m monitoring.generate`",
+                file=sys.stderr,
+            )
             return 1
         print("monitoring files are up to date")
         return 0
@@ -54,8 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     for folder, pattern in (("dashboards", "*.json"), ("rules", "*.yaml")):
         for p in (HERE / folder).glob(pattern):
             if p not in want:  # e.g. a renamed dashboard: deployments would still load it
-                print(f"warning: nothing generates {p.relative_to(HERE.parent)}; delete it",
-                      file=sys.stderr)
+                print(f"warning: nothing generates {p.relative_to(HERE.parent)}; delete it", file=sys.stderr)
     return 0
 
 

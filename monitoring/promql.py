@@ -8,11 +8,10 @@ Dashboards and rules write queries only through these helpers, which take `Metri
 from __future__ import annotations
 
 import re
-from typing import Union
 
 from alchemist_jobs.metric_contract import ExternalMetric, Metric
 
-AnyMetric = Union[Metric, ExternalMetric]
+AnyMetric = Metric | ExternalMetric
 
 # Grafana's rate window: at least four scrapes, and wider than the panel's step.
 RATE_INTERVAL = "$__rate_interval"
@@ -62,14 +61,27 @@ def quantile(q: float, m: AnyMetric, labels: str, f: str = "", window: str | Non
 
 def per_step(m: Metric, steps: Metric, labels: str, f: str = "", window: str = RATE_INTERVAL) -> str:
     """Seconds (or bytes) of counter `m` per optimizer step, averaged over the window."""
-    return (f"{by(labels, 'sum', rate(m, '', f, window))} / "
-            f"{by(labels, 'sum', rate(steps, '', f, window))}")
+    return f"{by(labels, 'sum', rate(m, '', f, window))} / {by(labels, 'sum', rate(steps, '', f, window))}"
 
 
 # --- reading names back ------------------------------------------------------------------------
 
-_KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "bool", "offset",
-             "and", "or", "unless", "inf", "nan", "atan2"}
+_KEYWORDS = {
+    "by",
+    "without",
+    "on",
+    "ignoring",
+    "group_left",
+    "group_right",
+    "bool",
+    "offset",
+    "and",
+    "or",
+    "unless",
+    "inf",
+    "nan",
+    "atan2",
+}
 _STRINGS = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|`[^`]*`')
 _LABEL_LISTS = re.compile(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)")
 _NUMBERS = re.compile(r"(?<![\w$])[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?(ms|s|m|h|d|w|y)?\b")
@@ -88,7 +100,7 @@ def metric_names(expr: str) -> set[str]:
     names = set()
     for match in _IDENT.finditer(s):
         word = match.group(0)
-        rest = s[match.end():].lstrip()
+        rest = s[match.end() :].lstrip()
         if rest.startswith("("):
             continue  # a function or aggregation
         if word.lower() in _KEYWORDS:

@@ -34,9 +34,13 @@ _RUN = "job, run"
 
 
 def _alert(name: str, expr: str, for_: str, severity: str, summary: str, description: str) -> dict:
-    return {"alert": name, "expr": expr, "for": for_,
-            "labels": {"severity": severity, "source": "alchemist"},
-            "annotations": {"summary": summary, "description": description}}
+    return {
+        "alert": name,
+        "expr": expr,
+        "for": for_,
+        "labels": {"severity": severity, "source": "alchemist"},
+        "annotations": {"summary": summary, "description": description},
+    }
 
 
 def _gpu_idle_alert() -> dict[str, Any]:
@@ -50,10 +54,12 @@ def _gpu_idle_alert() -> dict[str, Any]:
         f"({by('namespace, pod', 'avg', dcgm_by_pod(dcgm_util))} < 5) "
         f"* on (namespace, pod) group_left (job, run) "
         f"({by('namespace, pod, job, run', 'max', v(process))} > bool 0)",
-        "15m", "warning",
+        "15m",
+        "warning",
         "GPUs of {{ $labels.job }} run {{ $labels.run }} in pod {{ $labels.pod }} are idle",
         "DCGM reports the GPUs of this job pod under 5% busy: an input bottleneck, a stall, "
-        "or a job that asked for GPUs it does not use.")
+        "or a job that asked for GPUs it does not use.",
+    )
 
 
 def alerts() -> list[dict[str, Any]]:
@@ -69,65 +75,78 @@ def alerts() -> list[dict[str, Any]]:
     smooth_loss = f"avg_over_time({v(loss)}[5m])"
     node = "job, run, node"
     node_rate = by(node, "sum", rate(samples, window="5m"))
-    node_compute = (f"({by(node, 'sum', rate(compute, window='5m'))} / "
-                    f"{by(node, 'sum', rate(steps, window='5m'))})")
+    node_compute = (
+        f"({by(node, 'sum', rate(compute, window='5m'))} / {by(node, 'sum', rate(steps, window='5m'))})"
+    )
     return [
         _alert(
             "AlchemistJobStalled",
             f"time() - {by(_RUN, 'max', v(last_step) + ' > 0')} > {STALL_IDLE_S}",
-            "10m", "critical",
+            "10m",
+            "critical",
             "Job {{ $labels.job }} run {{ $labels.run }} makes no progress",
             "No optimizer step has finished on any worker for {{ $value | humanizeDuration }}, "
             "while the workers are still up. Look for a hung collective, a dead data source or "
-            "a full shared file system: `alchemist logs {{ $labels.run }} --rank N`."),
+            "a full shared file system: `alchemist logs {{ $labels.run }} --rank N`.",
+        ),
         _alert(
             "AlchemistLossNaN",
             f"{v(loss)} != {v(loss)} or abs({v(loss)}) == +Inf",
-            "1m", "critical",
+            "1m",
+            "critical",
             "Loss of {{ $labels.job }} run {{ $labels.run }} rank {{ $labels.rank }} is not finite",
             "The training loss is NaN or infinite: the run diverged. Lower the learning rate, add "
-            "warm-up, or resume from an earlier checkpoint."),
+            "warm-up, or resume from an earlier checkpoint.",
+        ),
         _alert(
             "AlchemistLossExploding",
             f"{by(_RUN, 'avg', smooth_loss)} > 3 * "
             f"{by(_RUN, 'avg', 'min_over_time(' + smooth_loss + '[1h:1m] offset 5m)')}",
-            "5m", "warning",
+            "5m",
+            "warning",
             "Loss of {{ $labels.job }} run {{ $labels.run }} is exploding",
             "The loss averaged over 5 minutes is {{ $value | humanize }}, over three times its "
-            "lowest 5-minute average of the hour before: training is diverging."),
+            "lowest 5-minute average of the hour before: training is diverging.",
+        ),
         _gpu_idle_alert(),
         _alert(
             "AlchemistRestartLoop",
             f"{by(_RUN, 'max', 'max_over_time(' + v(restarts) + '[30m])')} - "
             f"{by(_RUN, 'min', 'min_over_time(' + v(restarts) + '[30m])')} >= 3",
-            "1m", "warning",
+            "1m",
+            "warning",
             "Workers of {{ $labels.job }} run {{ $labels.run }} restart in a loop",
             "The worker group restarted {{ $value }} times in 30 minutes. A restart resumes from "
-            "the newest checkpoint; a crash that repeats needs a look at the worker logs."),
+            "the newest checkpoint; a crash that repeats needs a look at the worker logs.",
+        ),
         _alert(
             "AlchemistStalenessHigh",
             f"{quantile(0.95, staleness, _RUN, window='5m')} > "
             f"clamp_min(2 * count by ({_RUN}) ({v(steps)}), {STALENESS_FLOOR})",
-            "10m", "warning",
+            "10m",
+            "warning",
             "Parameter-server staleness of {{ $labels.job }} run {{ $labels.run }} is high",
             "95% of updates were computed on parameters up to {{ $value }} server steps old, "
             f"beyond max({STALENESS_FLOOR}, 2 x workers). Set algorithm.staleness_bound, or look "
-            "for a slow worker."),
+            "for a slow worker.",
+        ),
         _alert(
             "AlchemistStragglerThroughput",
-            f"{node_rate} < on ({_RUN}) group_left "
-            f"{by(_RUN, 'avg', node_rate)} / {STRAGGLER_FACTOR}",
-            "15m", "warning",
+            f"{node_rate} < on ({_RUN}) group_left {by(_RUN, 'avg', node_rate)} / {STRAGGLER_FACTOR}",
+            "15m",
+            "warning",
             "Node {{ $labels.node }} of {{ $labels.job }} run {{ $labels.run }} is a straggler",
-            "Its workers process under half the samples per second of the run's average node."),
+            "Its workers process under half the samples per second of the run's average node.",
+        ),
         _alert(
             "AlchemistStragglerCompute",
-            f"{node_compute} > on ({_RUN}) group_left "
-            f"{STRAGGLER_FACTOR} * {by(_RUN, 'avg', node_compute)}",
-            "15m", "warning",
+            f"{node_compute} > on ({_RUN}) group_left {STRAGGLER_FACTOR} * {by(_RUN, 'avg', node_compute)}",
+            "15m",
+            "warning",
             "Node {{ $labels.node }} of {{ $labels.job }} run {{ $labels.run }} is a straggler",
             "Its workers spend over twice the run's average compute time per step; in synchronous "
-            "training every other worker waits for them."),
+            "training every other worker waits for them.",
+        ),
     ]
 
 
@@ -136,8 +155,10 @@ def document() -> dict[str, Any]:
 
 
 def render(doc: dict[str, Any] | None = None) -> str:
-    head = ("# Generated by `python -m monitoring.generate` from monitoring/rules.py and the metric\n"
-            "# contract (alchemist_jobs/metric_contract.py). Do not edit; change the code.\n")
+    head = (
+        "# Generated by `python -m monitoring.generate` from monitoring/rules.py and the metric\n"
+        "# contract (alchemist_jobs/metric_contract.py). Do not edit; change the code.\n"
+    )
     return head + yaml.safe_dump(doc or document(), sort_keys=False, width=100)
 
 

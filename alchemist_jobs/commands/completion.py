@@ -16,14 +16,21 @@ PROG = "alchemist"
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = command(sub, "completion", "print the shell completion script to source at shell start",
-                ["alchemist completion bash > ~/.local/share/bash-completion/completions/alchemist",
-                 'eval "$(alchemist completion bash)"    # in ~/.bashrc',
-                 'eval "$(alchemist completion zsh)"     # in ~/.zshrc, after compinit',
-                 "alchemist completion fish > ~/.config/fish/completions/alchemist.fish"],
-                description=__doc__.split("\n\n")[0])
-    p.add_argument("shell", metavar="SHELL", choices=SHELLS,
-                   help=f"the shell to complete in: {', '.join(SHELLS)}")
+    p = command(
+        sub,
+        "completion",
+        "print the shell completion script to source at shell start",
+        [
+            "alchemist completion bash > ~/.local/share/bash-completion/completions/alchemist",
+            'eval "$(alchemist completion bash)"    # in ~/.bashrc',
+            'eval "$(alchemist completion zsh)"     # in ~/.zshrc, after compinit',
+            "alchemist completion fish > ~/.config/fish/completions/alchemist.fish",
+        ],
+        description=__doc__.split("\n\n")[0],
+    )
+    p.add_argument(
+        "shell", metavar="SHELL", choices=SHELLS, help=f"the shell to complete in: {', '.join(SHELLS)}"
+    )
     p.set_defaults(func=cmd_completion)
 
 
@@ -32,4 +39,3 @@ def cmd_completion(args: argparse.Namespace) -> int:
 
     print(argcomplete.shellcode([PROG], shell=args.shell), end="")
     return 0
-

@@ -10,9 +10,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from alchemist_jobs import environment as E
 from alchemist_jobs.commands import command, complete_files
@@ -24,23 +25,41 @@ from alchemist_jobs.errors import UserError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    data = command(sub, "data", "push, list and remove datasets in the stack's object store",
-                   ["alchemist data push ./imagenet --name imagenet", "alchemist data ls",
-                    "alchemist data ls --stack dev"], description=__doc__.splitlines()[0])
+    data = command(
+        sub,
+        "data",
+        "push, list and remove datasets in the stack's object store",
+        [
+            "alchemist data push ./imagenet --name imagenet",
+            "alchemist data ls",
+            "alchemist data ls --stack dev",
+        ],
+        description=__doc__.splitlines()[0],
+    )
     verbs = data.add_subparsers(dest="data_command", metavar="SUBCOMMAND")
     verbs.required = True
 
-    p = command(verbs, "push", "upload a directory as a named dataset (resumable)",
-                ["alchemist data push ./imagenet --name imagenet",
-                 "alchemist data push ./digits --stack aws-us-west-2 --quiet"])
+    p = command(
+        verbs,
+        "push",
+        "upload a directory as a named dataset (resumable)",
+        [
+            "alchemist data push ./imagenet --name imagenet",
+            "alchemist data push ./digits --stack aws-us-west-2 --quiet",
+        ],
+    )
     p.add_argument("dir", type=Path, metavar="DIR")
     p.add_argument("--name", help="dataset name (default: the directory's name)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     _stack_args(p)
     p.set_defaults(func=cmd_push)
 
-    p = command(verbs, "ls", "the datasets, their size and whether their push completed",
-                ["alchemist data ls", "alchemist data ls --stack dev"])
+    p = command(
+        verbs,
+        "ls",
+        "the datasets, their size and whether their push completed",
+        ["alchemist data ls", "alchemist data ls --stack dev"],
+    )
     _stack_args(p)
     p.set_defaults(func=cmd_ls)
 
@@ -51,13 +70,21 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _stack_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--stack", default="local", help="whose object store (default: local)"
-                   ).completer = complete_stack
-    p.add_argument("--outputs", type=Path, default=None,
-                   help="a JSON file with the stack's `alchemist` output (instead of Pulumi)"
-                   ).completer = complete_files("json")
-    p.add_argument("--team", default=None, metavar="NAME",
-                   help=f"whose part of the store (default: ${E.TEAM.name}, else the stack's default team)")
+    p.add_argument(
+        "--stack", default="local", help="whose object store (default: local)"
+    ).completer = complete_stack
+    p.add_argument(
+        "--outputs",
+        type=Path,
+        default=None,
+        help="a JSON file with the stack's `alchemist` output (instead of Pulumi)",
+    ).completer = complete_files("json")
+    p.add_argument(
+        "--team",
+        default=None,
+        metavar="NAME",
+        help=f"whose part of the store (default: ${E.TEAM.name}, else the stack's default team)",
+    )
 
 
 def object_store(stack: str, outputs: Path | None, team: str | None = None) -> Any:
@@ -68,24 +95,32 @@ def object_store(stack: str, outputs: Path | None, team: str | None = None) -> A
     if stack == "local":
         no_team_on_local(team)
         if outputs is not None:
-            raise UserError("--outputs: the local stack has no stack outputs; drop --outputs "
-                            "or name a cluster stack with --stack")
+            raise UserError(
+                "--outputs: the local stack has no stack outputs; drop --outputs "
+                "or name a cluster stack with --stack"
+            )
         value = E.OBJECT_STORE.get(default="")
         if not value:
-            raise UserError(f"--stack local: the local stack has no object store; accepted: set "
-                            f"{E.OBJECT_STORE.name}=s3://BUCKET (and AWS_ENDPOINT_URL for MinIO and "
-                            "other S3-compatible services), or --stack a stack that has one")
+            raise UserError(
+                f"--stack local: the local stack has no object store; accepted: set "
+                f"{E.OBJECT_STORE.name}=s3://BUCKET (and AWS_ENDPOINT_URL for MinIO and "
+                "other S3-compatible services), or --stack a stack that has one"
+            )
 
         uri = parse_s3_uri(value, E.OBJECT_STORE.name)
-        return ObjectStore(bucket=uri.bucket, region=os.environ.get("AWS_REGION")
-                           or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1")
+        return ObjectStore(
+            bucket=uri.bucket,
+            region=os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1",
+        )
     from alchemist_jobs.stacks import resolve
 
     out = resolve(stack, outputs, team)
     if out.object_store is None:
-        raise UserError(f"--stack {stack}: this stack has no object store (its output has no "
-                        "`object_store`); accepted: a stack with `objectStore` in its config "
-                        "(docs/datasets.md)")
+        raise UserError(
+            f"--stack {stack}: this stack has no object store (its output has no "
+            "`object_store`); accepted: a stack with `objectStore` in its config "
+            "(docs/datasets.md)"
+        )
     return out.object_store
 
 
@@ -113,9 +148,11 @@ def cmd_push(args: argparse.Namespace) -> int:
     with _s3_errors(str(uri)), _progress(args.quiet) as bar:
         done = push.push(client, root, uri, on_bytes=bar.advance, on_plan=bar.start)
     kept = len(done.files) - len(done.send)
-    print(f"{uri}  {len(done.files)} files, {sum(s for s, _ in done.files.values())} bytes; "
-          f"sent {len(done.send)} files ({done.send_bytes} bytes), {kept} already there"
-          + (f", removed {len(done.stale)} stale" if done.stale else ""))
+    print(
+        f"{uri}  {len(done.files)} files, {sum(s for s, _ in done.files.values())} bytes; "
+        f"sent {len(done.send)} files ({done.send_bytes} bytes), {kept} already there"
+        + (f", removed {len(done.stale)} stale" if done.stale else "")
+    )
     print(f"use it with:  data: {{source: {uri}}}")
     return 0
 
@@ -143,8 +180,13 @@ def _progress(quiet: bool) -> Iterator[_Bar]:
     from rich.console import Console
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
-    with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
-                  TransferSpeedColumn(), console=Console(file=sys.stderr)) as progress:
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        console=Console(file=sys.stderr),
+    ) as progress:
         yield _Bar(progress)
 
 
@@ -158,7 +200,9 @@ def cmd_ls(args: argparse.Namespace) -> int:
     print(f"{'NAME':24} {'FILES':>7} {'BYTES':>14}  {'STATE':10} SOURCE")
     for d in found:
         state = "complete" if d.complete else "incomplete"
-        print(f"{d.name:24} {d.files:>7} {d.bytes:>14}  {state:10} {dataset_uri(store.bucket, d.name, store.prefix)}")
+        print(
+            f"{d.name:24} {d.files:>7} {d.bytes:>14}  {state:10} {dataset_uri(store.bucket, d.name, store.prefix)}"
+        )
     return 0
 
 
@@ -169,8 +213,10 @@ def cmd_rm(args: argparse.Namespace) -> int:
         client = s3.client(store)
         if not s3.list_prefix(client, uri):
             names = [d.name for d in push.list_datasets(client, store.bucket, store.prefix)]
-            raise UserError(f"NAME {args.name!r}: no such dataset in s3://{store.bucket}/; "
-                            f"accepted: {', '.join(names) or 'none (nothing pushed yet)'}")
+            raise UserError(
+                f"NAME {args.name!r}: no such dataset in s3://{store.bucket}/; "
+                f"accepted: {', '.join(names) or 'none (nothing pushed yet)'}"
+            )
         n = push.remove(client, uri)
     print(f"removed {uri} ({n} files)")
     return 0

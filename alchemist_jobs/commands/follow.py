@@ -19,15 +19,17 @@ PROGRESS_EVERY_S = 10.0  # progress may cost a log read on the cluster: not ever
 LOG_DRAIN_S = 30.0  # how long a finished run's log thread may take to print the rest
 
 
-def follow(scheduler: Scheduler, run_id: str, spec: Any, logs: bool = False,
-           quiet: bool = False, rank: int = 0) -> int:
+def follow(
+    scheduler: Scheduler, run_id: str, spec: Any, logs: bool = False, quiet: bool = False, rank: int = 0
+) -> int:
     """Watch a run to its end; the exit code of the CLI. Ctrl-C detaches; the run goes on."""
     stack = scheduler.stack
     say = (lambda m: None) if quiet else (lambda m: print(m, file=sys.stderr, flush=True))
     log_thread, log_stop = None, threading.Event()
     if logs:
-        log_thread = threading.Thread(target=_print_logs, args=(scheduler, run_id, log_stop, rank),
-                                      daemon=True, name="alchemist-logs")
+        log_thread = threading.Thread(
+            target=_print_logs, args=(scheduler, run_id, log_stop, rank), daemon=True, name="alchemist-logs"
+        )
         log_thread.start()
     last, last_progress, progress, t_progress = "", "", None, 0.0
     epochs = spec.hyper.epochs if not spec.hyper.steps else None
@@ -38,8 +40,7 @@ def follow(scheduler: Scheduler, run_id: str, spec: Any, logs: bool = False,
             except UserError as e:
                 if "no such run" not in str(e):
                     raise
-                raise JobFailed(f"run {run_id} is gone from stack {stack} "
-                                "(cancelled elsewhere?)") from None
+                raise JobFailed(f"run {run_id} is gone from stack {stack} (cancelled elsewhere?)") from None
             line = f"  {st.state}" + (f": {st.message}" if st.message else "")
             if line != last:
                 say(line)
@@ -54,8 +55,11 @@ def follow(scheduler: Scheduler, run_id: str, spec: Any, logs: bool = False,
                     say(f"  {last_progress}")
             time.sleep(POLL_S)
     except KeyboardInterrupt:
-        print(f"\ndetached: run {run_id} keeps running on stack {stack}; "
-              f"`alchemist cancel {run_id} --stack {stack}` stops it", file=sys.stderr)
+        print(
+            f"\ndetached: run {run_id} keeps running on stack {stack}; "
+            f"`alchemist cancel {run_id} --stack {stack}` stops it",
+            file=sys.stderr,
+        )
         return 130
     finally:  # the run is over or we detach: the log thread reads what is left and ends
         log_stop.set()
@@ -64,8 +68,9 @@ def follow(scheduler: Scheduler, run_id: str, spec: Any, logs: bool = False,
     print(f"run {run_id}: {st.state}" + (f" ({last_progress})" if last_progress else ""))
     if st.state == SUCCEEDED:
         return 0
-    raise JobFailed(f"run {run_id} {st.state}: {st.message}; see `alchemist logs {run_id} "
-                    f"--stack {stack} --rank N`")
+    raise JobFailed(
+        f"run {run_id} {st.state}: {st.message}; see `alchemist logs {run_id} --stack {stack} --rank N`"
+    )
 
 
 def _print_logs(scheduler: Scheduler, run_id: str, stop: threading.Event, rank: int) -> None:

@@ -18,13 +18,20 @@ from alchemist_jobs.rundir import default_root
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = command(sub, "interactive", "a JupyterLab + shell session on a stack (on local: a "
-                "shell with a worker's environment)",
-                ["alchemist interactive", "alchemist interactive --stack dev --gpus 1 --hours 2",
-                 "alchemist interactive --stack dev --stop"])
+    p = command(
+        sub,
+        "interactive",
+        "a JupyterLab + shell session on a stack (on local: a shell with a worker's environment)",
+        [
+            "alchemist interactive",
+            "alchemist interactive --stack dev --gpus 1 --hours 2",
+            "alchemist interactive --stack dev --stop",
+        ],
+    )
     p.add_argument("--gpus", type=int, default=0, help="GPUs for the session (cluster stacks)")
-    p.add_argument("--hours", type=float, default=8.0,
-                   help="the session ends by itself after this long (default 8)")
+    p.add_argument(
+        "--hours", type=float, default=8.0, help="the session ends by itself after this long (default 8)"
+    )
     p.add_argument("--stop", action="store_true", help="end your session on the stack")
     p.add_argument("--dry-run", action="store_true", help="print the session pod and exit")
     _stack_args(p)
@@ -34,8 +41,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def cmd_interactive(args: argparse.Namespace) -> int:
     if args.stack == "local":
         return _local_shell(args)
-    from alchemist_jobs.kubernetes.interactive import (Sessions, describe_pod, how_to_reach,
-                                                       session_name, session_pod)
+    from alchemist_jobs.kubernetes.interactive import (
+        Sessions,
+        describe_pod,
+        how_to_reach,
+        session_name,
+        session_pod,
+    )
     from alchemist_jobs.stacks import resolve
 
     out = resolve(args.stack, args.outputs, args.team)
@@ -54,8 +66,10 @@ def cmd_interactive(args: argparse.Namespace) -> int:
     sessions = Sessions(out)
     _, created = sessions.start(pod)
     say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
-    say(f"session {name} on stack {out.stack}: "
-        f"{'starting' if created else 'already there'} ({out.images.interactive})")
+    say(
+        f"session {name} on stack {out.stack}: "
+        f"{'starting' if created else 'already there'} ({out.images.interactive})"
+    )
     sessions.wait_running(name, say=say)
     print(f"session {name} is running (ends by itself after {args.hours:g} h)")
     print(how_to_reach(out, name, sessions.token))
@@ -71,8 +85,10 @@ def _local_shell(args: argparse.Namespace) -> int:
     if args.outputs is not None:
         raise UserError("--outputs: the local stack has no stack outputs; drop --outputs")
     if args.gpus:
-        raise UserError(f"--gpus {args.gpus}: the local stack uses this machine's GPUs as "
-                        "they are; accepted: no --gpus on local")
+        raise UserError(
+            f"--gpus {args.gpus}: the local stack uses this machine's GPUs as "
+            "they are; accepted: no --gpus on local"
+        )
     if args.stop:
         print("a local session is a shell: leave it with `exit`")
         return 0
@@ -89,6 +105,9 @@ def _local_shell(args: argparse.Namespace) -> int:
         print("\n".join(f"{k}={v}" for k, v in sorted(env.items())) + f"\n# then: {shell}")
         return 0
     E.RUN_DIR.require(env).mkdir(mode=0o700, parents=True, exist_ok=True)
-    print(f"alchemist: {shell} with a worker's environment on stack local (shared root "
-          f"{root}); `exit` leaves it", file=sys.stderr)
+    print(
+        f"alchemist: {shell} with a worker's environment on stack local (shared root "
+        f"{root}); `exit` leaves it",
+        file=sys.stderr,
+    )
     return subprocess.call([shell], env={**os.environ, **env})

@@ -14,9 +14,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from alchemist_jobs import defaults
+from alchemist_jobs import defaults, warm_agent
 from alchemist_jobs import environment as E
-from alchemist_jobs import warm_agent
 from alchemist_jobs.commands import complete_files
 from alchemist_jobs.commands.stack import complete_stack
 from alchemist_jobs.errors import JobFailed, UserError
@@ -31,72 +30,117 @@ if TYPE_CHECKING:  # the scheduler (pydantic) is imported by the commands that u
 def _stack_args(p: argparse.ArgumentParser) -> None:
     from alchemist_jobs import defaults  # ~/.config/alchemist/defaults.yaml (docs/cli.md)
 
-    p.add_argument("--stack", default=defaults.get("stack", "local"),
-                   help="where to run (default: local, or the defaults file's)"
-                   ).completer = complete_stack
-    p.add_argument("--outputs", type=Path, default=defaults.get("outputs"),
-                   help="a JSON file with the stack's `alchemist` output (instead of Pulumi)"
-                   ).completer = complete_files("json")
-    p.add_argument("--home", type=Path, default=defaults.get("home"),
-                   help=f"local stack's shared-file-system root (default: ${E.HOME.name} or "
-                        "~/.alchemist)")
-    p.add_argument("--team", default=None, metavar="NAME",
-                   help=f"cluster stacks: the team to act for (default: ${E.TEAM.name}, else "
-                        "the stack's default team)")
+    p.add_argument(
+        "--stack",
+        default=defaults.get("stack", "local"),
+        help="where to run (default: local, or the defaults file's)",
+    ).completer = complete_stack
+    p.add_argument(
+        "--outputs",
+        type=Path,
+        default=defaults.get("outputs"),
+        help="a JSON file with the stack's `alchemist` output (instead of Pulumi)",
+    ).completer = complete_files("json")
+    p.add_argument(
+        "--home",
+        type=Path,
+        default=defaults.get("home"),
+        help=f"local stack's shared-file-system root (default: ${E.HOME.name} or ~/.alchemist)",
+    )
+    p.add_argument(
+        "--team",
+        default=None,
+        metavar="NAME",
+        help=f"cluster stacks: the team to act for (default: ${E.TEAM.name}, else the stack's default team)",
+    )
 
 
 EXAMPLES = {
     "run": "examples:\n  alchemist run examples/digits.yaml\n"
-           "  alchemist run examples/digits.yaml --set hyper.lr=0.1 --env OMP_NUM_THREADS=2\n"
-           "  alchemist run examples/plain_ddp.py -- --epochs 3\n"
-           "  alchemist run examples/digits.yaml --detach\n"
-           "  alchemist run examples/digits.yaml --stack dev --outputs "
-           "examples/stack-outputs.json --dry-run",
+    "  alchemist run examples/digits.yaml --set hyper.lr=0.1 --env OMP_NUM_THREADS=2\n"
+    "  alchemist run examples/plain_ddp.py -- --epochs 3\n"
+    "  alchemist run examples/digits.yaml --detach\n"
+    "  alchemist run examples/digits.yaml --stack dev --outputs "
+    "examples/stack-outputs.json --dry-run",
     "submit": "examples:\n  alchemist submit examples/digits.yaml --stack local\n"
-              "  alchemist submit examples/digits.yaml --stack dev --follow",
+    "  alchemist submit examples/digits.yaml --stack dev --follow",
     "list": "examples:\n  alchemist list\n  alchemist list --state failed --limit 5 --json\n"
-            "  alchemist list --columns run,state,algorithm,accuracy,duration,reason",
+    "  alchemist list --columns run,state,algorithm,accuracy,duration,reason",
     "status": "examples:\n  alchemist status digits-20261201\n  alchemist status 0e2c --json",
     "logs": "examples:\n  alchemist logs 0e2c\n  alchemist logs 0e2c --rank 1 --follow",
     "cancel": "examples:\n  alchemist cancel 0e2c",
     "rm": "examples:\n  alchemist rm 0e2c\n  alchemist rm --state failed\n"
-          "  alchemist rm --older-than 7d --dry-run\n  alchemist rm 0e2c --force",
+    "  alchemist rm --older-than 7d --dry-run\n  alchemist rm 0e2c --force",
 }
 
 
 def _add(sub: argparse._SubParsersAction, command: str, text: str) -> argparse.ArgumentParser:
-    return sub.add_parser(command, help=text, description=text, epilog=EXAMPLES[command],
-                          formatter_class=argparse.RawDescriptionHelpFormatter)
+    return sub.add_parser(
+        command,
+        help=text,
+        description=text,
+        epilog=EXAMPLES[command],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    for command, text in (("run", "run a job spec on a stack and follow it to the end"),
-                          ("submit", "submit a job spec and return (local: run it detached)")):
+    for command, text in (
+        ("run", "run a job spec on a stack and follow it to the end"),
+        ("submit", "submit a job spec and return (local: run it detached)"),
+    ):
         p = _add(sub, command, text)
-        p.add_argument("spec", type=Path, help="job spec (YAML), or a Python script to run as "
-                                               "a script task"
-                       ).completer = complete_files("yaml", "yml", "py")
-        p.add_argument("--set", dest="overrides", action="append", default=[],
-                       metavar="KEY=VALUE",
-                       help="override a spec field, e.g. --set hyper.lr=0.05 (repeatable)")
-        p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
-                       help="an environment variable for the workers (repeatable; a string)")
-        p.add_argument("--dry-run", action="store_true",
-                       help="print what would be started (processes or manifests) and exit")
-        p.add_argument("--json", action="store_true",
-                       help="machine-readable: the dry run, the started run's id (--detach, "
-                            "a cluster stack) or the finished run's status as one JSON document")
+        p.add_argument(
+            "spec", type=Path, help="job spec (YAML), or a Python script to run as a script task"
+        ).completer = complete_files("yaml", "yml", "py")
+        p.add_argument(
+            "--set",
+            dest="overrides",
+            action="append",
+            default=[],
+            metavar="KEY=VALUE",
+            help="override a spec field, e.g. --set hyper.lr=0.05 (repeatable)",
+        )
+        p.add_argument(
+            "--env",
+            action="append",
+            default=[],
+            metavar="KEY=VALUE",
+            help="an environment variable for the workers (repeatable; a string)",
+        )
+        p.add_argument(
+            "--dry-run",
+            action="store_true",
+            help="print what would be started (processes or manifests) and exit",
+        )
+        p.add_argument(
+            "--json",
+            action="store_true",
+            help="machine-readable: the dry run, the started run's id (--detach, "
+            "a cluster stack) or the finished run's status as one JSON document",
+        )
         if command == "run":  # submit always returns
-            p.add_argument("--detach", action="store_true",
-                           help="local stack: run in the background (survives SIGHUP and a "
-                                "closed terminal) and return")
-        p.add_argument("--quiet", action="store_true", default=defaults.get("quiet", False),
-                       help="no progress display and no worker output, only the summary")
-        p.add_argument("--rank", type=int, default=0,
-                       help="whose output to show while the job runs (default 0)")
-        p.add_argument("--follow", "-f", action="store_true",
-                       help="stream the rank's log and progress until the end (submit, "
-                            "--detach and cluster stacks; `run` shows it anyway)")
+            p.add_argument(
+                "--detach",
+                action="store_true",
+                help="local stack: run in the background (survives SIGHUP and a closed terminal) and return",
+            )
+        p.add_argument(
+            "--quiet",
+            action="store_true",
+            default=defaults.get("quiet", False),
+            help="no progress display and no worker output, only the summary",
+        )
+        p.add_argument(
+            "--rank", type=int, default=0, help="whose output to show while the job runs (default 0)"
+        )
+        p.add_argument(
+            "--follow",
+            "-f",
+            action="store_true",
+            help="stream the rank's log and progress until the end (submit, "
+            "--detach and cluster stacks; `run` shows it anyway)",
+        )
         p.add_argument("--run-id", default=None, help=argparse.SUPPRESS)
         p.add_argument("--launcher", action="store_true", help=argparse.SUPPRESS)
         _stack_args(p)
@@ -107,36 +151,43 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     _add_list(sub)
 
     p = _add(sub, "status", "state and progress of one run")
-    p.add_argument("run", help="run id (any part of it that only one run has)"
-                   ).completer = complete_run
+    p.add_argument("run", help="run id (any part of it that only one run has)").completer = complete_run
     p.add_argument("--json", action="store_true", help="as JSON")
     _stack_args(p)
     p.set_defaults(func=cmd_status)
 
     p = _add(sub, "logs", "a worker's log")
-    p.add_argument("run", help="run id (any part of it that only one run has)"
-                   ).completer = complete_run
+    p.add_argument("run", help="run id (any part of it that only one run has)").completer = complete_run
     p.add_argument("--rank", type=int, default=0, help="which worker (default 0)")
     p.add_argument("--follow", "-f", action="store_true", help="keep printing until the run ends")
     _stack_args(p)
     p.set_defaults(func=cmd_logs)
 
     p = _add(sub, "cancel", "stop a run and all its processes")
-    p.add_argument("run", help="run id (any part of it that only one run has)"
-                   ).completer = complete_run
+    p.add_argument("run", help="run id (any part of it that only one run has)").completer = complete_run
     _stack_args(p)
     p.set_defaults(func=cmd_cancel)
 
     p = _add(sub, "rm", "remove runs and their files (logs, checkpoints, metrics)")
-    p.add_argument("runs", nargs="*", metavar="RUN",
-                   help="run ids (any part of one that only one run has); without any, the "
-                        "runs the filters select").completer = complete_run
-    p.add_argument("--state", default=None, choices=["succeeded", "failed", "cancelled", "lost"],
-                   help="only runs that ended in this state")
-    p.add_argument("--older-than", default=None, metavar="AGE",
-                   help="only runs created longer ago than AGE: 90s, 30m, 12h, 7d or 2w")
-    p.add_argument("--force", action="store_true",
-                   help="also a run that has not ended: cancel it first")
+    p.add_argument(
+        "runs",
+        nargs="*",
+        metavar="RUN",
+        help="run ids (any part of one that only one run has); without any, the runs the filters select",
+    ).completer = complete_run
+    p.add_argument(
+        "--state",
+        default=None,
+        choices=["succeeded", "failed", "cancelled", "lost"],
+        help="only runs that ended in this state",
+    )
+    p.add_argument(
+        "--older-than",
+        default=None,
+        metavar="AGE",
+        help="only runs created longer ago than AGE: 90s, 30m, 12h, 7d or 2w",
+    )
+    p.add_argument("--force", action="store_true", help="also a run that has not ended: cancel it first")
     p.add_argument("--dry-run", action="store_true", help="print what would be removed")
     _stack_args(p)
     p.set_defaults(func=cmd_rm)
@@ -144,14 +195,23 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def _add_list(sub: argparse._SubParsersAction) -> None:
     p = _add(sub, "list", "runs on a stack, newest first, with their state")
-    p.add_argument("--state", default=None, choices=["pending", "running", "succeeded", "failed",
-                                                     "cancelled", "lost", "restarting"],
-                   help="only runs in this state")
+    p.add_argument(
+        "--state",
+        default=None,
+        choices=["pending", "running", "succeeded", "failed", "cancelled", "lost", "restarting"],
+        help="only runs in this state",
+    )
     p.add_argument("--limit", type=int, default=None, help="at most this many runs")
-    p.add_argument("--columns", default=None, metavar="A,B,...",
-                   help="the table's columns, in order: " + ", ".join(LIST_COLUMNS) +
-                        ", or any metric the runs reported (default: "
-                        + ",".join(DEFAULT_COLUMNS) + ")")
+    p.add_argument(
+        "--columns",
+        default=None,
+        metavar="A,B,...",
+        help="the table's columns, in order: "
+        + ", ".join(LIST_COLUMNS)
+        + ", or any metric the runs reported (default: "
+        + ",".join(DEFAULT_COLUMNS)
+        + ")",
+    )
     p.add_argument("--json", action="store_true", help="as JSON (a list of runs)")
     _stack_args(p)
     p.set_defaults(func=cmd_list)
@@ -190,8 +250,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         # Everything is validated before anything starts or is written.
         spec, spec_dir = _load(args)
         if not 0 <= args.rank < spec.world_size:
-            raise UserError(f"--rank {args.rank}: the job has {spec.world_size} worker(s); "
-                            f"accepted: a rank of 0..{spec.world_size - 1}")
+            raise UserError(
+                f"--rank {args.rank}: the job has {spec.world_size} worker(s); "
+                f"accepted: a rank of 0..{spec.world_size - 1}"
+            )
         scheduler = _scheduler(args)
         if detach and scheduler.runs_on_its_own:
             detach = False  # a cluster job lives on its own anyway
@@ -212,8 +274,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 return code
             from alchemist_jobs.commands.follow import follow
 
-            return follow(scheduler, request.run_id, spec, logs=True, quiet=args.quiet,
-                          rank=args.rank)
+            return follow(scheduler, request.run_id, spec, logs=True, quiet=args.quiet, rank=args.rank)
         t0 = time.time()
         handle = scheduler.schedule(request, warm=warm)
         warm = None  # the run's agent now (schedule discards it itself if it fails)
@@ -229,8 +290,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             return 0
         from alchemist_jobs.commands.follow import follow
 
-        return follow(scheduler, scheduler.run_id(handle), spec, logs=args.follow,
-                      quiet=args.quiet, rank=args.rank)
+        return follow(
+            scheduler, scheduler.run_id(handle), spec, logs=args.follow, quiet=args.quiet, rank=args.rank
+        )
     return _follow_local(args, scheduler, request, handle, spec, t0)
 
 
@@ -245,8 +307,10 @@ def _load(args: argparse.Namespace):
     if args.spec.suffix == ".py":
         return script_spec(args.spec, list(args.args), overrides), args.spec.resolve().parent
     if args.args:
-        raise UserError(f"{args.spec}: arguments after `--` go to a script; accepted: "
-                        "`alchemist run train.py -- ARGS`, or task.args in the spec")
+        raise UserError(
+            f"{args.spec}: arguments after `--` go to a script; accepted: "
+            "`alchemist run train.py -- ARGS`, or task.args in the spec"
+        )
     return load_spec(args.spec, overrides), args.spec.resolve().parent
 
 
@@ -261,25 +325,47 @@ def _start_detached(args: argparse.Namespace, run_id: str) -> int:
     """`run --detach` / `submit --stack local`: a launcher in its own session (no terminal:
     closing it, or SIGHUP, does not stop the run) runs the job; this command returns once
     the run has started. Follow it with status, logs and cancel."""
-    argv = [sys.executable, "-m", "alchemist_jobs", "run", str(args.spec), "--quiet",
-            "--run-id", run_id, "--launcher", "--home", str(_home(args))]
+    argv = [
+        sys.executable,
+        "-m",
+        "alchemist_jobs",
+        "run",
+        str(args.spec),
+        "--quiet",
+        "--run-id",
+        run_id,
+        "--launcher",
+        "--home",
+        str(_home(args)),
+    ]
     argv += [a for kv in args.overrides for a in ("--set", kv)]
     argv += [a for kv in args.env for a in ("--env", kv)]
     argv += ["--", *args.args] if args.args else []
-    launcher = popen_group(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                           stderr=subprocess.PIPE, die_with_parent=False)
+    launcher = popen_group(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        die_with_parent=False,
+    )
     run = RunDir(runs_root(_home(args)) / run_id)
     while not run.state().get("agents") and launcher.poll() is None:
         time.sleep(0.05)  # until the launcher has recorded its agents (or failed)
     if launcher.poll() is not None and launcher.returncode != 0:
         err = launcher.stderr.read().decode(errors="replace").strip().splitlines()
-        raise JobFailed(err[-1].removeprefix("error: ") if err else
-                        f"run {run_id}: the launcher exited with {launcher.returncode}")
+        raise JobFailed(
+            err[-1].removeprefix("error: ")
+            if err
+            else f"run {run_id}: the launcher exited with {launcher.returncode}"
+        )
     launcher.stderr.close()
     print(json.dumps({"run_id": run_id, "stack": "local"}) if args.json else run_id)
-    print(f"run {run_id} started in the background on stack local; follow it with "
-          f"`alchemist status {run_id}`, `alchemist logs {run_id} -f`, "
-          f"`alchemist cancel {run_id}`", file=sys.stderr)
+    print(
+        f"run {run_id} started in the background on stack local; follow it with "
+        f"`alchemist status {run_id}`, `alchemist logs {run_id} -f`, "
+        f"`alchemist cancel {run_id}`",
+        file=sys.stderr,
+    )
     return 0
 
 
@@ -302,8 +388,9 @@ def _follow_local(args, scheduler, request, handle, spec, t0: float) -> int:
 
 def _follow_local_run(args, scheduler, request, handle, spec, t0: float) -> int:
     if not args.launcher:
-        print(f"run {request.run_id}: {spec.world_size} worker(s) on stack {scheduler.stack}",
-              file=sys.stderr)
+        print(
+            f"run {request.run_id}: {spec.world_size} worker(s) on stack {scheduler.stack}", file=sys.stderr
+        )
     # Ctrl-C, SIGTERM and SIGHUP only note the request; the wait loop acts on it between
     # polls. An exception raised inside Popen.wait/poll can leave the Popen's internal lock
     # held, and stopping the agents then blocks on it forever.
@@ -350,8 +437,10 @@ def _follow_local_run(args, scheduler, request, handle, spec, t0: float) -> int:
     if status.state == CANCELLED:
         raise JobFailed(f"run {status.run_id} was cancelled")
     why = f": {status.message}" if status.message else ""
-    raise JobFailed(f"run {status.run_id} {status.state}{why}; see `alchemist logs {status.run_id} "
-                    f"--rank N` (logs in {status.run_dir}/logs)")
+    raise JobFailed(
+        f"run {status.run_id} {status.state}{why}; see `alchemist logs {status.run_id} "
+        f"--rank N` (logs in {status.run_dir}/logs)"
+    )
 
 
 def _removed_outcome(handle) -> str | None:
@@ -386,8 +475,7 @@ def _warm_agent(args: argparse.Namespace):
     nothing until the job is valid and is killed otherwise. ALCHEMIST_WARM_AGENT=0 turns
     this off."""
     early = warm_agent.take_early()  # cli.main starts one as soon as the command is `run`
-    if args.command != "run" or args.stack != "local" or args.dry_run or \
-            not E.WARM_AGENT.get(default=True):
+    if args.command != "run" or args.stack != "local" or args.dry_run or not E.WARM_AGENT.get(default=True):
         if early is not None:
             early.discard()
         return None
@@ -423,12 +511,15 @@ class _Display:
             from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
             self.progress = Progress(
-                TextColumn("[bold]{task.description}"), BarColumn(),
+                TextColumn("[bold]{task.description}"),
+                BarColumn(),
                 # The total is unknown (None) until rank 0 reports its first step.
                 TextColumn("{task.fields[steps]}"),
-                TextColumn("{task.fields[info]}"), TimeElapsedColumn(), transient=True)
-            self.task = self.progress.add_task(spec.name, total=None, info="starting workers",
-                                              steps="")
+                TextColumn("{task.fields[info]}"),
+                TimeElapsedColumn(),
+                transient=True,
+            )
+            self.task = self.progress.add_task(spec.name, total=None, info="starting workers", steps="")
             self.progress.start()
 
     def tick(self) -> None:
@@ -438,7 +529,7 @@ class _Display:
 
         self._print(self.log.lines())
         events = self.handle.run.state().get("restart_events") or []
-        for line in events[self.events:]:  # a rank failed and the group restarts: say so now
+        for line in events[self.events :]:  # a rank failed and the group restarts: say so now
             self._say(str(line))
         self.events = len(events)
         raw = self.handle.run.progress()
@@ -451,8 +542,13 @@ class _Display:
             info = _progress_text(p)
         if self.progress is not None:
             if p is not None:
-                self.progress.update(self.task, total=p.total_steps, completed=p.step,
-                                     info=info, steps=f"step {p.step}/{p.total_steps}")
+                self.progress.update(
+                    self.task,
+                    total=p.total_steps,
+                    completed=p.step,
+                    info=info,
+                    steps=f"step {p.step}/{p.total_steps}",
+                )
             else:
                 self.progress.update(self.task, info=info)
             return
@@ -526,8 +622,10 @@ class LogTail:
 
 def _progress_text(p) -> str:
     epochs = max(1, math.ceil(p.epochs))  # the last report comes after the last epoch
-    text = f"epoch {min(int(p.epoch) + 1, epochs)}/{epochs}  loss {_num(p.loss)}  " \
-           f"{p.samples_per_s:,.0f} samples/s"
+    text = (
+        f"epoch {min(int(p.epoch) + 1, epochs)}/{epochs}  loss {_num(p.loss)}  "
+        f"{p.samples_per_s:,.0f} samples/s"
+    )
     return text + (f"  restarts {p.restarts}" if p.restarts else "")
 
 
@@ -542,15 +640,19 @@ def _num(x: float | None, fmt: str = ".4f") -> str:
 
 def _summary(status: RunStatus, wall: float, handle) -> None:
     res = status.result
-    restarts = max([status.restarts] + [r.get("restart", 0) for r in handle.run.worker_records()
-                                        if isinstance(r.get("restart", 0), int)])
+    restarts = max(
+        [status.restarts]
+        + [r.get("restart", 0) for r in handle.run.worker_records() if isinstance(r.get("restart", 0), int)]
+    )
     lines = [f"run {status.run_id}: {status.state}"]
     if res is not None:
         lines.append(f"  final loss      {_num(res.final_loss)}")
         lines.append(f"  test accuracy   {_num(res.test_accuracy)}")
         lines += [f"  test {k:<11} {_num(v)}" for k, v in _own_metrics(res)]
-        lines.append(f"  throughput      {_num(res.samples_per_s, ',.0f')} samples/s "
-                     f"({res.steps} steps, global batch {res.global_batch})")
+        lines.append(
+            f"  throughput      {_num(res.samples_per_s, ',.0f')} samples/s "
+            f"({res.steps} steps, global batch {res.global_batch})"
+        )
     shown = {"accuracy", "test_loss", *res.test_metrics} if res is not None else set()
     # What the script reported last (report(accuracy=...)), beside the result's own.
     lines += [f"  {k:<15} {_num(v)}" for k, v in sorted(status.metrics.items()) if k not in shown]
@@ -587,7 +689,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     listed = sorted(_scheduler(args).list_json(), key=lambda r: r.created or 0, reverse=True)
     if args.state:
         listed = [r for r in listed if r.state == args.state]
-    listed = listed[:args.limit] if args.limit else listed
+    listed = listed[: args.limit] if args.limit else listed
     if args.json:
         print("[" + ", ".join(r.json_text for r in listed) + "]")
         return 0
@@ -606,10 +708,32 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 # `list`'s columns: the run's own fields; any other name is a metric the run reported.
-LIST_COLUMNS = ("run", "name", "state", "algorithm", "workers", "restarts", "step", "loss",
-                "accuracy", "duration", "created", "ended", "reason")
-DEFAULT_COLUMNS = ("run", "state", "algorithm", "workers", "step", "accuracy", "duration",
-                   "created", "reason")
+LIST_COLUMNS = (
+    "run",
+    "name",
+    "state",
+    "algorithm",
+    "workers",
+    "restarts",
+    "step",
+    "loss",
+    "accuracy",
+    "duration",
+    "created",
+    "ended",
+    "reason",
+)
+DEFAULT_COLUMNS = (
+    "run",
+    "state",
+    "algorithm",
+    "workers",
+    "step",
+    "accuracy",
+    "duration",
+    "created",
+    "reason",
+)
 
 
 def _doc_metrics(doc: dict) -> dict:
@@ -621,8 +745,9 @@ def _doc_metrics(doc: dict) -> dict:
     from alchemist_jobs.scheduler import run_metrics
 
     prog, res = doc.get("progress"), doc.get("result")
-    return run_metrics(None if prog is None else Progress.lenient(prog),
-                       None if res is None else Result.lenient(res))
+    return run_metrics(
+        None if prog is None else Progress.lenient(prog), None if res is None else Result.lenient(res)
+    )
 
 
 def _columns(text: str | None, docs: list[dict]) -> list[str]:
@@ -635,10 +760,14 @@ def _columns(text: str | None, docs: list[dict]) -> list[str]:
         if name not in LIST_COLUMNS and name not in metrics:
             close = difflib.get_close_matches(name, [*LIST_COLUMNS, *metrics], n=1)
             hint = f"; did you mean {close[0]}?" if close else ""
-            reported = f" or a metric the runs reported ({', '.join(metrics)})" if metrics else \
-                " or a metric the runs reported (none has)"
-            raise UserError(f"--columns: {name!r} is no column; accepted: "
-                            f"{', '.join(LIST_COLUMNS)},{reported}{hint}")
+            reported = (
+                f" or a metric the runs reported ({', '.join(metrics)})"
+                if metrics
+                else " or a metric the runs reported (none has)"
+            )
+            raise UserError(
+                f"--columns: {name!r} is no column; accepted: {', '.join(LIST_COLUMNS)},{reported}{hint}"
+            )
         out.append(name)
     return out
 
@@ -668,8 +797,9 @@ def _cell(column: str, doc: dict) -> str:
         return _num(loss) if isinstance(loss, (int, float)) else "-"
     if column == "duration":
         created, ended = doc.get("created"), doc.get("ended")
-        return _duration(doc.get("duration_s") if ended is None or created is None
-                         else max(0.0, ended - created))
+        return _duration(
+            doc.get("duration_s") if ended is None or created is None else max(0.0, ended - created)
+        )
     if column in ("created", "ended"):
         return _when(doc.get(column))
     if column == "reason":  # why it failed (or restarts), one line
@@ -687,14 +817,16 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(f"run        {s.run_id}\nstack      {s.stack}\nstate      {s.state}")
     if s.algorithm:
         print(f"algorithm  {s.algorithm}")
-    counted = ("" if s.restarts_counted is None or s.restarts_counted == s.restarts
-               else f" ({s.restarts_counted} counted towards max_restarts)")
+    counted = (
+        ""
+        if s.restarts_counted is None or s.restarts_counted == s.restarts
+        else f" ({s.restarts_counted} counted towards max_restarts)"
+    )
     print(f"workers    {s.workers}\nrestarts   {s.restarts}{counted}")
     if s.step is not None:
         print(f"step       {s.step}/{s.total_steps}")
     if s.progress is not None and s.progress.loss is not None:
-        print(f"loss       {_num(s.progress.loss)}\n"
-              f"throughput {s.progress.samples_per_s:,.0f} samples/s")
+        print(f"loss       {_num(s.progress.loss)}\nthroughput {s.progress.samples_per_s:,.0f} samples/s")
     metrics = s.metrics  # the final evaluation's, and what a script reported last
     if "accuracy" in metrics:
         print(f"accuracy   {_num(metrics['accuracy'])}")
@@ -708,8 +840,10 @@ def cmd_status(args: argparse.Namespace) -> int:
         print("why it failed:")
         print("\n".join("  " + line for line in s.failure["lines"]))
     for p in s.stuck_pods:
-        print(f"stuck      pod {p['pod']} on node {p['node'] or '?'}: "
-              f"{p['overdue_s'] // 60} min past its deletion deadline")
+        print(
+            f"stuck      pod {p['pod']} on node {p['node'] or '?'}: "
+            f"{p['overdue_s'] // 60} min past its deletion deadline"
+        )
     if s.run_dir:
         print(f"directory  {s.run_dir}")
     return 0
@@ -734,8 +868,9 @@ def parse_age(text: str) -> float:
     """`--older-than`: a number with a unit (90s, 30m, 12h, 7d, 2w), in seconds."""
     m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*", text or "")
     if not m:
-        raise UserError(f"--older-than {text!r}: accepted: a number and a unit, s m h d or w "
-                        "(90s, 30m, 12h, 7d, 2w)")
+        raise UserError(
+            f"--older-than {text!r}: accepted: a number and a unit, s m h d or w (90s, 30m, 12h, 7d, 2w)"
+        )
     return float(m.group(1)) * _AGE_UNITS[m.group(2)]
 
 
@@ -750,15 +885,22 @@ def cmd_rm(args: argparse.Namespace) -> int:
     else:
         chosen, named = sched.list(), False
     now = time.time()
-    chosen = [r for r in chosen if (args.state is None or r.state == args.state)
-              and (age is None or (r.created or now) < now - age)]
+    chosen = [
+        r
+        for r in chosen
+        if (args.state is None or r.state == args.state) and (age is None or (r.created or now) < now - age)
+    ]
     live = [r for r in chosen if not r.finished]
     if live and not args.force:
         if named:
-            raise UserError(f"rm {live[0].run_id}: the run is {live[0].state}; accepted: an "
-                            "ended run, or --force to cancel it first")
-        print(f"skipping {len(live)} run(s) that have not ended (--force cancels and removes "
-              "them)", file=sys.stderr)
+            raise UserError(
+                f"rm {live[0].run_id}: the run is {live[0].state}; accepted: an "
+                "ended run, or --force to cancel it first"
+            )
+        print(
+            f"skipping {len(live)} run(s) that have not ended (--force cancels and removes them)",
+            file=sys.stderr,
+        )
         chosen = [r for r in chosen if r.finished]
     seen: set[str] = set()
     for r in chosen:

@@ -26,18 +26,24 @@ from alchemist_jobs.rundir import default_root, runs_root
 EMULATED_MAX_WORKERS = 64  # --emulated runs this many profile processes at once, at most
 
 
-def _number(accepted: str, low: float, high: float, *, integer: bool = False,
-            low_open: bool = False):
+def _number(accepted: str, low: float, high: float, *, integer: bool = False, low_open: bool = False):
     """An argparse type: a finite number in [low, high] ((low, high] with low_open)."""
+
     def parse(text: str) -> float | int:
         try:
             value = int(text) if integer else float(text)
         except ValueError:
             value = None
-        if value is None or not math.isfinite(value) or value > high or value < low or \
-                (low_open and value == low):
+        if (
+            value is None
+            or not math.isfinite(value)
+            or value > high
+            or value < low
+            or (low_open and value == low)
+        ):
             raise argparse.ArgumentTypeError(f"{text!r}; accepted: {accepted}")
         return value
+
     return parse
 
 
@@ -57,43 +63,84 @@ def _tau(text: str) -> int | str:
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = command(sub, "plan", "predict speed-up and efficiency at N nodes before paying for them",
-                ["alchemist plan examples/digits.yaml --nodes 1,2,4,8 --algorithms sync,bmuf "
-                 "--link 25gbit", "alchemist plan examples/digits.yaml --stack aws-us-west-2 --json"],
-                description=__doc__)
+    p = command(
+        sub,
+        "plan",
+        "predict speed-up and efficiency at N nodes before paying for them",
+        [
+            "alchemist plan examples/digits.yaml --nodes 1,2,4,8 --algorithms sync,bmuf --link 25gbit",
+            "alchemist plan examples/digits.yaml --stack aws-us-west-2 --json",
+        ],
+        description=__doc__,
+    )
     p.add_argument("spec", help="job spec (YAML)").completer = complete_files("yaml", "yml")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a spec field, as for `alchemist run`")
-    p.add_argument("--stack", default=None,
-                   help="take GPUs per node and EFA links from this stack's output"
-                   ).completer = complete_stack
-    p.add_argument("--outputs", type=Path, default=None,
-                   help="the stack's outputs as a JSON file (instead of asking Pulumi)"
-                   ).completer = complete_files("json")
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a spec field, as for `alchemist run`",
+    )
+    p.add_argument(
+        "--stack", default=None, help="take GPUs per node and EFA links from this stack's output"
+    ).completer = complete_stack
+    p.add_argument(
+        "--outputs",
+        type=Path,
+        default=None,
+        help="the stack's outputs as a JSON file (instead of asking Pulumi)",
+    ).completer = complete_files("json")
     p.add_argument("--nodes", default="1,2,4,8,16", help="node counts (default 1,2,4,8,16)")
-    p.add_argument("--algorithms", default=None,
-                   help="comma-separated, from sync,bmuf,easgd (default: the spec's, or all three)")
+    p.add_argument(
+        "--algorithms",
+        default=None,
+        help="comma-separated, from sync,bmuf,easgd (default: the spec's, or all three)",
+    )
     p.add_argument("--link", default=None, help="what one node sends at, e.g. 100mbit, 25gbit")
-    p.add_argument("--link-probe", type=Path, action="append", default=[], metavar="FILE",
-                   help="the link as measured between nodes of the target by "
-                        "`python -m alchemist_jobs.planner.probe` (bandwidth and latency); "
-                        "repeat for probes of several node counts (emulated nodes)")
-    p.add_argument("--latency-us", type=_US, default=50.0,
-                   help="one message between nodes, microseconds (default 50)")
-    p.add_argument("--workers-per-node", type=_COUNT, default=None,
-                   help="workers per node (default: the stack's GPUs per node when the spec "
-                        "asks for GPUs, else the spec's procs_per_node)")
-    p.add_argument("--tau", type=_tau, default=None, help="bmuf/easgd steps per exchange "
-                   "(default: the spec's, else 8); auto: the smallest at which a step waits "
-                   "for communication at most 10%% of its compute at the largest node count")
-    p.add_argument("--step-ms", type=_MS, default=None, help="a measured step time instead "
-                   "of profiling (needs --model-mb)")
+    p.add_argument(
+        "--link-probe",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="the link as measured between nodes of the target by "
+        "`python -m alchemist_jobs.planner.probe` (bandwidth and latency); "
+        "repeat for probes of several node counts (emulated nodes)",
+    )
+    p.add_argument(
+        "--latency-us", type=_US, default=50.0, help="one message between nodes, microseconds (default 50)"
+    )
+    p.add_argument(
+        "--workers-per-node",
+        type=_COUNT,
+        default=None,
+        help="workers per node (default: the stack's GPUs per node when the spec "
+        "asks for GPUs, else the spec's procs_per_node)",
+    )
+    p.add_argument(
+        "--tau",
+        type=_tau,
+        default=None,
+        help="bmuf/easgd steps per exchange "
+        "(default: the spec's, else 8); auto: the smallest at which a step waits "
+        "for communication at most 10%% of its compute at the largest node count",
+    )
+    p.add_argument(
+        "--step-ms",
+        type=_MS,
+        default=None,
+        help="a measured step time instead of profiling (needs --model-mb)",
+    )
     p.add_argument("--model-mb", type=_MB, default=None, help="MB one exchange moves")
     p.add_argument("--profile-steps", type=_COUNT, default=200, help="steps to time (default 200)")
-    p.add_argument("--emulated", action="store_true",
-                   help="the nodes are emulated on this machine and share its processors (the "
-                        "local stack, network namespaces): profile each node count with that "
-                        "many workers computing at once")
+    p.add_argument(
+        "--emulated",
+        action="store_true",
+        help="the nodes are emulated on this machine and share its processors (the "
+        "local stack, network namespaces): profile each node count with that "
+        "many workers computing at once",
+    )
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     p.add_argument("--plot", type=Path, default=None, help="write a PNG of the plan")
     p.set_defaults(func=cmd_plan)
@@ -112,23 +159,35 @@ def _algorithms(args: argparse.Namespace, spec) -> list:
     from alchemist_jobs.spec import ALGORITHMS, MODEL
 
     known = planned()
-    names = (args.algorithms.split(",") if args.algorithms
-             else [spec.algorithm.name] if spec.algorithm.name in known else list(known))
+    names = (
+        args.algorithms.split(",")
+        if args.algorithms
+        else [spec.algorithm.name]
+        if spec.algorithm.name in known
+        else list(known)
+    )
     # The spec's own block length and overlap, where it has them, for every block algorithm.
     own = spec.algorithm if spec.algorithm.exchange == MODEL else None
     out = []
     for name in (n.strip() for n in names):
         if name not in known:
-            raise UserError(f"--algorithms: {name!r} is not planned; expected some of "
-                            f"{','.join(known)} (async's pace depends on the server, not a ring)")
+            raise UserError(
+                f"--algorithms: {name!r} is not planned; expected some of "
+                f"{','.join(known)} (async's pace depends on the server, not a ring)"
+            )
         exchange = ALGORITHMS[name]().exchange
-        tau = (None if args.tau == "auto" else args.tau) or \
-            (own.steps_per_exchange if own else None) or 8
+        tau = (None if args.tau == "auto" else args.tau) or (own.steps_per_exchange if own else None) or 8
         if tau < 1:
             raise UserError(f"--tau {tau}: expected a whole number of at least 1")
         blocks = exchange == MODEL
-        out.append(Algorithm(name=name, tau=tau if blocks else 1, exchange=exchange,
-                             overlap=blocks and own is not None and own.overlapped))
+        out.append(
+            Algorithm(
+                name=name,
+                tau=tau if blocks else 1,
+                exchange=exchange,
+                overlap=blocks and own is not None and own.overlapped,
+            )
+        )
     return out
 
 
@@ -147,14 +206,22 @@ def build_plan(args: argparse.Namespace) -> dict:
         stack = resolve(args.stack, args.outputs)
     workers = args.workers_per_node
     if workers is None:
-        workers = (stack.gpu.per_node if stack is not None and spec.resources.gpu and
-                   stack.gpu.per_node else spec.procs_per_node)
+        workers = (
+            stack.gpu.per_node
+            if stack is not None and spec.resources.gpu and stack.gpu.per_node
+            else spec.procs_per_node
+        )
     if workers < 1:
         raise UserError(f"--workers-per-node {workers}: expected a whole number of at least 1")
     home = default_root()
-    known = dict(workers_per_node=workers, link=args.link, latency_us=args.latency_us,
-                 stack=stack, runs_root=runs_root(home) if stack is None else None,
-                 job_name=spec.name)
+    known = dict(
+        workers_per_node=workers,
+        link=args.link,
+        latency_us=args.latency_us,
+        stack=stack,
+        runs_root=runs_root(home) if stack is None else None,
+        job_name=spec.name,
+    )
     if len(args.link_probe) > 1:
         cluster, assumptions = facts.probed_clusters(args.link_probe, **known)
     else:
@@ -164,37 +231,57 @@ def build_plan(args: argparse.Namespace) -> dict:
         if args.step_ms is None or args.model_mb is None:
             raise UserError("--step-ms and --model-mb go together: give both or neither")
         if args.emulated:
-            raise UserError("--emulated profiles the job under the emulated nodes' contention; "
-                            "with --step-ms there is nothing to profile: drop one")
+            raise UserError(
+                "--emulated profiles the job under the emulated nodes' contention; "
+                "with --step-ms there is nothing to profile: drop one"
+            )
         prof = profile.given_profile(spec, args.step_ms, args.model_mb)
     elif args.emulated:
         too_many = [n for n in nodes if n * workers > EMULATED_MAX_WORKERS]
         if too_many:
-            raise UserError(f"--emulated --nodes {args.nodes}: {too_many[0]} node(s) of {workers} "
-                            f"worker(s) would profile {too_many[0] * workers} processes at once "
-                            f"on this machine; at most {EMULATED_MAX_WORKERS}")
-        prof = {n: profile.profile_spec(spec, home, steps=args.profile_steps,
-                                        concurrent=n * workers, code_dir=Path(args.spec).resolve().parent)
-                for n in sorted({1, *nodes})}
+            raise UserError(
+                f"--emulated --nodes {args.nodes}: {too_many[0]} node(s) of {workers} "
+                f"worker(s) would profile {too_many[0] * workers} processes at once "
+                f"on this machine; at most {EMULATED_MAX_WORKERS}"
+            )
+        prof = {
+            n: profile.profile_spec(
+                spec,
+                home,
+                steps=args.profile_steps,
+                concurrent=n * workers,
+                code_dir=Path(args.spec).resolve().parent,
+            )
+            for n in sorted({1, *nodes})
+        }
     else:
-        prof = profile.profile_spec(spec, home, steps=args.profile_steps,
-                                    code_dir=Path(args.spec).resolve().parent)
+        prof = profile.profile_spec(
+            spec, home, steps=args.profile_steps, code_dir=Path(args.spec).resolve().parent
+        )
     if args.tau == "auto":
         n = max(nodes)
-        algos = [a if a.exchange != MODEL else dataclasses.replace(a, tau=model.choose_tau(
-                     at_nodes(prof, n), a, n, at_nodes(cluster, n))) for a in algos]
+        algos = [
+            a
+            if a.exchange != MODEL
+            else dataclasses.replace(a, tau=model.choose_tau(at_nodes(prof, n), a, n, at_nodes(cluster, n)))
+            for a in algos
+        ]
         assumptions.append(
-            "tau auto: " + ", ".join(f"{a.name} {a.tau}" for a in algos if a.exchange == MODEL)
+            "tau auto: "
+            + ", ".join(f"{a.name} {a.tau}" for a in algos if a.exchange == MODEL)
             + f", the smallest at which a step waits at most {model.AUTO_TAU_EXPOSED:.0%} of its "
-            f"compute at {n} node(s)" + (" with the exchange overlapped" if any(
-                a.overlap for a in algos) else ""))
+            f"compute at {n} node(s)"
+            + (" with the exchange overlapped" if any(a.overlap for a in algos) else "")
+        )
     points = model.predict(prof, algos, nodes, cluster)
-    plan = dict(job=spec.name,
-                profile=profile_summary(prof if isinstance(prof, model.Profile) else prof[1]),
-                assumptions=assumptions,
-                points=[p.as_dict() for p in points],
-                best=model.best_by_nodes(points),
-                tau={a.name: a.tau for a in algos if a.name != "sync"})
+    plan = dict(
+        job=spec.name,
+        profile=profile_summary(prof if isinstance(prof, model.Profile) else prof[1]),
+        assumptions=assumptions,
+        points=[p.as_dict() for p in points],
+        best=model.best_by_nodes(points),
+        tau={a.name: a.tau for a in algos if a.name != "sync"},
+    )
     if isinstance(prof, dict):  # --emulated: the profile of each node count
         plan["profiles"] = {str(n): profile_summary(p) for n, p in prof.items()}
     return plan
@@ -207,29 +294,43 @@ def at_nodes(facts, n: int):
 
 
 def profile_summary(prof) -> dict:
-    return dict(forward_s=prof.forward_s, backward_s=prof.backward_s,
-                optimizer_s=prof.optimizer_s, exchange_local_s=prof.exchange_local_s,
-                exchange_bytes=prof.exchange_bytes, buckets=[list(b) for b in prof.buckets],
-                batch_per_worker=prof.batch_per_worker, source=prof.source)
+    return dict(
+        forward_s=prof.forward_s,
+        backward_s=prof.backward_s,
+        optimizer_s=prof.optimizer_s,
+        exchange_local_s=prof.exchange_local_s,
+        exchange_bytes=prof.exchange_bytes,
+        buckets=[list(b) for b in prof.buckets],
+        batch_per_worker=prof.batch_per_worker,
+        source=prof.source,
+    )
 
 
 def render_table(plan: dict) -> str:
     prof = plan["profile"]
-    lines = [f"plan for {plan['job']}: {prof['source']}; compute "
-             f"{(prof['forward_s'] + prof['backward_s'] + prof['optimizer_s']) * 1e3:.2f} ms/step, "
-             f"{prof['exchange_bytes'] / 1e6:.2f} MB per exchange"
-             + (f" in {len(prof['buckets'])} DDP bucket(s)" if prof["buckets"] else "")]
+    lines = [
+        f"plan for {plan['job']}: {prof['source']}; compute "
+        f"{(prof['forward_s'] + prof['backward_s'] + prof['optimizer_s']) * 1e3:.2f} ms/step, "
+        f"{prof['exchange_bytes'] / 1e6:.2f} MB per exchange"
+        + (f" in {len(prof['buckets'])} DDP bucket(s)" if prof["buckets"] else "")
+    ]
     for n, p in (plan.get("profiles") or {}).items():
         if n != "1":
-            lines.append(f"  with {n} node(s) computing at once: "
-                         f"{(p['forward_s'] + p['backward_s'] + p['optimizer_s']) * 1e3:.2f} ms/step")
-    lines.append(f"{'algorithm':<10}{'nodes':>6}{'workers':>8}{'step ms':>10}{'comm ms':>10}"
-                 f"{'waited ms':>10}{'samples/s':>12}{'speed-up':>10}{'efficiency':>11}")
+            lines.append(
+                f"  with {n} node(s) computing at once: "
+                f"{(p['forward_s'] + p['backward_s'] + p['optimizer_s']) * 1e3:.2f} ms/step"
+            )
+    lines.append(
+        f"{'algorithm':<10}{'nodes':>6}{'workers':>8}{'step ms':>10}{'comm ms':>10}"
+        f"{'waited ms':>10}{'samples/s':>12}{'speed-up':>10}{'efficiency':>11}"
+    )
     for p in plan["points"]:
-        lines.append(f"{p['algorithm']:<10}{p['nodes']:>6}{p['workers']:>8}"
-                     f"{p['step_s'] * 1e3:>10.2f}{p['communication_s'] * 1e3:>10.2f}"
-                     f"{p.get('exposed_s', 0.0) * 1e3:>10.2f}"
-                     f"{p['samples_per_s']:>12,.0f}{p['speedup']:>9.2f}x{p['efficiency']:>10.0%}")
+        lines.append(
+            f"{p['algorithm']:<10}{p['nodes']:>6}{p['workers']:>8}"
+            f"{p['step_s'] * 1e3:>10.2f}{p['communication_s'] * 1e3:>10.2f}"
+            f"{p.get('exposed_s', 0.0) * 1e3:>10.2f}"
+            f"{p['samples_per_s']:>12,.0f}{p['speedup']:>9.2f}x{p['efficiency']:>10.0%}"
+        )
     lines.append("best: " + ", ".join(f"{n} node(s) {a}" for n, a in plan["best"].items()))
     lines += ["assumptions:"] + [f"  - {a}" for a in plan["assumptions"]]
     return "\n".join(lines)

@@ -24,41 +24,77 @@ EXIT_DIFFERS = 1
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    stack = command(subparsers, "stack", "list, replicate and compare Pulumi stacks (stacks/)",
-                    ["alchemist stack list", "alchemist stack diff aws-us-west-2 aws-eu-west-1"],
-                    description=__doc__.splitlines()[0])
+    stack = command(
+        subparsers,
+        "stack",
+        "list, replicate and compare Pulumi stacks (stacks/)",
+        ["alchemist stack list", "alchemist stack diff aws-us-west-2 aws-eu-west-1"],
+        description=__doc__.splitlines()[0],
+    )
     stack.add_argument("--root", type=Path, help="repository root (default: the one holding Pulumi.yaml)")
     sub = stack.add_subparsers(dest="stack_command", metavar="SUBCOMMAND")
     sub.required = True
 
-    p = command(sub, "list", "the stacks and what each runs on",
-                ["alchemist stack list", "alchemist stack list --json"])
+    p = command(
+        sub,
+        "list",
+        "the stacks and what each runs on",
+        ["alchemist stack list", "alchemist stack list --json"],
+    )
     p.add_argument("--json", action="store_true", help="as JSON (a list of stacks)")
-    p.add_argument("--root", type=Path, default=argparse.SUPPRESS,
-                   help="repository root (also accepted before the subcommand)")
+    p.add_argument(
+        "--root",
+        type=Path,
+        default=argparse.SUPPRESS,
+        help="repository root (also accepted before the subcommand)",
+    )
     p.set_defaults(func=cmd_list)
 
-    p = command(sub, "replicate", "write stacks/Pulumi.DST.yaml from SRC with overrides",
-                ["alchemist stack replicate aws-us-west-2 aws-eu-central-1 --set "
-                 "aws.region=eu-central-1 --set "
-                 "aws.availabilityZones=[eu-central-1a,eu-central-1b,eu-central-1c]"])
-    p.add_argument("--root", type=Path, default=argparse.SUPPRESS,
-                   help="repository root (also accepted before the subcommand)")
+    p = command(
+        sub,
+        "replicate",
+        "write stacks/Pulumi.DST.yaml from SRC with overrides",
+        [
+            "alchemist stack replicate aws-us-west-2 aws-eu-central-1 --set "
+            "aws.region=eu-central-1 --set "
+            "aws.availabilityZones=[eu-central-1a,eu-central-1b,eu-central-1c]"
+        ],
+    )
+    p.add_argument(
+        "--root",
+        type=Path,
+        default=argparse.SUPPRESS,
+        help="repository root (also accepted before the subcommand)",
+    )
     p.add_argument("src", metavar="SRC").completer = complete_stack_file
     p.add_argument("dst", metavar="DST")
-    p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a key, e.g. aws.region=eu-west-1 or aws.availabilityZones=[eu-west-1a,eu-west-1b]")
+    p.add_argument(
+        "--set",
+        dest="sets",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a key, e.g. aws.region=eu-west-1 or aws.availabilityZones=[eu-west-1a,eu-west-1b]",
+    )
     p.add_argument("--force", action="store_true", help="overwrite DST if it exists")
     p.set_defaults(func=cmd_replicate)
 
-    p = command(sub, "diff", "how two stacks' platforms differ (exit 1 if they do)",
-                ["alchemist stack diff aws-us-west-2 aws-eu-west-1",
-                 "alchemist stack diff dev onprem-lab --all"])
-    p.add_argument("--root", type=Path, default=argparse.SUPPRESS,
-                   help="repository root (also accepted before the subcommand)")
+    p = command(
+        sub,
+        "diff",
+        "how two stacks' platforms differ (exit 1 if they do)",
+        ["alchemist stack diff aws-us-west-2 aws-eu-west-1", "alchemist stack diff dev onprem-lab --all"],
+    )
+    p.add_argument(
+        "--root",
+        type=Path,
+        default=argparse.SUPPRESS,
+        help="repository root (also accepted before the subcommand)",
+    )
     for name in ("a", "b"):
-        p.add_argument(name, metavar=name.upper(),
-                       help="stack name or stack file").completer = complete_stack_file
+        p.add_argument(
+            name, metavar=name.upper(), help="stack name or stack file"
+        ).completer = complete_stack_file
     p.add_argument("--all", action="store_true", help="also list the differences that are allowed")
     p.set_defaults(func=cmd_diff)
 
@@ -76,8 +112,10 @@ def repo_root(explicit: Path | None) -> Path:
     given = E.PULUMI_DIR.get()
     if given is not None:
         if not (Path(given) / "Pulumi.yaml").is_file():
-            raise UserError(f"{E.PULUMI_DIR.name}={given}: no Pulumi.yaml there; accepted: the "
-                            "root of an alchemist checkout")
+            raise UserError(
+                f"{E.PULUMI_DIR.name}={given}: no Pulumi.yaml there; accepted: the "
+                "root of an alchemist checkout"
+            )
         return Path(given).resolve()
     here = Path.cwd().resolve()
     for d in (here, *here.parents):
@@ -105,8 +143,11 @@ def stack_file(root: Path, name_or_path: str) -> Path:
         candidate, found = None, False
     if not found:
         known = ", ".join(stack_names(root)) or "none"
-        where = f"no {candidate.relative_to(root)}" if candidate is not None and \
-            len(name_or_path) <= 60 else "no such stack file"
+        where = (
+            f"no {candidate.relative_to(root)}"
+            if candidate is not None and len(name_or_path) <= 60
+            else "no such stack file"
+        )
         raise UserError(f"stack {shown(name_or_path)}: {where}; accepted: {known}")
     return candidate
 
@@ -117,15 +158,17 @@ STACK_NAME = re.compile(r"[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?")
 
 def check_stack_name(name: str, what: str) -> str:
     if not STACK_NAME.fullmatch(name) or name == "local":
-        raise UserError(f"{what} {shown(name)}: not a new stack name; accepted: lowercase letters, "
-                        "digits and '-' (1 to 40, starting and ending with a letter or digit), "
-                        "not 'local'")
+        raise UserError(
+            f"{what} {shown(name)}: not a new stack name; accepted: lowercase letters, "
+            "digits and '-' (1 to 40, starting and ending with a letter or digit), "
+            "not 'local'"
+        )
     return name
 
 
 def stack_names(root: Path) -> list[str]:
     """The stacks in stacks/ (a file whose name is no stack name is not one)."""
-    names = (p.name[len("Pulumi."):-len(".yaml")] for p in stacks_dir(root).glob("Pulumi.*.yaml"))
+    names = (p.name[len("Pulumi.") : -len(".yaml")] for p in stacks_dir(root).glob("Pulumi.*.yaml"))
     return sorted(n for n in names if re.fullmatch(r"[A-Za-z0-9_.-]+", n))
 
 
@@ -166,16 +209,23 @@ def _load(path: Path) -> dict[str, Any]:
 def infra_tool(root: Path, command: str, request: dict[str, Any]) -> dict[str, Any]:
     """Ask the checkout's infra/ (`python -m infra.stack_tools COMMAND`, in a subprocess:
     the job package never imports infra)."""
-    proc = subprocess.run([sys.executable, "-m", "infra.stack_tools", command],
-                          input=json.dumps(request), cwd=root, capture_output=True, text=True,
-                          timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "infra.stack_tools", command],
+        input=json.dumps(request),
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     try:
         return json.loads(proc.stdout)
     except json.JSONDecodeError:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise UserError(f"alchemist stack {command}: infra/ of the checkout at {root} failed: "
-                        f"{last}; accepted: a checkout with the `infra` extra installed "
-                        "(pip install 'alchemist[infra]')") from None
+        raise UserError(
+            f"alchemist stack {command}: infra/ of the checkout at {root} failed: "
+            f"{last}; accepted: a checkout with the `infra` extra installed "
+            "(pip install 'alchemist[infra]')"
+        ) from None
 
 
 # --- list ---------------------------------------------------------------------------------
@@ -183,10 +233,13 @@ def infra_tool(root: Path, command: str, request: dict[str, Any]) -> dict[str, A
 
 def _facts(name: str, config: dict[str, Any]) -> dict[str, Any]:
     """`stack list --json`: one stack (docs/cli.md)."""
-    return {"name": name, "provider": config.get("alchemist:provider"),
-            "kubernetes_version": config.get("alchemist:kubernetesVersion"),
-            "shared_fs": (config.get("alchemist:sharedFs") or {}).get("kind"),
-            "summary": _summary(config)}
+    return {
+        "name": name,
+        "provider": config.get("alchemist:provider"),
+        "kubernetes_version": config.get("alchemist:kubernetesVersion"),
+        "shared_fs": (config.get("alchemist:sharedFs") or {}).get("kind"),
+        "summary": _summary(config),
+    }
 
 
 def _summary(config: dict[str, Any]) -> str:
@@ -217,12 +270,22 @@ def cmd_list(args: argparse.Namespace) -> int:
         # An installed package outside a checkout: the built-in stack is still there.
         print(f"note: only the built-in stack: {e}", file=sys.stderr)
         root = None
-    stacks = {} if root is None else {
-        name: _load(stacks_dir(root) / f"Pulumi.{name}.yaml").get("config", {})
-        for name in stack_names(root)}
+    stacks = (
+        {}
+        if root is None
+        else {
+            name: _load(stacks_dir(root) / f"Pulumi.{name}.yaml").get("config", {})
+            for name in stack_names(root)
+        }
+    )
     if args.json:
-        local = {"name": "local", "provider": "local", "kubernetes_version": None,
-                 "shared_fs": "directory", "summary": "processes on this machine, no Pulumi"}
+        local = {
+            "name": "local",
+            "provider": "local",
+            "kubernetes_version": None,
+            "shared_fs": "directory",
+            "summary": "processes on this machine, no Pulumi",
+        }
         print(json.dumps([local] + [_facts(n, c) for n, c in stacks.items()], indent=1))
         return 0
     print(f"{'STACK':<16} {'PROVIDER':<9} {'K8S':<9} {'SHARED FS':<11} WHERE AND WHAT")
@@ -270,7 +333,9 @@ def cmd_replicate(args: argparse.Namespace) -> int:
     check_stack_name(args.dst, "DST")
     dst = stacks_dir(root) / f"Pulumi.{args.dst}.yaml"
     if dst.exists() and not args.force:
-        raise UserError(f"{dst.relative_to(root)} exists; accepted: a new stack name, or --force to overwrite")
+        raise UserError(
+            f"{dst.relative_to(root)} exists; accepted: a new stack name, or --force to overwrite"
+        )
     config: dict[str, Any] = dict(_load(src).get("config") or {})
     overridden: set[str] = set()
     for item in args.sets:
@@ -290,8 +355,9 @@ def cmd_replicate(args: argparse.Namespace) -> int:
         )
     left_out = sorted(k for k, v in config.items() if v == "")
     config = {k: v for k, v in config.items() if v != ""}
-    checked = infra_tool(root, "check", {"config": config, "left_out": left_out,
-                                         "where": str(dst.relative_to(root))})
+    checked = infra_tool(
+        root, "check", {"config": config, "left_out": left_out, "where": str(dst.relative_to(root))}
+    )
     if checked["error"]:
         raise UserError(checked["error"])
     later = checked["later"]
@@ -311,11 +377,9 @@ def cmd_replicate(args: argparse.Namespace) -> int:
 # --- diff ---------------------------------------------------------------------------------
 
 
-def render(root: Path, paths: list[Path], sets: list[dict[str, Any]] | None = None
-           ) -> list[dict[str, Any]]:
+def render(root: Path, paths: list[Path], sets: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """Render stacks under Pulumi's mocks in a subprocess (one fork per stack: mocks are process-wide)."""
-    jobs = json.dumps([{"stack_file": str(p), "sets": s}
-                       for p, s in zip(paths, sets or [{} for _ in paths])])
+    jobs = json.dumps([{"stack_file": str(p), "sets": s} for p, s in zip(paths, sets or [{} for _ in paths])])
     proc = subprocess.run(
         [sys.executable, "-m", "infra.render", "--jobs", "/dev/stdin"],
         input=jobs, cwd=root, capture_output=True, text=True, timeout=900,
@@ -334,17 +398,22 @@ def render(root: Path, paths: list[Path], sets: list[dict[str, Any]] | None = No
 def cmd_diff(args: argparse.Namespace) -> int:
     root = repo_root(args.root)
     if importlib.util.find_spec("pulumi") is None:
-        raise UserError("alchemist stack diff: needs the Pulumi SDK; accepted: pip install 'alchemist[infra]'")
+        raise UserError(
+            "alchemist stack diff: needs the Pulumi SDK; accepted: pip install 'alchemist[infra]'"
+        )
     a, b = stack_file(root, args.a), stack_file(root, args.b)
     # A comparison deploys nothing: what only a deployer can say (their network, the
     # installer they reviewed) takes the same stand-in in both, and the output says so.
-    sets = infra_tool(root, "stand-ins", {"configs": [_load(p).get("config") or {}
-                                                      for p in (a, b)]})["stand_ins"]
+    sets = infra_tool(root, "stand-ins", {"configs": [_load(p).get("config") or {} for p in (a, b)]})[
+        "stand_ins"
+    ]
     ra, rb = render(root, [a, b], sets)
     for path, filled in zip((a, b), sets):
         if filled:
-            print(f"note: {path.name} leaves {', '.join(filled)} to its deployer; compared with "
-                  "a stand-in", file=sys.stderr)
+            print(
+                f"note: {path.name} leaves {', '.join(filled)} to its deployer; compared with a stand-in",
+                file=sys.stderr,
+            )
     report = infra_tool(root, "diff", {"a": ra, "b": rb})
     for line in report["differences"]:
         print(line)
@@ -353,7 +422,9 @@ def cmd_diff(args: argparse.Namespace) -> int:
             print(f"  (allowed: {reason}) {line}")
     differs = bool(report["differences"])
     verdict = "differ" if differs else "are identical"
-    print(f"platforms of {report['a']} and {report['b']} {verdict}: "
-          f"{len(report['differences'])} difference(s), {len(report['allowed'])} allowed "
-          "provider-specific difference(s) (see infra/stack_diff.py)")
+    print(
+        f"platforms of {report['a']} and {report['b']} {verdict}: "
+        f"{len(report['differences'])} difference(s), {len(report['allowed'])} allowed "
+        "provider-specific difference(s) (see infra/stack_diff.py)"
+    )
     return EXIT_DIFFERS if differs else 0

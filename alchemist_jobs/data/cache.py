@@ -44,12 +44,11 @@ import shutil
 import stat
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from alchemist_jobs import environment as E
-
 from alchemist_jobs.errors import JobFailed
 
 _KEY = re.compile(r"[0-9a-f]{16,64}")
@@ -57,8 +56,17 @@ FOREIGN_LOCK_WAIT_S = 10.0  # for a lock another account (or an exited process) 
 LOCK_WAIT_S = 3600.0  # for a holder this node cannot see (ALCHEMIST_DATA_LOCK_WAIT)
 PROGRESS_S = 15.0  # how often a wait says for whom it waits
 _POLL_S = 0.2
-_UNITS = {"": 1, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
-          "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+_UNITS = {
+    "": 1,
+    "K": 10**3,
+    "M": 10**6,
+    "G": 10**9,
+    "T": 10**12,
+    "Ki": 2**10,
+    "Mi": 2**20,
+    "Gi": 2**30,
+    "Ti": 2**40,
+}
 
 
 class DataError(JobFailed):
@@ -69,8 +77,9 @@ def parse_size(text: str, where: str) -> int:
     """`50Gi`, `200G` or a byte count -> bytes."""
     m = re.fullmatch(r"\s*([0-9]+)\s*(Ki|Mi|Gi|Ti|K|M|G|T)?\s*", text or "")
     if not m:
-        raise DataError(f"{where}: {text!r} is not a size; accepted: bytes or a number with "
-                        "K, M, G, T, Ki, Mi, Gi or Ti")
+        raise DataError(
+            f"{where}: {text!r} is not a size; accepted: bytes or a number with K, M, G, T, Ki, Mi, Gi or Ti"
+        )
     return int(m.group(1)) * _UNITS[m.group(2) or ""]
 
 
@@ -127,8 +136,7 @@ def _lock_wait_limit() -> float:
     except ValueError as e:
         raise DataError(f"{e}; accepted: a number of seconds greater than 0") from None
     if not value > 0:
-        raise DataError(f"{E.DATA_LOCK_WAIT.name}={value!r}: accepted: a number of seconds "
-                        "greater than 0")
+        raise DataError(f"{E.DATA_LOCK_WAIT.name}={value!r}: accepted: a number of seconds greater than 0")
     return value
 
 
@@ -160,8 +168,10 @@ class NodeCache:
         st = os.stat(path) if path == self.root else os.lstat(path)
         mode = stat.S_IMODE(st.st_mode)
         if not stat.S_ISDIR(st.st_mode):
-            raise DataError(f"dataset cache {path}: not a folder; accepted: a folder "
-                            f"({E.DATA_CACHE.name}), or data.cache: none")
+            raise DataError(
+                f"dataset cache {path}: not a folder; accepted: a folder "
+                f"({E.DATA_CACHE.name}), or data.cache: none"
+            )
         me = st.st_uid == os.getuid()
         sticky_shared = bool(mode & 0o1000 and mode & 0o022)
         # Trusted: this account's own folder that no one else may write, a folder several
@@ -172,7 +182,8 @@ class NodeCache:
                 f"dataset cache {path}: mode {mode:04o}, owner uid {st.st_uid}: other accounts "
                 f"could replace or remove your entries and locks there; accepted: a folder of "
                 f"your own (`chmod 700 {path}`), or one several accounts share with the sticky "
-                f"bit (`chmod 1777` or, for a group, `chmod 3770 {path}`), or data.cache: none")
+                f"bit (`chmod 1777` or, for a group, `chmod 3770 {path}`), or data.cache: none"
+            )
         return mode
 
     def _entry(self, key: str) -> Path:
@@ -184,8 +195,7 @@ class NodeCache:
         # Non-blocking: a FIFO planted under the name would otherwise block the open forever.
         path = self.root / "locks" / f"{key}.{kind}"
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
-                         | os.O_NONBLOCK, 0o666)
+            fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o666)
         except OSError as e:
             raise DataError(self._not_a_lock(path, f"cannot be opened ({e.strerror})")) from None
         try:
@@ -205,9 +215,11 @@ class NodeCache:
             owner = f", uid {st.st_uid}'s {'link' if stat.S_ISLNK(st.st_mode) else 'file'}"
         except OSError:
             owner = ""
-        return (f"dataset cache lock {path}{owner}, {what}; accepted: a regular lock file: ask its "
-                f"owner to remove it, or stage elsewhere ({E.DATA_CACHE.name}=another folder, or "
-                "data.cache: none)")
+        return (
+            f"dataset cache lock {path}{owner}, {what}; accepted: a regular lock file: ask its "
+            f"owner to remove it, or stage elsewhere ({E.DATA_CACHE.name}=another folder, or "
+            "data.cache: none)"
+        )
 
     def _wait_for(self, fd: int, path: Path, mode: int) -> None:
         """flock(fd, mode), waiting as long as the module docstring says, and no longer."""
@@ -235,8 +247,9 @@ class NodeCache:
             elif held[1] == me:
                 who, allowed = f"pid {held[0]} (yours)", float("inf")
             elif held[1] is None:  # /proc/locks names an exited locker as pid 0
-                who = (f"pid {held[0]}, " if held[0] > 0 else "a process ") + \
-                      "which has exited (a process it started holds the file open)"
+                who = (
+                    f"pid {held[0]}, " if held[0] > 0 else "a process "
+                ) + "which has exited (a process it started holds the file open)"
                 allowed = FOREIGN_LOCK_WAIT_S
             else:
                 who, allowed = f"pid {held[0]} of uid {held[1]}, another account", FOREIGN_LOCK_WAIT_S
@@ -245,12 +258,16 @@ class NodeCache:
                     f"dataset cache lock {path} is held by {who}; waited {waited:.0f} s; "
                     f"accepted: ask its owner to stop it (or stop it), remove {path} if no one "
                     f"uses it, or stage elsewhere ({E.DATA_CACHE.name}=another folder, or "
-                    "data.cache: none)")
+                    "data.cache: none)"
+                )
             if time.monotonic() - said >= PROGRESS_S:
                 said = time.monotonic()
                 bound = "" if allowed == float("inf") else f" (at most {allowed:.0f} s)"
-                print(f"waiting for the dataset cache lock {path}: held by {who}; "
-                      f"{waited:.0f} s so far{bound}", file=sys.stderr, flush=True)
+                print(
+                    f"waiting for the dataset cache lock {path}: held by {who}; {waited:.0f} s so far{bound}",
+                    file=sys.stderr,
+                    flush=True,
+                )
 
     def acquire(self, key: str, fill: Callable[[Path], None], size_hint: int = 0) -> Entry:
         """The entry for `key`, calling `fill(directory)` first if no process on this node has.
@@ -322,7 +339,8 @@ class NodeCache:
                 raise DataError(
                     f"dataset cache {self.root}: entry {key[:16]} ({path.name}) belongs to uid "
                     f"{st.st_uid} with mode {stat.S_IMODE(st.st_mode):04o}, not to you (uid {me}) "
-                    f"alone: not served; accepted: remove {entry}, or data.cache: none")
+                    f"alone: not served; accepted: remove {entry}, or data.cache: none"
+                )
 
     def _fill(self, key: str, fill: Callable[[Path], None], size_hint: int) -> None:
         # Holding the fill lock: a tmp dir of this key is an abandoned fill (a killed process).
@@ -345,9 +363,11 @@ class NodeCache:
     def reserve(self, incoming: int) -> None:
         """Make room for a fill of `incoming` bytes (a fill that learns its size late calls this)."""
         if self.limit is not None and incoming > self.limit:
-            raise DataError(f"dataset of {incoming} bytes exceeds the node cache limit of "
-                            f"{self.limit} bytes ({E.DATA_CACHE_LIMIT.name}); accepted: a larger "
-                            "limit, or data.cache: none")
+            raise DataError(
+                f"dataset of {incoming} bytes exceeds the node cache limit of "
+                f"{self.limit} bytes ({E.DATA_CACHE_LIMIT.name}); accepted: a larger "
+                "limit, or data.cache: none"
+            )
         self.make_room(incoming)
 
     def entries(self) -> list[tuple[str, int, float]]:

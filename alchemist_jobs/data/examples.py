@@ -28,7 +28,9 @@ def export_digits(dest: Path, seed: int = 0) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m alchemist_jobs.data.examples", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(
+        prog="python -m alchemist_jobs.data.examples", description=__doc__.splitlines()[0]
+    )
     p.add_argument("task", choices=["digits"])
     p.add_argument("dir", type=Path)
     p.add_argument("--seed", type=int, default=0, help="the train/test split's seed")

@@ -14,9 +14,10 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Callable
+from typing import BinaryIO
 
 from alchemist_jobs.errors import UserError
 
@@ -55,16 +56,19 @@ def list_files(root: Path, where: str) -> list[LocalFile]:
             if stat.S_ISLNK(st.st_mode):
                 target = p.resolve()
                 if not _inside(target, top):
-                    raise UserError(f"{where}: {rel} is a symbolic link to {target}, outside the "
-                                    "directory; accepted: files within it (copy the file in, or "
-                                    "remove the link)")
+                    raise UserError(
+                        f"{where}: {rel} is a symbolic link to {target}, outside the "
+                        "directory; accepted: files within it (copy the file in, or "
+                        "remove the link)"
+                    )
                 try:
                     st = os.stat(target)
                 except OSError:
                     continue  # a dangling link names no data
             if stat.S_ISREG(st.st_mode):
-                out.append(LocalFile(rel, target, st.st_size, st.st_dev, st.st_ino,
-                                     st.st_mtime_ns, st.st_ctime_ns))
+                out.append(
+                    LocalFile(rel, target, st.st_size, st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
+                )
     return sorted(out, key=lambda f: f.rel)
 
 
@@ -73,14 +77,18 @@ def open_listed(f: LocalFile, where: str) -> BinaryIO:
     try:
         fd = os.open(f.path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError as e:
-        raise UserError(f"{where}: {f.rel}: cannot read it ({e.strerror}); accepted: a "
-                        "directory that does not change while it is read") from None
+        raise UserError(
+            f"{where}: {f.rel}: cannot read it ({e.strerror}); accepted: a "
+            "directory that does not change while it is read"
+        ) from None
     st = os.fstat(fd)
     if (st.st_dev, st.st_ino) != (f.dev, f.ino) or not stat.S_ISREG(st.st_mode):
         os.close(fd)
-        raise UserError(f"{where}: {f.rel} was replaced while it was read (now another file, "
-                        "perhaps a link out of the directory); accepted: a directory that does "
-                        "not change while it is read")
+        raise UserError(
+            f"{where}: {f.rel} was replaced while it was read (now another file, "
+            "perhaps a link out of the directory); accepted: a directory that does "
+            "not change while it is read"
+        )
     return os.fdopen(fd, "rb")
 
 

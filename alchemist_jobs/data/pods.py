@@ -42,11 +42,17 @@ HOST_CACHE_DIR = "/var/cache/alchemist/datasets"  # on GPU nodes, where host_pat
 RUN_UPLOADS = "runs-data/"
 
 
-def pod_patch(spec: "JobSpec", stack: "StackOutput", host_path: str | None = None,
-              cache_limit: str | None = None) -> dict[str, Any]:
+def pod_patch(
+    spec: JobSpec, stack: StackOutput, host_path: str | None = None, cache_limit: str | None = None
+) -> dict[str, Any]:
     """What a job pod needs for `spec.data` on `stack` (empty lists where it needs nothing)."""
-    patch: dict[str, Any] = {"env": [], "env_from": [], "volumes": [], "volume_mounts": [],
-                             "service_account": None}
+    patch: dict[str, Any] = {
+        "env": [],
+        "env_from": [],
+        "volumes": [],
+        "volume_mounts": [],
+        "service_account": None,
+    }
     store = stack.object_store
     if store is not None:
         patch["service_account"] = JOB_SERVICE_ACCOUNT
@@ -67,7 +73,7 @@ def pod_patch(spec: "JobSpec", stack: "StackOutput", host_path: str | None = Non
     return patch
 
 
-def plan_local_source(spec: "JobSpec", stack: "StackOutput") -> tuple["JobSpec", tuple[Path, Any] | None]:
+def plan_local_source(spec: JobSpec, stack: StackOutput) -> tuple[JobSpec, tuple[Path, Any] | None]:
     """Pure: the spec pointing where a local-directory `data.source` will be pushed (content-
     addressed under `runs-data/`), and (directory, URI) to push at submit; the spec unchanged
     and None when the source is not a local directory."""
@@ -75,9 +81,11 @@ def plan_local_source(spec: "JobSpec", stack: "StackOutput") -> tuple["JobSpec",
     if source is None or source.startswith("s3://"):
         return spec, None
     if stack.object_store is None:
-        raise UserError(f"data.source: {source!r} is a local directory, and stack {stack.stack} "
-                        "has no object store to upload it to; accepted: s3://BUCKET/PREFIX, data.path "
-                        "on the shared file system, or a stack with `objectStore` (docs/datasets.md)")
+        raise UserError(
+            f"data.source: {source!r} is a local directory, and stack {stack.stack} "
+            "has no object store to upload it to; accepted: s3://BUCKET/PREFIX, data.path "
+            "on the shared file system, or a stack with `objectStore` (docs/datasets.md)"
+        )
 
     root = Path(source)
     identity = listing_identity(root, local_listing(root))  # by content, not names and times
@@ -89,12 +97,12 @@ def plan_local_source(spec: "JobSpec", stack: "StackOutput") -> tuple["JobSpec",
     return resolved, (root, uri)
 
 
-def push_planned(stack: "StackOutput", todo: tuple[Path, Any]) -> None:
+def push_planned(stack: StackOutput, todo: tuple[Path, Any]) -> None:
     """Send what plan_local_source planned (resumable: a resubmit sends what is missing)."""
     push.push(s3.client(stack.object_store), *todo)
 
 
-def upload_local_source(spec: "JobSpec", stack: "StackOutput") -> "JobSpec":
+def upload_local_source(spec: JobSpec, stack: StackOutput) -> JobSpec:
     """The spec with a local-directory `data.source` pushed to the stack's object store and
     replaced by its URI; unchanged when the source is not a local directory."""
     resolved, todo = plan_local_source(spec, stack)

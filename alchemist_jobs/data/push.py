@@ -9,10 +9,11 @@ and the manifest (every file's size and SHA-256) is written last: it marks a com
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from alchemist_jobs.data import s3 as s3mod
 from alchemist_jobs.data.local_dir import LocalFile, list_files, open_listed, sha256_listed
@@ -41,12 +42,13 @@ def local_files(root: Path) -> tuple[dict[str, tuple[int, str]], dict[str, Local
     if not listed:
         raise UserError(f"{where}: no files to push; accepted: a directory holding files")
     if any(f.rel == s3mod.MANIFEST for f in listed):
-        raise UserError(f"{where}: holds {s3mod.MANIFEST}, a name reserved for the push "
-                        "manifest; accepted: a directory without it")
+        raise UserError(
+            f"{where}: holds {s3mod.MANIFEST}, a name reserved for the push "
+            "manifest; accepted: a directory without it"
+        )
     with ThreadPoolExecutor(max_workers=4) as pool:
         digests = list(pool.map(lambda f: sha256_listed(f, where), listed))
-    return ({f.rel: (f.size, d) for f, d in zip(listed, digests)},
-            {f.rel: f for f in listed})
+    return ({f.rel: (f.size, d) for f, d in zip(listed, digests)}, {f.rel: f for f in listed})
 
 
 def plan(client: Any, root: Path, uri: S3Uri) -> PushPlan:
@@ -65,8 +67,13 @@ def plan(client: Any, root: Path, uri: S3Uri) -> PushPlan:
     return PushPlan(files, send, stale, sources)
 
 
-def push(client: Any, root: Path, uri: S3Uri, on_bytes: Callable[[int], None] | None = None,
-         on_plan: Callable[[PushPlan], None] | None = None) -> PushPlan:
+def push(
+    client: Any,
+    root: Path,
+    uri: S3Uri,
+    on_bytes: Callable[[int], None] | None = None,
+    on_plan: Callable[[PushPlan], None] | None = None,
+) -> PushPlan:
     """Make `uri` hold exactly the files of `root`; returns what was (to be) sent."""
     from s3transfer.subscribers import BaseSubscriber
 
@@ -85,14 +92,21 @@ def push(client: Any, root: Path, uri: S3Uri, on_bytes: Callable[[int], None] | 
     where = f"DIR {str(root)!r}"
     with s3mod.transfer_manager(client) as tm:
         for i in range(0, len(p.send), UPLOAD_BATCH):
-            batch = p.send[i:i + UPLOAD_BATCH]
+            batch = p.send[i : i + UPLOAD_BATCH]
             opened: list[Any] = []
             try:
                 for rel in batch:
                     opened.append(open_listed(p.sources[rel], where))
-                futures = [tm.upload(fh, uri.bucket, uri.prefix + rel,
-                                     extra_args={"Metadata": {"sha256": p.files[rel][1]}},
-                                     subscribers=[_Progress()]) for rel, fh in zip(batch, opened)]
+                futures = [
+                    tm.upload(
+                        fh,
+                        uri.bucket,
+                        uri.prefix + rel,
+                        extra_args={"Metadata": {"sha256": p.files[rel][1]}},
+                        subscribers=[_Progress()],
+                    )
+                    for rel, fh in zip(batch, opened)
+                ]
                 for f in futures:
                     f.result()
             finally:
@@ -100,14 +114,18 @@ def push(client: Any, root: Path, uri: S3Uri, on_bytes: Callable[[int], None] | 
                     fh.close()
     _delete(client, uri, p.stale)
     manifest = {"version": 1, "files": {r: {"size": s, "sha256": d} for r, (s, d) in p.files.items()}}
-    client.put_object(Bucket=uri.bucket, Key=uri.prefix + s3mod.MANIFEST,
-                      Body=json.dumps(manifest, indent=1).encode(), ContentType="application/json")
+    client.put_object(
+        Bucket=uri.bucket,
+        Key=uri.prefix + s3mod.MANIFEST,
+        Body=json.dumps(manifest, indent=1).encode(),
+        ContentType="application/json",
+    )
     return p
 
 
 def _delete(client: Any, uri: S3Uri, rels: list[str]) -> None:
     for i in range(0, len(rels), 1000):  # DeleteObjects takes at most 1000 keys
-        batch = [{"Key": uri.prefix + r} for r in rels[i:i + 1000]]
+        batch = [{"Key": uri.prefix + r} for r in rels[i : i + 1000]]
         client.delete_objects(Bucket=uri.bucket, Delete={"Objects": batch, "Quiet": True})
 
 

@@ -10,10 +10,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from alchemist_jobs.data.cache import DataError
 from alchemist_jobs.data.source import S3Uri
@@ -35,17 +36,19 @@ class Obj:
     etag: str
 
 
-def client(store: "ObjectStore | None" = None) -> Any:
+def client(store: ObjectStore | None = None) -> Any:
     """An S3 client for the stack's object store (or boto3's defaults), sized for parallel transfers."""
     import boto3
     from botocore.config import Config
 
     endpoint = store.endpoint if store else None
     custom = endpoint or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
-    config = Config(max_pool_connections=CONCURRENCY * 2,
-                    retries={"max_attempts": 5, "mode": "standard"},
-                    # S3-compatible services (MinIO, Ceph) want bucket names in the path
-                    s3={"addressing_style": "path"} if custom else None)
+    config = Config(
+        max_pool_connections=CONCURRENCY * 2,
+        retries={"max_attempts": 5, "mode": "standard"},
+        # S3-compatible services (MinIO, Ceph) want bucket names in the path
+        s3={"addressing_style": "path"} if custom else None,
+    )
     region = store.region if store else None
     return boto3.client("s3", endpoint_url=endpoint, region_name=region, config=config)
 
@@ -53,8 +56,9 @@ def client(store: "ObjectStore | None" = None) -> Any:
 def transfer_manager(s3: Any, concurrency: int = CONCURRENCY) -> Any:
     from boto3.s3.transfer import TransferConfig, create_transfer_manager
 
-    config = TransferConfig(multipart_threshold=CHUNK, multipart_chunksize=CHUNK,
-                            max_concurrency=concurrency, use_threads=True)
+    config = TransferConfig(
+        multipart_threshold=CHUNK, multipart_chunksize=CHUNK, max_concurrency=concurrency, use_threads=True
+    )
     return create_transfer_manager(s3, config)
 
 
@@ -66,7 +70,7 @@ def list_prefix(s3: Any, uri: S3Uri) -> list[Obj]:
     try:
         for page in s3.get_paginator("list_objects_v2").paginate(Bucket=uri.bucket, Prefix=uri.prefix):
             for o in page.get("Contents", []):
-                rel = o["Key"][len(uri.prefix):]
+                rel = o["Key"][len(uri.prefix) :]
                 if rel and not rel.endswith("/"):
                     out.append(Obj(rel, int(o["Size"]), o.get("ETag", "").strip('"')))
     except ClientError as e:
@@ -116,15 +120,24 @@ def read_manifest(s3: Any, uri: S3Uri, etag: str | None = None) -> dict[str, dic
         body = s3.get_object(Bucket=uri.bucket, Key=uri.prefix + MANIFEST, **extra)["Body"].read()
         return json.loads(body)["files"]
     except ClientError as e:
-        raise DataError(f"{uri}{MANIFEST}: changed or vanished while staging ({error_code(e)}): "
-                        "a push is under way; stage again when it has finished") from None
+        raise DataError(
+            f"{uri}{MANIFEST}: changed or vanished while staging ({error_code(e)}): "
+            "a push is under way; stage again when it has finished"
+        ) from None
     except (ValueError, KeyError, TypeError):
-        raise DataError(f"{uri}{MANIFEST}: not a manifest written by `alchemist data push`; "
-                        "push the dataset again") from None
+        raise DataError(
+            f"{uri}{MANIFEST}: not a manifest written by `alchemist data push`; push the dataset again"
+        ) from None
 
 
-def download(s3: Any, uri: S3Uri, objects: list[Obj], dest: Path,
-             on_bytes: Callable[[int], None] | None = None, manifest_etag: str | None = None) -> None:
+def download(
+    s3: Any,
+    uri: S3Uri,
+    objects: list[Obj],
+    dest: Path,
+    on_bytes: Callable[[int], None] | None = None,
+    manifest_etag: str | None = None,
+) -> None:
     """Download `objects` of `uri` into `dest` in parallel, then check each one.
 
     A file whose size differs from the listing, or whose SHA-256 differs from the push's
@@ -154,8 +167,9 @@ def download(s3: Any, uri: S3Uri, objects: list[Obj], dest: Path,
     manifest = read_manifest(s3, uri, manifest_etag) if has_manifest else None
     files = [o for o in objects if o.rel != MANIFEST]
     if not files:
-        raise DataError(f"{uri}: no objects there; accepted: a prefix holding the dataset "
-                        "(`alchemist data ls`)")
+        raise DataError(
+            f"{uri}: no objects there; accepted: a prefix holding the dataset (`alchemist data ls`)"
+        )
     if manifest is not None:
         _check_listing(uri, files, manifest)
     with transfer_manager(s3) as tm:
@@ -163,8 +177,9 @@ def download(s3: Any, uri: S3Uri, objects: list[Obj], dest: Path,
         for o in files:
             target = dest / o.rel
             target.parent.mkdir(parents=True, exist_ok=True)
-            futures.append((o, tm.download(uri.bucket, uri.prefix + o.rel, str(target),
-                                           subscribers=[_Known(o)])))
+            futures.append(
+                (o, tm.download(uri.bucket, uri.prefix + o.rel, str(target), subscribers=[_Known(o)]))
+            )
         for o, fut in futures:
             try:
                 fut.result()
@@ -183,7 +198,8 @@ def _check_listing(uri: S3Uri, files: list[Obj], manifest: dict[str, dict]) -> N
             raise DataError(
                 f"{uri}{rel}: {_describe(listed.get(rel))} in the bucket but "
                 f"{_describe(expected.get(rel))} in the manifest of `alchemist data push` (changed, "
-                "truncated or partly pushed); nothing was staged; push the dataset again")
+                "truncated or partly pushed); nothing was staged; push the dataset again"
+            )
 
 
 def _describe(size: int | None) -> str:
@@ -197,8 +213,10 @@ def _verify(uri: S3Uri, dest: Path, files: list[Obj], manifest: dict | None) -> 
         if size != o.size:
             return f"{uri}{o.rel}: got {size} bytes, the listing says {o.size} (truncated)"
         if manifest is not None and sha256_file(path) != manifest[o.rel]["sha256"]:
-            return (f"{uri}{o.rel}: SHA-256 differs from the manifest of `alchemist data push` "
-                    "(corrupt or overwritten)")
+            return (
+                f"{uri}{o.rel}: SHA-256 differs from the manifest of `alchemist data push` "
+                "(corrupt or overwritten)"
+            )
         return None
 
     with ThreadPoolExecutor(max_workers=min(8, (os.cpu_count() or 1) * 2)) as pool:

@@ -28,8 +28,10 @@ def parse_s3_uri(uri: str, where: str = "data.source") -> S3Uri:
     rest = uri.removeprefix("s3://")
     bucket, _, prefix = rest.partition("/")
     if not uri.startswith("s3://") or not _BUCKET.fullmatch(bucket) or ".." in prefix:
-        raise UserError(f"{where}: {uri!r} is not an object-store URI; accepted: "
-                        "s3://BUCKET/PREFIX with a valid bucket name (3-63 of a-z 0-9 . -)")
+        raise UserError(
+            f"{where}: {uri!r} is not an object-store URI; accepted: "
+            "s3://BUCKET/PREFIX with a valid bucket name (3-63 of a-z 0-9 . -)"
+        )
     prefix = prefix.strip("/")
     return S3Uri(bucket, prefix + "/" if prefix else "")
 
@@ -38,8 +40,10 @@ def resolve_local_source(value: str, spec_dir: Path, where: str) -> str:
     """A local directory `data.source`, made absolute (relative paths are from the spec file)."""
     path = (Path(spec_dir) / Path(value).expanduser()).resolve()
     if not path.is_dir():
-        raise UserError(f"{where}: data.source: {value!r} is not a directory (looked for {path}); "
-                        "accepted: s3://BUCKET/PREFIX or a local directory, relative to the spec")
+        raise UserError(
+            f"{where}: data.source: {value!r} is not a directory (looked for {path}); "
+            "accepted: s3://BUCKET/PREFIX or a local directory, relative to the spec"
+        )
 
     list_files(path, f"{where}: data.source {path}")  # a link out of it is refused now, not in a worker
     return str(path)
@@ -49,6 +53,8 @@ def dataset_uri(bucket: str, name: str, prefix: str = "", what: str = "--name") 
     """Where the dataset `name` pushed with `alchemist data push` lives (under the team's
     `prefix`); `what` is how the user gave the name, for the error."""
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", name):
-        raise UserError(f"{what} {name!r}: not a dataset name; accepted: letters, digits, '.', "
-                        "'_', '-' (up to 128, starting with a letter or digit)")
+        raise UserError(
+            f"{what} {name!r}: not a dataset name; accepted: letters, digits, '.', "
+            "'_', '-' (up to 128, starting with a letter or digit)"
+        )
     return S3Uri(bucket, f"{prefix}{DATASETS_PREFIX}{name}/")  # prefix: the team's (contract)

@@ -37,7 +37,8 @@ from alchemist_jobs.errors import UserError
 if TYPE_CHECKING:
     from alchemist_jobs.spec import JobSpec
 
-def cache_for(spec: "JobSpec", shared_root: Path, run_dir: Path | None) -> NodeCache:
+
+def cache_for(spec: JobSpec, shared_root: Path, run_dir: Path | None) -> NodeCache:
     limit_text = E.DATA_CACHE_LIMIT.get()
     limit = parse_size(limit_text, E.DATA_CACHE_LIMIT.name) if limit_text else None
     mode = spec.data.cache
@@ -50,7 +51,7 @@ def cache_for(spec: "JobSpec", shared_root: Path, run_dir: Path | None) -> NodeC
     return NodeCache(Path(shared_root) / "cache" / "datasets", limit)
 
 
-def stage(spec: "JobSpec", shared_root: Path, run_dir: Path | None = None) -> Entry:
+def stage(spec: JobSpec, shared_root: Path, run_dir: Path | None = None) -> Entry:
     """The staged directory of `spec.data.source` (held in use until `release()`)."""
     source = spec.data.source
     if source is None:
@@ -68,6 +69,7 @@ def _stage_s3(source: str, cache: NodeCache) -> Entry:
     client = s3.client()
     etag = s3.manifest_etag(client, uri)
     if etag is not None:
+
         def fill(dest: Path) -> None:
             objects = s3.list_prefix(client, uri)
             cache.reserve(sum(o.size for o in objects if o.rel != s3.MANIFEST))
@@ -76,14 +78,20 @@ def _stage_s3(source: str, cache: NodeCache) -> Entry:
         return cache.acquire(user_key(f"manifest {etag}"), fill)
     objects = s3.list_prefix(client, uri)
     if not objects:
-        raise DataError(f"{uri}: no objects there; accepted: a prefix holding the dataset "
-                        "(`alchemist data ls`)")
+        raise DataError(
+            f"{uri}: no objects there; accepted: a prefix holding the dataset (`alchemist data ls`)"
+        )
     if uri.prefix.startswith(DATASETS_PREFIX) or f"/{DATASETS_PREFIX}" in uri.prefix:
-        raise DataError(f"{uri}: its push has not finished (no {s3.MANIFEST}); run `alchemist "
-                        "data push` again to complete it")
+        raise DataError(
+            f"{uri}: its push has not finished (no {s3.MANIFEST}); run `alchemist "
+            "data push` again to complete it"
+        )
     size = sum(o.size for o in objects)
-    return cache.acquire(user_key(f"listing {s3.listing_key(objects)}"),
-                         lambda dest: s3.download(client, uri, objects, dest), size)
+    return cache.acquire(
+        user_key(f"listing {s3.listing_key(objects)}"),
+        lambda dest: s3.download(client, uri, objects, dest),
+        size,
+    )
 
 
 def user_key(identity: str) -> str:
@@ -105,8 +113,9 @@ def listing_identity(root: Path, listing: list[tuple[LocalFile, str]]) -> str:
     """What names a local dataset: the directory's real path and each file's name, size and
     SHA-256. Names, sizes and times alone are not the content: two directories with equal ones
     and different bytes are two datasets."""
-    return json.dumps({"source": str(Path(root).resolve()),
-                       "files": [[f.rel, f.size, digest] for f, digest in listing]})
+    return json.dumps(
+        {"source": str(Path(root).resolve()), "files": [[f.rel, f.size, digest] for f, digest in listing]}
+    )
 
 
 def _stage_dir(root: Path, cache: NodeCache) -> Entry:
@@ -129,8 +138,14 @@ def _stage_dir(root: Path, cache: NodeCache) -> Entry:
             raise DataError(str(e)) from None
         return user_key(listing_identity(root, hashed[0]))
 
-    by_stat = user_key(json.dumps({"source": str(root.resolve()), "stat": [
-        [f.rel, f.size, f.mtime_ns, f.ctime_ns, f.dev, f.ino] for f in files]}))
+    by_stat = user_key(
+        json.dumps(
+            {
+                "source": str(root.resolve()),
+                "stat": [[f.rel, f.size, f.mtime_ns, f.ctime_ns, f.dev, f.ino] for f in files],
+            }
+        )
+    )
     key = cache.memo(by_stat, content_key)
 
     def fill(dest: Path) -> None:
@@ -139,8 +154,10 @@ def _stage_dir(root: Path, cache: NodeCache) -> Entry:
             content_key()
             listing = hashed[0]
         if user_key(listing_identity(root, listing)) != key:
-            raise DataError(f"{where}: it changed while it was staged; accepted: a directory "
-                            "that does not change during a run")
+            raise DataError(
+                f"{where}: it changed while it was staged; accepted: a directory "
+                "that does not change during a run"
+            )
         for f, digest in listing:
             target = dest / f.rel
             target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -150,7 +167,9 @@ def _stage_dir(root: Path, cache: NodeCache) -> Entry:
                 except UserError as e:
                     raise DataError(str(e)) from None
             if got != digest:  # the copy is what was hashed, or nothing
-                raise DataError(f"{where}: {f.rel} changed while it was staged; accepted: a "
-                                "directory that does not change during a run")
+                raise DataError(
+                    f"{where}: {f.rel} changed while it was staged; accepted: a "
+                    "directory that does not change during a run"
+                )
 
     return cache.acquire(key, fill, sum(f.size for f in files))

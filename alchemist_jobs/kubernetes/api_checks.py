@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import base64
 import re
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from alchemist_jobs.errors import UserError
 
@@ -42,15 +43,19 @@ def _problems(obj: dict) -> Iterator[str]:
     meta = obj.get("metadata") or {}
     name = meta.get("name", "")
     if len(name) > 253 or not _DNS1123_SUBDOMAIN.fullmatch(name):
-        yield (f"metadata.name: {name!r} is not a DNS-1123 subdomain; accepted: at most 253 "
-               "lower-case letters, digits, '-' and '.', starting and ending alphanumeric")
+        yield (
+            f"metadata.name: {name!r} is not a DNS-1123 subdomain; accepted: at most 253 "
+            "lower-case letters, digits, '-' and '.', starting and ending alphanumeric"
+        )
     yield from _labels("metadata.labels", meta.get("labels"))
     if obj.get("kind") == "ConfigMap":
         size = sum(len(v.encode()) for v in (obj.get("data") or {}).values())
         size += sum(len(base64.b64decode(v)) for v in (obj.get("binaryData") or {}).values())
         if size > MAX_CONFIG_MAP_BYTES:
-            yield (f"data: {size} bytes; accepted: at most {MAX_CONFIG_MAP_BYTES} bytes in a "
-                   "ConfigMap (make the code snapshot smaller: .alchemistignore)")
+            yield (
+                f"data: {size} bytes; accepted: at most {MAX_CONFIG_MAP_BYTES} bytes in a "
+                "ConfigMap (make the code snapshot smaller: .alchemistignore)"
+            )
     for path, job_spec in _job_specs(obj):
         yield from _job(path, job_spec)
 
@@ -58,8 +63,10 @@ def _problems(obj: dict) -> Iterator[str]:
 def _labels(path: str, labels: dict | None) -> Iterator[str]:
     for key, value in (labels or {}).items():
         if len(value) > 63 or not _LABEL_VALUE.fullmatch(value):
-            yield (f"{path}.{key}: {value!r} is not a valid label value; accepted: at most 63 "
-                   "letters, digits, '-', '_' and '.', starting and ending alphanumeric")
+            yield (
+                f"{path}.{key}: {value!r} is not a valid label value; accepted: at most 63 "
+                "letters, digits, '-', '_' and '.', starting and ending alphanumeric"
+            )
 
 
 def _job_specs(obj: dict) -> Iterator[tuple[str, dict]]:
@@ -67,29 +74,32 @@ def _job_specs(obj: dict) -> Iterator[tuple[str, dict]]:
         yield "spec", obj.get("spec") or {}
     elif obj.get("kind") == "JobSet":
         for i, rjob in enumerate((obj.get("spec") or {}).get("replicatedJobs") or []):
-            yield f"spec.replicatedJobs[{i}].template.spec", \
-                (rjob.get("template") or {}).get("spec") or {}
+            yield f"spec.replicatedJobs[{i}].template.spec", (rjob.get("template") or {}).get("spec") or {}
 
 
 def _job(path: str, spec: dict) -> Iterator[str]:
     template = spec.get("template") or {}
-    yield from _labels(f"{path}.template.metadata.labels",
-                       (template.get("metadata") or {}).get("labels"))
+    yield from _labels(f"{path}.template.metadata.labels", (template.get("metadata") or {}).get("labels"))
     policy = spec.get("podFailurePolicy")
     if not policy:
         return
     pod: dict[str, Any] = template.get("spec") or {}
     if pod.get("restartPolicy") != "Never":
-        yield (f"{path}.template.spec.restartPolicy: {pod.get('restartPolicy')!r}; accepted: "
-               "'Never' when podFailurePolicy is set")
+        yield (
+            f"{path}.template.spec.restartPolicy: {pod.get('restartPolicy')!r}; accepted: "
+            "'Never' when podFailurePolicy is set"
+        )
     replacement = spec.get("podReplacementPolicy")
     if replacement is not None and replacement != "Failed":
-        yield (f"{path}.podReplacementPolicy: {replacement!r}; accepted: 'Failed' when "
-               "podFailurePolicy is set")
+        yield (
+            f"{path}.podReplacementPolicy: {replacement!r}; accepted: 'Failed' when podFailurePolicy is set"
+        )
     names = {c.get("name") for c in (pod.get("containers") or []) + (pod.get("initContainers") or [])}
     for i, rule in enumerate(policy.get("rules") or []):
         container = (rule.get("onExitCodes") or {}).get("containerName")
         if container is not None and container not in names:
-            yield (f"{path}.podFailurePolicy.rules[{i}].onExitCodes.containerName: "
-                   f"{container!r} is not a container of the pod; accepted: one of "
-                   f"{sorted(n for n in names if n)}")
+            yield (
+                f"{path}.podFailurePolicy.rules[{i}].onExitCodes.containerName: "
+                f"{container!r} is not a container of the pod; accepted: one of "
+                f"{sorted(n for n in names if n)}"
+            )

@@ -12,7 +12,8 @@ import atexit
 import importlib
 import os
 import tempfile
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from alchemist_jobs.contract import StackOutput
 from alchemist_jobs.errors import UserError
@@ -38,9 +39,11 @@ def from_kubeconfig(out: StackOutput, cfg: Any) -> None:
         kubeconfig = yaml.safe_load(out.kubeconfig.get_secret_value())
         config.load_kube_config_from_dict(kubeconfig, client_configuration=cfg, persist_config=False)
     except Exception as e:  # the message could quote the file: name the type only
-        raise UserError(f"stack {out.stack}: its kubeconfig cannot be used "
-                        f"({type(e).__name__}); accepted: a kubeconfig with a current "
-                        "context (re-run `pulumi up` for the stack)") from None
+        raise UserError(
+            f"stack {out.stack}: its kubeconfig cannot be used "
+            f"({type(e).__name__}); accepted: a kubeconfig with a current "
+            "context (re-run `pulumi up` for the stack)"
+        ) from None
 
 
 # field -> method, or "module:function" imported on first use (boto3 only on EKS stacks)
@@ -63,5 +66,7 @@ def credentials(out: StackOutput) -> Any:
         cfg = client.Configuration()
         method(out, cfg)
         return cfg
-    raise UserError(f"stack {out.stack}: its output has none of {', '.join(_METHODS)}; "
-                    "one of them is needed to reach the cluster")
+    raise UserError(
+        f"stack {out.stack}: its output has none of {', '.join(_METHODS)}; "
+        "one of them is needed to reach the cluster"
+    )

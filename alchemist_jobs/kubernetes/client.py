@@ -10,12 +10,12 @@ become one line. Secrets (kubeconfig, token) never appear in errors.
 from __future__ import annotations
 
 import json
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from alchemist_jobs.contract import StackOutput
 from alchemist_jobs.errors import UserError
 from alchemist_jobs.kubernetes.auth import credentials
-
 
 CONNECT_TIMEOUT_S = 15
 READ_TIMEOUT_S = 60
@@ -36,8 +36,9 @@ class Cluster:
     """The API groups the backend uses (`core`, `batch`, `custom` for JobSets and Kueue
     Workloads, `networking`), bound to the stack's namespace."""
 
-    def __init__(self, core: Any, batch: Any, stack: str, namespace: str,
-                 custom: Any = None, networking: Any = None):
+    def __init__(
+        self, core: Any, batch: Any, stack: str, namespace: str, custom: Any = None, networking: Any = None
+    ):
         self.core, self.batch, self.stack, self.namespace = core, batch, stack, namespace
         self.apis = {"core": core, "batch": batch, "custom": custom, "networking": networking}
 
@@ -48,23 +49,25 @@ class Cluster:
         fn = getattr(self.apis[api], method)
         # Every request has a deadline (a hung API server must not hang the CLI); a followed
         # log may stay quiet for long, and its reader reattaches when the read times out.
-        kw.setdefault("_request_timeout",
-                      (CONNECT_TIMEOUT_S, FOLLOW_READ_TIMEOUT_S if kw.get("follow")
-                       else READ_TIMEOUT_S))
+        kw.setdefault(
+            "_request_timeout",
+            (CONNECT_TIMEOUT_S, FOLLOW_READ_TIMEOUT_S if kw.get("follow") else READ_TIMEOUT_S),
+        )
         try:
             return fn(_preload_content=False, **kw)
         except ApiException as e:
             # A missing object is an answer for reads and deletes; for a create or a list it
             # means the namespace itself is missing: an error to report.
-            if e.status == 404 and method.startswith(("read_", "delete_", "patch_", "connect_",
-                                                      "get_namespaced_custom_object")):
+            if e.status == 404 and method.startswith(
+                ("read_", "delete_", "patch_", "connect_", "get_namespaced_custom_object")
+            ):
                 raise NotFound(method) from None
-            raise ClusterError(f"stack {self.stack}: {method} was refused: "
-                               f"{_api_reason(e)}") from None
+            raise ClusterError(f"stack {self.stack}: {method} was refused: {_api_reason(e)}") from None
         except Exception as e:  # urllib3 / socket errors: the cluster is not reachable
             if type(e).__module__.startswith(("urllib3", "socket", "ssl")) or isinstance(e, OSError):
-                raise ClusterError(f"stack {self.stack}: cannot reach the cluster "
-                                   f"({type(e).__name__})") from None
+                raise ClusterError(
+                    f"stack {self.stack}: cannot reach the cluster ({type(e).__name__})"
+                ) from None
             raise
 
     def call(self, api: str, method: str, **kw: Any) -> dict:
@@ -94,11 +97,19 @@ def connect(out: StackOutput) -> Cluster:
     try:
         from kubernetes import client
     except ImportError:
-        raise UserError(f"stack {out.stack}: the Kubernetes backend needs the `kubernetes` "
-                        "package; accepted: pip install 'alchemist[cluster]'") from None
+        raise UserError(
+            f"stack {out.stack}: the Kubernetes backend needs the `kubernetes` "
+            "package; accepted: pip install 'alchemist[cluster]'"
+        ) from None
     api = client.ApiClient(credentials(out))
-    return Cluster(client.CoreV1Api(api), client.BatchV1Api(api), out.stack, out.namespace,
-                   custom=client.CustomObjectsApi(api), networking=client.NetworkingV1Api(api))
+    return Cluster(
+        client.CoreV1Api(api),
+        client.BatchV1Api(api),
+        out.stack,
+        out.namespace,
+        custom=client.CustomObjectsApi(api),
+        networking=client.NetworkingV1Api(api),
+    )
 
 
 Connector = Callable[[StackOutput], Cluster]

@@ -17,9 +17,9 @@ import os
 import stat
 import sys
 import tarfile
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
 
 from alchemist_jobs import secret_scan
 from alchemist_jobs.errors import UserError
@@ -33,14 +33,51 @@ IGNORE_FILES = (".gitignore", ".alchemistignore")  # read in every directory, in
 # hashes, raw tokens of no known format, key stores) or that hold secrets by convention.
 # `ship_secrets` in the job spec releases a file from both, knowingly.
 ALWAYS_IGNORED = (".git/", "__pycache__/", "*.py[cod]")
-SECRET_LOOKING = (".env", ".env.*", "*.env", "*.env.*", ".netrc", "_netrc", ".pgpass", ".pypirc",
-                  ".htpasswd", ".htdigest", "token", "token.txt", "*.token", "*.tfstate",
-                  "*.tfstate.*", "*.kdbx",
-                  ".npmrc", ".git-credentials", "*.pem", "*.key", "*.p12", "*.pfx",
-                  "*.keystore", "*.jks", "id_rsa*", "id_dsa*", "id_ecdsa*", "id_ed25519*",
-                  ".aws/", ".ssh/", ".gnupg/", ".kube/", ".docker/", ".azure/", ".config/gcloud/",
-                  "credentials", "credentials.*", "*credentials*.json", "kubeconfig",
-                  "*.kubeconfig", "secrets/", "*.secret", "*.secrets")
+SECRET_LOOKING = (
+    ".env",
+    ".env.*",
+    "*.env",
+    "*.env.*",
+    ".netrc",
+    "_netrc",
+    ".pgpass",
+    ".pypirc",
+    ".htpasswd",
+    ".htdigest",
+    "token",
+    "token.txt",
+    "*.token",
+    "*.tfstate",
+    "*.tfstate.*",
+    "*.kdbx",
+    ".npmrc",
+    ".git-credentials",
+    "*.pem",
+    "*.key",
+    "*.p12",
+    "*.pfx",
+    "*.keystore",
+    "*.jks",
+    "id_rsa*",
+    "id_dsa*",
+    "id_ecdsa*",
+    "id_ed25519*",
+    ".aws/",
+    ".ssh/",
+    ".gnupg/",
+    ".kube/",
+    ".docker/",
+    ".azure/",
+    ".config/gcloud/",
+    "credentials",
+    "credentials.*",
+    "*credentials*.json",
+    "kubeconfig",
+    "*.kubeconfig",
+    "secrets/",
+    "*.secret",
+    "*.secrets",
+)
 # The tarball travels in a ConfigMap, whose data may not exceed 1 MiB; leave room for the spec.
 MAX_TARBALL_BYTES = 900 * 1024
 HASH_CHARS = 16
@@ -99,8 +136,12 @@ def _info_exclude(top: Path, root: Path) -> list[tuple[str, object]]:
     return [("" if rel == "." else rel + "/", pathspec.GitIgnoreSpec.from_lines(lines))]
 
 
-def list_files(root: Path, skip: Iterable[Path] = (), ship_secrets: Iterable[str] = (),
-               withheld: dict[str, str] | None = None) -> list[str]:
+def list_files(
+    root: Path,
+    skip: Iterable[Path] = (),
+    ship_secrets: Iterable[str] = (),
+    withheld: dict[str, str] | None = None,
+) -> list[str]:
     """Files under root that are shipped, as sorted POSIX paths relative to root.
 
     Ignore files apply as git applies them: a pattern is relative to the directory of the file
@@ -163,22 +204,30 @@ def list_files(root: Path, skip: Iterable[Path] = (), ship_secrets: Iterable[str
         keep = []
         for d in sorted(dirnames):
             rel = f"{rel_dir}/{d}" if rel_dir else d
-            if not (here / d).is_symlink() and not ignored(rel, True) and \
-                    (here / d) not in skipped and not secret_looking(rel, True):
+            if (
+                not (here / d).is_symlink()
+                and not ignored(rel, True)
+                and (here / d) not in skipped
+                and not secret_looking(rel, True)
+            ):
                 keep.append(d)
         dirnames[:] = keep  # prune: git never looks inside an ignored directory
         for f in sorted(filenames):
             rel = f"{rel_dir}/{f}" if rel_dir else f
             p = here / f
-            if p.is_symlink() or not p.is_file() or ignored(rel, False) or \
-                    secret_looking(rel, False):
+            if p.is_symlink() or not p.is_file() or ignored(rel, False) or secret_looking(rel, False):
                 continue
             out.append(rel)
     return sorted(out)
 
 
-def shipped_files(root: Path, skip: Iterable[Path] = (), ship_secrets: Iterable[str] = (),
-                  source: str = "task", leave_out: Iterable[Path] = ()) -> list[str]:
+def shipped_files(
+    root: Path,
+    skip: Iterable[Path] = (),
+    ship_secrets: Iterable[str] = (),
+    source: str = "task",
+    leave_out: Iterable[Path] = (),
+) -> list[str]:
     """list_files less what secret_scan.py holds back by content (secrets, archives) and the files
     `leave_out` names (secret_env files: never shipped, wherever they lie); each file held back
     for its name or content is one warning line on stderr, naming it and the override."""
@@ -194,9 +243,11 @@ def shipped_files(root: Path, skip: Iterable[Path] = (), ship_secrets: Iterable[
     flagged = secret_scan.flagged_files(Path(root), [f for f in files if not released.match_file(f)])
     withheld.update(flagged)  # each with why: what it holds, or that it is an archive
     for rel, why in sorted(withheld.items()):
-        print(f"warning: {source}: {rel} is not shipped with the code: {why}; accepted: move "
-              f"the secret to secret_env, or list {rel!r} in ship_secrets to ship it knowingly",
-              file=sys.stderr)
+        print(
+            f"warning: {source}: {rel} is not shipped with the code: {why}; accepted: move "
+            f"the secret to secret_env, or list {rel!r} in ship_secrets to ship it knowingly",
+            file=sys.stderr,
+        )
     return [f for f in files if f not in flagged]
 
 
@@ -218,8 +269,11 @@ def content_hash(root: Path, files: list[str] | tuple[str, ...]) -> str:
 def tree_hash(directory: Path) -> str:
     """The content hash of every regular file under a directory (an unpacked snapshot)."""
     directory = Path(directory)
-    files = [p.relative_to(directory).as_posix() for p in directory.rglob("*")
-             if p.is_file() and not p.is_symlink()]
+    files = [
+        p.relative_to(directory).as_posix()
+        for p in directory.rglob("*")
+        if p.is_file() and not p.is_symlink()
+    ]
     return content_hash(directory, files)
 
 
@@ -252,6 +306,6 @@ def pack(root: Path, source: str = "task", ship_secrets: Iterable[str] = ()) -> 
         raise UserError(
             f"{source}: code directory {root} packs to {len(tarball) / 2**20:.1f} MiB "
             f"compressed (largest: {sizes}); accepted: at most {MAX_TARBALL_BYTES // 1024} KiB; "
-            "list data and outputs in .alchemistignore (data belongs on the shared file system)")
-    return CodeSnapshot(root=root, files=tuple(files), digest=content_hash(root, files),
-                        tarball=tarball)
+            "list data and outputs in .alchemistignore (data belongs on the shared file system)"
+        )
+    return CodeSnapshot(root=root, files=tuple(files), digest=content_hash(root, files), tarball=tarball)

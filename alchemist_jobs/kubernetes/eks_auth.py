@@ -45,16 +45,19 @@ def _sts_client(region: str, session: Any = None, endpoint_url: str | None = Non
     return sts
 
 
-def presigned_url(cluster_name: str, region: str, session: Any = None,
-                  endpoint_url: str | None = None) -> str:
+def presigned_url(
+    cluster_name: str, region: str, session: Any = None, endpoint_url: str | None = None
+) -> str:
     sts = _sts_client(region, session, endpoint_url)
     return sts.generate_presigned_url(
-        "get_caller_identity", Params={CLUSTER_ID_HEADER: cluster_name},
-        ExpiresIn=URL_EXPIRES_S, HttpMethod="GET")
+        "get_caller_identity",
+        Params={CLUSTER_ID_HEADER: cluster_name},
+        ExpiresIn=URL_EXPIRES_S,
+        HttpMethod="GET",
+    )
 
 
-def get_token(cluster_name: str, region: str, session: Any = None,
-              endpoint_url: str | None = None) -> str:
+def get_token(cluster_name: str, region: str, session: Any = None, endpoint_url: str | None = None) -> str:
     """A bearer token for the EKS cluster, from whatever AWS credentials boto3 finds."""
     from botocore.exceptions import BotoCoreError, NoCredentialsError
 
@@ -64,10 +67,12 @@ def get_token(cluster_name: str, region: str, session: Any = None,
         raise UserError(
             f"EKS cluster {cluster_name} ({region}): no AWS credentials found; accepted: "
             "credentials boto3 can find (AWS_PROFILE, AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, "
-            "SSO, an instance role)") from None
+            "SSO, an instance role)"
+        ) from None
     except BotoCoreError as e:
-        raise UserError(f"EKS cluster {cluster_name} ({region}): cannot sign a token "
-                        f"({type(e).__name__})") from None
+        raise UserError(
+            f"EKS cluster {cluster_name} ({region}): cannot sign a token ({type(e).__name__})"
+        ) from None
     return TOKEN_PREFIX + base64.urlsafe_b64encode(url.encode()).decode().rstrip("=")
 
 
@@ -75,26 +80,31 @@ def decode_token(token: str) -> str:
     """The presigned URL inside a token (what the cluster's authenticator does first)."""
     if not token.startswith(TOKEN_PREFIX):
         raise ValueError("not an EKS token")
-    body = token[len(TOKEN_PREFIX):]
+    body = token[len(TOKEN_PREFIX) :]
     return base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)).decode()
 
 
-def describe_cluster(cluster_name: str, region: str, session: Any = None,
-                     endpoint_url: str | None = None) -> tuple[str, str]:
+def describe_cluster(
+    cluster_name: str, region: str, session: Any = None, endpoint_url: str | None = None
+) -> tuple[str, str]:
     """(API server URL, base64 CA data) of an EKS cluster, for stacks that export neither."""
     import boto3
     from botocore.exceptions import BotoCoreError, ClientError
 
     session = session or boto3.session.Session()
     try:
-        c = session.client("eks", region_name=region,
-                           endpoint_url=endpoint_url).describe_cluster(name=cluster_name)["cluster"]
+        c = session.client("eks", region_name=region, endpoint_url=endpoint_url).describe_cluster(
+            name=cluster_name
+        )["cluster"]
     except ClientError as e:
-        raise UserError(f"EKS cluster {cluster_name} ({region}): "
-                        f"{e.response['Error'].get('Code')}: {e.response['Error'].get('Message')}") from None
+        raise UserError(
+            f"EKS cluster {cluster_name} ({region}): "
+            f"{e.response['Error'].get('Code')}: {e.response['Error'].get('Message')}"
+        ) from None
     except BotoCoreError as e:
-        raise UserError(f"EKS cluster {cluster_name} ({region}): cannot describe it "
-                        f"({type(e).__name__})") from None
+        raise UserError(
+            f"EKS cluster {cluster_name} ({region}): cannot describe it ({type(e).__name__})"
+        ) from None
     return c["endpoint"], c["certificateAuthority"]["data"]
 
 
@@ -124,8 +134,7 @@ def configure(out: StackOutput, cfg: Any) -> None:
 class Token:
     """A token that renews itself before EKS would reject it (long `--follow` sessions)."""
 
-    def __init__(self, cluster_name: str, region: str, session: Any = None,
-                 endpoint_url: str | None = None):
+    def __init__(self, cluster_name: str, region: str, session: Any = None, endpoint_url: str | None = None):
         self.args = (cluster_name, region, session, endpoint_url)
         self._value, self._made = "", 0.0
 

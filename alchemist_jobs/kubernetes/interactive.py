@@ -39,21 +39,27 @@ def session_name(user: str | None = None) -> str:
     return f"alchemist-session-{user}"[:63].rstrip("-")
 
 
-def session_pod(stack: StackOutput, name: str, gpus: int = 0, hours: float = 8.0,
-                cpu: float = 2.0, memory: str = "8Gi") -> dict:
+def session_pod(
+    stack: StackOutput, name: str, gpus: int = 0, hours: float = 8.0, cpu: float = 2.0, memory: str = "8Gi"
+) -> dict:
     """The session pod; one UserError line if the stack cannot give it."""
     per_node = stack.gpu.per_node
     if gpus < 0:
         raise UserError(f"--gpus {gpus}: accepted: 0..{per_node}")
     if gpus > per_node:
-        have = (f"the {per_node} GPUs per node of stack {stack.stack}" if per_node
-                else f"stack {stack.stack}, which has no GPU nodes")
+        have = (
+            f"the {per_node} GPUs per node of stack {stack.stack}"
+            if per_node
+            else f"stack {stack.stack}, which has no GPU nodes"
+        )
         raise UserError(f"--gpus {gpus}: more than {have}; accepted: 0..{per_node}")
     if hours <= 0:
         raise UserError(f"--hours: {hours}; accepted: a number of hours > 0")
     if not stack.images.interactive:
-        raise UserError(f"stack {stack.stack} exports no images.interactive; accepted: a stack "
-                        "whose images are built (`pulumi up` builds them)")
+        raise UserError(
+            f"stack {stack.stack} exports no images.interactive; accepted: a stack "
+            "whose images are built (`pulumi up` builds them)"
+        )
     root = stack.shared_fs.mount_path.rstrip("/") or "/"
     session_dir = f"{root.rstrip('/')}/sessions/{name}"
     env = [
@@ -64,20 +70,25 @@ def session_pod(stack: StackOutput, name: str, gpus: int = 0, hours: float = 8.0
         {"name": E.METRICS_PORT.name, "value": str(mf.METRICS_BASE_PORT)},
         {"name": "TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "value": "1"},
         {"name": "PYTHONUNBUFFERED", "value": "1"},
-        {"name": "JUPYTER_TOKEN", "valueFrom": {"secretKeyRef": {
-            "name": token_secret(name), "key": TOKEN_KEY}}},
+        {
+            "name": "JUPYTER_TOKEN",
+            "valueFrom": {"secretKeyRef": {"name": token_secret(name), "key": TOKEN_KEY}},
+        },
     ]
     # The shared root is the team's own subtree (the PVC's root): the session sees no more.
-    script = (f'mkdir -p "${E.RUN_DIR.name}"\n'
-              f"exec jupyter lab --ip=127.0.0.1 --port={JUPYTER_PORT} --no-browser "
-              '--IdentityProvider.token="$JUPYTER_TOKEN" --ServerApp.password= '
-              f"--ServerApp.root_dir={root}\n")
+    script = (
+        f'mkdir -p "${E.RUN_DIR.name}"\n'
+        f"exec jupyter lab --ip=127.0.0.1 --port={JUPYTER_PORT} --no-browser "
+        '--IdentityProvider.token="$JUPYTER_TOKEN" --ServerApp.password= '
+        f"--ServerApp.root_dir={root}\n"
+    )
     pod_sc, container_sc = mf.security_contexts(stack.shared_fs.uid, stack.shared_fs.gid)
     # No managed-by (job) label: the jobs' NetworkPolicies must not admit a session. Kueue
     # admits it like a job (its pod integration: the queue label) before it takes GPUs.
     labels = {SESSION_LABEL: name, mf.QUEUE_LABEL: stack.queue}
     return {
-        "apiVersion": "v1", "kind": "Pod",
+        "apiVersion": "v1",
+        "kind": "Pod",
         "metadata": {"name": name, "namespace": stack.namespace, "labels": labels},
         "spec": {
             "restartPolicy": "Never",
@@ -88,22 +99,26 @@ def session_pod(stack: StackOutput, name: str, gpus: int = 0, hours: float = 8.0
             "enableServiceLinks": False,
             "automountServiceAccountToken": False,
             "securityContext": pod_sc,
-            "containers": [{
-                "name": CONTAINER, "image": stack.images.interactive,
-                "imagePullPolicy": "IfNotPresent",
-                "command": ["/bin/sh", "-c", script],
-                "workingDir": root,
-                "env": env,
-                "ports": [{"name": "jupyter", "containerPort": JUPYTER_PORT, "protocol": "TCP"}],
-                "resources": mf.resources(cpu, memory, gpus, stack),
-                "securityContext": container_sc,
-                "volumeMounts": [{"name": "shared", "mountPath": root},
-                                 {"name": "dshm", "mountPath": "/dev/shm"}],
-            }],
+            "containers": [
+                {
+                    "name": CONTAINER,
+                    "image": stack.images.interactive,
+                    "imagePullPolicy": "IfNotPresent",
+                    "command": ["/bin/sh", "-c", script],
+                    "workingDir": root,
+                    "env": env,
+                    "ports": [{"name": "jupyter", "containerPort": JUPYTER_PORT, "protocol": "TCP"}],
+                    "resources": mf.resources(cpu, memory, gpus, stack),
+                    "securityContext": container_sc,
+                    "volumeMounts": [
+                        {"name": "shared", "mountPath": root},
+                        {"name": "dshm", "mountPath": "/dev/shm"},
+                    ],
+                }
+            ],
             "volumes": [
                 {"name": "shared", "persistentVolumeClaim": {"claimName": stack.shared_fs.pvc}},
-                {"name": "dshm", "emptyDir": {"medium": "Memory",
-                                              "sizeLimit": mf.shm_size(memory)}},
+                {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": mf.shm_size(memory)}},
             ],
             **mf.gpu_placement(gpus, stack),
             **mf.pull_secrets(stack),
@@ -121,16 +136,21 @@ def how_to_reach(stack: StackOutput, name: str, token: str | None = None) -> str
     (it is printed once)."""
     ns = stack.namespace
     url = f"http://127.0.0.1:{JUPYTER_PORT}/lab" + (f"?token={token}" if token else "")
-    creds = (f"aws eks update-kubeconfig --name {stack.eks.cluster_name} --region "
-             f"{stack.eks.region}" if stack.eks else "the stack's kubeconfig output")
-    return "\n".join([
-        f"  JupyterLab  kubectl -n {ns} port-forward pod/{name} {JUPYTER_PORT}:{JUPYTER_PORT}",
-        f"              then open {url}" + ("" if token else "  (token: printed when the "
-                                                      "session was started)"),
-        f"  shell       kubectl -n {ns} exec -it {name} -- bash",
-        f"  stop        alchemist interactive --stack {stack.stack} --stop",
-        f"  (kubectl reaches the cluster with {creds})",
-    ])
+    creds = (
+        f"aws eks update-kubeconfig --name {stack.eks.cluster_name} --region {stack.eks.region}"
+        if stack.eks
+        else "the stack's kubeconfig output"
+    )
+    return "\n".join(
+        [
+            f"  JupyterLab  kubectl -n {ns} port-forward pod/{name} {JUPYTER_PORT}:{JUPYTER_PORT}",
+            f"              then open {url}"
+            + ("" if token else "  (token: printed when the session was started)"),
+            f"  shell       kubectl -n {ns} exec -it {name} -- bash",
+            f"  stop        alchemist interactive --stack {stack.stack} --stop",
+            f"  (kubectl reaches the cluster with {creds})",
+        ]
+    )
 
 
 class Sessions:
@@ -153,8 +173,7 @@ class Sessions:
         return self._cluster
 
     def get(self, name: str) -> dict | None:
-        return self.cluster.get("core", "read_namespaced_pod", name=name,
-                                namespace=self.out.namespace)
+        return self.cluster.get("core", "read_namespaced_pod", name=name, namespace=self.out.namespace)
 
     def start(self, pod: dict) -> tuple[dict, bool]:
         """Create the session pod unless it runs already; (pod, created)."""
@@ -166,15 +185,22 @@ class Sessions:
             self.stop(name)
             self._wait_gone(name)
         self.token = secrets.token_urlsafe(32)
-        secret = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
-                  "metadata": {"name": token_secret(name), "namespace": self.out.namespace,
-                               "labels": {SESSION_LABEL: name}},
-                  "stringData": {TOKEN_KEY: self.token}}
-        self.cluster.call("core", "create_namespaced_secret", namespace=self.out.namespace,
-                          body=secret)
+        secret = {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "type": "Opaque",
+            "metadata": {
+                "name": token_secret(name),
+                "namespace": self.out.namespace,
+                "labels": {SESSION_LABEL: name},
+            },
+            "stringData": {TOKEN_KEY: self.token},
+        }
+        self.cluster.call("core", "create_namespaced_secret", namespace=self.out.namespace, body=secret)
         try:
-            return self.cluster.call("core", "create_namespaced_pod",
-                                     namespace=self.out.namespace, body=pod), True
+            return self.cluster.call(
+                "core", "create_namespaced_pod", namespace=self.out.namespace, body=pod
+            ), True
         except BaseException:
             self._delete_secret(name)
             raise
@@ -203,23 +229,25 @@ class Sessions:
                 say(f"  pending: {reason}")
                 last = reason
             if time.monotonic() > deadline:
-                raise ClusterError(f"session {name}: not running after {timeout:.0f} s "
-                                   f"({reason}); `alchemist interactive --stack "
-                                   f"{self.out.stack} --stop` removes it")
+                raise ClusterError(
+                    f"session {name}: not running after {timeout:.0f} s "
+                    f"({reason}); `alchemist interactive --stack "
+                    f"{self.out.stack} --stop` removes it"
+                )
             time.sleep(POLL_S)
 
     def _delete_secret(self, name: str) -> None:
         try:
-            self.cluster.call("core", "delete_namespaced_secret", name=token_secret(name),
-                              namespace=self.out.namespace)
+            self.cluster.call(
+                "core", "delete_namespaced_secret", name=token_secret(name), namespace=self.out.namespace
+            )
         except NotFound:
             pass
 
     def stop(self, name: str) -> bool:
         self._delete_secret(name)
         try:
-            self.cluster.call("core", "delete_namespaced_pod", name=name,
-                              namespace=self.out.namespace)
+            self.cluster.call("core", "delete_namespaced_pod", name=name, namespace=self.out.namespace)
             return True
         except NotFound:
             return False

@@ -22,20 +22,27 @@ node, in the message and in `stuck_pods`.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
 import time
+from datetime import datetime, timezone
 from typing import Any
 
 from alchemist_jobs.contract import RUN_LABEL
-from alchemist_jobs.kubernetes.manifests import (INDEX_ANNOTATION, MAX_RESTARTS_ANNOTATION,
-                                                 NAME_LABEL, NODES_ANNOTATION, PROCS_ANNOTATION,
-                                                 QUEUE_LABEL, RESTART_ATTEMPT_LABEL, RJOB_LABEL,
-                                                 REQUIREMENTS_ANNOTATION, SERVERS_ANNOTATION,
-                                                 WORKER_RJOB,
-                                                 WORKERS_ANNOTATION)
+from alchemist_jobs.kubernetes.manifests import (
+    INDEX_ANNOTATION,
+    MAX_RESTARTS_ANNOTATION,
+    NAME_LABEL,
+    NODES_ANNOTATION,
+    PROCS_ANNOTATION,
+    QUEUE_LABEL,
+    REQUIREMENTS_ANNOTATION,
+    RESTART_ATTEMPT_LABEL,
+    RJOB_LABEL,
+    SERVERS_ANNOTATION,
+    WORKER_RJOB,
+    WORKERS_ANNOTATION,
+)
 from alchemist_jobs.runtime.config_error import CONFIG_ERROR_EXIT_CODE
-from alchemist_jobs.scheduler import (FAILED, PENDING, RESTARTING, RUNNING, SUCCEEDED,
-                                      RunStatus)
+from alchemist_jobs.scheduler import FAILED, PENDING, RESTARTING, RUNNING, SUCCEEDED, RunStatus
 
 # States only a queued cluster run has (not final).
 QUEUED, ADMITTED, PREEMPTED = "queued", "admitted", "preempted"
@@ -60,14 +67,16 @@ def parse_time(ts: str | None) -> float | None:
 
 def pod_index(pod: dict) -> int:
     meta = pod.get("metadata", {})
-    value = (meta.get("annotations") or {}).get(INDEX_ANNOTATION) \
-        or (meta.get("labels") or {}).get(INDEX_ANNOTATION)
+    value = (meta.get("annotations") or {}).get(INDEX_ANNOTATION) or (meta.get("labels") or {}).get(
+        INDEX_ANNOTATION
+    )
     return int(value) if value is not None else -1
 
 
 def worker_pods(pods: list[dict]) -> list[dict]:
-    return [p for p in pods
-            if (p["metadata"].get("labels") or {}).get(RJOB_LABEL, WORKER_RJOB) == WORKER_RJOB]
+    return [
+        p for p in pods if (p["metadata"].get("labels") or {}).get(RJOB_LABEL, WORKER_RJOB) == WORKER_RJOB
+    ]
 
 
 def attempt(pod: dict) -> int:
@@ -79,8 +88,10 @@ def newest_pods(pods: list[dict]) -> dict[int, dict]:
     """The newest worker pod of each completion index (a replaced pod, or an older attempt of
     the group, leaves its pods behind for a while)."""
     out: dict[int, dict] = {}
-    for pod in sorted(worker_pods(pods), key=lambda p: (parse_time(p["metadata"].get("creationTimestamp")) or 0,
-                                           p["metadata"]["name"])):
+    for pod in sorted(
+        worker_pods(pods),
+        key=lambda p: (parse_time(p["metadata"].get("creationTimestamp")) or 0, p["metadata"]["name"]),
+    ):
         out[pod_index(pod)] = pod
     return out
 
@@ -104,8 +115,10 @@ def failure_reason(pod: dict) -> str:
         if term and term.get("exitCode", 0) == CONFIG_ERROR_EXIT_CODE:
             # The worker's one line, from the container's termination message.
             why = " ".join((term.get("message") or "").split()) or "see the pod's log"
-            return (f"{cs['name']} exited {CONFIG_ERROR_EXIT_CODE}, a configuration error "
-                    f"that no restart fixes: {why}")
+            return (
+                f"{cs['name']} exited {CONFIG_ERROR_EXIT_CODE}, a configuration error "
+                f"that no restart fixes: {why}"
+            )
         if term and term.get("exitCode", 0) != 0:
             return f"{cs['name']} exited {term.get('exitCode')} ({term.get('reason', 'Error')})"
     return st.get("reason") or ("deleted" if pod["metadata"].get("deletionTimestamp") else "failed")
@@ -113,9 +126,10 @@ def failure_reason(pod: dict) -> str:
 
 def config_error(pod: dict) -> bool:
     """The pod's main container exited CONFIG_ERROR_EXIT_CODE (no GPU, no NCCL net plugin)."""
-    return any(((cs.get("state") or {}).get("terminated") or {}).get("exitCode")
-               == CONFIG_ERROR_EXIT_CODE for cs in (pod.get("status") or {}).get(
-                   "containerStatuses") or [])
+    return any(
+        ((cs.get("state") or {}).get("terminated") or {}).get("exitCode") == CONFIG_ERROR_EXIT_CODE
+        for cs in (pod.get("status") or {}).get("containerStatuses") or []
+    )
 
 
 def stuck_pod(pod: dict, now: float) -> dict | None:
@@ -123,8 +137,7 @@ def stuck_pod(pod: dict, now: float) -> dict | None:
     for any other pod."""
     meta, st = pod["metadata"], pod.get("status") or {}
     deadline = parse_time(meta.get("deletionTimestamp"))
-    if deadline is None or now - deadline < STUCK_AFTER_S or \
-            _phase(pod) in ("Succeeded", "Failed"):
+    if deadline is None or now - deadline < STUCK_AFTER_S or _phase(pod) in ("Succeeded", "Failed"):
         return None
     conds = {c.get("type"): c for c in st.get("conditions") or []}
     signs = []
@@ -133,25 +146,34 @@ def stuck_pod(pod: dict, now: float) -> dict | None:
         signs.append(f"{target['reason']}: {target.get('message') or 'node lost'}")
     if (conds.get("Ready") or {}).get("status") == "False":
         signs.append("Ready=False")
-    return {"pod": meta["name"], "node": (pod.get("spec") or {}).get("nodeName") or "",
-            "deletion_deadline": meta.get("deletionTimestamp"),
-            "overdue_s": int(now - deadline), "signs": signs}
+    return {
+        "pod": meta["name"],
+        "node": (pod.get("spec") or {}).get("nodeName") or "",
+        "deletion_deadline": meta.get("deletionTimestamp"),
+        "overdue_s": int(now - deadline),
+        "signs": signs,
+    }
 
 
 def stuck_message(stuck: list[dict], namespace: str | None) -> str:
     """What a person reads about stuck pods: which, where, why it matters, who acts."""
     first = stuck[0]
     node = f"node {first['node']}" if first["node"] else "no node"
-    why = ("its node stopped reporting (" + "; ".join(first["signs"]) + ")" if first["signs"]
-           else "its kubelet never confirmed it stopped")
+    why = (
+        "its node stopped reporting (" + "; ".join(first["signs"]) + ")"
+        if first["signs"]
+        else "its kubelet never confirmed it stopped"
+    )
     more = f" (and {len(stuck) - 1} more pod(s))" if len(stuck) > 1 else ""
     ns = f" -n {namespace}" if namespace else ""
-    return (f"stuck: pod {first['pod']} on {node}{more} is still terminating "
-            f"{first['overdue_s'] // 60} min after its deletion deadline: {why}; the group "
-            "restart (BlockingRecreate) waits until it is gone. A cluster admin who has "
-            f"confirmed that {node} is down runs `kubectl delete pod {first['pod']}{ns} "
-            "--force --grace-period=0`, or taints the node node.kubernetes.io/out-of-service "
-            "(docs/kubernetes.md, \"A pod stuck on a lost node\")")
+    return (
+        f"stuck: pod {first['pod']} on {node}{more} is still terminating "
+        f"{first['overdue_s'] // 60} min after its deletion deadline: {why}; the group "
+        "restart (BlockingRecreate) waits until it is gone. A cluster admin who has "
+        f"confirmed that {node} is down runs `kubectl delete pod {first['pod']}{ns} "
+        "--force --grace-period=0`, or taints the node node.kubernetes.io/out-of-service "
+        '(docs/kubernetes.md, "A pod stuck on a lost node")'
+    )
 
 
 def pending_reason(pod: dict) -> str:
@@ -165,20 +187,25 @@ def pending_reason(pod: dict) -> str:
         waiting = state.get("waiting")
         if waiting and waiting.get("reason") not in (None, "PodInitializing"):
             return f"{cs['name']}: {waiting['reason']}" + (
-                f": {waiting['message']}" if waiting.get("message") else "")
+                f": {waiting['message']}" if waiting.get("message") else ""
+            )
         if state.get("running"):
             return "setting up the run directory and code snapshot"
     for cs in st.get("containerStatuses") or []:
         waiting = (cs.get("state") or {}).get("waiting")
         if waiting and waiting.get("reason"):
             return f"{cs['name']}: {waiting['reason']}" + (
-                f": {waiting['message']}" if waiting.get("message") else "")
+                f": {waiting['message']}" if waiting.get("message") else ""
+            )
     return "starting"
 
 
 def _true(obj: dict | None) -> dict[str, dict]:
-    return {c["type"]: c for c in ((obj or {}).get("status") or {}).get("conditions") or []
-            if c.get("status") == "True"}
+    return {
+        c["type"]: c
+        for c in ((obj or {}).get("status") or {}).get("conditions") or []
+        if c.get("status") == "True"
+    }
 
 
 def _cond_message(c: dict) -> str:
@@ -192,20 +219,29 @@ def queue_state(workload: dict | None, queue: str, pods: int) -> tuple[str, str]
     wl = _true(workload)
     every = ((workload or {}).get("status") or {}).get("conditions") or []
     if "Evicted" in wl and "Admitted" not in wl:
-        return PREEMPTED, (f"preempted by Kueue ({_cond_message(wl['Evicted'])}); requeued "
-                           f"in queue {queue}, resumes from its newest checkpoint when "
-                           "admitted again")
+        return PREEMPTED, (
+            f"preempted by Kueue ({_cond_message(wl['Evicted'])}); requeued "
+            f"in queue {queue}, resumes from its newest checkpoint when "
+            "admitted again"
+        )
     if "Admitted" in wl:
         return ADMITTED, f"admitted by Kueue in queue {queue}; starting its {pods} pod(s)"
-    why = next((c for c in every if c.get("type") == "QuotaReserved"
-                and c.get("status") == "False" and c.get("message")), None)
+    why = next(
+        (
+            c
+            for c in every
+            if c.get("type") == "QuotaReserved" and c.get("status") == "False" and c.get("message")
+        ),
+        None,
+    )
     if why is not None:  # e.g. "couldn't assign flavors to pod set worker: insufficient..."
         return QUEUED, f"waiting in Kueue queue {queue}: {why['message']}"
     return QUEUED, f"waiting in Kueue queue {queue} for admission of all {pods} pod(s)"
 
 
-def run_status(job: dict, pods: list[dict], stack: str,
-               workload: dict | None = None, now: float | None = None) -> RunStatus:
+def run_status(
+    job: dict, pods: list[dict], stack: str, workload: dict | None = None, now: float | None = None
+) -> RunStatus:
     meta, spec, st = job["metadata"], job.get("spec") or {}, job.get("status") or {}
     labels, ann = meta.get("labels") or {}, meta.get("annotations") or {}
     conds = _true(job)
@@ -216,16 +252,26 @@ def run_status(job: dict, pods: list[dict], stack: str,
     current = [p for p in worker_pods(pods) if attempt(p) >= restarts]
     newest = newest_pods(current)
     extra: dict[str, Any] = {
-        "jobset": meta["name"], "namespace": meta.get("namespace"),
-        "queue": labels.get(QUEUE_LABEL), "nodes": nodes,
-        "procs_per_node": int(ann.get(PROCS_ANNOTATION, 1)), "parameter_servers": servers,
+        "jobset": meta["name"],
+        "namespace": meta.get("namespace"),
+        "queue": labels.get(QUEUE_LABEL),
+        "nodes": nodes,
+        "procs_per_node": int(ann.get(PROCS_ANNOTATION, 1)),
+        "parameter_servers": servers,
         "max_restarts": int(ann.get(MAX_RESTARTS_ANNOTATION, 0)),
         "pods": {i: p["metadata"]["name"] for i, p in sorted(newest.items())},
     }
-    out = RunStatus(run_id=labels.get(RUN_LABEL, meta["name"]), name=labels.get(NAME_LABEL, ""),
-                    stack=stack, state=PENDING, created=parse_time(meta.get("creationTimestamp")),
-                    workers=int(ann.get(WORKERS_ANNOTATION, 0)), restarts=restarts,
-                    restarts_counted=counted, extra=extra)
+    out = RunStatus(
+        run_id=labels.get(RUN_LABEL, meta["name"]),
+        name=labels.get(NAME_LABEL, ""),
+        stack=stack,
+        state=PENDING,
+        created=parse_time(meta.get("creationTimestamp")),
+        workers=int(ann.get(WORKERS_ANNOTATION, 0)),
+        restarts=restarts,
+        restarts_counted=counted,
+        extra=extra,
+    )
     if REQUIREMENTS_ANNOTATION in ann:  # the job's lock travels in its ConfigMap; its hash here
         out.requirements = {"sha256": ann[REQUIREMENTS_ANNOTATION]}
     failed_pods = [p for p in pods if _gone(p)]
@@ -237,13 +283,18 @@ def run_status(job: dict, pods: list[dict], stack: str,
         c = conds["Failed"]
         out.state, out.message = FAILED, _cond_message(c)
         out.ended = parse_time(c.get("lastTransitionTime"))
-        culprit = next((p for p in sorted(failed_pods, key=lambda p: not config_error(p))
-                        if failure_reason(p) != "failed"), None)
+        culprit = next(
+            (
+                p
+                for p in sorted(failed_pods, key=lambda p: not config_error(p))
+                if failure_reason(p) != "failed"
+            ),
+            None,
+        )
         if culprit is not None:
             out.message += f" (pod {culprit['metadata']['name']}: {failure_reason(culprit)})"
     elif spec.get("suspend"):
-        out.state, out.message = queue_state(workload, labels.get(QUEUE_LABEL, "?"),
-                                             nodes + servers)
+        out.state, out.message = queue_state(workload, labels.get(QUEUE_LABEL, "?"), nodes + servers)
     else:
         _running_state(out, newest, pods, nodes, restarts, counted)
     if not out.finished:
@@ -262,28 +313,35 @@ def restart_note(restarts: int, counted: int, max_restarts: int) -> str:
         return ""
     if counted >= restarts:
         return f" (restart {restarts} of at most {max_restarts})"
-    return (f" (restart {restarts}: {counted} of at most {max_restarts} counted, "
-            f"{restarts - counted} after being stopped from outside)")
+    return (
+        f" (restart {restarts}: {counted} of at most {max_restarts} counted, "
+        f"{restarts - counted} after being stopped from outside)"
+    )
 
 
-def _running_state(out: RunStatus, newest: dict[int, dict], pods: list[dict], nodes: int,
-                   restarts: int, counted: int) -> None:
+def _running_state(
+    out: RunStatus, newest: dict[int, dict], pods: list[dict], nodes: int, restarts: int, counted: int
+) -> None:
     """An admitted, unsuspended run: running, starting (and why), or restarting."""
     broken = [p for _, p in sorted(newest.items()) if _gone(p)]
     old = [p for p in worker_pods(pods) if attempt(p) < restarts]
-    not_running = [p for _, p in sorted(newest.items()) if not _gone(p)
-                   and _phase(p) not in ("Running", "Succeeded")]
+    not_running = [
+        p for _, p in sorted(newest.items()) if not _gone(p) and _phase(p) not in ("Running", "Succeeded")
+    ]
     of = restart_note(restarts, counted, out.extra["max_restarts"])
     if broken:
         p = broken[0]
         out.state = RESTARTING
-        out.message = (f"pod {p['metadata']['name']} {failure_reason(p)}; "
-                       "restarting the group from its newest checkpoint")
+        out.message = (
+            f"pod {p['metadata']['name']} {failure_reason(p)}; "
+            "restarting the group from its newest checkpoint"
+        )
     elif old and (not_running or len(newest) < nodes):
         gone = [p for p in old if _gone(p)] or old
         out.state = RESTARTING
-        out.message = (f"group restarting{of} after pod {gone[0]['metadata']['name']} "
-                       f"{failure_reason(gone[0])}")
+        out.message = (
+            f"group restarting{of} after pod {gone[0]['metadata']['name']} {failure_reason(gone[0])}"
+        )
     elif not not_running and len(newest) >= nodes:
         out.state = RUNNING
         out.message = f"{len(newest)} pod(s) running{of}"

@@ -26,21 +26,25 @@ from __future__ import annotations
 
 import base64
 import math
-from fractions import Fraction
 import shlex
-from pathlib import PurePosixPath
+from fractions import Fraction
 from typing import Any
 
 from alchemist_jobs import environment as E
 from alchemist_jobs import frameworks, server_role
-from alchemist_jobs.contract import (MANAGED_BY_LABEL, METRICS_BASE_PORT,
-                                     RUN_LABEL, StackOutput, metrics_port_name)
+from alchemist_jobs.contract import (
+    MANAGED_BY_LABEL,
+    METRICS_BASE_PORT,
+    RUN_LABEL,
+    StackOutput,
+    metrics_port_name,
+)
 from alchemist_jobs.data.pods import pod_patch
 from alchemist_jobs.errors import UserError
 from alchemist_jobs.job_env import JobLock
 from alchemist_jobs.kubernetes.code_assets import CodeSnapshot
-from alchemist_jobs.runtime.config_error import CONFIG_ERROR_EXIT_CODE
 from alchemist_jobs.rundir import MAX_RUN_ID
+from alchemist_jobs.runtime.config_error import CONFIG_ERROR_EXIT_CODE
 from alchemist_jobs.spec import MAX_NODES, JobSpec
 from alchemist_jobs.worker_env import WorkerEnv, threads_per_worker
 
@@ -100,9 +104,11 @@ def object_name(run_id: str) -> str:
     short enough; a longer one is refused here, never shortened into another run's label."""
     name = run_id if run_id[:1].isalpha() else f"r-{run_id}"
     if len(run_id) > MAX_RUN_ID or len(name) > MAX_NAME:
-        raise UserError(f"run id {run_id[:80]!r}: {len(run_id)} characters; accepted: at most "
-                        f"{MAX_RUN_ID} (a run id names the run's JobSet, whose pod names "
-                        "JobSet limits to 63 characters)")
+        raise UserError(
+            f"run id {run_id[:80]!r}: {len(run_id)} characters; accepted: at most "
+            f"{MAX_RUN_ID} (a run id names the run's JobSet, whose pod names "
+            "JobSet limits to 63 characters)"
+        )
     return name
 
 
@@ -118,7 +124,8 @@ def image_for(spec: JobSpec, stack: StackOutput) -> str:
         raise UserError(
             f"image: the spec sets none and stack {stack.stack} exports no images.train; "
             "accepted: an image reference in the spec's `image` field, or a stack whose "
-            "images are built (`pulumi up` builds them)")
+            "images are built (`pulumi up` builds them)"
+        )
     return image
 
 
@@ -126,13 +133,19 @@ def check_fits(spec: JobSpec, stack: StackOutput) -> None:
     """What the stack cannot give this spec, as one UserError line; nothing is created."""
     gpus, per_node = spec.resources.gpu, stack.gpu.per_node
     if gpus > per_node:
-        have = (f"the {per_node} GPUs per node of stack {stack.stack}" if per_node
-                else f"stack {stack.stack}, which has no GPU nodes")
-        raise UserError(f"resources.gpu: {gpus} GPUs per node is more than {have}; "
-                        f"accepted: resources.gpu <= {per_node}")
+        have = (
+            f"the {per_node} GPUs per node of stack {stack.stack}"
+            if per_node
+            else f"stack {stack.stack}, which has no GPU nodes"
+        )
+        raise UserError(
+            f"resources.gpu: {gpus} GPUs per node is more than {have}; accepted: resources.gpu <= {per_node}"
+        )
     if gpus and spec.procs_per_node > gpus:
-        raise UserError(f"procs_per_node: {spec.procs_per_node} workers per node cannot each "
-                        f"have a GPU with resources.gpu: {gpus}; accepted: procs_per_node <= {gpus}")
+        raise UserError(
+            f"procs_per_node: {spec.procs_per_node} workers per node cannot each "
+            f"have a GPU with resources.gpu: {gpus}; accepted: procs_per_node <= {gpus}"
+        )
     image_for(spec, stack)
 
 
@@ -171,45 +184,61 @@ def pod_command(spec: JobSpec, name: str, run_id: str, run_dir: str) -> list[str
     passed on to torchrun and the script then exits PREEMPTED_EXIT_CODE, so the failure
     policies tell a pod stopped from outside from a failed run.
     """
-    lines = ["set -e", 'i="${JOB_COMPLETION_INDEX:?not an Indexed Job pod}"',
-             # Pod 0 hosts the rendezvous store; saying so spares torchrun guessing it from
-             # DNS, which may not resolve yet when pod 0 starts.
-             'if [ "$i" -eq 0 ]; then host=1; else host=0; fi']
+    lines = [
+        "set -e",
+        'i="${JOB_COMPLETION_INDEX:?not an Indexed Job pod}"',
+        # Pod 0 hosts the rendezvous store; saying so spares torchrun guessing it from
+        # DNS, which may not resolve yet when pod 0 starts.
+        'if [ "$i" -eq 0 ]; then host=1; else host=0; fi',
+    ]
     timeout = spec.rendezvous_timeout_s
     torchrun = [
-        "torchrun", f"--nnodes={spec.nodes}", f"--nproc-per-node={spec.procs_per_node}",
-        "--rdzv-backend=c10d", f"--rdzv-endpoint={pod_host(name, WORKER_RJOB, 0)}:{RDZV_PORT}",
+        "torchrun",
+        f"--nnodes={spec.nodes}",
+        f"--nproc-per-node={spec.procs_per_node}",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint={pod_host(name, WORKER_RJOB, 0)}:{RDZV_PORT}",
         # Restarts are JobSet's (the whole group, from the newest checkpoint): one count.
-        f"--rdzv-id={run_id}", "--max-restarts=0",
+        f"--rdzv-id={run_id}",
+        "--max-restarts=0",
     ]
     # read_timeout is the c10d store's connect and read timeout
     # (torch/distributed/elastic/rendezvous/c10d_rendezvous_backend.py, _create_tcp_store;
     # default 60 s): it, not join_timeout, decides how late pod 0 may start.
-    lines.append(" ".join(shlex.quote(a) for a in torchrun)
-                 + f' "--rdzv-conf=is_host=$host,join_timeout={timeout},read_timeout={timeout}"'
-                 # Worker output goes to the pod log (prefixed with the rank) and to files
-                 # on the shared file system.
-                 + " --tee=3 " + shlex.quote(f"--log-dir={run_dir}/logs/torchrun")
-                 + ' -m alchemist_jobs.runtime.bootstrap "$@" &')
-    lines += ["pid=$!", "stopped=",
-              "trap 'stopped=1; kill -TERM $pid 2>/dev/null' TERM",
-              "set +e", "wait $pid; rc=$?",
-              # `wait` returns early when the trap runs: wait for torchrun itself.
-              'if [ -n "$stopped" ]; then wait $pid; exit ' + str(PREEMPTED_EXIT_CODE) + "; fi",
-              # torchrun exits 1 whatever its worker's code: a worker that wrote a
-              # configuration error (config_error.py) gets its own code back, which fails
-              # the run instead of restarting it.
-              f'if [ "$rc" -ne 0 ] && [ -s "${{{E.CONFIG_ERROR_FILE.name}:-/nonexistent}}" ]; '
-              f"then exit {CONFIG_ERROR_EXIT_CODE}; fi",
-              "exit $rc"]
+    lines.append(
+        " ".join(shlex.quote(a) for a in torchrun)
+        + f' "--rdzv-conf=is_host=$host,join_timeout={timeout},read_timeout={timeout}"'
+        # Worker output goes to the pod log (prefixed with the rank) and to files
+        # on the shared file system.
+        + " --tee=3 "
+        + shlex.quote(f"--log-dir={run_dir}/logs/torchrun")
+        + ' -m alchemist_jobs.runtime.bootstrap "$@" &'
+    )
+    lines += [
+        "pid=$!",
+        "stopped=",
+        "trap 'stopped=1; kill -TERM $pid 2>/dev/null' TERM",
+        "set +e",
+        "wait $pid; rc=$?",
+        # `wait` returns early when the trap runs: wait for torchrun itself.
+        'if [ -n "$stopped" ]; then wait $pid; exit ' + str(PREEMPTED_EXIT_CODE) + "; fi",
+        # torchrun exits 1 whatever its worker's code: a worker that wrote a
+        # configuration error (config_error.py) gets its own code back, which fails
+        # the run instead of restarting it.
+        f'if [ "$rc" -ne 0 ] && [ -s "${{{E.CONFIG_ERROR_FILE.name}:-/nonexistent}}" ]; '
+        f"then exit {CONFIG_ERROR_EXIT_CODE}; fi",
+        "exit $rc",
+    ]
     return ["/bin/sh", "-c", "\n".join(lines) + "\n", "alchemist", *worker_target(spec)]
 
 
 def ps_command() -> list[str]:
     """The parameter-server container's command: shard k = the pod's completion index."""
-    script = ('k="${JOB_COMPLETION_INDEX:?not an Indexed Job pod}"\n'
-              f'export {E.PS_SHARD.name}=$k {E.PS_PORT.name}=$(({PS_BASE_PORT} + k))\n'
-              "exec python -m alchemist_jobs.runtime.parameter_server\n")
+    script = (
+        'k="${JOB_COMPLETION_INDEX:?not an Indexed Job pod}"\n'
+        f"export {E.PS_SHARD.name}=$k {E.PS_PORT.name}=$(({PS_BASE_PORT} + k))\n"
+        "exec python -m alchemist_jobs.runtime.parameter_server\n"
+    )
     return ["/bin/sh", "-c", script]
 
 
@@ -226,29 +255,46 @@ def _efa_env(spec: JobSpec, stack: StackOutput) -> dict[str, str]:
     if not (spec.resources.gpu and stack.gpu.efa):
         return {}
     rdma = "1" if stack.gpu.efa.rdma_read else "0"
-    return {"FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": rdma, "FI_EFA_FORK_SAFE": "1",
-            "NCCL_NET_PLUGIN": "ofi", E.NCCL_NET_PLUGIN.name: "required"}
+    return {
+        "FI_PROVIDER": "efa",
+        "FI_EFA_USE_DEVICE_RDMA": rdma,
+        "FI_EFA_FORK_SAFE": "1",
+        "NCCL_NET_PLUGIN": "ofi",
+        E.NCCL_NET_PLUGIN.name: "required",
+    }
 
 
 def _env(spec: JobSpec, stack: StackOutput, name: str, run_dir: str, root: str) -> list[dict]:
     servers = parameter_servers(spec)
-    ps_addrs = ",".join(f"{pod_host(name, PS_RJOB, k)}:{PS_BASE_PORT + k}"
-                        for k in range(servers)) if servers else None
+    ps_addrs = (
+        ",".join(f"{pod_host(name, PS_RJOB, k)}:{PS_BASE_PORT + k}" for k in range(servers))
+        if servers
+        else None
+    )
     # Workers print to the pod log (torchrun tees it), not to rank-N.log files.
-    fixed = WorkerEnv(run_dir=run_dir, shared_root=root, stack=stack.stack,
-                      threads=threads_per_worker(spec.resources.cpu, spec.procs_per_node),
-                      ps_addrs=ps_addrs, metrics_port=METRICS_BASE_PORT, log_to_console=True,
-                      log_prefix_template=LOG_PREFIX_TEMPLATE).as_dict()
+    fixed = WorkerEnv(
+        run_dir=run_dir,
+        shared_root=root,
+        stack=stack.stack,
+        threads=threads_per_worker(spec.resources.cpu, spec.procs_per_node),
+        ps_addrs=ps_addrs,
+        metrics_port=METRICS_BASE_PORT,
+        log_to_console=True,
+        log_prefix_template=LOG_PREFIX_TEMPLATE,
+    ).as_dict()
     fixed.update(_efa_env(spec, stack))
     # TensorFlow's TF_CONFIG cluster or JAX's coordinator, from the pods' stable host names.
-    fixed.update(frameworks.cluster_env(
-        spec.task.framework, [pod_host(name, WORKER_RJOB, i) for i in range(spec.nodes)],
-        spec.procs_per_node))
+    fixed.update(
+        frameworks.cluster_env(
+            spec.task.framework,
+            [pod_host(name, WORKER_RJOB, i) for i in range(spec.nodes)],
+            spec.procs_per_node,
+        )
+    )
     values = {**fixed, **spec.env}
     env: list[dict] = []
     if E.NODE.name not in values:  # the pod's name: where a worker runs
-        env.append({"name": E.NODE.name,
-                    "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}})
+        env.append({"name": E.NODE.name, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}})
     if E.RESTART_ATTEMPT.name not in values:  # which group restart this pod belongs to
         env.append(restart_attempt_env())
     values.setdefault(E.CONFIG_ERROR_FILE.name, TERMINATION_LOG)
@@ -261,8 +307,10 @@ def restart_attempt_env() -> dict:
     both label and annotation `jobset.sigs.k8s.io/restart-attempt` (= status.restarts;
     pkg/controllers/jobset_controller.go labelAndAnnotateObject), through the downward
     API: torchrun runs with --max-restarts=0, so only this tells a worker it restarted."""
-    return {"name": E.RESTART_ATTEMPT.name, "valueFrom": {"fieldRef": {
-        "fieldPath": f"metadata.annotations['{RESTART_ATTEMPT_LABEL}']"}}}
+    return {
+        "name": E.RESTART_ATTEMPT.name,
+        "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{RESTART_ATTEMPT_LABEL}']"}},
+    }
 
 
 def shm_size(memory: str) -> str:
@@ -281,11 +329,12 @@ def secret_env(spec: JobSpec, stack: StackOutput) -> list[dict]:
     out = []
     for var, ref in sorted(spec.secret_env.items()):
         if not (ref.secret and ref.key):
-            raise UserError(f"secret_env.{var}: no `secret` and `key` for stack {stack.stack}; "
-                            "accepted: {secret: <Secret in namespace "
-                            f"{stack.namespace}>, key: <key in it>}} on cluster stacks")
-        out.append({"name": var, "valueFrom": {"secretKeyRef": {
-            "name": ref.secret, "key": ref.key}}})
+            raise UserError(
+                f"secret_env.{var}: no `secret` and `key` for stack {stack.stack}; "
+                "accepted: {secret: <Secret in namespace "
+                f"{stack.namespace}>, key: <key in it>}} on cluster stacks"
+            )
+        out.append({"name": var, "valueFrom": {"secretKeyRef": {"name": ref.secret, "key": ref.key}}})
     return out
 
 
@@ -293,16 +342,24 @@ def security_contexts(uid: int = RUN_AS_UID, gid: int = RUN_AS_UID) -> tuple[dic
     """(pod, container) security contexts: the team's uid/gid, non-root, no privilege
     escalation, no capabilities, the runtime's default seccomp profile (Pod Security
     Standard `restricted`)."""
-    pod = {"runAsNonRoot": True, "runAsUser": uid, "runAsGroup": gid,
-           "fsGroup": gid, "fsGroupChangePolicy": "OnRootMismatch",
-           "seccompProfile": {"type": "RuntimeDefault"}}
-    container = {"allowPrivilegeEscalation": False, "privileged": False,
-                 "runAsNonRoot": True, "capabilities": {"drop": ["ALL"]}}
+    pod = {
+        "runAsNonRoot": True,
+        "runAsUser": uid,
+        "runAsGroup": gid,
+        "fsGroup": gid,
+        "fsGroupChangePolicy": "OnRootMismatch",
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    container = {
+        "allowPrivilegeEscalation": False,
+        "privileged": False,
+        "runAsNonRoot": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
     return pod, container
 
 
-def resources(cpu: float, memory: str, gpus: int, stack: StackOutput,
-              efa: bool = False) -> dict:
+def resources(cpu: float, memory: str, gpus: int, stack: StackOutput, efa: bool = False) -> dict:
     requests: dict[str, Any] = {"cpu": _cpu(cpu), "memory": memory}
     # Memory limit = request: a worker that outgrows it is stopped, not its neighbours. No
     # CPU limit: throttling a collective stalls every worker.
@@ -339,8 +396,13 @@ def gpu_placement(gpus: int, stack: StackOutput) -> dict:
     return out
 
 
-def build(spec: JobSpec, stack: StackOutput, run_id: str,
-          code: CodeSnapshot | None = None, deps: JobLock | None = None) -> list[dict]:
+def build(
+    spec: JobSpec,
+    stack: StackOutput,
+    run_id: str,
+    code: CodeSnapshot | None = None,
+    deps: JobLock | None = None,
+) -> list[dict]:
     """[ConfigMap, NetworkPolicy, JobSet] for one run; UserError if the stack cannot run it.
     `deps`: the job's resolved packages (job_env.py), installed by `with_requirements`."""
     check_fits(spec, stack)
@@ -348,15 +410,19 @@ def build(spec: JobSpec, stack: StackOutput, run_id: str,
     root, run_dir = shared_paths(stack, run_id)
     servers = parameter_servers(spec)
     labels = _labels(spec, run_id)
-    annotations = {WORKERS_ANNOTATION: str(spec.world_size), NODES_ANNOTATION: str(spec.nodes),
-                   PROCS_ANNOTATION: str(spec.procs_per_node),
-                   SERVERS_ANNOTATION: str(servers),
-                   MAX_RESTARTS_ANNOTATION: str(spec.max_restarts)}
+    annotations = {
+        WORKERS_ANNOTATION: str(spec.world_size),
+        NODES_ANNOTATION: str(spec.nodes),
+        PROCS_ANNOTATION: str(spec.procs_per_node),
+        SERVERS_ANNOTATION: str(servers),
+        MAX_RESTARTS_ANNOTATION: str(spec.max_restarts),
+    }
     if code is not None:
         annotations[CODE_ANNOTATION] = code.digest
 
     config_map: dict[str, Any] = {
-        "apiVersion": "v1", "kind": "ConfigMap",
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
         "metadata": {"name": name, "namespace": ns, "labels": dict(labels)},
         "immutable": True,
         "data": {SPEC_KEY: spec.to_yaml()},
@@ -364,22 +430,36 @@ def build(spec: JobSpec, stack: StackOutput, run_id: str,
     if code is not None:
         config_map["binaryData"] = {CODE_KEY: base64.b64encode(code.tarball).decode()}
 
-    rjobs = [_replicated_job(WORKER_RJOB, spec.nodes, _worker_pod(spec, stack, name, run_id,
-                                                                  code), spec, stack, labels,
-                             annotations)]
+    rjobs = [
+        _replicated_job(
+            WORKER_RJOB,
+            spec.nodes,
+            _worker_pod(spec, stack, name, run_id, code),
+            spec,
+            stack,
+            labels,
+            annotations,
+        )
+    ]
     if servers:
-        rjobs.append(_replicated_job(PS_RJOB, servers, _ps_pod(spec, stack, name, run_id),
-                                     spec, stack, labels, annotations))
+        rjobs.append(
+            _replicated_job(
+                PS_RJOB, servers, _ps_pod(spec, stack, name, run_id), spec, stack, labels, annotations
+            )
+        )
     jobset = {
-        "apiVersion": f"{JOBSET_API[0]}/{JOBSET_API[1]}", "kind": "JobSet",
-        "metadata": {"name": name, "namespace": ns,
-                     "labels": {**labels, QUEUE_LABEL: stack.queue},
-                     "annotations": annotations},
+        "apiVersion": f"{JOBSET_API[0]}/{JOBSET_API[1]}",
+        "kind": "JobSet",
+        "metadata": {
+            "name": name,
+            "namespace": ns,
+            "labels": {**labels, QUEUE_LABEL: stack.queue},
+            "annotations": annotations,
+        },
         "spec": {
             # JobSet's headless Service `<name>`: pod DNS names exist as soon as the pods do,
             # before they are ready (the rendezvous starts before readiness is known).
-            "network": {"enableDNSHostnames": True, "subdomain": name,
-                        "publishNotReadyAddresses": True},
+            "network": {"enableDNSHostnames": True, "subdomain": name, "publishNotReadyAddresses": True},
             "replicatedJobs": rjobs,
             # The run succeeds when the workers do; parameter servers are stopped then.
             "successPolicy": {"operator": "All", "targetReplicatedJobs": [WORKER_RJOB]},
@@ -388,23 +468,30 @@ def build(spec: JobSpec, stack: StackOutput, run_id: str,
                 # Every Job of the old attempt is gone before the new ones start: one pod
                 # per hostname, and no old worker still holding the rendezvous port.
                 "restartStrategy": "BlockingRecreate",
-                "rules": [{
-                    # A pod that cannot run as configured (no GPU, no NCCL net plugin: the
-                    # Job's podFailurePolicy turns exit CONFIG_ERROR_EXIT_CODE into reason
-                    # PodFailurePolicy): a restart gets the same pod, so fail the run now.
-                    "name": "ConfigurationError", "action": "FailJobSet",
-                    "onJobFailureReasons": ["PodFailurePolicy"],
-                    "onJobFailureMessagePatterns": [
-                        f"exit code {CONFIG_ERROR_EXIT_CODE} matching FailJob rule"],
-                }, {
-                    # Stopped from outside (the worker Job's podFailurePolicy turns exit
-                    # PREEMPTED_EXIT_CODE into reason PodFailurePolicy with this message):
-                    # restart without spending one of max_restarts.
-                    "name": "StoppedFromOutside", "action": "RestartJobSetAndIgnoreMaxRestarts",
-                    "onJobFailureReasons": ["PodFailurePolicy"],
-                    "onJobFailureMessagePatterns": [
-                        f"exit code {PREEMPTED_EXIT_CODE} matching FailJob rule"],
-                }],  # anything else: RestartJobSet (the default action), counted
+                "rules": [
+                    {
+                        # A pod that cannot run as configured (no GPU, no NCCL net plugin: the
+                        # Job's podFailurePolicy turns exit CONFIG_ERROR_EXIT_CODE into reason
+                        # PodFailurePolicy): a restart gets the same pod, so fail the run now.
+                        "name": "ConfigurationError",
+                        "action": "FailJobSet",
+                        "onJobFailureReasons": ["PodFailurePolicy"],
+                        "onJobFailureMessagePatterns": [
+                            f"exit code {CONFIG_ERROR_EXIT_CODE} matching FailJob rule"
+                        ],
+                    },
+                    {
+                        # Stopped from outside (the worker Job's podFailurePolicy turns exit
+                        # PREEMPTED_EXIT_CODE into reason PodFailurePolicy with this message):
+                        # restart without spending one of max_restarts.
+                        "name": "StoppedFromOutside",
+                        "action": "RestartJobSetAndIgnoreMaxRestarts",
+                        "onJobFailureReasons": ["PodFailurePolicy"],
+                        "onJobFailureMessagePatterns": [
+                            f"exit code {PREEMPTED_EXIT_CODE} matching FailJob rule"
+                        ],
+                    },
+                ],  # anything else: RestartJobSet (the default action), counted
             },
             "suspend": True,  # Kueue admits the whole group at once, then unsuspends it
             "ttlSecondsAfterFinished": TTL_AFTER_FINISHED_S,
@@ -415,8 +502,9 @@ def build(spec: JobSpec, stack: StackOutput, run_id: str,
     return [config_map, network_policy(spec, stack, run_id, name), jobset]
 
 
-def with_requirements(config_map: dict, jobset: dict, deps: JobLock, spec: JobSpec,
-                      stack: StackOutput) -> None:
+def with_requirements(
+    config_map: dict, jobset: dict, deps: JobLock, spec: JobSpec, stack: StackOutput
+) -> None:
     """The job's own packages on a cluster: the resolved lock travels in the ConfigMap, and
     an init container of each worker pod installs it once per lock into
     `<shared root>/deps/envs/<lock hash>/site` on the shared file system (job_env.ensure_site:
@@ -436,59 +524,109 @@ def with_requirements(config_map: dict, jobset: dict, deps: JobLock, spec: JobSp
         template["metadata"]["annotations"][REQUIREMENTS_ANNOTATION] = deps.sha256
         pod = template["spec"]
         setup = pod["initContainers"][0]
-        pod["initContainers"].append({
-            **setup, "name": DEPS_CONTAINER,
-            "command": ["python", "-m", "alchemist_jobs.job_env", "install",
-                        "--lock", f"{CONFIG_MOUNT}/{REQUIREMENTS_KEY}", "--root", root],
-            "resources": {"requests": {"cpu": "500m", "memory": "1Gi"},
-                          "limits": {"memory": "1Gi"}},
-            **({"env": pip_env} if pip_env else {}),
-        })
+        pod["initContainers"].append(
+            {
+                **setup,
+                "name": DEPS_CONTAINER,
+                "command": [
+                    "python",
+                    "-m",
+                    "alchemist_jobs.job_env",
+                    "install",
+                    "--lock",
+                    f"{CONFIG_MOUNT}/{REQUIREMENTS_KEY}",
+                    "--root",
+                    root,
+                ],
+                "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"memory": "1Gi"}},
+                **({"env": pip_env} if pip_env else {}),
+            }
+        )
         site = f"{root.rstrip('/')}/deps/envs/{deps.short}/site"
         for c in pod["containers"]:
             c.setdefault("env", []).append({"name": E.JOB_SITE.name, "value": site})
 
 
-def _replicated_job(rjob: str, pods: int, pod_spec: dict, spec: JobSpec, stack: StackOutput,
-                    labels: dict, annotations: dict) -> dict:
-    return {"name": rjob, "replicas": 1, "template": {"spec": {
-        "completionMode": "Indexed", "completions": pods, "parallelism": pods,
-        # Any lost pod fails its Job at once; JobSet then restarts the whole group.
-        "backoffLimit": 0,
-        "podFailurePolicy": {"rules": [
-            {"action": "FailJob", "onExitCodes": {
-                "containerName": CONTAINER, "operator": "In", "values": [PREEMPTED_EXIT_CODE]}},
-            {"action": "FailJob", "onExitCodes": {
-                "containerName": CONTAINER, "operator": "In",
-                "values": [CONFIG_ERROR_EXIT_CODE]}},
-        ]},
-        # A replacement pod starts only once the old one is gone: one pod per hostname.
-        "podReplacementPolicy": "Failed",
+def _replicated_job(
+    rjob: str, pods: int, pod_spec: dict, spec: JobSpec, stack: StackOutput, labels: dict, annotations: dict
+) -> dict:
+    return {
+        "name": rjob,
+        "replicas": 1,
         "template": {
-            "metadata": {"labels": {**labels, **stack.monitoring.pod_monitor_labels},
-                         "annotations": dict(annotations)},
-            "spec": pod_spec,
+            "spec": {
+                "completionMode": "Indexed",
+                "completions": pods,
+                "parallelism": pods,
+                # Any lost pod fails its Job at once; JobSet then restarts the whole group.
+                "backoffLimit": 0,
+                "podFailurePolicy": {
+                    "rules": [
+                        {
+                            "action": "FailJob",
+                            "onExitCodes": {
+                                "containerName": CONTAINER,
+                                "operator": "In",
+                                "values": [PREEMPTED_EXIT_CODE],
+                            },
+                        },
+                        {
+                            "action": "FailJob",
+                            "onExitCodes": {
+                                "containerName": CONTAINER,
+                                "operator": "In",
+                                "values": [CONFIG_ERROR_EXIT_CODE],
+                            },
+                        },
+                    ]
+                },
+                # A replacement pod starts only once the old one is gone: one pod per hostname.
+                "podReplacementPolicy": "Failed",
+                "template": {
+                    "metadata": {
+                        "labels": {**labels, **stack.monitoring.pod_monitor_labels},
+                        "annotations": dict(annotations),
+                    },
+                    "spec": pod_spec,
+                },
+            }
         },
-    }}}
+    }
 
 
-def _pod_spec(spec: JobSpec, stack: StackOutput, name: str, run_id: str, train: dict,
-              code: CodeSnapshot | None, gpus: int) -> dict:
+def _pod_spec(
+    spec: JobSpec,
+    stack: StackOutput,
+    name: str,
+    run_id: str,
+    train: dict,
+    code: CodeSnapshot | None,
+    gpus: int,
+) -> dict:
     root, run_dir = shared_paths(stack, run_id)
     pod_sc, container_sc = security_contexts(stack.shared_fs.uid, stack.shared_fs.gid)
-    setup_args = ["python", "-m", "alchemist_jobs.kubernetes.pod_setup", "--run-dir", run_dir,
-                  "--spec", f"{CONFIG_MOUNT}/{SPEC_KEY}"]
+    setup_args = [
+        "python",
+        "-m",
+        "alchemist_jobs.kubernetes.pod_setup",
+        "--run-dir",
+        run_dir,
+        "--spec",
+        f"{CONFIG_MOUNT}/{SPEC_KEY}",
+    ]
     if code is not None:
-        setup_args += ["--code", f"{CONFIG_MOUNT}/{CODE_KEY}",
-                       "--code-dir", code.path_under(root)]
+        setup_args += ["--code", f"{CONFIG_MOUNT}/{CODE_KEY}", "--code-dir", code.path_under(root)]
     setup = {
-        "name": SETUP_CONTAINER, "image": image_for(spec, stack),
-        "imagePullPolicy": "IfNotPresent", "command": setup_args,
-        "resources": {"requests": {"cpu": "100m", "memory": "256Mi"},
-                      "limits": {"memory": "256Mi"}},
+        "name": SETUP_CONTAINER,
+        "image": image_for(spec, stack),
+        "imagePullPolicy": "IfNotPresent",
+        "command": setup_args,
+        "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "256Mi"}},
         "securityContext": container_sc,
-        "volumeMounts": [{"name": "shared", "mountPath": root},
-                         {"name": "config", "mountPath": CONFIG_MOUNT, "readOnly": True}],
+        "volumeMounts": [
+            {"name": "shared", "mountPath": root},
+            {"name": "config", "mountPath": CONFIG_MOUNT, "readOnly": True},
+        ],
     }
     data = pod_patch(spec, stack)  # datasets: the store's identity and endpoint, the node cache
     train.setdefault("env", []).extend(data["env"])
@@ -510,8 +648,13 @@ def _pod_spec(spec: JobSpec, stack: StackOutput, name: str, run_id: str, train: 
             {"name": "config", "configMap": {"name": name}},
             # Shared memory for DataLoader workers and NCCL; the default 64 MiB is too small.
             # A share of this container's own limit (a parameter server's is its own size).
-            {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shm_size(
-                train["resources"]["limits"]["memory"])}},
+            {
+                "name": "dshm",
+                "emptyDir": {
+                    "medium": "Memory",
+                    "sizeLimit": shm_size(train["resources"]["limits"]["memory"]),
+                },
+            },
             *data["volumes"],
         ],
         **gpu_placement(gpus, stack),
@@ -519,41 +662,59 @@ def _pod_spec(spec: JobSpec, stack: StackOutput, name: str, run_id: str, train: 
     }
 
 
-def _worker_pod(spec: JobSpec, stack: StackOutput, name: str, run_id: str,
-                code: CodeSnapshot | None) -> dict:
+def _worker_pod(spec: JobSpec, stack: StackOutput, name: str, run_id: str, code: CodeSnapshot | None) -> dict:
     root, run_dir = shared_paths(stack, run_id)
-    ports = [{"name": metrics_port_name(r), "containerPort": METRICS_BASE_PORT + r,
-              "protocol": "TCP"} for r in range(spec.procs_per_node)]
+    ports = [
+        {"name": metrics_port_name(r), "containerPort": METRICS_BASE_PORT + r, "protocol": "TCP"}
+        for r in range(spec.procs_per_node)
+    ]
     ports.append({"name": "rdzv", "containerPort": RDZV_PORT, "protocol": "TCP"})
     # What the framework's workers listen on (TensorFlow's gRPC servers, JAX's coordinator).
-    ports += [{"name": n, "containerPort": p, "protocol": "TCP"}
-              for n, p in frameworks.ports(spec.task.framework, spec.procs_per_node)]
+    ports += [
+        {"name": n, "containerPort": p, "protocol": "TCP"}
+        for n, p in frameworks.ports(spec.task.framework, spec.procs_per_node)
+    ]
     train = {
-        "name": CONTAINER, "image": image_for(spec, stack), "imagePullPolicy": "IfNotPresent",
+        "name": CONTAINER,
+        "image": image_for(spec, stack),
+        "imagePullPolicy": "IfNotPresent",
         "command": pod_command(spec, name, run_id, run_dir),
         "env": _env(spec, stack, name, run_dir, root),
         "terminationMessagePath": TERMINATION_LOG,
         "ports": ports,
-        "resources": resources(spec.resources.cpu, spec.resources.memory,
-                               spec.resources.gpu, stack, efa=True),
+        "resources": resources(
+            spec.resources.cpu, spec.resources.memory, spec.resources.gpu, stack, efa=True
+        ),
         "securityContext": security_contexts()[1],
-        "volumeMounts": [{"name": "shared", "mountPath": root},
-                         {"name": "dshm", "mountPath": "/dev/shm"}],
+        "volumeMounts": [{"name": "shared", "mountPath": root}, {"name": "dshm", "mountPath": "/dev/shm"}],
     }
     if code is not None:  # the workers run from the snapshot: exactly the submitted code
         train["workingDir"] = code.path_under(root)
     return _pod_spec(spec, stack, name, run_id, train, code, spec.resources.gpu)
 
 
-_SUFFIX = {"": 1, "m": Fraction(1, 1000), "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
-           "P": 10**15, "E": 10**18, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40,
-           "Pi": 2**50, "Ei": 2**60}
+_SUFFIX = {
+    "": 1,
+    "m": Fraction(1, 1000),
+    "k": 10**3,
+    "M": 10**6,
+    "G": 10**9,
+    "T": 10**12,
+    "P": 10**15,
+    "E": 10**18,
+    "Ki": 2**10,
+    "Mi": 2**20,
+    "Gi": 2**30,
+    "Ti": 2**40,
+    "Pi": 2**50,
+    "Ei": 2**60,
+}
 
 
 def quantity_bytes(q: str) -> Fraction:
     """A memory quantity of the spec's grammar (`2Gi`, `1.5G`, `512Mi`), exactly, in bytes."""
     number = q.rstrip("kmMGTPEi")
-    return Fraction(number) * _SUFFIX[q[len(number):]]
+    return Fraction(number) * _SUFFIX[q[len(number) :]]
 
 
 # What one parameter-server pod asks for at most: a server holds one shard of the model's
@@ -585,17 +746,18 @@ def _ps_pod(spec: JobSpec, stack: StackOutput, name: str, run_id: str) -> dict:
     servers = parameter_servers(spec)
     cpu, memory = server_size(spec)
     train = {
-        "name": CONTAINER, "image": image_for(spec, stack), "imagePullPolicy": "IfNotPresent",
+        "name": CONTAINER,
+        "image": image_for(spec, stack),
+        "imagePullPolicy": "IfNotPresent",
         "command": ps_command(),
         "env": _env(spec, stack, name, run_dir, root),
-        "ports": [{"name": f"ps-{k}", "containerPort": PS_BASE_PORT + k, "protocol": "TCP"}
-                  for k in range(servers)]
-        + [{"name": metrics_port_name(0), "containerPort": METRICS_BASE_PORT,
-            "protocol": "TCP"}],
+        "ports": [
+            {"name": f"ps-{k}", "containerPort": PS_BASE_PORT + k, "protocol": "TCP"} for k in range(servers)
+        ]
+        + [{"name": metrics_port_name(0), "containerPort": METRICS_BASE_PORT, "protocol": "TCP"}],
         "resources": {"requests": {"cpu": cpu, "memory": memory}, "limits": {"memory": memory}},
         "securityContext": security_contexts()[1],
-        "volumeMounts": [{"name": "shared", "mountPath": root},
-                         {"name": "dshm", "mountPath": "/dev/shm"}],
+        "volumeMounts": [{"name": "shared", "mountPath": root}, {"name": "dshm", "mountPath": "/dev/shm"}],
     }
     pod = _pod_spec(spec, stack, name, run_id, train, None, 0)
     tolerations = gpu_placement(spec.resources.gpu, stack).get("tolerations")
@@ -614,9 +776,9 @@ def network_policy(spec: JobSpec, stack: StackOutput, run_id: str, name: str) ->
     Prometheus on the metrics ports, DNS and the object store (docs/platform.md)."""
     run = {RUN_LABEL: run_id}
     return {
-        "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
-        "metadata": {"name": name, "namespace": stack.namespace,
-                     "labels": _labels(spec, run_id)},
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": name, "namespace": stack.namespace, "labels": _labels(spec, run_id)},
         "spec": {
             "podSelector": {"matchLabels": dict(run)},
             "policyTypes": ["Ingress", "Egress"],

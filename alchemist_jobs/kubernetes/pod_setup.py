@@ -53,8 +53,10 @@ def unpack_code(tarball: Path, code_dir: Path) -> bool:
             _extract(tar, tmp)
         got = tree_hash(tmp)
         if got != code_dir.name:
-            raise SystemExit(f"pod_setup: code snapshot hash {got} does not match its name "
-                             f"{code_dir.name}; the ConfigMap is corrupt")
+            raise SystemExit(
+                f"pod_setup: code snapshot hash {got} does not match its name "
+                f"{code_dir.name}; the ConfigMap is corrupt"
+            )
         # Shipped code is read-only, directories too: a job cannot change what the next pod
         # will run without first restoring a write bit (and then the hash check refuses it).
         for p in [*tmp.rglob("*"), tmp]:
@@ -85,8 +87,10 @@ def _extract(tar: tarfile.TarFile, dest: Path) -> None:
     for m in tar.getmembers():
         parts = Path(m.name).parts
         if not (m.isfile() or m.isdir()) or m.name.startswith("/") or ".." in parts:
-            raise SystemExit(f"pod_setup: code snapshot member {m.name!r} is not a plain file "
-                             "or directory inside the snapshot; the ConfigMap is corrupt")
+            raise SystemExit(
+                f"pod_setup: code snapshot member {m.name!r} is not a plain file "
+                "or directory inside the snapshot; the ConfigMap is corrupt"
+            )
     tar.extractall(dest)
 
 
@@ -94,9 +98,11 @@ def _verify(code_dir: Path) -> None:
     """A snapshot already in place is used only if its content still hashes to its name."""
     got = tree_hash(code_dir)
     if got != code_dir.name:
-        raise SystemExit(f"pod_setup: code snapshot {code_dir} hashes to {got}, not to its name "
-                         f"{code_dir.name}: it was changed after it was unpacked; refusing to "
-                         "run it (delete the directory to have it unpacked again)")
+        raise SystemExit(
+            f"pod_setup: code snapshot {code_dir} hashes to {got}, not to its name "
+            f"{code_dir.name}: it was changed after it was unpacked; refusing to "
+            "run it (delete the directory to have it unpacked again)"
+        )
 
 
 def _make_writable(tmp: Path) -> None:
@@ -119,14 +125,18 @@ def main(argv: list[str] | None = None) -> int:
     except PermissionError as e:
         # A shared volume whose root is not the job identity's (an EFS/FSx root without an
         # access point, an NFS export owned by root): say which path and which uid, once.
-        raise SystemExit(f"pod_setup: cannot write {e.filename or args.run_dir}: permission denied "
-                         f"for uid {os.getuid()} gid {os.getgid()}; the shared volume must be "
-                         "writable by the job's uid (an EFS access point or an export owned by it)") from None
+        raise SystemExit(
+            f"pod_setup: cannot write {e.filename or args.run_dir}: permission denied "
+            f"for uid {os.getuid()} gid {os.getgid()}; the shared volume must be "
+            "writable by the job's uid (an EFS access point or an export owned by it)"
+        ) from None
     print(f"pod_setup: run directory {args.run_dir} ready", flush=True)
     if args.code is not None:
         did = unpack_code(args.code, args.code_dir)
-        print(f"pod_setup: code snapshot {args.code_dir} "
-              f"{'unpacked' if did else 'already in place'}", flush=True)
+        print(
+            f"pod_setup: code snapshot {args.code_dir} {'unpacked' if did else 'already in place'}",
+            flush=True,
+        )
     return 0
 
 

@@ -13,12 +13,13 @@ import json
 import re
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
-from alchemist_jobs.contract import MANAGED_BY_LABEL, PROGRESS_LINE_PREFIX, RUN_LABEL, StackOutput
 from alchemist_jobs import job_env
+from alchemist_jobs.contract import MANAGED_BY_LABEL, PROGRESS_LINE_PREFIX, RUN_LABEL, StackOutput
 from alchemist_jobs.errors import UserError
 from alchemist_jobs.kubernetes import manifests as mf
 from alchemist_jobs.kubernetes.api_checks import validate_for_api_server
@@ -41,14 +42,20 @@ WORKLOAD_JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
 # kind -> verb -> (API group, client method), spelled out so the platform's RBAC test can
 # find every call the backend makes.
 _API = {
-    "ConfigMap": {"create": ("core", "create_namespaced_config_map"),
-                  "patch": ("core", "patch_namespaced_config_map"),
-                  "delete": ("core", "delete_namespaced_config_map")},
-    "NetworkPolicy": {"create": ("networking", "create_namespaced_network_policy"),
-                      "patch": ("networking", "patch_namespaced_network_policy"),
-                      "delete": ("networking", "delete_namespaced_network_policy")},
-    "JobSet": {"create": ("custom", "create_namespaced_custom_object"),
-               "delete": ("custom", "delete_namespaced_custom_object")},
+    "ConfigMap": {
+        "create": ("core", "create_namespaced_config_map"),
+        "patch": ("core", "patch_namespaced_config_map"),
+        "delete": ("core", "delete_namespaced_config_map"),
+    },
+    "NetworkPolicy": {
+        "create": ("networking", "create_namespaced_network_policy"),
+        "patch": ("networking", "patch_namespaced_network_policy"),
+        "delete": ("networking", "delete_namespaced_network_policy"),
+    },
+    "JobSet": {
+        "create": ("custom", "create_namespaced_custom_object"),
+        "delete": ("custom", "delete_namespaced_custom_object"),
+    },
 }
 _KW = {"JobSet": _JOBSET}
 _TIMESTAMP = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?Z")
@@ -72,13 +79,17 @@ class KubeRequest(Request):
     def describe(self) -> str:
         s = self.stack
         servers = mf.parameter_servers(self.spec)
-        head = [f"# run {self.run_id} on stack {s.stack}: {self.spec.nodes} pod(s) x "
-                f"{self.spec.procs_per_node} worker(s)"
-                + (f" + {servers} parameter-server pod(s)" if servers else "")
-                + f", namespace {s.namespace}, Kueue queue {s.queue}"]
+        head = [
+            f"# run {self.run_id} on stack {s.stack}: {self.spec.nodes} pod(s) x "
+            f"{self.spec.procs_per_node} worker(s)"
+            + (f" + {servers} parameter-server pod(s)" if servers else "")
+            + f", namespace {s.namespace}, Kueue queue {s.queue}"
+        ]
         if self.code is not None:
-            head.append(f"# code snapshot {self.code.digest}: {len(self.code.files)} file(s) "
-                        f"from {self.code.root}, {len(self.code.tarball)} bytes packed")
+            head.append(
+                f"# code snapshot {self.code.digest}: {len(self.code.files)} file(s) "
+                f"from {self.code.root}, {len(self.code.tarball)} bytes packed"
+            )
             head += [f"#   ships {f}" for f in self.code.files]
         return "\n".join(head) + "\n" + mf.to_yaml(self.manifests)
 
@@ -187,8 +198,7 @@ class KubernetesScheduler(Scheduler[KubeRequest, KubeHandle]):
         code = None
         if not spec.task.builtin:  # a script, a module or an entry: the user's code travels
             code = pack(Path(spec_dir), source="task", ship_secrets=spec.ship_secrets)
-            for field, rel in (("task.script", spec.task.script),
-                               ("task.entry", spec.task.entry_file)):
+            for field, rel in (("task.script", spec.task.script), ("task.entry", spec.task.entry_file)):
                 if rel:
                     _check_shipped(rel, code, field)
 
@@ -200,8 +210,9 @@ class KubernetesScheduler(Scheduler[KubeRequest, KubeHandle]):
         deps = job_env.resolve(spec.requirements, default_root()) if spec.requirements else None
         manifests = mf.build(spec, self.out, run_id, code, deps=deps)
         validate_for_api_server(manifests)  # what the API server would refuse, said now
-        return KubeRequest(run_id=run_id, stack=self.out, spec=spec, manifests=manifests,
-                           code=code, data_upload=upload)
+        return KubeRequest(
+            run_id=run_id, stack=self.out, spec=spec, manifests=manifests, code=code, data_upload=upload
+        )
 
     def schedule(self, request: KubeRequest, warm: Any = None) -> KubeHandle:
         """ConfigMap and NetworkPolicy, then the JobSet; then the JobSet owns the other two,
@@ -217,22 +228,34 @@ class KubernetesScheduler(Scheduler[KubeRequest, KubeHandle]):
 
             push_planned(self.out, request.data_upload)
         c = self.cluster
-        handle = KubeHandle(run_id=request.run_id, name=request.name, namespace=c.namespace,
-                            spec=request.spec)
+        handle = KubeHandle(
+            run_id=request.run_id, name=request.name, namespace=c.namespace, spec=request.spec
+        )
         try:
             owner_obj = {}
             for obj in request.manifests:
                 api, method = _API[obj["kind"]]["create"]
-                owner_obj = c.call(api, method, namespace=c.namespace, body=obj,
-                                   **_KW.get(obj["kind"], {}))
+                owner_obj = c.call(api, method, namespace=c.namespace, body=obj, **_KW.get(obj["kind"], {}))
                 handle.created.append((obj["kind"], obj["metadata"]["name"]))
-            owner = [{"apiVersion": owner_obj["apiVersion"], "kind": owner_obj["kind"],
-                      "name": handle.name, "uid": owner_obj["metadata"]["uid"],
-                      "blockOwnerDeletion": False}]
+            owner = [
+                {
+                    "apiVersion": owner_obj["apiVersion"],
+                    "kind": owner_obj["kind"],
+                    "name": handle.name,
+                    "uid": owner_obj["metadata"]["uid"],
+                    "blockOwnerDeletion": False,
+                }
+            ]
             for kind, name in handle.created[:-1]:
                 api, method = _API[kind]["patch"]
-                c.call(api, method, name=name, namespace=c.namespace, **_KW.get(kind, {}),
-                       body=[{"op": "add", "path": "/metadata/ownerReferences", "value": owner}])
+                c.call(
+                    api,
+                    method,
+                    name=name,
+                    namespace=c.namespace,
+                    **_KW.get(kind, {}),
+                    body=[{"op": "add", "path": "/metadata/ownerReferences", "value": owner}],
+                )
         except BaseException:
             self._delete(handle.created)
             raise
@@ -245,8 +268,7 @@ class KubernetesScheduler(Scheduler[KubeRequest, KubeHandle]):
             if kind == "JobSet":  # its Jobs and their pods go too
                 kw["propagation_policy"] = "Background"
             try:
-                self.cluster.call(api, method, name=name,
-                                  namespace=self.cluster.namespace, **kw)
+                self.cluster.call(api, method, name=name, namespace=self.cluster.namespace, **kw)
             except NotFound:
                 pass
 
@@ -260,9 +282,15 @@ class KubernetesScheduler(Scheduler[KubeRequest, KubeHandle]):
         items: list[dict] = []
         token = None
         while True:
-            page = self.cluster.call(api, method, namespace=self.cluster.namespace,
-                                     label_selector=selector, limit=LIST_PAGE,
-                                     **({"_continue": token} if token else {}), **kw)
+            page = self.cluster.call(
+                api,
+                method,
+                namespace=self.cluster.namespace,
+                label_selector=selector,
+                limit=LIST_PAGE,
+                **({"_continue": token} if token else {}),
+                **kw,
+            )
             items += page.get("items", [])
             token = (page.get("metadata") or {}).get("continue")
             if not token:
@@ -277,8 +305,9 @@ class KubernetesScheduler(Scheduler[KubeRequest, KubeHandle]):
         if not uid:
             return None
         try:
-            items = self._list("custom", "list_namespaced_custom_object",
-                               f"{WORKLOAD_JOB_UID_LABEL}={uid}", **_WORKLOAD)
+            items = self._list(
+                "custom", "list_namespaced_custom_object", f"{WORKLOAD_JOB_UID_LABEL}={uid}", **_WORKLOAD
+            )
         except ClusterError:  # no Kueue, or no right to read Workloads: pods still tell
             return None
         return items[0] if items else None
@@ -299,9 +328,11 @@ class KubernetesScheduler(Scheduler[KubeRequest, KubeHandle]):
                 ids = [j["metadata"]["labels"].get(RUN_LABEL) for j in recent][-5:]
                 what = "matches several runs" if jobs else "no such run"
                 hint = f"; recent runs: {', '.join(ids)}" if ids else "; there are no runs"
-                raise UserError(f"run {ref!r}: {what} on stack {self.stack} (namespace "
-                                f"{self.cluster.namespace}; finished runs are removed after "
-                                f"{mf.TTL_AFTER_FINISHED_S // 86400} days){hint}")
+                raise UserError(
+                    f"run {ref!r}: {what} on stack {self.stack} (namespace "
+                    f"{self.cluster.namespace}; finished runs are removed after "
+                    f"{mf.TTL_AFTER_FINISHED_S // 86400} days){hint}"
+                )
         return jobs[0]
 
     def _pods(self, run_id: str) -> list[dict]:
@@ -317,24 +348,29 @@ class KubernetesScheduler(Scheduler[KubeRequest, KubeHandle]):
 
     def status(self, run_id: str) -> RunStatus:
         job = self._job(run_id)
-        return self._status(job, self._pods(job["metadata"]["labels"][RUN_LABEL]),
-                            self._workload(job))
+        return self._status(job, self._pods(job["metadata"]["labels"][RUN_LABEL]), self._workload(job))
 
     def list(self) -> list[RunStatus]:
         jobs = self._jobsets(self._managed())
         pods = self._list("core", "list_namespaced_pod", self._managed())
         try:
-            workloads = {w["metadata"].get("labels", {}).get(WORKLOAD_JOB_UID_LABEL): w
-                         for w in self._list("custom", "list_namespaced_custom_object", "",
-                                             **_WORKLOAD)}
+            workloads = {
+                w["metadata"].get("labels", {}).get(WORKLOAD_JOB_UID_LABEL): w
+                for w in self._list("custom", "list_namespaced_custom_object", "", **_WORKLOAD)
+            }
         except ClusterError:
             workloads = {}
         by_run: dict[str, list[dict]] = {}
         for p in pods:
             by_run.setdefault(p["metadata"]["labels"].get(RUN_LABEL, ""), []).append(p)
-        out = [self._status(j, by_run.get(j["metadata"]["labels"].get(RUN_LABEL, ""), []),
-                            workloads.get(j["metadata"].get("uid")))
-               for j in jobs]
+        out = [
+            self._status(
+                j,
+                by_run.get(j["metadata"]["labels"].get(RUN_LABEL, ""), []),
+                workloads.get(j["metadata"].get("uid")),
+            )
+            for j in jobs
+        ]
         return sorted(out, key=lambda s: s.created or 0)
 
     def cancel(self, run_id: str) -> RunStatus:
@@ -352,8 +388,9 @@ class KubernetesScheduler(Scheduler[KubeRequest, KubeHandle]):
 
     # -- logs ----------------------------------------------------------------------------------
 
-    def logs(self, run_id: str, rank: int = 0, follow: bool = False,
-             stop: threading.Event | None = None) -> Iterator[str]:
+    def logs(
+        self, run_id: str, rank: int = 0, follow: bool = False, stop: threading.Event | None = None
+    ) -> Iterator[str]:
         """Rank N's lines from the pod that runs it (torchrun prefixes each with its rank).
         With `follow`, `stop` (once set) ends the following: what is left is read once."""
         job = self._job(run_id)
@@ -365,8 +402,9 @@ class KubernetesScheduler(Scheduler[KubeRequest, KubeHandle]):
         prefix = mf.LOG_PREFIX_TEMPLATE.replace("${rank}", str(rank))
         return self._follow_pod_log(run_id, index, prefix, follow, stop or threading.Event())
 
-    def _follow_pod_log(self, run_id: str, index: int, prefix: str, follow: bool,
-                        stop: threading.Event) -> Iterator[str]:
+    def _follow_pod_log(
+        self, run_id: str, index: int, prefix: str, follow: bool, stop: threading.Event
+    ) -> Iterator[str]:
         """The lines of `prefix` (one rank) and torchrun's own agent lines from the pod of
         `index`; with `follow`, reattaches when a stream drops while the pod still runs, and
         moves on to the replacement pod when the group restarts, until `stop` is set."""
@@ -379,14 +417,16 @@ class KubernetesScheduler(Scheduler[KubeRequest, KubeHandle]):
             job, all_pods = self._job(run_id), self._pods(run_id)
             st = run_status(job, all_pods, self.stack)
             pod = newest_pods(all_pods).get(index)
-            started = pod is not None and pod["metadata"]["name"] not in seen and \
-                (pod.get("status") or {}).get("phase") in ("Running", "Succeeded", "Failed")
+            started = (
+                pod is not None
+                and pod["metadata"]["name"] not in seen
+                and (pod.get("status") or {}).get("phase") in ("Running", "Succeeded", "Failed")
+            )
             if not started:
                 if st.finished or not follow:
                     if seen or stopping:
                         return
-                    raise UserError(f"run {run_id}: pod {index} has no log yet "
-                                    f"({st.state}: {st.message})")
+                    raise UserError(f"run {run_id}: pod {index} has no log yet ({st.state}: {st.message})")
                 stop.wait(POLL_S)
                 continue
             name = pod["metadata"]["name"]
@@ -394,9 +434,16 @@ class KubernetesScheduler(Scheduler[KubeRequest, KubeHandle]):
             since = at.since_seconds()
             kw = {"since_seconds": since} if since else {}
             try:
-                resp = self.cluster.raw("core", "read_namespaced_pod_log", name=name,
-                                        namespace=self.cluster.namespace, timestamps=True,
-                                        container=mf.CONTAINER, follow=follow, **kw)
+                resp = self.cluster.raw(
+                    "core",
+                    "read_namespaced_pod_log",
+                    name=name,
+                    namespace=self.cluster.namespace,
+                    timestamps=True,
+                    container=mf.CONTAINER,
+                    follow=follow,
+                    **kw,
+                )
             except NotFound:  # deleted meanwhile: a replacement, if any, is found next round
                 seen.add(name)
                 continue
@@ -404,7 +451,7 @@ class KubernetesScheduler(Scheduler[KubeRequest, KubeHandle]):
                 for line in at.new_lines(_lines(resp)):
                     if line.startswith(prefix):
                         if not line.startswith(PROGRESS_LINE_PREFIX, len(prefix)):
-                            yield line[len(prefix):]
+                            yield line[len(prefix) :]
                     elif not _RANK_LINE.match(line):  # the agent's own lines (errors too)
                         yield line
             except ClusterError:  # the stream broke mid-way: reattach below
@@ -419,10 +466,12 @@ class KubernetesScheduler(Scheduler[KubeRequest, KubeHandle]):
                 stop.wait(POLL_S)
 
     def _pod_done(self, name: str) -> bool:
-        pod = self.cluster.get("core", "read_namespaced_pod", name=name,
-                               namespace=self.cluster.namespace)
-        return pod is None or bool(pod["metadata"].get("deletionTimestamp")) or \
-            (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+        pod = self.cluster.get("core", "read_namespaced_pod", name=name, namespace=self.cluster.namespace)
+        return (
+            pod is None
+            or bool(pod["metadata"].get("deletionTimestamp"))
+            or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+        )
 
     def progress(self, st: RunStatus) -> dict | None:
         """Rank 0's newest progress line from the tail of its pod log, through the API server
@@ -432,18 +481,22 @@ class KubernetesScheduler(Scheduler[KubeRequest, KubeHandle]):
         if pod is None:
             return None
         try:
-            resp = self.cluster.raw("core", "read_namespaced_pod_log", name=pod,
-                                    namespace=self.cluster.namespace, container=mf.CONTAINER,
-                                    tail_lines=PROGRESS_TAIL_LINES)
+            resp = self.cluster.raw(
+                "core",
+                "read_namespaced_pod_log",
+                name=pod,
+                namespace=self.cluster.namespace,
+                container=mf.CONTAINER,
+                tail_lines=PROGRESS_TAIL_LINES,
+            )
         except (NotFound, ClusterError):
             return None
-        text = resp.data.decode(errors="replace") if isinstance(resp.data, bytes) \
-            else str(resp.data)
+        text = resp.data.decode(errors="replace") if isinstance(resp.data, bytes) else str(resp.data)
         marker = mf.LOG_PREFIX_TEMPLATE.replace("${rank}", "0") + PROGRESS_LINE_PREFIX
         for line in reversed(text.splitlines()):
             if line.startswith(marker):
                 try:
-                    return json.loads(line[len(marker):])
+                    return json.loads(line[len(marker) :])
                 except ValueError:
                     continue
         return None
@@ -454,10 +507,14 @@ def _check_shipped(script: str, code: CodeSnapshot, field: str = "task.script") 
     try:
         rel = path.relative_to(code.root).as_posix()
     except ValueError:
-        raise UserError(f"{field}: {script!r} lies outside {code.root}, the directory "
-                        "that ships to the cluster; accepted: a file inside the spec's "
-                        "directory") from None
+        raise UserError(
+            f"{field}: {script!r} lies outside {code.root}, the directory "
+            "that ships to the cluster; accepted: a file inside the spec's "
+            "directory"
+        ) from None
     if rel not in code.files:
-        raise UserError(f"{field}: {script!r} is excluded by .gitignore or "
-                        ".alchemistignore, so it would not ship; accepted: a file that is "
-                        "not ignored")
+        raise UserError(
+            f"{field}: {script!r} is excluded by .gitignore or "
+            ".alchemistignore, so it would not ship; accepted: a file that is "
+            "not ignored"
+        )

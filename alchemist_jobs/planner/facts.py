@@ -48,14 +48,15 @@ def parse_nodes(text: str) -> list[int]:
     for part in (text or "").split(","):
         part = part.strip()
         if not part.isdigit() or not 1 <= int(part) <= 4096:
-            raise UserError(f"--nodes {text!r}: {part!r} is not a node count; expected whole "
-                            "numbers from 1 to 4096 separated by commas, e.g. 1,2,4,8")
+            raise UserError(
+                f"--nodes {text!r}: {part!r} is not a node count; expected whole "
+                "numbers from 1 to 4096 separated by commas, e.g. 1,2,4,8"
+            )
         counts.append(int(part))
     return sorted(set(counts))
 
 
-def measured_bandwidth(runs_root: Path, job_name: str, loopback: bool = False
-                       ) -> tuple[float, str] | None:
+def measured_bandwidth(runs_root: Path, job_name: str, loopback: bool = False) -> tuple[float, str] | None:
     """Bytes/s that past multi-worker runs of this job achieved while communicating (over
     all the time communication was in flight, exposed or overlapped). A run of the local
     stack measured loopback within this machine, no link between nodes: such runs count
@@ -74,8 +75,7 @@ def measured_bandwidth(runs_root: Path, job_name: str, loopback: bool = False
         except (OSError, ValueError, KeyError, TypeError):
             continue  # an unreadable or older record is not evidence
         local = (read_json(result_file.parent / "run.json") or {}).get("stack") == "local"
-        if world > 1 and seconds > 0 and sent > 0 and result.get("algorithm") == "sync" \
-                and local == loopback:
+        if world > 1 and seconds > 0 and sent > 0 and result.get("algorithm") == "sync" and local == loopback:
             best = (sent / seconds, result_file.parent.name)
     return best
 
@@ -88,39 +88,55 @@ def link_probe(path: Path) -> tuple[float, float, str]:
         raise UserError(f"--link-probe {str(path)!r}: {e}") from None
     when = time.strftime("%Y-%m-%d %H:%M", time.localtime(float(data.get("time", 0))))
     sizes = [int(p["bytes"]) for p in data.get("points", []) if "bytes" in p] or [0]
-    return (data["link_bytes_per_s"], data["latency_s"],
-            f"measured by the link probe {Path(path).name} ({data.get('world', '?')} processes on "
-            f"{data.get('where', 'the target')}, {when}: gloo all-reduces of "
-            f"{min(sizes) / 1e3:.0f} kB to {max(sizes) / 1e6:.1f} MB)")
+    return (
+        data["link_bytes_per_s"],
+        data["latency_s"],
+        f"measured by the link probe {Path(path).name} ({data.get('world', '?')} processes on "
+        f"{data.get('where', 'the target')}, {when}: gloo all-reduces of "
+        f"{min(sizes) / 1e3:.0f} kB to {max(sizes) / 1e6:.1f} MB)",
+    )
 
 
-def cluster_facts(*, workers_per_node: int, link: str | None, latency_us: float,
-                  stack: Any | None, runs_root: Path | None, job_name: str,
-                  compute_scale: float = 1.0, probe: Path | None = None) -> Cluster:
+def cluster_facts(
+    *,
+    workers_per_node: int,
+    link: str | None,
+    latency_us: float,
+    stack: Any | None,
+    runs_root: Path | None,
+    job_name: str,
+    compute_scale: float = 1.0,
+    probe: Path | None = None,
+) -> Cluster:
     """The Cluster for the model, with every assumption it rests on spelled out."""
-    notes = [f"{workers_per_node} worker(s) per node",
-             "ring all-reduce: 2(W-1)/W of the model per worker per exchange, in 2(W-1) steps",
-             "sync: DDP all-reduces each bucket once backward has made all its gradients, "
-             "one bucket after another; the optimizer waits for the last"]
+    notes = [
+        f"{workers_per_node} worker(s) per node",
+        "ring all-reduce: 2(W-1)/W of the model per worker per exchange, in 2(W-1) steps",
+        "sync: DDP all-reduces each bucket once backward has made all its gradients, "
+        "one bucket after another; the optimizer waits for the last",
+    ]
     if compute_scale != 1.0:
         notes.append(f"compute {compute_scale:g}x slower than profiled")
-    nominal = (f"; {LINK_EFFICIENCY:.0%} of a nominal rate carries data (TCP/IP headers at "
-               "MTU 1500)")
+    nominal = f"; {LINK_EFFICIENCY:.0%} of a nominal rate carries data (TCP/IP headers at MTU 1500)"
     if link is not None and probe is not None:
         raise UserError("--link and --link-probe both give the link: keep one")
     latency = latency_us * 1e-6
     if probe is not None:
         rate, latency, said = link_probe(probe)
-        notes.append(f"each node sends at {rate * 8 / 1e6:,.1f} Mbit/s with {latency * 1e6:,.0f} us "
-                     f"per message, {said}")
+        notes.append(
+            f"each node sends at {rate * 8 / 1e6:,.1f} Mbit/s with {latency * 1e6:,.0f} us "
+            f"per message, {said}"
+        )
     elif link is not None:
         rate = parse_rate(link) * LINK_EFFICIENCY
         notes.append(f"each node sends at {link} (--link){nominal}")
     elif stack is not None and getattr(stack.gpu, "efa", None) is not None:
         gbit = stack.gpu.efa.per_node * EFA_GBIT_PER_DEVICE
         rate = gbit * 1e9 / 8 * LINK_EFFICIENCY
-        notes.append(f"each node sends at {gbit:g} Gbit/s: {stack.gpu.efa.per_node} EFA "
-                     f"device(s) of {EFA_GBIT_PER_DEVICE:g} Gbit/s (stack {stack.stack}){nominal}")
+        notes.append(
+            f"each node sends at {gbit:g} Gbit/s: {stack.gpu.efa.per_node} EFA "
+            f"device(s) of {EFA_GBIT_PER_DEVICE:g} Gbit/s (stack {stack.stack}){nominal}"
+        )
     else:
         measured = measured_bandwidth(runs_root, job_name) if runs_root else None
         if measured is None and runs_root:
@@ -129,20 +145,31 @@ def cluster_facts(*, workers_per_node: int, link: str | None, latency_us: float,
                 raise UserError(
                     f"--link: the only measured link is past run {local[1]} of the local stack, "
                     f"{local[0] * 8 / 1e6:,.0f} Mbit/s over loopback within this machine, not "
-                    "between nodes; give the link, e.g. --link 25gbit, or --link-probe FILE")
+                    "between nodes; give the link, e.g. --link 25gbit, or --link-probe FILE"
+                )
         if measured is None:
-            where = (f"stack {stack.stack} exports no EFA devices" if stack
-                     else f"no past multi-worker sync run of {job_name!r} measured one")
-            raise UserError(f"--link: the link between nodes is unknown ({where}); give it, "
-                            "e.g. --link 25gbit")
+            where = (
+                f"stack {stack.stack} exports no EFA devices"
+                if stack
+                else f"no past multi-worker sync run of {job_name!r} measured one"
+            )
+            raise UserError(
+                f"--link: the link between nodes is unknown ({where}); give it, e.g. --link 25gbit"
+            )
         rate, run_id = measured
-        notes.append(f"each node sends at {rate * 8 / 1e6:,.0f} Mbit/s, measured by past run "
-                     f"{run_id} (communication bytes / communication seconds)")
+        notes.append(
+            f"each node sends at {rate * 8 / 1e6:,.0f} Mbit/s, measured by past run "
+            f"{run_id} (communication bytes / communication seconds)"
+        )
     if probe is None:
         notes.insert(2, f"{latency_us:g} us per message between nodes")
-    return Cluster(workers_per_node=workers_per_node, link_bytes_per_s=rate,
-                   latency_s=latency, compute_scale=compute_scale,
-                   assumptions=tuple(notes))
+    return Cluster(
+        workers_per_node=workers_per_node,
+        link_bytes_per_s=rate,
+        latency_s=latency,
+        compute_scale=compute_scale,
+        assumptions=tuple(notes),
+    )
 
 
 def probed_clusters(probes: list[Path], **facts: Any) -> tuple[dict[int, Cluster], list[str]]:
@@ -157,10 +184,13 @@ def probed_clusters(probes: list[Path], **facts: Any) -> tuple[dict[int, Cluster
         except (ValueError, TypeError) as e:
             raise UserError(f"--link-probe {str(path)!r}: {e}") from None
         if world in clusters:
-            raise UserError(f"--link-probe {str(path)!r}: a second probe of {world} processes; "
-                            "give one per process count")
+            raise UserError(
+                f"--link-probe {str(path)!r}: a second probe of {world} processes; give one per process count"
+            )
         clusters[world] = cluster_facts(probe=path, **facts)
     notes = list(dict.fromkeys(a for c in clusters.values() for a in c.assumptions))
-    notes.append(f"each node count takes the link probe of the nearest process count "
-                 f"({', '.join(map(str, sorted(clusters)))})")
+    notes.append(
+        f"each node count takes the link probe of the nearest process count "
+        f"({', '.join(map(str, sorted(clusters)))})"
+    )
     return clusters, notes

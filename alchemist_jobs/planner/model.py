@@ -87,8 +87,9 @@ class Point:
         return asdict(self)
 
 
-def ddp_buckets(grads: list[tuple[int, float]], cap_bytes: int,
-                first_cap_bytes: int | None = None) -> tuple[tuple[int, float], ...]:
+def ddp_buckets(
+    grads: list[tuple[int, float]], cap_bytes: int, first_cap_bytes: int | None = None
+) -> tuple[tuple[int, float], ...]:
     """DDP's buckets from the gradients in the order backward produces them, given as
     (bytes, ready fraction of backward): returns (bytes, ready fraction) per bucket.
 
@@ -135,8 +136,9 @@ def allreduce_s(nbytes: float, nodes: int, cluster: Cluster) -> float:
     return volume / cluster.link_bytes_per_s + 2 * (workers - 1) * cluster.latency_s
 
 
-def sync_exposed_s(buckets: tuple[tuple[int, float], ...], backward_s: float, nodes: int,
-                   cluster: Cluster) -> tuple[float, float]:
+def sync_exposed_s(
+    buckets: tuple[tuple[int, float], ...], backward_s: float, nodes: int, cluster: Cluster
+) -> tuple[float, float]:
     """(all-reduce seconds of every bucket, the part of them that outlasts backward).
 
     Bucket i starts when it is ready and the link is done with bucket i-1; the optimizer waits
@@ -163,8 +165,10 @@ def step_s(profile: Profile, algo: Algorithm, nodes: int, cluster: Cluster) -> t
         local = profile.exchange_local_s * scale if nodes * cluster.workers_per_node > 1 else 0.0
         waited = max(0.0, t - tau * compute) if algo.overlap else t
         return compute, (t + local) / tau, compute + (waited + local) / tau
-    raise ValueError(f"no scaling model for algorithm {algo.name!r} (its exchange: "
-                     f"{algo.exchange or 'unknown'}; modelled: {', '.join(PATTERNS)})")
+    raise ValueError(
+        f"no scaling model for algorithm {algo.name!r} (its exchange: "
+        f"{algo.exchange or 'unknown'}; modelled: {', '.join(PATTERNS)})"
+    )
 
 
 # `--tau auto`: the fewest local steps per exchange (the closest to sync, the least drift)
@@ -183,19 +187,24 @@ def choose_tau(profile: Profile, algo: Algorithm, nodes: int, cluster: Cluster) 
     return AUTO_TAU_MAX
 
 
-def nearest(by_nodes: dict[int, "Profile | Cluster"], n: int):
+def nearest(by_nodes: dict[int, Profile | Cluster], n: int):
     """The entry for `n` nodes, else the one measured at the nearest node count (the smaller
     on a tie)."""
     return by_nodes[n] if n in by_nodes else by_nodes[min(by_nodes, key=lambda k: (abs(k - n), k))]
 
 
-def predict(profile: Profile | dict[int, Profile], algos: list[Algorithm], node_counts: list[int],
-            cluster: Cluster | dict[int, Cluster]) -> list[Point]:
+def predict(
+    profile: Profile | dict[int, Profile],
+    algos: list[Algorithm],
+    node_counts: list[int],
+    cluster: Cluster | dict[int, Cluster],
+) -> list[Point]:
     """Every (algorithm, node count) point; speed-up is against the same algorithm on 1 node.
 
     Either fact may differ per node count ({nodes: ...}, the nearest count's used): on emulated
     nodes that share one machine, compute at n nodes is measured with n nodes' workers
     computing at once, and the link with n nodes' network stacks sending at once."""
+
     def at(facts, n):
         return nearest(facts, n) if isinstance(facts, dict) else facts
 
@@ -209,10 +218,20 @@ def predict(profile: Profile | dict[int, Profile], algos: list[Algorithm], node_
             compute, comm, step = step_s(p, algo, n, c)
             workers = n * c.workers_per_node
             rate = workers * p.batch_per_worker / step
-            points.append(Point(algorithm=algo.name, nodes=n, workers=workers, compute_s=compute,
-                                communication_s=comm, step_s=step, samples_per_s=rate,
-                                speedup=rate / base, efficiency=rate / base / n,
-                                exposed_s=max(0.0, step - compute)))
+            points.append(
+                Point(
+                    algorithm=algo.name,
+                    nodes=n,
+                    workers=workers,
+                    compute_s=compute,
+                    communication_s=comm,
+                    step_s=step,
+                    samples_per_s=rate,
+                    speedup=rate / base,
+                    efficiency=rate / base / n,
+                    exposed_s=max(0.0, step - compute),
+                )
+            )
     return points
 
 
@@ -229,6 +248,8 @@ def best_by_nodes(points: list[Point]) -> dict[int, str]:
         here = [p for p in points if p.nodes == n]
         fastest = max(here, key=lambda p: p.samples_per_s)
         sync = next((p for p in here if p.algorithm == "sync"), None)
-        keep_sync = sync is not None and fastest.samples_per_s <= sync.samples_per_s * (1 + PREFER_SYNC_WITHIN)
+        keep_sync = sync is not None and fastest.samples_per_s <= sync.samples_per_s * (
+            1 + PREFER_SYNC_WITHIN
+        )
         choice[n] = "sync" if keep_sync else fastest.algorithm
     return choice

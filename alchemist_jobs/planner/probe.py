@@ -66,15 +66,23 @@ def measure(sizes: tuple[int, ...] = DEFAULT_SIZES, repeats: int = 5) -> list[di
         # The slowest rank's view is the collective's: every rank's times, the max per repeat.
         worst = torch.tensor(times, dtype=torch.float64)
         dist.all_reduce(worst, op=dist.ReduceOp.MAX)
-        points.append(dict(bytes=t.numel() * 4, seconds=statistics.median(worst.tolist()),
-                           all_s=worst.tolist()))
+        points.append(
+            dict(bytes=t.numel() * 4, seconds=statistics.median(worst.tolist()), all_s=worst.tolist())
+        )
     return points
 
 
 def result(world: int, points: list[dict], where: str) -> dict:
     rate, latency = fit(world, points)
-    return dict(kind=KIND, world=world, where=where, time=time.time(), points=points,
-                link_bytes_per_s=rate, latency_s=latency)
+    return dict(
+        kind=KIND,
+        world=world,
+        where=where,
+        time=time.time(),
+        points=points,
+        link_bytes_per_s=rate,
+        latency_s=latency,
+    )
 
 
 def load(path: Path) -> dict:
@@ -88,7 +96,7 @@ def load(path: Path) -> dict:
     except ValueError as e:
         raise ValueError(f"cannot read it ({e})") from None
     if not isinstance(data, dict) or data.get("kind") != KIND:
-        raise ValueError(f"not a link probe result (no \"kind\": \"{KIND}\")")
+        raise ValueError(f'not a link probe result (no "kind": "{KIND}")')
     try:
         rate, latency = float(data["link_bytes_per_s"]), float(data["latency_s"])
     except (KeyError, TypeError, ValueError):
@@ -99,8 +107,9 @@ def load(path: Path) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m alchemist_jobs.planner.probe",
-                                 description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m alchemist_jobs.planner.probe", description=__doc__.splitlines()[0]
+    )
     ap.add_argument("--out", type=Path, required=True, help="rank 0 writes the result here")
     ap.add_argument("--rank", type=int, default=None, help="(outside torchrun) this rank")
     ap.add_argument("--world", type=int, default=None, help="(outside torchrun) processes")
@@ -117,8 +126,9 @@ def main(argv: list[str] | None = None) -> int:
         host, port = args.master.rsplit(":", 1)
         import torch.distributed as tdist
 
-        store = tdist.TCPStore(host, int(port), args.world, is_master=args.rank == 0,
-                               timeout=timedelta(seconds=120))
+        store = tdist.TCPStore(
+            host, int(port), args.world, is_master=args.rank == 0, timeout=timedelta(seconds=120)
+        )
         dist.init_process_group("gloo", store=store, rank=args.rank, world_size=args.world)
     try:
         world, rank = dist.get_world_size(), dist.get_rank()

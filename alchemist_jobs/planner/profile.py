@@ -33,8 +33,10 @@ def exchange_bytes(spec: JobSpec, params: int, element_size: int) -> int:
     (sync: `compression`; bmuf/easgd: `exchange_dtype`)."""
     compression = spec.algorithm.wire_format
     if compression not in _BYTES_PER_ELEMENT:
-        raise UserError(f"algorithm.compression={compression!r}: the plan models none, fp16 and "
-                        "bf16 (PowerSGD's volume depends on the rank and the layer shapes)")
+        raise UserError(
+            f"algorithm.compression={compression!r}: the plan models none, fp16 and "
+            "bf16 (PowerSGD's volume depends on the rank and the layer shapes)"
+        )
     return params * (_BYTES_PER_ELEMENT[compression] or element_size)
 
 
@@ -44,15 +46,23 @@ def bucket_cap_bytes(spec: JobSpec) -> int:
     return int(spec.algorithm.gradient_bucket_mb * MIB)
 
 
-def profile_spec(spec: JobSpec, data_root: Path, steps: int = 200, warmup: int = 20,
-                 concurrent: int = 1, code_dir: Path | None = None) -> Profile:
+def profile_spec(
+    spec: JobSpec,
+    data_root: Path,
+    steps: int = 200,
+    warmup: int = 20,
+    concurrent: int = 1,
+    code_dir: Path | None = None,
+) -> Profile:
     """Time `steps` real training steps of the spec's model on this machine, in `concurrent`
     processes at once (emulated nodes sharing it), and average them. `code_dir`: where a
     `task.entry` file lies (the spec's directory)."""
     if not spec.task.trained_by_alchemist:
-        raise UserError(f"task: a {spec.task.kind} task runs its own loop, which `alchemist "
-                        "plan` cannot profile; give its cost with --step-ms MS and --model-mb MB, "
-                        "or make it a task.entry (docs/bring-your-model.md)")
+        raise UserError(
+            f"task: a {spec.task.kind} task runs its own loop, which `alchemist "
+            "plan` cannot profile; give its cost with --step-ms MS and --model-mb MB, "
+            "or make it a task.entry (docs/bring-your-model.md)"
+        )
     if steps < 1:
         raise UserError(f"--profile-steps {steps}: expected a whole number of at least 1")
     if concurrent < 1:
@@ -71,8 +81,10 @@ def slowest_copy_factor(runs: list[dict[str, Any]]) -> float:
     if len(runs) < 2:
         return 1.0
     period = runs[0]["period"]
-    spans = [max(r["spans"][j][1] for r in runs) - min(r["spans"][j][0] for r in runs)
-             for j in range(len(runs[0]["spans"]))]
+    spans = [
+        max(r["spans"][j][1] for r in runs) - min(r["spans"][j][0] for r in runs)
+        for j in range(len(runs[0]["spans"]))
+    ]
     busy = statistics.fmean(r["forward"] + r["backward"] + r["optimizer"] for r in runs)
     return statistics.fmean(spans) / period / busy if busy > 0 else 1.0
 
@@ -88,18 +100,28 @@ def _combine(spec: JobSpec, runs: list[dict[str, Any]], steps: int, concurrent: 
     full = sum(first["grad_bytes"])
     nbytes = exchange_bytes(spec, first["params"], first["element"])
     ratio = nbytes / full if full else 1.0  # compression sends a 16-bit copy of each bucket
-    buckets = ddp_buckets([(first["grad_bytes"][i], min(1.0, ready[i])) for i in order],
-                          bucket_cap_bytes(spec))
+    buckets = ddp_buckets(
+        [(first["grad_bytes"][i], min(1.0, ready[i])) for i in order], bucket_cap_bytes(spec)
+    )
     period = first["period"]
-    where = (f"profiled {steps} steps on this machine" if concurrent == 1 else
-             f"profiled {steps} steps in each of {concurrent} processes at once on this machine "
-             f"(emulated nodes sharing its processors), all starting every {period} step(s) "
-             f"together as after an exchange; the slowest sets the pace ({slowest:.2f}x their "
-             f"mean)")
-    return Profile(forward_s=mean("forward") * slowest, backward_s=mean("backward") * slowest,
-                   optimizer_s=mean("optimizer") * slowest, exchange_local_s=mean("exchange_local"),
-                   exchange_bytes=nbytes, batch_per_worker=spec.hyper.batch_size,
-                   buckets=tuple((int(b * ratio), r) for b, r in buckets), source=where)
+    where = (
+        f"profiled {steps} steps on this machine"
+        if concurrent == 1
+        else f"profiled {steps} steps in each of {concurrent} processes at once on this machine "
+        f"(emulated nodes sharing its processors), all starting every {period} step(s) "
+        f"together as after an exchange; the slowest sets the pace ({slowest:.2f}x their "
+        f"mean)"
+    )
+    return Profile(
+        forward_s=mean("forward") * slowest,
+        backward_s=mean("backward") * slowest,
+        optimizer_s=mean("optimizer") * slowest,
+        exchange_local_s=mean("exchange_local"),
+        exchange_bytes=nbytes,
+        batch_per_worker=spec.hyper.batch_size,
+        buckets=tuple((int(b * ratio), r) for b, r in buckets),
+        source=where,
+    )
 
 
 def _exchange_arithmetic(spec: JobSpec, params: list, optimizer: Any, world: int) -> Any:
@@ -125,18 +147,29 @@ class _Worker:
         self.task = load_task(spec, data_root, code_dir=code_dir)
         self.model = self.task.model
         self.params = list(self.model.parameters())
-        self.optimizer = (self.task.optimizer(self.params, spec.hyper) if self.task.optimizer
-                          else build_optimizer(spec.hyper, self.params))
+        self.optimizer = (
+            self.task.optimizer(self.params, spec.hyper)
+            if self.task.optimizer
+            else build_optimizer(spec.hyper, self.params)
+        )
         self.accum = spec.algorithm.micro_batches
         self.tau = spec.algorithm.steps_per_exchange
         self.exchange = _exchange_arithmetic(spec, self.params, self.optimizer, world)
-        batches = Batches(self.task, spec.hyper.batch_size, 0, 1, spec.hyper.seed,
-                          torch.device("cpu"), spec.data.loader_workers)
+        batches = Batches(
+            self.task,
+            spec.hyper.batch_size,
+            0,
+            1,
+            spec.hyper.seed,
+            torch.device("cpu"),
+            spec.data.loader_workers,
+        )
         self.feed = (b for epoch in itertools.count() for b in batches.epoch(epoch))
         self.stamps = [0.0] * len(self.params)  # when backward accumulated each gradient
         for i, p in enumerate(self.params):
             p.register_post_accumulate_grad_hook(
-                lambda _p, i=i: self.stamps.__setitem__(i, time.perf_counter()))
+                lambda _p, i=i: self.stamps.__setitem__(i, time.perf_counter())
+            )
         self.fwd = self.bwd = self.opt = self.exch = 0.0
         self.exchanges = 0
         self.ready = [0.0] * len(self.params)
@@ -172,13 +205,16 @@ class _Worker:
         return t3
 
     def result(self, steps: int) -> dict[str, Any]:
-        return dict(forward=self.fwd / steps, backward=self.bwd / steps,
-                    optimizer=self.opt / steps,
-                    exchange_local=self.exch / self.exchanges if self.exchanges else 0.0,
-                    ready=[r / steps for r in self.ready],
-                    grad_bytes=[p.numel() * p.element_size() for p in self.params],
-                    params=sum(p.numel() for p in self.params),
-                    element=self.params[0].element_size())
+        return dict(
+            forward=self.fwd / steps,
+            backward=self.bwd / steps,
+            optimizer=self.opt / steps,
+            exchange_local=self.exch / self.exchanges if self.exchanges else 0.0,
+            ready=[r / steps for r in self.ready],
+            grad_bytes=[p.numel() * p.element_size() for p in self.params],
+            params=sum(p.numel() for p in self.params),
+            element=self.params[0].element_size(),
+        )
 
 
 def lockstep_period(spec: JobSpec) -> int:
@@ -187,8 +223,15 @@ def lockstep_period(spec: JobSpec) -> int:
     return max(1, spec.algorithm.steps_per_exchange)
 
 
-def _measure(spec: JobSpec, data_root: Path, steps: int, warmup: int, together: Any = None,
-             copies: int = 1, code_dir: Path | None = None) -> dict[str, Any]:
+def _measure(
+    spec: JobSpec,
+    data_root: Path,
+    steps: int,
+    warmup: int,
+    together: Any = None,
+    copies: int = 1,
+    code_dir: Path | None = None,
+) -> dict[str, Any]:
     """One worker's measurements over whole lockstep periods. With `together` (a barrier
     shared by the copies) every period starts when all copies are there, as after an
     exchange, and its (start, end) times are returned for the slowest-copy figure."""
@@ -210,29 +253,54 @@ def _measure(spec: JobSpec, data_root: Path, steps: int, warmup: int, together: 
     return dict(worker.result(periods * period), spans=spans, period=period)
 
 
-def _child(spec_json: dict, data_root: str, steps: int, warmup: int, together: Any,
-           copies: int, results: Any, code_dir: str | None) -> None:
+def _child(
+    spec_json: dict,
+    data_root: str,
+    steps: int,
+    warmup: int,
+    together: Any,
+    copies: int,
+    results: Any,
+    code_dir: str | None,
+) -> None:
     spec = JobSpec.model_validate(spec_json)
     try:
-        results.put(_measure(spec, Path(data_root), steps, warmup, together, copies,
-                             Path(code_dir) if code_dir else None))
+        results.put(
+            _measure(
+                spec, Path(data_root), steps, warmup, together, copies, Path(code_dir) if code_dir else None
+            )
+        )
     except BaseException as e:  # the parent must not wait for a result that never comes
         results.put(dict(error=f"{type(e).__name__}: {e}"))
         together.abort()
         raise
 
 
-def _measure_concurrently(spec: JobSpec, data_root: Path, steps: int, warmup: int,
-                          copies: int, code_dir: Path | None = None) -> list[dict[str, Any]]:
+def _measure_concurrently(
+    spec: JobSpec, data_root: Path, steps: int, warmup: int, copies: int, code_dir: Path | None = None
+) -> list[dict[str, Any]]:
     from alchemist_jobs.runtime.tasks import load_task
 
     load_task(spec, data_root, code_dir=code_dir)  # data prepared once, not raced by copies
     ctx = mp.get_context("spawn")
     together, results = ctx.Barrier(copies), ctx.Queue()
-    procs = [ctx.Process(target=_child, daemon=True,
-                         args=(spec.model_dump(mode="json"), str(data_root), steps, warmup,
-                               together, copies, results, str(code_dir) if code_dir else None))
-             for _ in range(copies)]
+    procs = [
+        ctx.Process(
+            target=_child,
+            daemon=True,
+            args=(
+                spec.model_dump(mode="json"),
+                str(data_root),
+                steps,
+                warmup,
+                together,
+                copies,
+                results,
+                str(code_dir) if code_dir else None,
+            ),
+        )
+        for _ in range(copies)
+    ]
     for p in procs:
         p.start()
     runs: list[dict[str, Any]] = []
@@ -255,16 +323,21 @@ def _measure_concurrently(spec: JobSpec, data_root: Path, steps: int, warmup: in
     return runs
 
 
-def given_profile(spec: JobSpec, step_ms: float, model_mb: float,
-                  backward_fraction: float = 2 / 3) -> Profile:
+def given_profile(
+    spec: JobSpec, step_ms: float, model_mb: float, backward_fraction: float = 2 / 3
+) -> Profile:
     """A profile from figures the user measured elsewhere (a script task, a GPU step)."""
     if step_ms <= 0 or model_mb <= 0:
         raise UserError(f"--step-ms {step_ms} / --model-mb {model_mb}: expected positive numbers")
     step = step_ms / 1000.0
     nbytes = int(model_mb * 1e6)
-    return Profile(forward_s=step * (1 - backward_fraction), backward_s=step * backward_fraction,
-                   exchange_bytes=nbytes, batch_per_worker=spec.hyper.batch_size,
-                   buckets=uniform_buckets(nbytes, bucket_cap_bytes(spec)),
-                   source=f"given: {step_ms:g} ms per step, {model_mb:g} MB exchanged "
-                          f"(backward taken as {backward_fraction:.0%} of the step, its "
-                          f"gradients ready at an even rate)")
+    return Profile(
+        forward_s=step * (1 - backward_fraction),
+        backward_s=step * backward_fraction,
+        exchange_bytes=nbytes,
+        batch_per_worker=spec.hyper.batch_size,
+        buckets=uniform_buckets(nbytes, bucket_cap_bytes(spec)),
+        source=f"given: {step_ms:g} ms per step, {model_mb:g} MB exchanged "
+        f"(backward taken as {backward_fraction:.0%} of the step, its "
+        f"gradients ready at an even rate)",
+    )

@@ -10,7 +10,8 @@ from __future__ import annotations
 import math
 import queue
 import threading
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import torch
 from torch.utils.data import DataLoader, TensorDataset
@@ -36,8 +37,11 @@ def batch_len(y: Any) -> int:
         return int(y.shape[0]) if y.dim() else 1
     if isinstance(y, dict):
         return batch_len(next(iter(y.values())))
-    return batch_len(y[0]) if isinstance(y, (list, tuple)) and y and \
-        isinstance(y[0], (torch.Tensor, list, tuple, dict)) else len(y)
+    return (
+        batch_len(y[0])
+        if isinstance(y, (list, tuple)) and y and isinstance(y[0], (torch.Tensor, list, tuple, dict))
+        else len(y)
+    )
 
 
 def tensor_pair(dataset: Any, collate: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
@@ -59,8 +63,16 @@ class Batches:
     `loader_workers` DataLoader processes (0: in this one).
     """
 
-    def __init__(self, task: Task, batch: int, rank: int, world: int, seed: int,
-                 device: torch.device, loader_workers: int = 0):
+    def __init__(
+        self,
+        task: Task,
+        batch: int,
+        rank: int,
+        world: int,
+        seed: int,
+        device: torch.device,
+        loader_workers: int = 0,
+    ):
         from torch.utils.data.distributed import DistributedSampler
 
         self.device = device
@@ -75,12 +87,13 @@ class Batches:
             if self.prefetch and self.cuda:
                 self.x, self.y = self.x.pin_memory(), self.y.pin_memory()
         self.batch = batch
-        self.sampler = DistributedSampler(range(len(task.train)), num_replicas=world, rank=rank,
-                                          shuffle=True, seed=seed, drop_last=False)
+        self.sampler = DistributedSampler(
+            range(len(task.train)), num_replicas=world, rank=rank, shuffle=True, seed=seed, drop_last=False
+        )
         self.per_epoch = math.ceil(self.sampler.num_samples / batch)
 
     def _slice(self, idx: torch.Tensor, b: int) -> tuple[torch.Tensor, torch.Tensor]:
-        sel = idx[b * self.batch:(b + 1) * self.batch]
+        sel = idx[b * self.batch : (b + 1) * self.batch]
         return self.x[sel], self.y[sel]
 
     def epoch(self, epoch: int, start_batch: int = 0) -> Iterator[tuple[int, Any, Any]]:
@@ -97,10 +110,15 @@ class Batches:
 
     def _collated(self, idx: list[int], start: int) -> Iterator[tuple[int, Any, Any]]:
         """Batches of a general dataset: its samples at this rank's indices, collated."""
-        todo = [idx[b * self.batch:(b + 1) * self.batch] for b in range(start, self.per_epoch)]
+        todo = [idx[b * self.batch : (b + 1) * self.batch] for b in range(start, self.per_epoch)]
         if self.prefetch:
-            batches: Any = DataLoader(self.dataset, batch_sampler=todo, collate_fn=self.collate,
-                                      num_workers=self.prefetch, pin_memory=self.cuda)
+            batches: Any = DataLoader(
+                self.dataset,
+                batch_sampler=todo,
+                collate_fn=self.collate,
+                num_workers=self.prefetch,
+                pin_memory=self.cuda,
+            )
         else:
             batches = (self.collate([self.dataset[i] for i in sel]) for sel in todo)
         for b, (x, y) in enumerate(batches, start):
@@ -114,7 +132,7 @@ class Batches:
 
         def work(w: int) -> None:
             stream = torch.cuda.Stream(self.device) if self.cuda else None
-            for b in todo[w::self.prefetch]:
+            for b in todo[w :: self.prefetch]:
                 if stop.is_set():
                     return
                 x, y = self._slice(idx, b)
@@ -146,9 +164,14 @@ class Batches:
 def _accuracy(out: Any, y: Any) -> float | None:
     """Share of argmax(outputs, last dim) equal to the targets, when outputs are class
     scores and targets class indices of the same leading shape; else None."""
-    if (isinstance(out, torch.Tensor) and isinstance(y, torch.Tensor) and out.dim() >= 2
-            and out.is_floating_point() and not y.is_floating_point()
-            and out.shape[:-1] == y.shape):
+    if (
+        isinstance(out, torch.Tensor)
+        and isinstance(y, torch.Tensor)
+        and out.dim() >= 2
+        and out.is_floating_point()
+        and not y.is_floating_point()
+        and out.shape[:-1] == y.shape
+    ):
         return (out.argmax(-1) == y).float().mean().item()
     return None
 
@@ -163,10 +186,11 @@ def evaluate(model: torch.nn.Module, task: Task, device: torch.device) -> dict[s
     size = max(1, task.eval_batch_size)
     if pair is not None:
         x, y = pair
-        batches: Any = ((x[i:i + size], y[i:i + size]) for i in range(0, len(x), size))
+        batches: Any = ((x[i : i + size], y[i : i + size]) for i in range(0, len(x), size))
     else:
-        batches = DataLoader(task.test, batch_size=size, shuffle=False,
-                             collate_fn=task.collate or default_collate)
+        batches = DataLoader(
+            task.test, batch_size=size, shuffle=False, collate_fn=task.collate or default_collate
+        )
     sums: dict[str, float] = {}
     count = 0
     for xb, yb in batches:

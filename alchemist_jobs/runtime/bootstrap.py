@@ -53,8 +53,13 @@ def _redirect_output(log: Path, rank: int) -> None:
     log.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
 
-    os.write(fd, (f"=== rank {rank} attempt {restarts() + 1} pid {os.getpid()} "
-                  f"at {time.strftime('%Y-%m-%d %H:%M:%S')} ===\n").encode())
+    os.write(
+        fd,
+        (
+            f"=== rank {rank} attempt {restarts() + 1} pid {os.getpid()} "
+            f"at {time.strftime('%Y-%m-%d %H:%M:%S')} ===\n"
+        ).encode(),
+    )
     sys.stdout.flush()
     sys.stderr.flush()
     os.dup2(fd, 1)
@@ -66,16 +71,27 @@ def _record(run_dir: Path, rank: int, kind: str) -> None:
     """Builtin workers write a fuller record (with the metrics port) themselves."""
     workers = run_dir / "workers"
     workers.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(workers / f"rank-{rank}.json", dict(
-        rank=rank, local_rank=int(os.environ.get("LOCAL_RANK", 0)), pid=os.getpid(),
-        node=E.NODE.get(default=""), role="worker", task=kind,
-        restart=restarts(), started=time.time()))
+    write_json_atomic(
+        workers / f"rank-{rank}.json",
+        dict(
+            rank=rank,
+            local_rank=int(os.environ.get("LOCAL_RANK", 0)),
+            pid=os.getpid(),
+            node=E.NODE.get(default=""),
+            role="worker",
+            task=kind,
+            restart=restarts(),
+            started=time.time(),
+        ),
+    )
 
 
 def main(argv: list[str]) -> int:
     if not argv or argv[0] not in ("trainer", "builtin", "script", "module"):
-        print("usage: python -m alchemist_jobs.runtime.bootstrap trainer|script PATH|module NAME",
-              file=sys.stderr)
+        print(
+            "usage: python -m alchemist_jobs.runtime.bootstrap trainer|script PATH|module NAME",
+            file=sys.stderr,
+        )
         return 2
     kind, rest = argv[0], argv[1:]
     rank = int(os.environ.get("RANK", 0))
@@ -98,8 +114,10 @@ def main(argv: list[str]) -> int:
     except nccl_net.NetPluginError as e:  # a restart gets the same image: fail the run
         return config_error.fail(str(e))
     if plugin is not None and os.environ.get("LOCAL_RANK", "0") == "0":
-        print(f"alchemist: NCCL net plugin '{plugin.name}' (ncclNetPlugin_v{plugin.version}, "
-              f"{plugin.library})", flush=True)
+        print(
+            f"alchemist: NCCL net plugin '{plugin.name}' (ncclNetPlugin_v{plugin.version}, {plugin.library})",
+            flush=True,
+        )
 
     if kind in ("trainer", "builtin"):  # "builtin": the word before entry tasks existed
         from alchemist_jobs.runtime import trainer
@@ -231,16 +249,28 @@ def _serve_script_metrics(run_dir: Path, rank: int, kind: str):
         raw = yaml.safe_load((run_dir / "spec.yaml").read_text()) or {}
         algorithm = (raw.get("algorithm") or {}).get("name", "sync")
         node = E.NODE.get() or socket.gethostname()
-        labels = dict(job=str(raw.get("name", "")), run=run_dir.name, rank=str(rank), node=node,
-                      algorithm=str(algorithm))
+        labels = dict(
+            job=str(raw.get("name", "")),
+            run=run_dir.name,
+            rank=str(rank),
+            node=node,
+            algorithm=str(algorithm),
+        )
         reporter, port = install(
-            run_dir, rank, int(os.environ.get("WORLD_SIZE", 1)),
+            run_dir,
+            rank,
+            int(os.environ.get("WORLD_SIZE", 1)),
             int(os.environ.get("LOCAL_RANK", 0)),
-            restarts(), labels,
-            enabled=bool(raw.get("metrics", True)))
+            restarts(),
+            labels,
+            enabled=bool(raw.get("metrics", True)),
+        )
     except Exception as e:  # metrics are an aid: never stop the user's program for them
-        print(f"alchemist: metrics for this {kind} worker are off ({type(e).__name__}: {e})",
-              file=sys.stderr, flush=True)
+        print(
+            f"alchemist: metrics for this {kind} worker are off ({type(e).__name__}: {e})",
+            file=sys.stderr,
+            flush=True,
+        )
         return None
     record = run_dir / "workers" / f"rank-{rank}.json"
     write_json_atomic(record, dict(read_json(record) or {}, metrics_port=port, node=node))

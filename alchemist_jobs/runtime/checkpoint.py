@@ -86,7 +86,7 @@ class Checkpointer:
                 p.unlink(missing_ok=True)
                 removed += 1
         for p in self.dir.glob(f"{self.prefix}-*.pt{_SUM}"):
-            if not p.with_name(p.name[:-len(_SUM)]).exists():
+            if not p.with_name(p.name[: -len(_SUM)]).exists():
                 p.unlink(missing_ok=True)
         return removed
 
@@ -118,7 +118,7 @@ class Checkpointer:
         return final, size, time.perf_counter() - t0
 
     def _prune(self) -> None:
-        for _step, p in self.complete()[self.keep:]:
+        for _step, p in self.complete()[self.keep :]:
             p.unlink(missing_ok=True)
             self.sum_path(p).unlink(missing_ok=True)
         self.remove_partial()
@@ -134,8 +134,11 @@ class Checkpointer:
                     return step, torch.load(p, map_location="cpu", weights_only=True)
                 except Exception as e:  # unreadable (e.g. damaged disk)
                     problem = f"unreadable ({type(e).__name__})"
-            print(f"alchemist: checkpoint {p} {problem}; falling back to an older one",
-                  file=sys.stderr, flush=True)
+            print(
+                f"alchemist: checkpoint {p} {problem}; falling back to an older one",
+                file=sys.stderr,
+                flush=True,
+            )
         return None
 
     def _verify(self, p: Path) -> str | None:

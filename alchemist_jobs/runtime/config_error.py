@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Mapping
+from collections.abc import Mapping
 
 from alchemist_jobs import environment as E
+
 # sysexits.h EX_CONFIG: "something was found in an unconfigured or misconfigured state".
 CONFIG_ERROR_EXIT_CODE = 78
 # The kubelet keeps at most this much of a termination message (its tail): keep each line
@@ -37,6 +38,5 @@ def fail(message: str, environ: Mapping[str, str] | None = None) -> int:
             with open(path, "a", encoding="utf-8") as f:
                 f.write(line + "\n")
         except OSError as e:  # the exit code still says it; the pod log has the line
-            print(f"alchemist: could not write {path}: {e.strerror}", file=sys.stderr,
-                  flush=True)
+            print(f"alchemist: could not write {path}: {e.strerror}", file=sys.stderr, flush=True)
     return CONFIG_ERROR_EXIT_CODE

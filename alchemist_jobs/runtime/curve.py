@@ -51,8 +51,15 @@ def evaluate_snapshots(run: RunDir, shared_root: Path) -> list[dict[str, Any]]:
         with torch.no_grad():
             vector_to_parameters(snap["params"], task.model.parameters())
         test = evaluate(task.model, task, torch.device("cpu"))
-        points.append(dict(step=snap["step"], wall_s=snap["wall_s"], loss=test["loss"],
-                           accuracy=test.get("accuracy"), test=test))
+        points.append(
+            dict(
+                step=snap["step"],
+                wall_s=snap["wall_s"],
+                loss=test["loss"],
+                accuracy=test.get("accuracy"),
+                test=test,
+            )
+        )
     return points
 
 

@@ -10,7 +10,7 @@ LOCAL_RANK at 0, so each agent gets its own `CUDA_VISIBLE_DEVICES` slice and its
 from __future__ import annotations
 
 import os
-from typing import Sequence
+from collections.abc import Sequence
 
 
 class DeviceError(RuntimeError):
@@ -42,8 +42,7 @@ def _nvml_count() -> int:
         return 0
 
 
-def plan_local_devices(gpu: int, nodes: int, procs_per_node: int,
-                       visible: Sequence[str]) -> list[str | None]:
+def plan_local_devices(gpu: int, nodes: int, procs_per_node: int, visible: Sequence[str]) -> list[str | None]:
     """CUDA_VISIBLE_DEVICES for each local node (torchrun agent), or None for CPU jobs.
 
     Raises DeviceError naming the field when the machine has too few devices, or when
@@ -54,18 +53,19 @@ def plan_local_devices(gpu: int, nodes: int, procs_per_node: int,
     if procs_per_node > gpu:
         raise DeviceError(
             f"resources.gpu={gpu} with procs_per_node={procs_per_node}: each rank needs its own "
-            f"GPU (NCCL refuses two ranks on one device); set resources.gpu >= procs_per_node")
+            f"GPU (NCCL refuses two ranks on one device); set resources.gpu >= procs_per_node"
+        )
     need = gpu * nodes
     if need > len(visible):
         seen = ",".join(visible) or "none"
         raise DeviceError(
             f"resources.gpu={gpu} x nodes={nodes} needs {need} GPUs; this machine has "
-            f"{len(visible)} visible ({seen}); lower resources.gpu or nodes, or set resources.gpu=0")
-    return [",".join(visible[k * gpu:(k + 1) * gpu]) for k in range(nodes)]
+            f"{len(visible)} visible ({seen}); lower resources.gpu or nodes, or set resources.gpu=0"
+        )
+    return [",".join(visible[k * gpu : (k + 1) * gpu]) for k in range(nodes)]
 
 
-def select_device(gpu: int, local_rank: int, fallback: bool, cuda_available: bool,
-                  device_count: int) -> str:
+def select_device(gpu: int, local_rank: int, fallback: bool, cuda_available: bool, device_count: int) -> str:
     """The device string a worker trains on; DeviceError when the spec's GPU is missing."""
     if gpu == 0:
         return "cpu"
@@ -73,7 +73,12 @@ def select_device(gpu: int, local_rank: int, fallback: bool, cuda_available: boo
         return f"cuda:{local_rank}"
     if fallback:
         return "cpu"
-    why = ("no usable GPU (CUDA unavailable)" if not cuda_available
-           else f"LOCAL_RANK {local_rank} but only {device_count} visible GPU(s)")
-    raise DeviceError(f"resources.gpu={gpu}: {why}; set resources.gpu=0 to train on CPU, or "
-                      f"resources.gpu_fallback=true to allow it")
+    why = (
+        "no usable GPU (CUDA unavailable)"
+        if not cuda_available
+        else f"LOCAL_RANK {local_rank} but only {device_count} visible GPU(s)"
+    )
+    raise DeviceError(
+        f"resources.gpu={gpu}: {why}; set resources.gpu=0 to train on CPU, or "
+        f"resources.gpu_fallback=true to allow it"
+    )

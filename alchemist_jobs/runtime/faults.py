@@ -12,7 +12,6 @@ import time
 from alchemist_jobs import environment as E
 
 
-
 def slowdown(rank: int, env: str | None = None) -> float:
     """This rank's step-time factor from ALCHEMIST_SLOW_RANKS (`RANK:FACTOR,...`); 1 = none."""
     text = E.SLOW_RANKS.get(default="") if env is None else env
@@ -57,9 +56,12 @@ class Faults:
                 time.sleep(0.2)
         if not self.active or step != self.stall_at:
             return
-        print(f"alchemist: fault injection: stalling after step {step} "
-              f"for {'ever' if self.stall_s is None else f'{self.stall_s:g} s'}"
-              f"{', computing' if self.stall_busy else ''}", flush=True)
+        print(
+            f"alchemist: fault injection: stalling after step {step} "
+            f"for {'ever' if self.stall_s is None else f'{self.stall_s:g} s'}"
+            f"{', computing' if self.stall_busy else ''}",
+            flush=True,
+        )
         deadline = None if self.stall_s is None else time.monotonic() + self.stall_s
         while deadline is None or time.monotonic() < deadline:
             if self.stall_busy:

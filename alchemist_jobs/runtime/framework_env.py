@@ -26,8 +26,8 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from datetime import timedelta
-from typing import Mapping
 
 from alchemist_jobs import environment as E
 from alchemist_jobs import store_bind
@@ -49,7 +49,8 @@ def require(framework: str) -> None:
         raise FrameworkMissing(
             f"task.framework is {framework}, but this worker's Python cannot import "
             f"{MODULES[framework]} ({e.__class__.__name__}: {str(e).splitlines()[0][:120]}); "
-            f"install the '{EXTRAS[framework]}' extra: {install_hint(framework)}") from None
+            f"install the '{EXTRAS[framework]}' extra: {install_hint(framework)}"
+        ) from None
 
 
 def free_port(host: str) -> int:
@@ -60,15 +61,22 @@ def free_port(host: str) -> int:
         return s.getsockname()[1]
 
 
-def swap_addresses(own: str, rank: int, world: int, master_addr: str, master_port: int,
-                   timeout_s: float = SWAP_TIMEOUT_S) -> list[str]:
+def swap_addresses(
+    own: str, rank: int, world: int, master_addr: str, master_port: int, timeout_s: float = SWAP_TIMEOUT_S
+) -> list[str]:
     """Every worker's address, in rank order, through a c10d store that rank 0 hosts. Rank 0
     keeps it up until every worker has read all the addresses."""
     import torch.distributed as dist
 
     store_bind.apply()  # the store listens only where the run allows (ALCHEMIST_STORE_ADDR)
-    store = dist.TCPStore(master_addr, master_port, world, rank == 0,
-                          timeout=timedelta(seconds=timeout_s), wait_for_workers=False)
+    store = dist.TCPStore(
+        master_addr,
+        master_port,
+        world,
+        rank == 0,
+        timeout=timedelta(seconds=timeout_s),
+        wait_for_workers=False,
+    )
     store.set(f"{_PREFIX}/addr/{rank}", own)
     keys = [f"{_PREFIX}/addr/{r}" for r in range(world)]
     store.wait(keys)
@@ -80,8 +88,15 @@ def swap_addresses(own: str, rank: int, world: int, master_addr: str, master_por
     return addresses
 
 
-def swap_through_files(directory: str, master_port: int, own: str, rank: int, world: int,
-                       timeout_s: float = SWAP_TIMEOUT_S, poll_s: float = 0.01) -> list[str]:
+def swap_through_files(
+    directory: str,
+    master_port: int,
+    own: str,
+    rank: int,
+    world: int,
+    timeout_s: float = SWAP_TIMEOUT_S,
+    poll_s: float = 0.01,
+) -> list[str]:
     """The local stack's swap, without torch (about 210 MB a worker): every worker writes its
     address beside the round's store file (store_bind: `store-<MASTER_PORT>`, fresh each
     round, in the run's private stores/ directory, removed with it at the next round) and
@@ -115,12 +130,14 @@ def _index(env: Mapping[str, str]) -> int:
     TF_CONFIG without `task` given in a local run's spec.env: the rank)."""
     if "JOB_COMPLETION_INDEX" not in env:
         return int(env["RANK"])
-    return (int(env["JOB_COMPLETION_INDEX"]) * int(env.get("LOCAL_WORLD_SIZE", 1))
-            + int(env.get("LOCAL_RANK", 0)))
+    return int(env["JOB_COMPLETION_INDEX"]) * int(env.get("LOCAL_WORLD_SIZE", 1)) + int(
+        env.get("LOCAL_RANK", 0)
+    )
 
 
-def framework_vars(framework: str, env: Mapping[str, str],
-                   addresses: list[str] | None = None) -> dict[str, str]:
+def framework_vars(
+    framework: str, env: Mapping[str, str], addresses: list[str] | None = None
+) -> dict[str, str]:
     """The variables to add for this worker. `addresses`: every worker's host:port in rank
     order (a local run's swap); None on a cluster, where the manifests hold the cluster part."""
     out: dict[str, str] = {}
@@ -179,15 +196,16 @@ def prepare(framework: str, gpus: int = 0) -> None:
     static = "TF_CONFIG" in env if framework == "tensorflow" else "JAX_COORDINATOR_ADDRESS" in env
     if not static:  # a local run: each worker's own free port, swapped through the store
         # The run's own address: loopback on the local stack (its stores are files there).
-        host = E.STORE_ADDR.get(env) or (
-            "127.0.0.1" if E.STORE_DIR.get(env) else socket.getfqdn())
+        host = E.STORE_ADDR.get(env) or ("127.0.0.1" if E.STORE_DIR.get(env) else socket.getfqdn())
         own = f"{host}:{free_port(host)}"
         if E.STORE_DIR.get(env):  # the local stack: files, no torch in this worker
-            addresses = swap_through_files(E.STORE_DIR.get(env), int(env["MASTER_PORT"]), own,
-                                           int(env["RANK"]), int(env["WORLD_SIZE"]))
+            addresses = swap_through_files(
+                E.STORE_DIR.get(env), int(env["MASTER_PORT"]), own, int(env["RANK"]), int(env["WORLD_SIZE"])
+            )
         else:
-            addresses = swap_addresses(own, int(env["RANK"]), int(env["WORLD_SIZE"]),
-                                       env["MASTER_ADDR"], int(env["MASTER_PORT"]))
+            addresses = swap_addresses(
+                own, int(env["RANK"]), int(env["WORLD_SIZE"]), env["MASTER_ADDR"], int(env["MASTER_PORT"])
+            )
     env.update(framework_vars(framework, env, addresses))
     env.update(gpu_vars(framework, env, gpus))
 
@@ -262,8 +280,12 @@ def keep_sigterm_fatal(poll_s: float = SIGTERM_POLL_S) -> threading.Thread | Non
             if any(s in name.lower() for s in _SWALLOWERS):
                 # libc's, not signal.signal: Python allows that in the main thread only.
                 libc.signal(signal.SIGTERM, None)  # SIG_DFL
-                print(f"alchemist: {name} caught SIGTERM for itself; set back to the default, "
-                      "so a stopped group restarts at once", file=sys.stderr, flush=True)
+                print(
+                    f"alchemist: {name} caught SIGTERM for itself; set back to the default, "
+                    "so a stopped group restarts at once",
+                    file=sys.stderr,
+                    flush=True,
+                )
             time.sleep(poll_s)
 
     t = threading.Thread(target=watch, name="alchemist-sigterm", daemon=True)
@@ -272,8 +294,12 @@ def keep_sigterm_fatal(poll_s: float = SIGTERM_POLL_S) -> threading.Thread | Non
 
 
 class _DlInfo(ctypes.Structure):
-    _fields_ = [("fname", ctypes.c_char_p), ("fbase", ctypes.c_void_p),
-                ("sname", ctypes.c_char_p), ("saddr", ctypes.c_void_p)]
+    _fields_ = [
+        ("fname", ctypes.c_char_p),
+        ("fbase", ctypes.c_void_p),
+        ("sname", ctypes.c_char_p),
+        ("saddr", ctypes.c_void_p),
+    ]
 
 
 def _libc():
@@ -298,8 +324,9 @@ def register_jax_cluster(gpus: int = 0) -> None:
 
         @classmethod
         def is_env_present(cls) -> bool:
-            return all(k in os.environ for k in (
-                "JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID"))
+            return all(
+                k in os.environ for k in ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID")
+            )
 
         @classmethod
         def get_coordinator_address(cls, timeout_secs, override_coordinator_port=None) -> str:

@@ -25,9 +25,9 @@ import os
 import secrets
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 HEARTBEAT_S = 2.0  # one small write per worker every 2 s
 WINDOW_S = 5 * HEARTBEAT_S  # a rank with no new heartbeat over this long has stopped
@@ -61,10 +61,15 @@ class Liveness:
     """One worker's heartbeat (`start`, `stepped`, `stop`) and its view of every rank's
     (`read`). `clock` and `cpu` are the writer's monotonic clock and CPU time."""
 
-    def __init__(self, directory: Path, rank: int, world: int,
-                 clock: Callable[[], float] = time.monotonic,
-                 cpu: Callable[[], float] = time.process_time,
-                 interval_s: float = HEARTBEAT_S):
+    def __init__(
+        self,
+        directory: Path,
+        rank: int,
+        world: int,
+        clock: Callable[[], float] = time.monotonic,
+        cpu: Callable[[], float] = time.process_time,
+        interval_s: float = HEARTBEAT_S,
+    ):
         self.directory, self.rank, self.world = Path(directory), rank, world
         self.id = secrets.token_hex(4)
         self.clock, self.cpu, self.interval_s = clock, cpu, interval_s
@@ -80,8 +85,7 @@ class Liveness:
         if self._thread is not None:
             return
         self.write()
-        self._thread = threading.Thread(target=self._beat, name="alchemist-heartbeat",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._beat, name="alchemist-heartbeat", daemon=True)
         self._thread.start()
 
     def stepped(self, step: int) -> None:
@@ -103,9 +107,16 @@ class Liveness:
         with self._lock:
             self.seq += 1
             now = self.clock()
-            record = dict(rank=self.rank, id=self.id, seq=self.seq, step=self.step,
-                          since=round(now - self.stepped_at, 3), mono=round(now, 3),
-                          cpu=round(self.cpu(), 3), done=done)
+            record = dict(
+                rank=self.rank,
+                id=self.id,
+                seq=self.seq,
+                step=self.step,
+                since=round(now - self.stepped_at, 3),
+                mono=round(now, 3),
+                cpu=round(self.cpu(), 3),
+                done=done,
+            )
             line = json.dumps(record, separators=(",", ":")).ljust(RECORD_BYTES - 1) + "\n"
             try:
                 fd = os.open(self.path(self.rank), os.O_WRONLY | os.O_CREAT, 0o600)

@@ -19,7 +19,8 @@ import contextlib
 import math
 import threading
 import time
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from alchemist_jobs import environment as E
 from alchemist_jobs.metric_contract import BY_NAME, METRICS, SYSTEM_METRICS, Metric
@@ -32,7 +33,7 @@ class _Null:
     def __getattr__(self, _name: str) -> Any:
         return self._noop
 
-    def _noop(self, *_a: Any, **_k: Any) -> "_Null":
+    def _noop(self, *_a: Any, **_k: Any) -> _Null:
         return self
 
 
@@ -108,8 +109,7 @@ class _ContractCollector:
         return []
 
     def collect(self) -> Iterator[Any]:
-        from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily,
-                                            HistogramMetricFamily)
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
         for m, child in self.metrics:
             if m.type == "counter":
@@ -151,8 +151,13 @@ class WorkerMetrics:
             for m in METRICS:
                 if m.role not in (role, "both") or m.name in SYSTEM_METRICS or m.when == "script":
                     continue  # read on scrape by their own collectors (system_metrics, script_report)
-                child = (Counter() if m.type == "counter" else Gauge() if m.type == "gauge"
-                         else Histogram(m.buckets))
+                child = (
+                    Counter()
+                    if m.type == "counter"
+                    else Gauge()
+                    if m.type == "gauge"
+                    else Histogram(m.buckets)
+                )
                 self._children[m.name] = child
                 made.append((m, child))
             self.registry.register(_ContractCollector(made, labels))

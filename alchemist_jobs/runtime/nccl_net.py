@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import ctypes
 import os
+from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
-from typing import Mapping, MutableMapping
 
 from alchemist_jobs import environment as E
 from alchemist_jobs.runtime.devices import DeviceError
@@ -87,6 +87,7 @@ def require(environ: MutableMapping[str, str] | None = None) -> NetPlugin | None
             "gpu.efa: this stack's GPU nodes have EFA, but the image has no NCCL net plugin "
             f"({'; '.join(tried) or 'nothing to try'}), so NCCL would use TCP sockets; use an "
             "image built with `images/build --torch cuda --efa` (docs/images.md), or set "
-            "env.NCCL_NET_PLUGIN=none in the spec to run over TCP")
+            "env.NCCL_NET_PLUGIN=none in the spec to run over TCP"
+        )
     env.setdefault("NCCL_NET", plugin.name)
     return plugin

@@ -8,16 +8,22 @@ would bring a model zoo along for twenty lines, so it is written here. Biases an
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 import torch
 
 
 class LARS(torch.optim.Optimizer):
-    def __init__(self, params: Iterable, lr: float, momentum: float = 0.9,
-                 weight_decay: float = 0.0, eta: float = 0.001, eps: float = 1e-9):
-        super().__init__(params, dict(lr=lr, momentum=momentum, weight_decay=weight_decay,
-                                      eta=eta, eps=eps))
+    def __init__(
+        self,
+        params: Iterable,
+        lr: float,
+        momentum: float = 0.9,
+        weight_decay: float = 0.0,
+        eta: float = 0.001,
+        eps: float = 1e-9,
+    ):
+        super().__init__(params, dict(lr=lr, momentum=momentum, weight_decay=weight_decay, eta=eta, eps=eps))
 
     @torch.no_grad()
     def step(self, closure=None):  # type: ignore[override]
@@ -56,13 +62,13 @@ class LARS(torch.optim.Optimizer):
 
 def build_optimizer(hyper, params: Iterable) -> torch.optim.Optimizer:
     if hyper.optimizer == "sgd":
-        return torch.optim.SGD(params, lr=hyper.lr, momentum=hyper.momentum,
-                               weight_decay=hyper.weight_decay)
+        return torch.optim.SGD(params, lr=hyper.lr, momentum=hyper.momentum, weight_decay=hyper.weight_decay)
     if hyper.optimizer == "adam":
         return torch.optim.Adam(params, lr=hyper.lr, weight_decay=hyper.weight_decay)
     if hyper.optimizer == "adamw":
         return torch.optim.AdamW(params, lr=hyper.lr, weight_decay=hyper.weight_decay)
     if hyper.optimizer == "lars":
-        return LARS(params, lr=hyper.lr, momentum=hyper.momentum,
-                    weight_decay=hyper.weight_decay, eta=hyper.lars_eta)
+        return LARS(
+            params, lr=hyper.lr, momentum=hyper.momentum, weight_decay=hyper.weight_decay, eta=hyper.lars_eta
+        )
     raise ValueError(f"unknown optimizer {hyper.optimizer!r}")

@@ -40,7 +40,6 @@ from alchemist_jobs.runtime.metrics import WorkerMetrics
 from alchemist_jobs.server_role import server_count as count
 from alchemist_jobs.spec import JobSpec
 
-
 # An uninitialised shard takes rank 0's model of at most this size (an authenticated peer:
 # only the job's own workers hold the run's secret).
 MAX_INIT_BYTES = 64 << 30
@@ -50,9 +49,16 @@ class Shard:
     """One shard's parameters, optimizer, clocks and bookkeeping; every method holds the lock.
     Without names and tensors it waits for rank 0's (`hello`) or a checkpoint's."""
 
-    def __init__(self, spec: JobSpec, shard: int, names: list[str] | None,
-                 tensors: list[torch.Tensor] | None, world: int, metrics: WorkerMetrics,
-                 ckpt: Checkpointer | None):
+    def __init__(
+        self,
+        spec: JobSpec,
+        shard: int,
+        names: list[str] | None,
+        tensors: list[torch.Tensor] | None,
+        world: int,
+        metrics: WorkerMetrics,
+        ckpt: Checkpointer | None,
+    ):
         self.spec, self.shard, self.world = spec, shard, world
         # async SGD: the job's optimizer runs here; async EASGD only adds elastic differences.
         self.async_sgd = spec.algorithm.server_optimizer
@@ -86,27 +92,36 @@ class Shard:
         self.params = [torch.nn.Parameter(t.detach().clone(), requires_grad=False) for t in tensors]
         self.numels = [p.numel() for p in self.params]
         self.payload_bytes = 4 * sum(self.numels)  # float32: the only payload a request may carry
-        self.optimizer = (build_optimizer(self.spec.hyper, self.params)
-                          if self.async_sgd and self.params else None)
-        print(f"alchemist: server {self.shard} serving {len(self.names)} tensors "
-              f"({sum(self.numels)} parameters)", flush=True)
+        self.optimizer = (
+            build_optimizer(self.spec.hyper, self.params) if self.async_sgd and self.params else None
+        )
+        print(
+            f"alchemist: server {self.shard} serving {len(self.names)} tensors "
+            f"({sum(self.numels)} parameters)",
+            flush=True,
+        )
 
     def vector(self) -> torch.Tensor:
         return ps_wire.flat(self.params)
 
     def state_dict(self) -> dict[str, Any]:
-        return dict(shard=self.shard, names=self.names, version=self.version,
-                    clocks={str(r): c for r, c in self.clocks.items()},
-                    params={n: p.detach().clone() for n, p in zip(self.names, self.params)},
-                    optimizer=self.optimizer.state_dict() if self.optimizer else {},
-                    config=self.spec.model_dump(mode="json"))
+        return dict(
+            shard=self.shard,
+            names=self.names,
+            version=self.version,
+            clocks={str(r): c for r, c in self.clocks.items()},
+            params={n: p.detach().clone() for n, p in zip(self.names, self.params)},
+            optimizer=self.optimizer.state_dict() if self.optimizer else {},
+            config=self.spec.model_dump(mode="json"),
+        )
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if not self.ready:
             self._take(list(state["names"]), [state["params"][n] for n in state["names"]])
         if list(state["names"]) != self.names:
-            raise RuntimeError(f"checkpoint of shard {state['shard']} holds {state['names']}, "
-                               f"this shard {self.names}")
+            raise RuntimeError(
+                f"checkpoint of shard {state['shard']} holds {state['names']}, this shard {self.names}"
+            )
         with torch.no_grad():
             for n, p in zip(self.names, self.params):
                 p.copy_(state["params"][n])
@@ -132,22 +147,25 @@ class Shard:
         self.cond.notify_all()
 
     # -- requests -----------------------------------------------------------------------------
-    def hello(self, h: dict[str, Any], payload: bytearray = bytearray()
-              ) -> tuple[dict[str, Any], torch.Tensor | None]:
+    def hello(
+        self, h: dict[str, Any], payload: bytearray = bytearray()
+    ) -> tuple[dict[str, Any], torch.Tensor | None]:
         with self.cond:
             if not self.ready and h["rank"] == 0:  # rank 0's model is where training starts
                 vec, off, tensors = ps_wire.from_bytes(payload), 0, []
                 for shape in h["shapes"]:
                     n = math.prod(shape)
-                    tensors.append(vec[off:off + n].view(shape))
+                    tensors.append(vec[off : off + n].view(shape))
                     off += n
                 self._take(h["names"], tensors)
                 self.cond.notify_all()
             while not self.ready and not self.closing:
                 self.cond.wait(1.0)  # another worker's hello waits for rank 0's model
         if h.get("names") != self.names:
-            return {"error": f"shard {self.shard} holds {self.names}, worker expects "
-                             f"{h.get('names')}: different models"}, None
+            return {
+                "error": f"shard {self.shard} holds {self.names}, worker expects "
+                f"{h.get('names')}: different models"
+            }, None
         with self.cond:
             self.done.discard(h["rank"])  # a restarted worker is running again
             self.released.discard(h["rank"])
@@ -165,7 +183,7 @@ class Shard:
             staleness = max(0, self.version - int(h["read"]))  # < 0 after a server restart
             off = 0
             for p, n in zip(self.params, self.numels):
-                p.grad = grads[off:off + n].view_as(p)
+                p.grad = grads[off : off + n].view_as(p)
                 off += n
             if self.optimizer is not None:  # None: a shard left without tensors
                 for g in self.optimizer.param_groups:
@@ -186,7 +204,7 @@ class Shard:
             e = float(h["alpha"]) * (x - self.vector())
             off = 0
             for p, n in zip(self.params, self.numels):
-                p.add_(e[off:off + n].view_as(p))
+                p.add_(e[off : off + n].view_as(p))
                 off += n
             self.metrics["alchemist_staleness_steps"].observe(staleness)
             self.clocks[h["rank"]] = int(h["clock"])
@@ -229,16 +247,23 @@ def _hello_size(h: dict[str, Any]) -> int | str:
     """The payload bytes rank 0's hello must carry (its names' shapes in float32), or why
     its header cannot describe a model."""
     names, shapes = h.get("names"), h.get("shapes")
-    if not (isinstance(names, list) and all(isinstance(n, str) for n in names)
-            and isinstance(shapes, list) and len(shapes) == len(names)
-            and all(isinstance(s, list) and len(s) <= 16 and all(
-                isinstance(d, int) and not isinstance(d, bool) and 0 <= d for d in s)
-                for s in shapes)):
+    if not (
+        isinstance(names, list)
+        and all(isinstance(n, str) for n in names)
+        and isinstance(shapes, list)
+        and len(shapes) == len(names)
+        and all(
+            isinstance(s, list)
+            and len(s) <= 16
+            and all(isinstance(d, int) and not isinstance(d, bool) and 0 <= d for d in s)
+            for s in shapes
+        )
+    ):
         return "hello from rank 0: names and shapes are not lists of names and dimensions"
     return 4 * sum(math.prod(s) for s in shapes)
 
 
-def check_request(shard: "Shard", h: dict[str, Any], payload: bytearray) -> str | None:
+def check_request(shard: Shard, h: dict[str, Any], payload: bytearray) -> str | None:
     """Why an (authenticated) request is refused, or None: unknown op, a rank outside the
     job, a payload that is not exactly the shard's size (rank 0's hello: its model's),
     non-finite values or numbers, a request before the shard holds a model."""
@@ -287,21 +312,23 @@ class _Handler(socketserver.BaseRequestHandler):
         finally:
             server.done_pending(sock)
         if not server.admit():
-            server.refuse(self.client_address, f"more than {server.max_connections} "
-                                               "authenticated connections")
+            server.refuse(
+                self.client_address, f"more than {server.max_connections} authenticated connections"
+            )
             return
         try:
             self._serve(server, shard, sock)
         finally:
             server.leave()
 
-    def _serve(self, server: "_Server", shard: "Shard", sock: socket.socket) -> None:
+    def _serve(self, server: _Server, shard: Shard, sock: socket.socket) -> None:
         m = shard.metrics
         while True:
             try:
                 t0 = time.perf_counter()
                 h, payload, n_in = ps_wire.recv(
-                    sock, max_payload=shard.payload_bytes if shard.ready else MAX_INIT_BYTES)
+                    sock, max_payload=shard.payload_bytes if shard.ready else MAX_INIT_BYTES
+                )
             except ps_wire.ProtocolError as e:
                 server.refuse(self.client_address, str(e))
                 return
@@ -348,7 +375,7 @@ class _Server(socketserver.ThreadingTCPServer):
     allow_reuse_address = True  # a restarted server takes its port back at once
     daemon_threads = True
 
-    def setup_limits(self, shard: "Shard", secret: bytes) -> None:
+    def setup_limits(self, shard: Shard, secret: bytes) -> None:
         self.shard, self.secret = shard, secret
         # Every worker's connection, plus room for restarted workers whose old connection
         # the server has not noticed closing yet. Only authenticated connections count.
@@ -397,8 +424,11 @@ class _Server(socketserver.ThreadingTCPServer):
             unshown, self._unshown = self._unshown, 0
             self._quiet_until = now + REFUSED_LOG_EVERY_S
         more = f" (and {unshown} more refused since the last line)" if unshown else ""
-        print(f"alchemist: server {self.shard.shard} refused {peer[0]}:{peer[1]}: "
-              f"{why[:REFUSED_WHY_CHARS]}{more}", flush=True)
+        print(
+            f"alchemist: server {self.shard.shard} refused {peer[0]}:{peer[1]}: "
+            f"{why[:REFUSED_WHY_CHARS]}{more}",
+            flush=True,
+        )
 
 
 def _server(bind: str, port: int) -> _Server:
@@ -422,8 +452,9 @@ def server_count(spec: JobSpec) -> int:
 def serve(spec: JobSpec, run: RunDir, shard: int, port: int, bind: str = "0.0.0.0", restart: int = 0) -> int:
     """Run one shard until every worker is done; returns the exit code."""
     node = E.NODE.get() or _s.gethostname()
-    labels = dict(job=spec.name, run=run.run_id, rank=f"server-{shard}", node=node,
-                  algorithm=spec.algorithm.name)
+    labels = dict(
+        job=spec.name, run=run.run_id, rank=f"server-{shard}", node=node, algorithm=spec.algorithm.name
+    )
     metrics = WorkerMetrics(labels, role="server", enabled=spec.metrics)
     metrics_port = metrics.serve(0)
     if spec.metrics:
@@ -435,19 +466,31 @@ def serve(spec: JobSpec, run: RunDir, shard: int, port: int, bind: str = "0.0.0.
     resumed = ckpt.latest() if spec.checkpoint.resume else None
     if resumed is not None:
         state.load_state_dict(resumed[1])
-        print(f"alchemist: server {shard} resumed from its checkpoint at update {resumed[0]}",
-              flush=True)
+        print(f"alchemist: server {shard} resumed from its checkpoint at update {resumed[0]}", flush=True)
 
     server = _server(bind, port)
     server.setup_limits(state, ps_wire.run_secret(run.path))
-    record = dict(role="server", shard=shard, pid=os.getpid(), node=node, host=_s.gethostname(),
-                  port=server.server_address[1], metrics_port=metrics_port, restart=restart,
-                  version=state.version, started=time.time())
+    record = dict(
+        role="server",
+        shard=shard,
+        pid=os.getpid(),
+        node=node,
+        host=_s.gethostname(),
+        port=server.server_address[1],
+        metrics_port=metrics_port,
+        restart=restart,
+        version=state.version,
+        started=time.time(),
+    )
     write_json_atomic(run.workers / f"server-{shard}.json", record)
-    threading.Thread(target=server.serve_forever, kwargs=dict(poll_interval=0.2),
-                     daemon=True, name="ps-accept").start()
-    print(f"alchemist: server {shard} listening on {bind}:{server.server_address[1]}"
-          + ("" if state.ready else "; its model comes with rank 0's hello"), flush=True)
+    threading.Thread(
+        target=server.serve_forever, kwargs=dict(poll_interval=0.2), daemon=True, name="ps-accept"
+    ).start()
+    print(
+        f"alchemist: server {shard} listening on {bind}:{server.server_address[1]}"
+        + ("" if state.ready else "; its model comes with rank 0's hello"),
+        flush=True,
+    )
     state.finished.wait()
     with state.cond:
         state.closing = True
@@ -456,8 +499,10 @@ def serve(spec: JobSpec, run: RunDir, shard: int, port: int, bind: str = "0.0.0.
     server.shutdown()
     # A scrape every 15 s misses the last updates of a server that exits when its workers are
     # done: its final counters stay in its record (`final_metrics`), next to the workers'.
-    write_json_atomic(run.workers / f"server-{shard}.json", dict(
-        record, version=state.version, finished=time.time(), final_metrics=metrics.totals()))
+    write_json_atomic(
+        run.workers / f"server-{shard}.json",
+        dict(record, version=state.version, finished=time.time(), final_metrics=metrics.totals()),
+    )
     print(f"alchemist: server {shard} done after {state.version} updates", flush=True)
     return 0
 
@@ -482,14 +527,15 @@ def main() -> int:
     port = E.PS_PORT.require()
     restart = E.PS_RESTART.get(default=0)
     if not E.LOG_TO_CONSOLE.get():
-        _redirect_output(run.logs / f"server-{shard}.log",
-                         f"=== server {shard} attempt {restart + 1} pid {os.getpid()} at "
-                         f"{time.strftime('%Y-%m-%d %H:%M:%S')} ===\n")
+        _redirect_output(
+            run.logs / f"server-{shard}.log",
+            f"=== server {shard} attempt {restart + 1} pid {os.getpid()} at "
+            f"{time.strftime('%Y-%m-%d %H:%M:%S')} ===\n",
+        )
     # SIGTERM (cancel, launcher gone): exit at once; the newest checkpoint stays.
     signal.signal(signal.SIGTERM, lambda *_: os._exit(143))
     spec = JobSpec.model_validate(yaml.safe_load(run.spec.read_text()))
-    code = serve(spec, run, shard, port,
-                 bind=E.PS_BIND.get(default="0.0.0.0"), restart=restart)
+    code = serve(spec, run, shard, port, bind=E.PS_BIND.get(default="0.0.0.0"), restart=restart)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)  # like the workers: no interpreter teardown after the job's work is done

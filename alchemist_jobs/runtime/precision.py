@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+from collections.abc import Iterator
 
 import torch
 
@@ -46,13 +46,15 @@ class Precision:
             return torch.device("cpu")  # no CUDA query at all: a CPU job leaves GPUs alone
         available = torch.cuda.is_available()
         count = torch.cuda.device_count() if available else 0
-        device = torch.device(select_device(gpu, local_rank, spec.resources.gpu_fallback,
-                                            available, count))
+        device = torch.device(select_device(gpu, local_rank, spec.resources.gpu_fallback, available, count))
         if device.type == "cuda":
             torch.cuda.set_device(device)
         else:
-            print(f"alchemist: resources.gpu={gpu} but no usable GPU; training on CPU "
-                  "(resources.gpu_fallback=true)", flush=True)
+            print(
+                f"alchemist: resources.gpu={gpu} but no usable GPU; training on CPU "
+                "(resources.gpu_fallback=true)",
+                flush=True,
+            )
         return device
 
 

@@ -27,13 +27,13 @@ import secrets
 import socket
 import struct
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 
 from alchemist_jobs import environment as E
-
 
 HEAD = struct.Struct("!IQ")
 MAX_HEADER = 1 << 20
@@ -68,8 +68,9 @@ def parse_addrs(text: str) -> list[tuple[str, int]]:
             raise ValueError(f"{E.PS_ADDRS.name}: {item!r} is not HOST:PORT")
         out.append((host, int(port)))
     if not out:
-        raise ValueError(f"{E.PS_ADDRS.name} is empty; the launcher sets it for algorithms "
-                         "that use a parameter server")
+        raise ValueError(
+            f"{E.PS_ADDRS.name} is empty; the launcher sets it for algorithms that use a parameter server"
+        )
     return out
 
 
@@ -122,9 +123,13 @@ def _recv_into(sock: socket.socket, view: memoryview, deadline: float | None = N
         got += r
 
 
-def recv(sock: socket.socket, max_payload: int | None = None, max_header: int = MAX_HEADER,
-         into: memoryview | None = None, deadline: float | None = None,
-         ) -> tuple[dict[str, Any], bytearray | memoryview, int]:
+def recv(
+    sock: socket.socket,
+    max_payload: int | None = None,
+    max_header: int = MAX_HEADER,
+    into: memoryview | None = None,
+    deadline: float | None = None,
+) -> tuple[dict[str, Any], bytearray | memoryview, int]:
     """Receive one frame: (header, payload, bytes taken off the wire). Sizes beyond the
     bounds are refused before anything is allocated for them; `deadline` (time.monotonic())
     bounds the whole frame. A payload of exactly len(into) bytes lands in `into` (a
@@ -200,8 +205,7 @@ def _mac(secret: bytes, role: str, nonce: str) -> str:
 def _mac_ok(mac: Any, secret: bytes, role: str, nonce: str) -> bool:
     """Whether the peer's `mac` answers `nonce`, in constant time; any other type or text is
     a wrong answer (compare_digest refuses non-ASCII str with TypeError, so bytes compared)."""
-    return isinstance(mac, str) and hmac.compare_digest(
-        mac.encode(), _mac(secret, role, nonce).encode())
+    return isinstance(mac, str) and hmac.compare_digest(mac.encode(), _mac(secret, role, nonce).encode())
 
 
 class AuthError(ConnectionError):
@@ -217,8 +221,7 @@ def server_handshake(sock: socket.socket, secret: bytes) -> None:
     send(sock, {"op": "challenge", "nonce": nonce})
     h, _, _ = recv(sock, max_payload=0, max_header=HANDSHAKE_MAX, deadline=deadline)
     mac, theirs = h.get("mac"), h.get("nonce")
-    if (h.get("op") != "auth" or not isinstance(theirs, str)
-            or not _mac_ok(mac, secret, "client", nonce)):
+    if h.get("op") != "auth" or not isinstance(theirs, str) or not _mac_ok(mac, secret, "client", nonce):
         send(sock, {"error": "authentication failed"})
         raise AuthError("client failed the challenge")
     send(sock, {"op": "welcome", "mac": _mac(secret, "server", theirs)})

@@ -17,18 +17,19 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from alchemist_jobs.metric_contract import metric
 from alchemist_jobs.rundir import RunDir, read_json, write_json_atomic
 from alchemist_jobs.runtime.config_error import fail
-from alchemist_jobs.runtime.series_file import append_series
 from alchemist_jobs.runtime.event_writer import summary_writer
 from alchemist_jobs.runtime.metrics import WorkerMetrics
+from alchemist_jobs.runtime.series_file import append_series
 
 PROGRESS_EVERY_S = 0.5
-_current: "ScriptReporter | None" = None
+_current: ScriptReporter | None = None
 
 
 class _ValuesCollector:
@@ -54,8 +55,7 @@ class _ValuesCollector:
 class ScriptReporter:
     """One per script worker; `report()` is safe to call from any thread."""
 
-    def __init__(self, run: RunDir, rank: int, world: int, metrics: WorkerMetrics,
-                 restarts: int = 0):
+    def __init__(self, run: RunDir, rank: int, world: int, metrics: WorkerMetrics, restarts: int = 0):
         self.run, self.rank, self.world, self.metrics = run, rank, world, metrics
         self.restarts = restarts
         self.step, self.loss = 0, float("nan")
@@ -73,9 +73,14 @@ class ScriptReporter:
         if metrics.registry is not None:
             metrics.registry.register(self._values)
 
-    def report(self, step: int | None = None, loss: float | None = None,
-               total_steps: int | None = None, samples: int | None = None,
-               **values: float) -> None:
+    def report(
+        self,
+        step: int | None = None,
+        loss: float | None = None,
+        total_steps: int | None = None,
+        samples: int | None = None,
+        **values: float,
+    ) -> None:
         if step is not None:
             self._check_applied()
         with self._lock:
@@ -182,10 +187,23 @@ class ScriptReporter:
         now = time.perf_counter()
         self._last_progress = now
         self._write_series(final)
-        write_json_atomic(self.run.progress_file, dict(
-            step=self.step, total_steps=self.total_steps, epoch=0, epochs=1, loss=self.loss,
-            lr=None, samples_per_s=self._rate(), metrics=dict(self.reported),
-            restarts=self.restarts, time=time.time(), final=final, source="script"))
+        write_json_atomic(
+            self.run.progress_file,
+            dict(
+                step=self.step,
+                total_steps=self.total_steps,
+                epoch=0,
+                epochs=1,
+                loss=self.loss,
+                lr=None,
+                samples_per_s=self._rate(),
+                metrics=dict(self.reported),
+                restarts=self.restarts,
+                time=time.time(),
+                final=final,
+                source="script",
+            ),
+        )
 
     def _tensorboard(self) -> Any:
         if self._writer is None:
@@ -227,15 +245,24 @@ def _finite(value: Any) -> bool:
 
 
 def not_applied_message(algorithm: str, target: str) -> str:
-    return (f"algorithm {algorithm} was never applied: {target} did not call "
-            f"alchemist_jobs.prepare(model, optimizer), so its workers would train as "
-            f"independent copies; add `model, optimizer = alchemist_jobs.prepare(model, "
-            f"optimizer)` after building them (docs/bring-your-model.md), or use "
-            f"algorithm: sync with your own DDP")
+    return (
+        f"algorithm {algorithm} was never applied: {target} did not call "
+        f"alchemist_jobs.prepare(model, optimizer), so its workers would train as "
+        f"independent copies; add `model, optimizer = alchemist_jobs.prepare(model, "
+        f"optimizer)` after building them (docs/bring-your-model.md), or use "
+        f"algorithm: sync with your own DDP"
+    )
 
 
-def install(run_dir: Path, rank: int, world: int, local_rank: int, restarts: int,
-            labels: dict[str, str], enabled: bool) -> tuple[ScriptReporter, int | None]:
+def install(
+    run_dir: Path,
+    rank: int,
+    world: int,
+    local_rank: int,
+    restarts: int,
+    labels: dict[str, str],
+    enabled: bool,
+) -> tuple[ScriptReporter, int | None]:
     """Serve this script worker's metrics and make `report()` reach them; returns the
     reporter and the metrics port (None with metrics off)."""
     global _current

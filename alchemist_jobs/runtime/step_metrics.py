@@ -29,8 +29,17 @@ class StepMetrics:
     samples: int = 0
     _exported: dict[str, float] = field(default_factory=lambda: {"sent": 0.0, "recv": 0.0, "rounds": 0})
 
-    def record(self, *, step_s: float, data_s: float, samples: int, lr: float, epoch: float,
-               comm: CommStats, read: bool = False) -> None:
+    def record(
+        self,
+        *,
+        step_s: float,
+        data_s: float,
+        samples: int,
+        lr: float,
+        epoch: float,
+        comm: CommStats,
+        read: bool = False,
+    ) -> None:
         """One optimizer step: its wall time and how it divides, samples, lr and position.
         Its communication is read with the step's window now on CPU; on a GPU only where
         `read` says the loop syncs with the device anyway (settle())."""

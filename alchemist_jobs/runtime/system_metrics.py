@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from alchemist_jobs.metric_contract import metric
 
 
-def nvml_device_for(local_rank: int, cuda_visible_devices: str | None,
-                    device_count: int) -> tuple[str, int | str] | None:
+def nvml_device_for(
+    local_rank: int, cuda_visible_devices: str | None, device_count: int
+) -> tuple[str, int | str] | None:
     """Which NVML device the worker with this LOCAL_RANK trains on.
 
     The loop uses `cuda:<LOCAL_RANK>`, an index into CUDA_VISIBLE_DEVICES when that is set
@@ -44,8 +46,13 @@ def _load_nvml() -> Any | None:
 class SystemCollector:
     """Collects the contract's process and GPU metrics for one worker or server process."""
 
-    def __init__(self, labels: dict[str, str], role: str = "worker", nvml: Any | None = None,
-                 uses_gpu: Any | None = None):
+    def __init__(
+        self,
+        labels: dict[str, str],
+        role: str = "worker",
+        nvml: Any | None = None,
+        uses_gpu: Any | None = None,
+    ):
         import psutil
 
         self.labels = dict(labels)
@@ -55,10 +62,16 @@ class SystemCollector:
         self._handle: tuple[str, Any] | None = None
         # Whether this process trains on a GPU; by default, whether it has initialised CUDA.
         self._uses_gpu = uses_gpu or _cuda_initialised
-        self._names = {n: metric(n) for n in (
-            "alchemist_process_cpu_seconds_total", "alchemist_process_memory_bytes",
-            "alchemist_gpu_utilization_ratio", "alchemist_gpu_memory_used_bytes",
-            "alchemist_gpu_power_watts")}
+        self._names = {
+            n: metric(n)
+            for n in (
+                "alchemist_process_cpu_seconds_total",
+                "alchemist_process_memory_bytes",
+                "alchemist_gpu_utilization_ratio",
+                "alchemist_gpu_memory_used_bytes",
+                "alchemist_gpu_power_watts",
+            )
+        }
 
     def describe(self) -> list:
         return []  # keeps the registry from calling collect() (and NVML) at registration
@@ -87,9 +100,11 @@ class SystemCollector:
         from prometheus_client.core import GaugeMetricFamily
 
         gpu, uuid, util, used, power_w = reading
-        for name, value in (("alchemist_gpu_utilization_ratio", util),
-                            ("alchemist_gpu_memory_used_bytes", used),
-                            ("alchemist_gpu_power_watts", power_w)):
+        for name, value in (
+            ("alchemist_gpu_utilization_ratio", util),
+            ("alchemist_gpu_memory_used_bytes", used),
+            ("alchemist_gpu_power_watts", power_w),
+        ):
             m = self._names[name]
             fam = GaugeMetricFamily(m.name, m.help, labels=keys + ["gpu", "UUID"])
             fam.add_metric(values + [gpu, uuid], value)
@@ -108,14 +123,19 @@ class SystemCollector:
             return None
         try:
             if self._handle is None:
-                which = nvml_device_for(int(os.environ.get("LOCAL_RANK", 0)),
-                                        os.environ.get("CUDA_VISIBLE_DEVICES"),
-                                        nv.nvmlDeviceGetCount())
+                which = nvml_device_for(
+                    int(os.environ.get("LOCAL_RANK", 0)),
+                    os.environ.get("CUDA_VISIBLE_DEVICES"),
+                    nv.nvmlDeviceGetCount(),
+                )
                 if which is None:
                     return None
                 kind, key = which
-                handle = (nv.nvmlDeviceGetHandleByIndex(key) if kind == "index"
-                          else nv.nvmlDeviceGetHandleByUUID(key))
+                handle = (
+                    nv.nvmlDeviceGetHandleByIndex(key)
+                    if kind == "index"
+                    else nv.nvmlDeviceGetHandleByUUID(key)
+                )
                 uuid = nv.nvmlDeviceGetUUID(handle)
                 uuid = uuid.decode() if isinstance(uuid, bytes) else str(uuid)
                 self._handle = (str(nv.nvmlDeviceGetIndex(handle)), uuid, handle)

@@ -73,4 +73,3 @@ class TrainState:
         self.step, self.epoch = int(payload["step"]), int(payload["epoch"])
         self.batch_in_epoch = int(payload["batch_in_epoch"])
         self.resumed_from = checkpoint_step
-

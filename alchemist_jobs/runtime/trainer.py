@@ -63,11 +63,15 @@ class WorkerPlace:
     restarts: int = 0
 
     @classmethod
-    def from_env(cls, environ: dict[str, str] | None = None) -> "WorkerPlace":
+    def from_env(cls, environ: dict[str, str] | None = None) -> WorkerPlace:
         e = os.environ if environ is None else environ
         # restarts: torchrun's count locally, the JobSet's group restart on a cluster
-        return cls(rank=int(e.get("RANK", 0)), world=int(e.get("WORLD_SIZE", 1)),
-                   local_rank=int(e.get("LOCAL_RANK", 0)), restarts=restarts(e))
+        return cls(
+            rank=int(e.get("RANK", 0)),
+            world=int(e.get("WORLD_SIZE", 1)),
+            local_rank=int(e.get("LOCAL_RANK", 0)),
+            restarts=restarts(e),
+        )
 
 
 class Trainer:
@@ -76,8 +80,14 @@ class Trainer:
 
     _logged_at = float("-inf")  # when rank 0 last printed its progress line
 
-    def __init__(self, spec: JobSpec, run: RunDir, shared_root: Path, place: WorkerPlace,
-                 device: torch.device | None = None):
+    def __init__(
+        self,
+        spec: JobSpec,
+        run: RunDir,
+        shared_root: Path,
+        place: WorkerPlace,
+        device: torch.device | None = None,
+    ):
         self.spec, self.run, self.place = spec, run, place
         self.rank, self.world = place.rank, place.world
         self.device = device if device is not None else Precision.device_for(spec, place.local_rank)
@@ -100,42 +110,60 @@ class Trainer:
         # An entry file lies in the run's copy of the spec's directory, the workers' cwd.
         self.task = load_task(spec, shared_root, self.rank, self.world, code_dir=Path.cwd())
         self.model = self.task.model.to(self.device)
-        self.ctx = WorkerContext(spec=spec, rank=self.rank, world_size=self.world,
-                                 local_rank=place.local_rank, device=self.device,
-                                 metrics=self.metrics, extra={"run": run})
+        self.ctx = WorkerContext(
+            spec=spec,
+            rank=self.rank,
+            world_size=self.world,
+            local_rank=place.local_rank,
+            device=self.device,
+            metrics=self.metrics,
+            extra={"run": run},
+        )
         self.strategy = build_strategy(self.ctx)
         self.accum = spec.algorithm.micro_batches
-        self.batches = Batches(self.task, spec.hyper.batch_size, self.rank, self.world,
-                               spec.hyper.seed, self.device, spec.data.loader_workers)
+        self.batches = Batches(
+            self.task,
+            spec.hyper.batch_size,
+            self.rank,
+            self.world,
+            spec.hyper.seed,
+            self.device,
+            spec.data.loader_workers,
+        )
         # A step takes `accum` whole micro-batches; an epoch's remainder (< accum) is skipped.
         self.steps_per_epoch = self.batches.per_epoch // self.accum
         if self.steps_per_epoch == 0:
-            raise ValueError(f"grad_accum={self.accum} exceeds the {self.batches.per_epoch} "
-                             "batches per epoch")
+            raise ValueError(
+                f"grad_accum={self.accum} exceeds the {self.batches.per_epoch} batches per epoch"
+            )
         self.total_steps = spec.hyper.steps or math.ceil(spec.hyper.epochs * self.steps_per_epoch)
         self.global_batch = self.world * spec.hyper.batch_size * self.accum
-        self.schedule = build_schedule(spec.hyper, self.global_batch, self.steps_per_epoch,
-                                       self.total_steps)
+        self.schedule = build_schedule(spec.hyper, self.global_batch, self.steps_per_epoch, self.total_steps)
         self.metrics["alchemist_global_batch_size"].set(self.global_batch)
         # Workers that do not move in lock-step (async) each keep their own checkpoints.
-        self.checkpoints = WorkerCheckpoints(run, spec.checkpoint.keep, self.strategy,
-                                             self.rank, self.world, self.device.type == "cuda")
+        self.checkpoints = WorkerCheckpoints(
+            run, spec.checkpoint.keep, self.strategy, self.rank, self.world, self.device.type == "cuda"
+        )
         loaded = self.checkpoints.newest() if spec.checkpoint.resume else None
         if loaded is not None:  # into the bare model, before the strategy wraps it
             self.checkpoints.restore_model(self.model, loaded)
             self.state.load_position(loaded[1], loaded[0])
         self.train_model = self.strategy.setup(self.model)
-        self.optimizer = (self.task.optimizer(self.model.parameters(), spec.hyper)
-                          if self.task.optimizer else
-                          build_optimizer(spec.hyper, self.model.parameters()))
+        self.optimizer = (
+            self.task.optimizer(self.model.parameters(), spec.hyper)
+            if self.task.optimizer
+            else build_optimizer(spec.hyper, self.model.parameters())
+        )
         self.strategy.bind_optimizer(self.optimizer)
         if loaded is not None:
             self.checkpoints.restore_rest(self.model, self.optimizer, loaded)
             s = self.state
             if self.checkpoints.writes:
-                print(f"alchemist: resumed from checkpoint at step {s.resumed_from} (epoch "
-                      f"{s.epoch}, batch {s.batch_in_epoch}), restart {self.place.restarts}",
-                      flush=True)
+                print(
+                    f"alchemist: resumed from checkpoint at step {s.resumed_from} (epoch "
+                    f"{s.epoch}, batch {s.batch_in_epoch}), restart {self.place.restarts}",
+                    flush=True,
+                )
         self.writer = self._tensorboard() if self.rank == 0 else None
         self.history: list[dict[str, Any]] = []
         self.loss_value = float("nan")
@@ -147,17 +175,29 @@ class Trainer:
 
     def _serve_metrics(self) -> WorkerMetrics:
         node = E.NODE.get() or socket.gethostname()
-        labels = dict(job=self.spec.name, run=self.run.run_id, rank=str(self.rank), node=node,
-                      algorithm=self.spec.algorithm.name)
+        labels = dict(
+            job=self.spec.name,
+            run=self.run.run_id,
+            rank=str(self.rank),
+            node=node,
+            algorithm=self.spec.algorithm.name,
+        )
         metrics = WorkerMetrics(labels, enabled=self.spec.metrics)
         port = metrics.serve(self.place.local_rank)
         if self.spec.metrics:
             metrics.add_system_collector()
         self.worker_record = dict(
-            rank=self.rank, local_rank=self.place.local_rank, node=node,
-            host=socket.gethostname(), pid=os.getpid(), metrics_port=port,
-            restart=self.place.restarts, role="worker", started=time.time(),
-            device=str(self.device))
+            rank=self.rank,
+            local_rank=self.place.local_rank,
+            node=node,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            metrics_port=port,
+            restart=self.place.restarts,
+            role="worker",
+            started=time.time(),
+            device=str(self.device),
+        )
         write_json_atomic(self.run.worker_file(self.rank), self.worker_record)
         metrics["alchemist_restarts"].set(self.place.restarts)
         return metrics
@@ -198,8 +238,12 @@ class Trainer:
         """Every rank contributes its RNG (and, where replicas differ, its model): one file
         for collective strategies, one per worker otherwise (runtime/worker_checkpoint.py)."""
         t0 = time.perf_counter()
-        size = self.checkpoints.save(self.state.step, self.model, self.optimizer, dict(
-            config=self.spec.model_dump(mode="json"), **self.state.position()))
+        size = self.checkpoints.save(
+            self.state.step,
+            self.model,
+            self.optimizer,
+            dict(config=self.spec.model_dump(mode="json"), **self.state.position()),
+        )
         if size is not None:
             self.metrics["alchemist_checkpoint_size_bytes"].set(size)
         self.metrics["alchemist_checkpoint_seconds"].observe(time.perf_counter() - t0)
@@ -211,17 +255,27 @@ class Trainer:
         rate = self.step_metrics.samples / elapsed if elapsed > 0 else 0.0
         s, lr = self.state, self.optimizer.param_groups[0]["lr"]
         progress = dict(
-            step=s.step, total_steps=self.total_steps, epoch=s.epoch,
-            epochs=self.total_steps / self.steps_per_epoch, loss=self.loss_value, lr=lr,
-            samples_per_s=rate * self.world, restarts=self.place.restarts, time=time.time(),
-            final=final)
+            step=s.step,
+            total_steps=self.total_steps,
+            epoch=s.epoch,
+            epochs=self.total_steps / self.steps_per_epoch,
+            loss=self.loss_value,
+            lr=lr,
+            samples_per_s=rate * self.world,
+            restarts=self.place.restarts,
+            time=time.time(),
+            final=final,
+        )
         write_json_atomic(self.run.progress_file, progress)
         now = time.monotonic()
         if final or now - self._logged_at >= LOG_EVERY_S:
             self._logged_at = now
-            print(f"step {s.step}/{self.total_steps}  epoch {s.epoch}/"
-                  f"{progress['epochs']:.3g}  loss {self.loss_value:.4f}  lr {lr:.4g}  "
-                  f"{rate * self.world:,.0f} samples/s", flush=True)
+            print(
+                f"step {s.step}/{self.total_steps}  epoch {s.epoch}/"
+                f"{progress['epochs']:.3g}  loss {self.loss_value:.4f}  lr {lr:.4g}  "
+                f"{rate * self.world:,.0f} samples/s",
+                flush=True,
+            )
         if E.LOG_TO_CONSOLE.get():
             # On clusters the CLI reads progress from rank 0's pod log through the API
             # server: it works where NetworkPolicies keep the API server off the pods.
@@ -240,9 +294,16 @@ class Trainer:
             return
         with self.strategy.evaluation_model() as current:
             test = evaluate(current, self.task, self.device)
-        self.history.append(dict(epoch=s.epoch, step=s.step, accuracy=test.get("accuracy"),
-                                 loss=self.loss_value, wall_s=time.time() - self.t_start,
-                                 test=test))
+        self.history.append(
+            dict(
+                epoch=s.epoch,
+                step=s.step,
+                accuracy=test.get("accuracy"),
+                loss=self.loss_value,
+                wall_s=time.time() - self.t_start,
+                test=test,
+            )
+        )
         self._record_test(test, s.step)
         print(f"epoch {s.epoch} done at step {s.step}: {_shown(test)}", flush=True)
 
@@ -278,9 +339,14 @@ class Trainer:
         elapsed = time.perf_counter() - self.t_loop
         rate = self.step_metrics.samples * self.world / elapsed if elapsed > 0 else 0.0
         comm, now = self.step_metrics.split.communication, time.time()
-        append_series(self.run.path, [
-            dict(step=s, loss=v, samples_per_s=rate, communication_s=comm, metrics={}, time=now)
-            for s, v in zip(steps, losses) if math.isfinite(v)])
+        append_series(
+            self.run.path,
+            [
+                dict(step=s, loss=v, samples_per_s=rate, communication_s=comm, metrics={}, time=now)
+                for s, v in zip(steps, losses)
+                if math.isfinite(v)
+            ],
+        )
 
     # --- the loop ---------------------------------------------------------------------------
 
@@ -312,9 +378,14 @@ class Trainer:
                     checkpoint = spec.checkpoint.every_steps and s.step % spec.checkpoint.every_steps == 0
                     read = bool(due or checkpoint or s.step == self.total_steps)
                     self.step_metrics.record(
-                        step_s=self.t_last_step - t0, data_s=self._data_s, samples=self._samples,
-                        lr=self.ctx.lr, comm=self.ctx.comm, read=read,
-                        epoch=s.epoch + s.batch_in_epoch / self.batches.per_epoch)
+                        step_s=self.t_last_step - t0,
+                        data_s=self._data_s,
+                        samples=self._samples,
+                        lr=self.ctx.lr,
+                        comm=self.ctx.comm,
+                        read=read,
+                        epoch=s.epoch + s.batch_in_epoch / self.batches.per_epoch,
+                    )
                     self.watchdog.beat(s.step)
                     self.faults.after_step(s.step)
                     if read:
@@ -354,34 +425,61 @@ class Trainer:
         # Every rank records its final parameters' digest next to its metrics endpoint, and
         # this attempt's own pace (up to its last step: finish() may wait for the others).
         wf = self.run.worker_file(self.rank)
-        write_json_atomic(wf, dict(read_json(wf) or self.worker_record,
-                                   final_param_sha256=param_digest(self.model),
-                                   train_steps=s.step - self.first_step,
-                                   train_s=self.t_last_step - self.t_loop,
-                                   train_started=self.train_started, epoch_ends=self.epoch_ends,
-                                   finished=time.time(), final_metrics=self.metrics.totals()))
+        write_json_atomic(
+            wf,
+            dict(
+                read_json(wf) or self.worker_record,
+                final_param_sha256=param_digest(self.model),
+                train_steps=s.step - self.first_step,
+                train_s=self.t_last_step - self.t_loop,
+                train_started=self.train_started,
+                epoch_ends=self.epoch_ends,
+                finished=time.time(),
+                final_metrics=self.metrics.totals(),
+            ),
+        )
         split, comm = self.step_metrics.split, self.ctx.comm
         samples = self.step_metrics.samples
         result = dict(
-            run=self.run.run_id, steps=s.step, epochs=s.step / self.steps_per_epoch,
-            final_loss=self.loss_value, test_loss=test_loss, test_accuracy=test_acc,
+            run=self.run.run_id,
+            steps=s.step,
+            epochs=s.step / self.steps_per_epoch,
+            final_loss=self.loss_value,
+            test_loss=test_loss,
+            test_accuracy=test_acc,
             test_metrics=test,
-            world_size=self.world, global_batch=self.global_batch,
-            wall_s=time.time() - self.t_start, train_s=elapsed,
+            world_size=self.world,
+            global_batch=self.global_batch,
+            wall_s=time.time() - self.t_start,
+            train_s=elapsed,
             samples_per_s=samples * self.world / elapsed if elapsed else 0.0,
             steps_per_s=(s.step - (s.resumed_from or 0)) / elapsed if elapsed else 0.0,
-            restarts=self.place.restarts, resumed_from_step=s.resumed_from,
-            time_split_s=dict(compute=split.compute, communication=split.communication,
-                              data=split.data, communication_overlapped=split.overlapped),
+            restarts=self.place.restarts,
+            resumed_from_step=s.resumed_from,
+            time_split_s=dict(
+                compute=split.compute,
+                communication=split.communication,
+                data=split.data,
+                communication_overlapped=split.overlapped,
+            ),
             # seconds: what the steps waited for; overlapped_seconds: in flight behind compute
-            communication=dict(sent_bytes=comm.sent_bytes, received_bytes=comm.received_bytes,
-                               rounds=comm.rounds, seconds=comm.seconds,
-                               overlapped_seconds=comm.overlapped_seconds),
-            history=self.history, algorithm=spec.algorithm.name, curve_snapshot_s=self.snapshot_s)
+            communication=dict(
+                sent_bytes=comm.sent_bytes,
+                received_bytes=comm.received_bytes,
+                rounds=comm.rounds,
+                seconds=comm.seconds,
+                overlapped_seconds=comm.overlapped_seconds,
+            ),
+            history=self.history,
+            algorithm=spec.algorithm.name,
+            curve_snapshot_s=self.snapshot_s,
+        )
         if self.rank == 0:
             self.publish(final=True)
-            print(f"finished at step {s.step}: {_shown(test)}, "
-                  f"{result['samples_per_s']:,.0f} samples/s", flush=True)
+            print(
+                f"finished at step {s.step}: {_shown(test)}, {result['samples_per_s']:,.0f} samples/s",
+                flush=True,
+            )
             self._hparams(test)
             write_json_atomic(self.run.result_file, result)
         return result
@@ -389,12 +487,22 @@ class Trainer:
     def _hparams(self, test: dict[str, float]) -> None:
         h = self.spec.hyper
         self.writer.add_hparams(
-            dict(algorithm=self.spec.algorithm.name, world_size=self.world,
-                 batch_size=h.batch_size, global_batch=self.global_batch, lr=h.lr,
-                 optimizer=h.optimizer, lr_scaling=h.lr_scaling, seed=h.seed),
-            {**{f"hparam/test_{k}": v for k, v in test.items() if k != "loss"},
-             "hparam/final_loss": self.loss_value},
-            run_name=".")
+            dict(
+                algorithm=self.spec.algorithm.name,
+                world_size=self.world,
+                batch_size=h.batch_size,
+                global_batch=self.global_batch,
+                lr=h.lr,
+                optimizer=h.optimizer,
+                lr_scaling=h.lr_scaling,
+                seed=h.seed,
+            ),
+            {
+                **{f"hparam/test_{k}": v for k, v in test.items() if k != "loss"},
+                "hparam/final_loss": self.loss_value,
+            },
+            run_name=".",
+        )
 
     def close(self) -> None:
         self.watchdog.stop()

@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 from collections import deque
-from typing import Callable
+from collections.abc import Callable
 
 from alchemist_jobs.runtime.liveness import WINDOW_S, Beat, Liveness, judge
 
@@ -42,10 +42,15 @@ def _exit_now(message: str) -> None:
 class StallWatchdog:
     """`beat(step)` after every optimizer step; `on_stall` runs once if none comes in time."""
 
-    def __init__(self, timeout_s: float | str | None, rank: int,
-                 on_stall: Callable[[str], None] = _exit_now,
-                 clock: Callable[[], float] = time.monotonic,
-                 liveness: Liveness | None = None, say: Callable[[str], None] = _say):
+    def __init__(
+        self,
+        timeout_s: float | str | None,
+        rank: int,
+        on_stall: Callable[[str], None] = _exit_now,
+        clock: Callable[[], float] = time.monotonic,
+        liveness: Liveness | None = None,
+        say: Callable[[str], None] = _say,
+    ):
         self.timeout_s, self.rank = timeout_s, rank
         self.on_stall, self.clock = on_stall, clock
         self.liveness, self.say = liveness, say
@@ -56,7 +61,7 @@ class StallWatchdog:
         self._thread: threading.Thread | None = None
 
     @classmethod
-    def from_spec(cls, spec, rank: int, liveness: Liveness | None = None) -> "StallWatchdog":
+    def from_spec(cls, spec, rank: int, liveness: Liveness | None = None) -> StallWatchdog:
         return cls(spec.checkpoint.stall_timeout_s, rank, liveness=liveness)
 
     def start(self) -> None:
@@ -65,8 +70,7 @@ class StallWatchdog:
         if self.liveness is not None:
             self.liveness.start()
         self.last_beat = self.clock()
-        self._thread = threading.Thread(target=self._watch, name="alchemist-stall-watchdog",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._watch, name="alchemist-stall-watchdog", daemon=True)
         self._thread.start()
 
     def beat(self, step: int) -> None:
@@ -85,17 +89,20 @@ class StallWatchdog:
         fixed = self.timeout_s != "auto"
         if self.step is None:
             limit = max(FIRST_STEP_S, float(self.timeout_s) if fixed else 0.0)
-            return limit, (f"the first step of an attempt gets {limit:g} s "
-                           f"(checkpoint.stall_timeout_s={self.timeout_s})")
+            return limit, (
+                f"the first step of an attempt gets {limit:g} s (checkpoint.stall_timeout_s={self.timeout_s})"
+            )
         if fixed:
             return float(self.timeout_s), f"checkpoint.stall_timeout_s={self.timeout_s:g}"
         if not self.intervals:  # one step so far: nothing measured yet
             return FIRST_STEP_S, "checkpoint.stall_timeout_s=auto, no step time measured yet"
         median = statistics.median(self.intervals)
         limit = max(AUTO_FLOOR_S, AUTO_FACTOR * median)
-        return limit, (f"steps took {median:.3g} s (median of the last {len(self.intervals)}), "
-                       f"so one was expected within {limit:.0f} s: checkpoint.stall_timeout_s="
-                       f"auto is {AUTO_FACTOR} x the step time, at least {AUTO_FLOOR_S:g} s")
+        return limit, (
+            f"steps took {median:.3g} s (median of the last {len(self.intervals)}), "
+            f"so one was expected within {limit:.0f} s: checkpoint.stall_timeout_s="
+            f"auto is {AUTO_FACTOR} x the step time, at least {AUTO_FLOOR_S:g} s"
+        )
 
     def _watch(self) -> None:
         poll = 1.0 if self.timeout_s == "auto" else min(1.0, float(self.timeout_s) / 4)
@@ -109,8 +116,7 @@ class StallWatchdog:
                 before = None
                 continue
             after = "before its first step" if self.step is None else f"after step {self.step}"
-            head = (f"alchemist: rank {self.rank} made no optimizer step for {idle:.0f} s "
-                    f"{after} ({why})")
+            head = f"alchemist: rank {self.rank} made no optimizer step for {idle:.0f} s {after} ({why})"
             if self.liveness is None:
                 return self._stalled(f"{head}: a worker is stopped or hung")
             if before is None or before[0] != beat_at:
@@ -126,22 +132,27 @@ class StallWatchdog:
                 names = f"ranks {names}" if len(v.stopped) > 1 else f"rank {names}"
                 return self._stalled(
                     f"{head}: {names} stopped (no heartbeat for {WINDOW_S:g} s: frozen, "
-                    f"or its process is gone)")
+                    f"or its process is gone)"
+                )
             if not v.working:
                 return self._stalled(
                     f"{head}: no rank is working (ranks {', '.join(map(str, v.idle))} are "
-                    f"alive but use no CPU: a deadlock, or a wait that never ends)")
+                    f"alive but use no CPU: a deadlock, or a wait that never ends)"
+                )
             hard = PATIENCE * limit
             busy = ", ".join(_working(b, share) for b, share in v.working)
             if idle >= hard:
                 return self._stalled(
                     f"{head}: {busy} still working, but the step has passed the hard limit "
-                    f"of {hard:.0f} s ({PATIENCE} x the limit)")
+                    f"of {hard:.0f} s ({PATIENCE} x the limit)"
+                )
             if waited_for != beat_at:
                 waited_for = beat_at
-                self.say(f"alchemist: rank {self.rank}: the step {after} has taken {idle:.0f} s, "
-                         f"over the limit of {limit:.0f} s, but {busy} still working: the run "
-                         f"is slow, not stopped; waiting for it, at most {hard:.0f} s in all")
+                self.say(
+                    f"alchemist: rank {self.rank}: the step {after} has taken {idle:.0f} s, "
+                    f"over the limit of {limit:.0f} s, but {busy} still working: the run "
+                    f"is slow, not stopped; waiting for it, at most {hard:.0f} s in all"
+                )
 
     def _stalled(self, cause: str) -> None:
         self.on_stall(f"{cause}; exiting so the group restarts from the newest checkpoint")

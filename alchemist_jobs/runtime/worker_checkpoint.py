@@ -27,8 +27,7 @@ Loaded = tuple[int, dict[str, Any], dict[str, Any]]  # (step, payload, this rank
 
 
 class WorkerCheckpoints:
-    def __init__(self, run: RunDir, keep: int, strategy: Strategy, rank: int, world: int,
-                 cuda: bool):
+    def __init__(self, run: RunDir, keep: int, strategy: Strategy, rank: int, world: int, cuda: bool):
         self.strategy, self.rank, self.world, self.cuda = strategy, rank, world, cuda
         prefix = "step" if strategy.collective_checkpoint else f"rank{rank}"
         self.checkpointer = Checkpointer(run.checkpoints, keep=keep, prefix=prefix)
@@ -51,8 +50,7 @@ class WorkerCheckpoints:
         strategy wraps the model: every rank of a collective strategy starts the same."""
         model.load_state_dict(loaded[1]["model"])
 
-    def restore_rest(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                     loaded: Loaded) -> None:
+    def restore_rest(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, loaded: Loaded) -> None:
         """Once the strategy is set up: this rank's own model where replicas differed, the
         optimizer, the strategy's state and the RNG."""
         _, payload, mine = loaded
@@ -63,21 +61,28 @@ class WorkerCheckpoints:
         if "rng" in mine:
             set_rng_state(mine["rng"], cuda=self.cuda)
 
-    def save(self, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-             fields: dict[str, Any]) -> int | None:
+    def save(
+        self, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer, fields: dict[str, Any]
+    ) -> int | None:
         """Every rank calls this at the same step (collective strategies); returns the bytes
         written by this rank, None where another rank writes."""
         strategy = self.strategy
         mine: dict[str, Any] = {"rng": rng_state(cuda=self.cuda)}
         if not strategy.replicas_identical:
             mine["model"], mine["optimizer"] = model.state_dict(), optimizer.state_dict()
-        ranks: Any = (gather_to_all(mine, self.world) if strategy.collective_checkpoint
-                      else {self.rank: mine})
+        ranks: Any = gather_to_all(mine, self.world) if strategy.collective_checkpoint else {self.rank: mine}
         if not self.writes:
             return None
-        _, size, _ = self.checkpointer.save(step, dict(
-            fields, model=model.state_dict(), optimizer=optimizer.state_dict(),
-            strategy=strategy.state_dict(), ranks=ranks))
+        _, size, _ = self.checkpointer.save(
+            step,
+            dict(
+                fields,
+                model=model.state_dict(),
+                optimizer=optimizer.state_dict(),
+                strategy=strategy.state_dict(),
+                ranks=ranks,
+            ),
+        )
         return size
 
 

@@ -3,9 +3,10 @@ page that is built on it, served from the package's own files."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from fastapi import FastAPI, Query, Request
 from fastapi.responses import FileResponse, JSONResponse, Response
@@ -19,20 +20,43 @@ from alchemist_jobs.ui.guard import Guard
 
 STATIC = Path(__file__).resolve().parent / "static"
 API = "/api/v1"
-SORT_KEYS = ("created", "ended", "name", "run_id", "stack", "state", "owner", "progress",
-             "loss", "samples_per_s", "accuracy", "restarts", "workers", "algorithm",
-             "duration_s", "reason")
+SORT_KEYS = (
+    "created",
+    "ended",
+    "name",
+    "run_id",
+    "stack",
+    "state",
+    "owner",
+    "progress",
+    "loss",
+    "samples_per_s",
+    "accuracy",
+    "restarts",
+    "workers",
+    "algorithm",
+    "duration_s",
+    "reason",
+)
 _ERRORS: dict[int | str, dict[str, Any]] = {
-    code: {"model": m.Problem, "description": text} for code, text in (
+    code: {"model": m.Problem, "description": text}
+    for code, text in (
         (400, "bad input: one line naming the field, the value and what is accepted"),
         (401, "missing or wrong token"),
         (404, "no such stack or run"),
-        (502, "the stack's cluster did not answer"))}
+        (502, "the stack's cluster did not answer"),
+    )
+}
 
 
-def create_app(backends: Backends, token: str | None, host: str, port: int,
-               on_started: Callable[[], None] | None = None,
-               login_token: str | None = None) -> FastAPI:
+def create_app(
+    backends: Backends,
+    token: str | None,
+    host: str,
+    port: int,
+    on_started: Callable[[], None] | None = None,
+    login_token: str | None = None,
+) -> FastAPI:
     """The app for `backends`; `token` is required on every API call unless it is None
     (only for a pod's loopback, --in-cluster), or the session cookie of a browser signed in
     with `login_token` (once: the one-time URL) or `token`. `on_started` is called once the
@@ -48,15 +72,20 @@ def create_app(backends: Backends, token: str | None, host: str, port: int,
         yield
         backends.shutdown()
 
-    app = FastAPI(title="Alchemist dashboard API", version="1", lifespan=lifespan,
-                  openapi_url=f"{API}/openapi.json", docs_url=None, redoc_url=None,
-                  description="Runs on every stack the dashboard serves: list, inspect, "
-                              "follow, cancel, submit. The page at / is built on it.")
+    app = FastAPI(
+        title="Alchemist dashboard API",
+        version="1",
+        lifespan=lifespan,
+        openapi_url=f"{API}/openapi.json",
+        docs_url=None,
+        redoc_url=None,
+        description="Runs on every stack the dashboard serves: list, inspect, "
+        "follow, cancel, submit. The page at / is built on it.",
+    )
     # A loopback bind answers its own names only (DNS rebinding), token or not.
     hosts = security.allowed_hosts(host) if security.is_loopback(host) else None
     sessions = security.Sessions(token, login_token, port) if token is not None else None
-    app.add_middleware(Guard, token=token, hosts=hosts, max_body=m.MAX_SPEC_BYTES + 4096,
-                       sessions=sessions)
+    app.add_middleware(Guard, token=token, hosts=hosts, max_body=m.MAX_SPEC_BYTES + 4096, sessions=sessions)
     _session_route(app, sessions)
     _routes(app, backends)
     _handlers(app)
@@ -76,18 +105,24 @@ def _session_route(app: FastAPI, sessions: security.Sessions | None) -> None:
         by the first browser) or the scripts' token, for an HttpOnly, SameSite=Strict session
         cookie that every tab of this browser then sends. Needs the change header."""
         if sessions is None:  # a pod's loopback: no token at all
-            return Response(m.SignedIn(session=False).model_dump_json(),
-                            media_type="application/json")
+            return Response(m.SignedIn(session=False).model_dump_json(), media_type="application/json")
         value = sessions.sign_in(body.token)
         if value is None:
-            return JSONResponse({"detail": "token: wrong, or the one-time URL's, which signs "
-                                           "in one browser once and is spent; accepted: the "
-                                           "token `alchemist ui` printed for scripts (or "
-                                           "restart it for a new URL)"}, status_code=401,
-                                headers={"www-authenticate": "Bearer"})
-        return Response(m.SignedIn(session=True).model_dump_json(),
-                        media_type="application/json",
-                        headers={"set-cookie": sessions.set_cookie(value)})
+            return JSONResponse(
+                {
+                    "detail": "token: wrong, or the one-time URL's, which signs "
+                    "in one browser once and is spent; accepted: the "
+                    "token `alchemist ui` printed for scripts (or "
+                    "restart it for a new URL)"
+                },
+                status_code=401,
+                headers={"www-authenticate": "Bearer"},
+            )
+        return Response(
+            m.SignedIn(session=True).model_dump_json(),
+            media_type="application/json",
+            headers={"set-cookie": sessions.set_cookie(value)},
+        )
 
 
 def _routes(app: FastAPI, b: Backends) -> None:
@@ -97,9 +132,14 @@ def _routes(app: FastAPI, b: Backends) -> None:
         return [s.facts for s in b.stacks.values()]
 
     @app.get(f"{API}/runs", response_model=m.RunList, responses=_ERRORS)
-    def runs(stack: list[str] = Query(default=[]), state: list[str] = Query(default=[]),
-             q: str = Query("", max_length=200), sort: str = "created", order: str = "desc",
-             limit: int = Query(500, ge=1, le=10000)) -> Response:
+    def runs(
+        stack: list[str] = Query(default=[]),
+        state: list[str] = Query(default=[]),
+        q: str = Query("", max_length=200),
+        sort: str = "created",
+        order: str = "desc",
+        limit: int = Query(500, ge=1, le=10000),
+    ) -> Response:
         """Runs on every stack (or those named), filtered, sorted; newest first by default."""
         if sort not in SORT_KEYS:
             raise UserError(f"sort {sort!r}: accepted: one of {', '.join(SORT_KEYS)}")
@@ -119,8 +159,11 @@ def _routes(app: FastAPI, b: Backends) -> None:
             out = [r for r in out if r.state in state]
         if q:
             needle = q.lower()
-            out = [r for r in out if needle in r.run_id or needle in r.name.lower()
-                   or needle in (r.owner or "").lower()]
+            out = [
+                r
+                for r in out
+                if needle in r.run_id or needle in r.name.lower() or needle in (r.owner or "").lower()
+            ]
         present = [r for r in out if getattr(r, sort) is not None]
         present.sort(key=lambda r: (getattr(r, sort), r.created or 0), reverse=order == "desc")
         out = present + [r for r in out if getattr(r, sort) is None]
@@ -189,10 +232,13 @@ def _handlers(app: FastAPI) -> None:
         # Only the type: a client library's message may quote a request and its credential.
         mod = type(e).__module__
         if mod.startswith(("alchemist_jobs.kubernetes", "kubernetes", "urllib3", "botocore")):
-            return JSONResponse({"detail": f"the cluster did not answer ({type(e).__name__}); "
-                                           "see the server log"}, status_code=502)
-        return JSONResponse({"detail": f"internal error ({type(e).__name__}); see the server "
-                                       "log"}, status_code=500)
+            return JSONResponse(
+                {"detail": f"the cluster did not answer ({type(e).__name__}); see the server log"},
+                status_code=502,
+            )
+        return JSONResponse(
+            {"detail": f"internal error ({type(e).__name__}); see the server log"}, status_code=500
+        )
 
     from fastapi.exceptions import RequestValidationError
 
@@ -201,8 +247,12 @@ def _handlers(app: FastAPI) -> None:
         err = e.errors()[0]
         where = ".".join(str(p) for p in err["loc"] if p != "body") or "body"
         value = err.get("input")
-        shown = repr(value) if isinstance(value, (str, int, float)) and len(repr(value)) < 60 \
+        shown = (
+            repr(value)
+            if isinstance(value, (str, int, float)) and len(repr(value)) < 60
             else type(value).__name__
-        return JSONResponse({"detail": f"{where}: {shown} is invalid; accepted: "
-                                       f"{err['msg'][0].lower() + err['msg'][1:]}"},
-                            status_code=400)
+        )
+        return JSONResponse(
+            {"detail": f"{where}: {shown} is invalid; accepted: {err['msg'][0].lower() + err['msg'][1:]}"},
+            status_code=400,
+        )

@@ -39,9 +39,11 @@ class UnknownStack(LookupError):
 def check_run_id(run_id: str) -> str:
     if not RUN_ID.fullmatch(run_id):
         shown = run_id if len(run_id) <= 80 else run_id[:80] + "..."
-        raise UserError(f"run id {shown!r}: not a run id; accepted: lower-case letters, digits "
-                        "and '-' (a run id such as digits-20260101-120000-ab12, or a unique "
-                        "prefix of one)")
+        raise UserError(
+            f"run id {shown!r}: not a run id; accepted: lower-case letters, digits "
+            "and '-' (a run id such as digits-20260101-120000-ab12, or a unique "
+            "prefix of one)"
+        )
     return run_id
 
 
@@ -72,16 +74,24 @@ class Stack:
 class Backends:
     """Every stack `alchemist ui` was given, by name."""
 
-    def __init__(self, stacks: list[str], home: Path | None = None,
-                 outputs: dict[str, Path] | None = None, spec_dir: Path | None = None,
-                 in_cluster: bool = False, local_links: m.Links | None = None):
+    def __init__(
+        self,
+        stacks: list[str],
+        home: Path | None = None,
+        outputs: dict[str, Path] | None = None,
+        spec_dir: Path | None = None,
+        in_cluster: bool = False,
+        local_links: m.Links | None = None,
+    ):
         from alchemist_jobs.stacks import cluster_scheduler, local_scheduler, resolve
 
         outputs = outputs or {}
         unknown = sorted(set(outputs) - set(stacks))
         if unknown:
-            raise UserError(f"--outputs {unknown[0]}=...: stack {unknown[0]!r} is not served; "
-                            f"accepted: one of --stack {', '.join(stacks)}")
+            raise UserError(
+                f"--outputs {unknown[0]}=...: stack {unknown[0]!r} is not served; "
+                f"accepted: one of --stack {', '.join(stacks)}"
+            )
         self.spec_dir = Path(spec_dir or Path.cwd()).resolve()
         self.stacks: dict[str, Stack] = {}
         for name in dict.fromkeys(stacks):  # in order, once each
@@ -89,8 +99,7 @@ class Backends:
                 if home:  # checked before it is resolved: a symlink loop is one line too
                     check_home(Path(home).expanduser())
                 root = Path(home).expanduser().resolve() if home else default_root()
-                self.stacks[name] = Stack(name, local_scheduler(root),
-                                         _local_facts(root, local_links), root)
+                self.stacks[name] = Stack(name, local_scheduler(root), _local_facts(root, local_links), root)
                 continue
             if in_cluster:
                 from alchemist_jobs.ui.incluster import in_cluster_output
@@ -98,8 +107,7 @@ class Backends:
                 out = in_cluster_output(name, outputs.get(name))
             else:  # one line and exit 2 if it is not a stack
                 out = resolve(name, outputs.get(name))
-            self.stacks[out.stack] = Stack(out.stack, cluster_scheduler(out),
-                                           _cluster_facts(out), None)
+            self.stacks[out.stack] = Stack(out.stack, cluster_scheduler(out), _cluster_facts(out), None)
         self.series = SeriesBook()
         self._ended: dict[str, m.RunSummary] = {}  # local runs that ended, by id
         self._live: dict[str, tuple[Any, threading.Thread]] = {}  # local runs started here
@@ -108,8 +116,9 @@ class Backends:
     def stack(self, name: str) -> Stack:
         s = self.stacks.get(name)
         if s is None:
-            raise UnknownStack(f"stack {name!r}: not served by this dashboard; accepted: "
-                           f"{', '.join(self.stacks)}")
+            raise UnknownStack(
+                f"stack {name!r}: not served by this dashboard; accepted: {', '.join(self.stacks)}"
+            )
         return s
 
     # -- runs --------------------------------------------------------------------------------
@@ -141,8 +150,7 @@ class Backends:
         # takes ended runs from the index of ended runs, beats one status read per run.
         listed = {}
         if sum(1 for name in names if name not in self._ended) > 32:
-            listed = {doc["run_id"]: doc for doc in
-                      decode_all(r.json_text for r in s.scheduler.list_json())}
+            listed = {doc["run_id"]: doc for doc in decode_all(r.json_text for r in s.scheduler.list_json())}
         out = []
         for name in names:
             summary = self._ended.get(name)
@@ -220,8 +228,13 @@ class Backends:
         st = s.scheduler.status(check_run_id(run_id))
         offset, chunk, total = (_local_log if s.is_local else _scheduler_log)(s, st, rank, offset)
         shown = chunk.decode(errors="ignore")  # a character cut at the end comes next time
-        return m.LogChunk(rank=rank, offset=offset, next_offset=offset + len(shown.encode()),
-                          text=shown, finished=st.finished and offset + len(chunk) >= total)
+        return m.LogChunk(
+            rank=rank,
+            offset=offset,
+            next_offset=offset + len(shown.encode()),
+            text=shown,
+            finished=st.finished and offset + len(chunk) >= total,
+        )
 
     def cancel(self, stack: str, run_id: str) -> m.RunSummary:
         s = self.stack(stack)
@@ -255,8 +268,9 @@ class Backends:
 
     def checked(self, body: m.SpecBody) -> m.Checked:
         s, spec, request = self.check(body)
-        return m.Checked(stack=s.name, name=spec.name, workers=spec.world_size,
-                         plan=_redact_plan(request.describe()))
+        return m.Checked(
+            stack=s.name, name=spec.name, workers=spec.world_size, plan=_redact_plan(request.describe())
+        )
 
     def submit(self, body: m.SpecBody) -> m.Submitted:
         s, _spec, request = self.check(body)
@@ -312,10 +326,14 @@ class Backends:
         mon = s.facts.monitoring
         return m.Links(
             tensorboard=f"{mon.tensorboard.rstrip('/')}/?regexInput={quote(run_id)}#scalars"
-            if mon.tensorboard else None,
+            if mon.tensorboard
+            else None,
             grafana=f"{mon.grafana.rstrip('/')}/d/alchemist-job-drilldown?"
-                    f"var-job={quote(name)}&var-run={quote(run_id)}" if mon.grafana else None,
-            prometheus=mon.prometheus)
+            f"var-job={quote(name)}&var-run={quote(run_id)}"
+            if mon.grafana
+            else None,
+            prometheus=mon.prometheus,
+        )
 
 
 # --- helpers -----------------------------------------------------------------------------------
@@ -337,15 +355,26 @@ def summary_of(doc: dict[str, Any], owner: str | None) -> m.RunSummary:
     step, total = _int(doc["step"]), _int(doc["total_steps"])
     metrics = {k: v for k, v in _metrics_of(doc).items() if _finite(v) is not None}
     return m.RunSummary(
-        stack=doc["stack"], run_id=doc["run_id"], name=doc["name"], state=doc["state"],
-        reason=doc["message"], owner=owner, workers=doc["workers"], restarts=doc["restarts"],
-        step=step, total_steps=total,
+        stack=doc["stack"],
+        run_id=doc["run_id"],
+        name=doc["name"],
+        state=doc["state"],
+        reason=doc["message"],
+        owner=owner,
+        workers=doc["workers"],
+        restarts=doc["restarts"],
+        step=step,
+        total_steps=total,
         progress=min(1.0, step / total) if step is not None and total else None,
         loss=_finite(res.get("final_loss", prog.get("loss"))),
         samples_per_s=_finite(res.get("samples_per_s", prog.get("samples_per_s"))),
         accuracy=_finite(res.get("test_accuracy", metrics.get("accuracy"))),
-        algorithm=doc.get("algorithm"), metrics=metrics, duration_s=_duration(doc),
-        created=_finite(doc["created"]), ended=_finite(doc["ended"]))
+        algorithm=doc.get("algorithm"),
+        metrics=metrics,
+        duration_s=_duration(doc),
+        created=_finite(doc["created"]),
+        ended=_finite(doc["ended"]),
+    )
 
 
 def _metrics_of(doc: dict[str, Any]) -> dict[str, Any]:
@@ -388,8 +417,12 @@ def _redact(spec: dict) -> dict:
 
 def _redact_plan(text: str) -> str:
     """The dry run's text with secret-looking environment values hidden."""
-    return re.sub(r"\b(\w*(?:TOKEN|SECRET|PASSW|KEY|CREDENTIAL|AUTH)\w*)=('[^']*'|\S+)",
-                  r"\1=***", text, flags=re.IGNORECASE)
+    return re.sub(
+        r"\b(\w*(?:TOKEN|SECRET|PASSW|KEY|CREDENTIAL|AUTH)\w*)=('[^']*'|\S+)",
+        r"\1=***",
+        text,
+        flags=re.IGNORECASE,
+    )
 
 
 def _owner(run_dir: str | None) -> str | None:
@@ -419,9 +452,16 @@ def _local_ranks(run: Any, st: Any) -> list[m.RankState]:
         if rec.get("role", "worker") != "worker":
             continue
         state = _process_state(rec, st)
-        out.append(m.RankState(rank=int(rec.get("rank", 0)), state=state,
-                               restarts=int(rec.get("restart", 0)), node=str(rec.get("node", "")),
-                               pid=rec.get("pid"), started=_finite(rec.get("started"))))
+        out.append(
+            m.RankState(
+                rank=int(rec.get("rank", 0)),
+                state=state,
+                restarts=int(rec.get("restart", 0)),
+                node=str(rec.get("node", "")),
+                pid=rec.get("pid"),
+                started=_finite(rec.get("started")),
+            )
+        )
     return out
 
 
@@ -433,11 +473,17 @@ def _local_servers(run: Any, st: Any) -> list[m.ServerState]:
         rec = read_json(path) or {}
         if rec.get("role") != "server" or _int(rec.get("shard")) is None:
             continue
-        out.append(m.ServerState(shard=_int(rec["shard"]), state=_process_state(rec, st),
-                                 restarts=_int(rec.get("restart")) or 0,
-                                 node=str(rec.get("node", "")), pid=_int(rec.get("pid")),
-                                 started=_finite(rec.get("started")),
-                                 updates=_int(rec.get("version"))))
+        out.append(
+            m.ServerState(
+                shard=_int(rec["shard"]),
+                state=_process_state(rec, st),
+                restarts=_int(rec.get("restart")) or 0,
+                node=str(rec.get("node", "")),
+                pid=_int(rec.get("pid")),
+                started=_finite(rec.get("started")),
+                updates=_int(rec.get("version")),
+            )
+        )
     return sorted(out, key=lambda x: x.shard)
 
 
@@ -469,7 +515,7 @@ def _scheduler_log(s: Stack, st: Any, rank: int, offset: int) -> tuple[int, byte
         data = b""
     if offset > len(data):
         offset = 0
-    return offset, data[offset:offset + LOG_CHUNK_BYTES], len(data)
+    return offset, data[offset : offset + LOG_CHUNK_BYTES], len(data)
 
 
 def _cluster_ranks(st: Any) -> list[m.RankState]:
@@ -482,15 +528,20 @@ def _cluster_ranks(st: Any) -> list[m.RankState]:
     out = []
     for rank in range(min(st.workers, nodes * per)):
         pod = pods.get(rank_pod_index(rank, nodes, per))
-        out.append(m.RankState(rank=rank, state=st.state if pod else "pending",
-                               node=str(pod or ""), restarts=st.restarts))
+        out.append(
+            m.RankState(
+                rank=rank, state=st.state if pod else "pending", node=str(pod or ""), restarts=st.restarts
+            )
+        )
     return out
 
 
 # Checkpoint files as runtime/checkpoint.py names them: `step` (a collective strategy's, one
 # for every rank), `rank<N>` (an async worker's own), `server<K>` (a parameter-server shard's).
-_CHECKPOINT = re.compile(r"(?P<prefix>step|rank(?P<rank>\d+)|server(?P<server>\d+))-"
-                         r"(?P<step>\d+)\.pt")
+_CHECKPOINT = re.compile(
+    r"(?P<prefix>step|rank(?P<rank>\d+)|server(?P<server>\d+))-"
+    r"(?P<step>\d+)\.pt"
+)
 
 
 def _checkpoints(folder: Path) -> list[m.Checkpoint]:
@@ -507,17 +558,29 @@ def _checkpoints(folder: Path) -> list[m.Checkpoint]:
             info = (folder / name).stat()
         except OSError:  # removed by the rotation between listing and stat
             continue
-        holder = f"rank {found['rank']}" if found["rank"] is not None else \
-            f"server {found['server']}" if found["server"] is not None else "every rank"
-        out.append(m.Checkpoint(name=name, step=int(found["step"]), holder=holder,
-                                bytes=info.st_size, modified=info.st_mtime))
+        holder = (
+            f"rank {found['rank']}"
+            if found["rank"] is not None
+            else f"server {found['server']}"
+            if found["server"] is not None
+            else "every rank"
+        )
+        out.append(
+            m.Checkpoint(
+                name=name, step=int(found["step"]), holder=holder, bytes=info.st_size, modified=info.st_mtime
+            )
+        )
     return sorted(out, key=lambda c: (c.step or 0, c.name))
 
 
 def _local_facts(root: Path, links: m.Links | None) -> m.StackFacts:
-    return m.StackFacts(name=LOCAL, provider=LOCAL, gpus_per_node=_local_gpus(),
-                        shared_fs={"kind": "directory", "mount_path": str(root)},
-                        monitoring=links or m.Links())
+    return m.StackFacts(
+        name=LOCAL,
+        provider=LOCAL,
+        gpus_per_node=_local_gpus(),
+        shared_fs={"kind": "directory", "mount_path": str(root)},
+        monitoring=links or m.Links(),
+    )
 
 
 def _local_gpus() -> int:
@@ -531,15 +594,26 @@ def _cluster_facts(out: Any) -> m.StackFacts:
     """Only the named, non-secret fields of the output: never `kubeconfig`, never a token."""
     fs = out.shared_fs
     return m.StackFacts(
-        name=out.stack, provider=out.provider, namespace=out.namespace, queue=out.queue,
-        gpu_resource=out.gpu.resource, gpus_per_node=out.gpu.per_node,
+        name=out.stack,
+        provider=out.provider,
+        namespace=out.namespace,
+        queue=out.queue,
+        gpu_resource=out.gpu.resource,
+        gpus_per_node=out.gpu.per_node,
         efa_per_node=out.gpu.efa.per_node if out.gpu.efa else 0,
-        shared_fs={"kind": fs.kind, "mount_path": fs.mount_path, "pvc": fs.pvc,
-                   "uid": str(fs.uid), "gid": str(fs.gid)},
+        shared_fs={
+            "kind": fs.kind,
+            "mount_path": fs.mount_path,
+            "pvc": fs.pvc,
+            "uid": str(fs.uid),
+            "gid": str(fs.gid),
+        },
         images={"train": out.images.train, "interactive": out.images.interactive},
-        monitoring=m.Links(prometheus=out.monitoring.prometheus_url,
-                           grafana=out.monitoring.grafana_url,
-                           tensorboard=out.monitoring.tensorboard_url),
+        monitoring=m.Links(
+            prometheus=out.monitoring.prometheus_url,
+            grafana=out.monitoring.grafana_url,
+            tensorboard=out.monitoring.tensorboard_url,
+        ),
         eks_cluster=out.eks.cluster_name if out.eks else None,
-        region=out.eks.region if out.eks else None)
-
+        region=out.eks.region if out.eks else None,
+    )

@@ -5,7 +5,8 @@ headers."""
 from __future__ import annotations
 
 import json
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from alchemist_jobs.ui import security
 
@@ -19,9 +20,11 @@ SESSION_PATH = "/api/v1/session"
 OWN_PAGE = ("same-origin", "none")
 # The page runs only its own script and styles; it may not be framed by another site.
 HEADERS = [
-    (b"content-security-policy",
-     b"default-src 'self'; img-src 'self' data:; object-src 'none'; frame-ancestors 'none'; "
-     b"base-uri 'none'; form-action 'none'"),
+    (
+        b"content-security-policy",
+        b"default-src 'self'; img-src 'self' data:; object-src 'none'; frame-ancestors 'none'; "
+        b"base-uri 'none'; form-action 'none'",
+    ),
     (b"x-content-type-options", b"nosniff"),
     (b"x-frame-options", b"DENY"),
     (b"referrer-policy", b"no-referrer"),
@@ -33,8 +36,14 @@ class Guard:
     """ASGI middleware. `hosts` is the set of Host headers answered (None: any, beyond
     loopback); `token` None means no token (only a pod's loopback, --in-cluster)."""
 
-    def __init__(self, app: Callable, token: str | None, hosts: set[str] | None,
-                 max_body: int, sessions: security.Sessions | None = None):
+    def __init__(
+        self,
+        app: Callable,
+        token: str | None,
+        hosts: set[str] | None,
+        max_body: int,
+        sessions: security.Sessions | None = None,
+    ):
         self.app, self.token, self.hosts, self.max_body = app, token, hosts, max_body
         self.sessions = sessions
 
@@ -84,27 +93,34 @@ class Guard:
         return self.sessions.valid(self.sessions.cookie_value(headers.get("cookie")))
 
     def _too_large(self) -> str:
-        return f"request body: over {self.max_body} bytes; accepted: a job spec of at most " \
-               f"{self.max_body} bytes"
+        return (
+            f"request body: over {self.max_body} bytes; accepted: a job spec of at most {self.max_body} bytes"
+        )
 
     def _refusal(self, scope: dict, headers: dict[str, str]) -> tuple[int, str] | None:
         host = headers.get("host", "")
         if self.hosts is not None and security.host_name(host) not in self.hosts:
-            return 421, (f"Host {host[:100]!r}: this dashboard answers only "
-                         f"{', '.join(sorted(self.hosts))} (any port)")
+            return 421, (
+                f"Host {host[:100]!r}: this dashboard answers only {', '.join(sorted(self.hosts))} (any port)"
+            )
         if not scope["path"].startswith("/api/"):
             return None
         signing_in = scope["path"] == SESSION_PATH and scope["method"] == "POST"
         if not signing_in and not self._authenticated(headers):
-            return 401, ("Authorization: missing or wrong token; accepted: `Authorization: "
-                         "Bearer <token>` with the token `alchemist ui` printed at start, or "
-                         "the session of a browser its one-time URL signed in")
+            return 401, (
+                "Authorization: missing or wrong token; accepted: `Authorization: "
+                "Bearer <token>` with the token `alchemist ui` printed at start, or "
+                "the session of a browser its one-time URL signed in"
+            )
         if scope["method"] in STATE_CHANGING:
             if headers.get(security.CSRF_HEADER.lower()) != security.CSRF_VALUE:
-                return 403, (f"{security.CSRF_HEADER}: missing; accepted: the header "
-                             f"`{security.CSRF_HEADER}: {security.CSRF_VALUE}` on every change")
-            if not security.same_origin(headers.get("origin"), host) or \
-                    headers.get("sec-fetch-site", "same-origin") not in ("same-origin", "none"):
+                return 403, (
+                    f"{security.CSRF_HEADER}: missing; accepted: the header "
+                    f"`{security.CSRF_HEADER}: {security.CSRF_VALUE}` on every change"
+                )
+            if not security.same_origin(headers.get("origin"), host) or headers.get(
+                "sec-fetch-site", "same-origin"
+            ) not in ("same-origin", "none"):
                 return 403, "Origin: another site's page may not change anything here"
         length = headers.get("content-length")
         if length is not None and (not length.isdigit() or int(length) > self.max_body):
@@ -114,8 +130,10 @@ class Guard:
 
 async def _reply(send: Callable, status: int, detail: str) -> None:
     body = json.dumps({"detail": detail}).encode()
-    headers: list[Any] = [(b"content-type", b"application/json"),
-                          (b"content-length", str(len(body)).encode())]
+    headers: list[Any] = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+    ]
     if status == 401:
         headers.append((b"www-authenticate", b"Bearer"))
     await send({"type": "http.response.start", "status": status, "headers": headers + HEADERS})

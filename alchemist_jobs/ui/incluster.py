@@ -22,17 +22,27 @@ def in_cluster_kubeconfig(sa_dir: Path = SERVICE_ACCOUNT_DIR) -> str:
     host = os.environ.get("KUBERNETES_SERVICE_HOST")
     port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
     if not host or not (sa_dir / "token").is_file():
-        raise UserError("--in-cluster: no Kubernetes service account here (KUBERNETES_SERVICE_"
-                        f"HOST unset or {sa_dir}/token missing); accepted: run inside a pod, or "
-                        "drop --in-cluster and pass the stack's --outputs")
+        raise UserError(
+            "--in-cluster: no Kubernetes service account here (KUBERNETES_SERVICE_"
+            f"HOST unset or {sa_dir}/token missing); accepted: run inside a pod, or "
+            "drop --in-cluster and pass the stack's --outputs"
+        )
     server = f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"
-    return yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "in-cluster",
-        "clusters": [{"name": "in-cluster", "cluster": {
-            "server": server, "certificate-authority": str(sa_dir / "ca.crt")}}],
-        "users": [{"name": "sa", "user": {"tokenFile": str(sa_dir / "token")}}],
-        "contexts": [{"name": "in-cluster", "context": {"cluster": "in-cluster", "user": "sa"}}],
-    })
+    return yaml.safe_dump(
+        {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "current-context": "in-cluster",
+            "clusters": [
+                {
+                    "name": "in-cluster",
+                    "cluster": {"server": server, "certificate-authority": str(sa_dir / "ca.crt")},
+                }
+            ],
+            "users": [{"name": "sa", "user": {"tokenFile": str(sa_dir / "token")}}],
+            "contexts": [{"name": "in-cluster", "context": {"cluster": "in-cluster", "user": "sa"}}],
+        }
+    )
 
 
 def in_cluster_output(stack: str, path: Path | None) -> Any:
@@ -40,8 +50,10 @@ def in_cluster_output(stack: str, path: Path | None) -> Any:
     from alchemist_jobs.contract import StackOutput
 
     if path is None:
-        raise UserError(f"--in-cluster --stack {stack}: needs --outputs {stack}=FILE (the "
-                        "stack output without its kubeconfig)")
+        raise UserError(
+            f"--in-cluster --stack {stack}: needs --outputs {stack}=FILE (the "
+            "stack output without its kubeconfig)"
+        )
     try:
         data = json.loads(Path(path).read_text())
     except (OSError, ValueError) as e:

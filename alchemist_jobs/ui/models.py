@@ -21,13 +21,17 @@ class Problem(BaseModel):
 class SignIn(BaseModel):
     """A browser signing in (POST /api/v1/session)."""
 
-    token: str = Field(max_length=200, description="the one-time token of the URL `alchemist "
-                       "ui` printed (spent by the first browser), or the scripts' token")
+    token: str = Field(
+        max_length=200,
+        description="the one-time token of the URL `alchemist "
+        "ui` printed (spent by the first browser), or the scripts' token",
+    )
 
 
 class SignedIn(BaseModel):
-    session: bool = Field(description="a session cookie was set (false where the dashboard "
-                          "needs no token: a pod's loopback)")
+    session: bool = Field(
+        description="a session cookie was set (false where the dashboard needs no token: a pod's loopback)"
+    )
 
 
 class RunSummary(BaseModel):
@@ -36,8 +40,7 @@ class RunSummary(BaseModel):
     stack: str
     run_id: str
     name: str
-    state: str = Field(description="pending, running, restarting, succeeded, failed, "
-                                   "cancelled or lost")
+    state: str = Field(description="pending, running, restarting, succeeded, failed, cancelled or lost")
     reason: str = Field("", description="why it waits, restarts or failed; the backend's words")
     owner: str | None = Field(None, description="who started it, where the stack records it")
     workers: int = 0
@@ -50,8 +53,10 @@ class RunSummary(BaseModel):
     accuracy: float | None = None
     algorithm: str | None = Field(None, description="sync, async, bmuf or easgd")
     metrics: dict[str, float] = Field(
-        default_factory=dict, description="the run's metrics by name: what its script reported "
-        "last (report(accuracy=...)) and its final evaluation's")
+        default_factory=dict,
+        description="the run's metrics by name: what its script reported "
+        "last (report(accuracy=...)) and its final evaluation's",
+    )
     duration_s: float | None = Field(None, description="from creation to the end (or now)")
     created: float | None = Field(None, description="Unix time")
     ended: float | None = None
@@ -94,9 +99,12 @@ class ServerState(BaseModel):
 class Checkpoint(BaseModel):
     name: str
     step: int | None = None
-    holder: str = Field("every rank", description="whose state: `every rank` (one file of a "
-                        "collective strategy), `rank N` (an async worker's own), `server K` "
-                        "(a parameter-server shard's)")
+    holder: str = Field(
+        "every rank",
+        description="whose state: `every rank` (one file of a "
+        "collective strategy), `rank N` (an async worker's own), `server K` "
+        "(a parameter-server shard's)",
+    )
     bytes: int
     modified: float
 
@@ -112,18 +120,23 @@ class Links(BaseModel):
 class RunDetail(RunSummary):
     spec: dict[str, Any] = Field(default_factory=dict, description="the resolved job spec")
     ranks: list[RankState] = []
-    servers: list[ServerState] = Field(default_factory=list,
-                                       description="parameter-server shards (async runs)")
+    servers: list[ServerState] = Field(
+        default_factory=list, description="parameter-server shards (async runs)"
+    )
     checkpoints: list[Checkpoint] = []
     links: Links = Field(default_factory=Links)
     result: dict[str, Any] | None = Field(None, description="rank 0's summary at the end")
-    failed_rank: int | None = Field(None, description="the rank whose failure ended the run "
-                                    "(local runs): the page opens its log")
-    failure_lines: list[str] = Field(default_factory=list,
-                                     description="its last lines and torchrun's root cause")
+    failed_rank: int | None = Field(
+        None, description="the rank whose failure ended the run (local runs): the page opens its log"
+    )
+    failure_lines: list[str] = Field(
+        default_factory=list, description="its last lines and torchrun's root cause"
+    )
     requirements: dict[str, Any] | None = Field(
-        None, description="the job's own packages (`requirements:`): the resolved lock's sha256, "
-        "its packages and its text, as the run recorded them")
+        None,
+        description="the job's own packages (`requirements:`): the resolved lock's sha256, "
+        "its packages and its text, as the run recorded them",
+    )
 
 
 class RunMetrics(BaseModel):
@@ -134,10 +147,12 @@ class RunMetrics(BaseModel):
     loss: list[Point] = []
     accuracy: list[Point] = []
     throughput: list[Point] = Field(default_factory=list, description="samples/s")
-    communication: list[Point] = Field(default_factory=list,
-                                       description="rank 0's seconds spent communicating")
+    communication: list[Point] = Field(
+        default_factory=list, description="rank 0's seconds spent communicating"
+    )
     metrics: dict[str, list[Point]] = Field(
-        default_factory=dict, description="each metric a script reported, by name")
+        default_factory=dict, description="each metric a script reported, by name"
+    )
 
 
 class LogChunk(BaseModel):
@@ -155,8 +170,9 @@ class SpecBody(BaseModel):
 
     stack: str = "local"
     spec: str = Field(max_length=MAX_SPEC_BYTES, description="the YAML text of a job spec")
-    filename: str | None = Field(None, max_length=200,
-                                 description="the uploaded file's name, for error messages")
+    filename: str | None = Field(
+        None, max_length=200, description="the uploaded file's name, for error messages"
+    )
 
 
 class Checked(BaseModel):
@@ -183,8 +199,9 @@ class StackFacts(BaseModel):
     gpu_resource: str | None = None
     gpus_per_node: int = 0
     efa_per_node: int = 0
-    shared_fs: dict[str, str] = Field(default_factory=dict,
-                                      description="kind, mount path, PVC (or local directory)")
+    shared_fs: dict[str, str] = Field(
+        default_factory=dict, description="kind, mount path, PVC (or local directory)"
+    )
     images: dict[str, str] = {}
     monitoring: Links = Field(default_factory=Links)
     eks_cluster: str | None = None

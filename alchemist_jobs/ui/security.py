@@ -38,7 +38,7 @@ def token_ok(expected: str | None, authorization: str | None) -> bool:
         return True
     if not authorization or not authorization.startswith("Bearer "):
         return False
-    return hmac.compare_digest(authorization[len("Bearer "):].encode(), expected.encode())
+    return hmac.compare_digest(authorization[len("Bearer ") :].encode(), expected.encode())
 
 
 class Sessions:
@@ -109,10 +109,10 @@ def host_name(header: str) -> str:
     `localhost`); anything not of the form NAME or NAME:PORT comes back whole."""
     if header.startswith("["):
         end = header.find("]")
-        rest = header[end + 1:]
+        rest = header[end + 1 :]
         if end < 0 or rest and not (rest.startswith(":") and rest[1:].isdigit()):
             return header
-        return header[:end + 1]
+        return header[: end + 1]
     name, sep, port = header.rpartition(":")
     return name if sep and port.isdigit() else header
 

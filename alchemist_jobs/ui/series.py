@@ -17,19 +17,24 @@ from alchemist_jobs.rundir import read_json
 from alchemist_jobs.runtime.series_file import SERIES_FILE  # rank 0 of a run appends it
 
 # TensorBoard tags the trainer writes (alchemist_jobs/runtime/trainer.py) -> chart.
-TB_TAGS = {"train/loss": "loss", "train/samples_per_s": "throughput",
-           "test/accuracy": "accuracy"}
+TB_TAGS = {"train/loss": "loss", "train/samples_per_s": "throughput", "test/accuracy": "accuracy"}
 # Sample fields -> chart.
-SAMPLE_FIELDS = {"loss": "loss", "samples_per_s": "throughput", "accuracy": "accuracy",
-                 "communication_s": "communication"}
+SAMPLE_FIELDS = {
+    "loss": "loss",
+    "samples_per_s": "throughput",
+    "accuracy": "accuracy",
+    "communication_s": "communication",
+}
 CHARTS = ("loss", "accuracy", "throughput", "communication")
 MAX_POINTS = 2000  # per chart; older points are thinned, never the newest
 MAX_RUNS = 64  # runs whose series are kept in memory
 # series.jsonl fields -> chart.
-SERIES_FIELDS = {"loss": "loss", "samples_per_s": "throughput",
-                 "communication_s": "communication"}
-_METRIC = re.compile(r'^(alchemist_communication_seconds_total|alchemist_test_accuracy_ratio)'
-                     r'\{([^}]*)\}\s+(\S+)', re.M)
+SERIES_FIELDS = {"loss": "loss", "samples_per_s": "throughput", "communication_s": "communication"}
+_METRIC = re.compile(
+    r"^(alchemist_communication_seconds_total|alchemist_test_accuracy_ratio)"
+    r"\{([^}]*)\}\s+(\S+)",
+    re.M,
+)
 
 
 def metrics_url(run_dir: Path, worker: str = "rank-0") -> str | None:
@@ -88,16 +93,20 @@ def read_tensorboard(folder: Path) -> dict[str, dict[float, float]]:
                     chart = TB_TAGS.get(v.tag)
                     if chart is None:
                         continue
-                    value = v.simple_value if v.HasField("simple_value") else \
-                        float(tensor_util.make_ndarray(v.tensor))
+                    value = (
+                        v.simple_value
+                        if v.HasField("simple_value")
+                        else float(tensor_util.make_ndarray(v.tensor))
+                    )
                     out[chart][float(event.step)] = float(value)
         except Exception:  # a file being written ends mid-record: keep what was read
             continue
     return out
 
 
-def read_series(path: Path, offset: int, charts: dict[str, dict[float, float]],
-                metrics: dict[str, dict[float, float]]) -> int:
+def read_series(
+    path: Path, offset: int, charts: dict[str, dict[float, float]], metrics: dict[str, dict[float, float]]
+) -> int:
     """Add the points of series.jsonl from `offset` on (whole lines only) to `charts` and
     `metrics`; the offset to read from next time. A later line for a step wins (a restarted
     attempt steps again)."""
@@ -136,8 +145,9 @@ class SeriesBook:
         self._offsets: dict[str, int] = {}  # how far each run's series.jsonl was read
         self._lock = threading.Lock()
 
-    def update(self, key: str, tb_dir: Path | None, sample: dict[str, Any] | None,
-               final: bool) -> dict[str, Any]:
+    def update(
+        self, key: str, tb_dir: Path | None, sample: dict[str, Any] | None, final: bool
+    ) -> dict[str, Any]:
         """{chart: points} for CHARTS, and "metrics": {name: points} (a script's reports).
         A local run's series.jsonl lies beside its `tb_dir`."""
         with self._lock:
@@ -178,8 +188,7 @@ class SeriesBook:
                 self._metrics.pop(old, None)
                 self._offsets.pop(old, None)
         out: dict[str, Any] = {chart: _thin(sorted(book[chart].items())) for chart in CHARTS}
-        out["metrics"] = {name: _thin(sorted(points.items()))
-                          for name, points in sorted(metrics.items())}
+        out["metrics"] = {name: _thin(sorted(points.items())) for name, points in sorted(metrics.items())}
         return out
 
 

@@ -50,7 +50,9 @@ class Provider:
         config's S3-compatible endpoint, if any (infra/object_store_network.py store_egress)."""
         return None
 
-    def jobs_access(self, cfg: StackConfig, facts: ClusterFacts, platform: Any, on_cluster: Any) -> dict[str, Any]:
+    def jobs_access(
+        self, cfg: StackConfig, facts: ClusterFacts, platform: Any, on_cluster: Any
+    ) -> dict[str, Any]:
         """The stack output's fields jobs reach the cluster with (`kubeconfig` is made a secret):
         the default team's, and under `team_kubeconfigs` each team's own where it has one."""
         access: dict[str, Any] = {"kubeconfig": facts.kubeconfig}

@@ -43,7 +43,9 @@ class AwsProvider(Provider):
             vpc_cidr=cfg.aws.vpc_cidr, zones=list(cfg.aws.availability_zones)))  # fmt: skip
         return vpc_endpoint_egress(cfg.aws.vpc_cidr)
 
-    def jobs_access(self, cfg: StackConfig, facts: ClusterFacts, platform: Any, on_cluster: Any) -> dict[str, Any]:
+    def jobs_access(
+        self, cfg: StackConfig, facts: ClusterFacts, platform: Any, on_cluster: Any
+    ) -> dict[str, Any]:
         """The EKS cluster's name and address: jobs sign their own token with boto3."""
         return {"eks": _cloud(facts).eks.output()}
 

@@ -21,7 +21,9 @@ class ExistingProvider(Provider):
 
         return ExistingCluster("cluster", ExistingClusterArgs(stack=stack, cfg=cfg)).facts
 
-    def jobs_access(self, cfg: StackConfig, facts: ClusterFacts, platform: Any, on_cluster: Any) -> dict[str, Any]:
+    def jobs_access(
+        self, cfg: StackConfig, facts: ClusterFacts, platform: Any, on_cluster: Any
+    ) -> dict[str, Any]:
         """Each team's own ServiceAccount token, never the deployer's kubeconfig."""
         import pulumi
 

@@ -11,7 +11,10 @@ from pathlib import Path
 from tests.conftest import REPO
 
 PACKAGES = ("alchemist_jobs", "infra")
-MAX_FUNCTION_LINES = 80
+# A function's size in statements (the lines where one begins), not physical lines: the
+# formatter (ruff format) breaks one call over many lines, which makes a function no longer.
+# 60 statements is about the 80 hand-wrapped lines this limit was first set at.
+MAX_FUNCTION_STATEMENTS = 60
 
 
 def modules() -> dict[str, Path]:
@@ -118,18 +121,23 @@ def test_the_cycle_check_finds_a_cycle(tmp_path):
         globals()["REPO"] = old
 
 
+def statement_lines(node: ast.AST) -> int:
+    """How many lines of `node` begin a statement (its own `def` line included)."""
+    return len({s.lineno for s in ast.walk(node) if isinstance(s, ast.stmt)})
+
+
 def long_functions() -> list[str]:
     out = []
     for path in modules().values():
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                n = node.end_lineno - node.lineno + 1
-                if n > MAX_FUNCTION_LINES:
-                    out.append(f"{path.relative_to(REPO)}:{node.lineno} {node.name} ({n} lines)")
+                n = statement_lines(node)
+                if n > MAX_FUNCTION_STATEMENTS:
+                    out.append(f"{path.relative_to(REPO)}:{node.lineno} {node.name} ({n} statements)")
     return sorted(out)
 
 
-def test_no_function_longer_than_80_lines():
+def test_no_function_longer_than_60_statements():
     assert long_functions() == [], "\n".join(long_functions())
 
 
@@ -138,17 +146,18 @@ def test_the_function_length_check_sees_long_functions(tmp_path):
     pkg = tmp_path / "alchemist_jobs"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
-    body = "".join(f"    x{i} = {i}\n" for i in range(MAX_FUNCTION_LINES))
+    body = "".join(f"    x{i} = {i}\n" for i in range(MAX_FUNCTION_STATEMENTS))
     (pkg / "long.py").write_text(f"def long():\n{body}")
+    # one statement broken over many lines, as the formatter writes a long call, is one
+    (pkg / "wrapped.py").write_text("def wrapped():\n    f(\n" + "        1,\n" * 200 + "    )\n")
     (tmp_path / "infra").mkdir()
     globals()["REPO"], old = tmp_path, REPO
     try:
-        assert long_functions() == [f"alchemist_jobs/long.py:1 long ({MAX_FUNCTION_LINES + 1} lines)"]
+        assert long_functions() == [f"alchemist_jobs/long.py:1 long ({MAX_FUNCTION_STATEMENTS + 1} statements)"]
     finally:
         globals()["REPO"] = old
-    src = "def f():\n" + "    x = 1\n" * (MAX_FUNCTION_LINES + 1)
-    node = ast.parse(src).body[0]
-    assert node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES
+    src = "def f():\n" + "    x = 1\n" * (MAX_FUNCTION_STATEMENTS + 1)
+    assert statement_lines(ast.parse(src).body[0]) > MAX_FUNCTION_STATEMENTS
 
 
 def test_the_dashboards_default_port_is_no_other_training_tools_default():

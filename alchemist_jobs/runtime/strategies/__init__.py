@@ -13,6 +13,6 @@ if TYPE_CHECKING:
     from alchemist_jobs.runtime.strategies.base import Strategy, WorkerContext
 
 
-def build_strategy(ctx: "WorkerContext") -> "Strategy":
+def build_strategy(ctx: WorkerContext) -> Strategy:
     module, _, attr = ctx.spec.algorithm.strategy.partition(":")
     return getattr(importlib.import_module(module), attr)(ctx)

@@ -21,7 +21,8 @@ from __future__ import annotations
 import contextlib
 import socket
 import time
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import torch
 
@@ -38,15 +39,17 @@ class PSClient:
     """One persistent connection per shard. A broken connection (a server restarting from
     its checkpoint) is re-established and the request sent again."""
 
-    def __init__(self, ctx: WorkerContext, names: list[list[str]],
-                 model: "list[list[torch.Tensor]] | None" = None):
+    def __init__(
+        self, ctx: WorkerContext, names: list[list[str]], model: list[list[torch.Tensor]] | None = None
+    ):
         self.ctx = ctx
         # Rank 0's hello gives each shard its model (the servers never build one).
         self.model = model if ctx.rank == 0 else None
         self.addrs = ps_wire.parse_addrs(E.PS_ADDRS.get(default=""))
         if len(self.addrs) != len(names):
-            raise ValueError(f"{E.PS_ADDRS.name} names {len(self.addrs)} servers; the job has "
-                             f"{len(names)} shards")
+            raise ValueError(
+                f"{E.PS_ADDRS.name} names {len(self.addrs)} servers; the job has {len(names)} shards"
+            )
         self.names = names
         self.secret = ps_wire.run_secret(ctx.extra["run"].path)
         self.socks: list[socket.socket | None] = [None] * len(self.addrs)
@@ -58,8 +61,7 @@ class PSClient:
             sock = ps_wire.connect(*self.addrs[k], deadline=deadline)
             try:
                 shook = ps_wire.client_handshake(sock, self.secret)
-                hello: dict[str, Any] = {"op": "hello", "rank": self.ctx.rank,
-                                         "names": self.names[k]}
+                hello: dict[str, Any] = {"op": "hello", "rank": self.ctx.rank, "names": self.names[k]}
                 body = b""
                 if self.model is not None:
                     hello["shapes"] = [list(p.shape) for p in self.model[k]]
@@ -87,8 +89,12 @@ class PSClient:
         for k in range(len(self.addrs)):
             self._open(k)
 
-    def exchange(self, headers: list[dict[str, Any]], payloads: list[torch.Tensor | None],
-                 staging: "HostStaging | None" = None) -> list[tuple[dict[str, Any], torch.Tensor]]:
+    def exchange(
+        self,
+        headers: list[dict[str, Any]],
+        payloads: list[torch.Tensor | None],
+        staging: HostStaging | None = None,
+    ) -> list[tuple[dict[str, Any], torch.Tensor]]:
         """Send one request to every shard, then collect every answer (shards work in
         parallel); retried on a fresh connection where one breaks. With `staging`, answers
         land in its (pinned) answer buffers."""
@@ -111,15 +117,15 @@ class PSClient:
                         continue
                     try:
                         h, buf, got = ps_wire.recv(
-                            self.socks[k], into=staging.landing(k) if staging else None)
+                            self.socks[k], into=staging.landing(k) if staging else None
+                        )
                     except (ConnectionError, OSError):
                         failed.append(k)
                         continue
                     comm.payload(0, got)
                     if "error" in h:
                         raise RuntimeError(f"parameter server {k}: {h['error']}")
-                    replies[k] = (h, staging.answer(k, buf) if staging
-                                  else ps_wire.from_bytes(buf))
+                    replies[k] = (h, staging.answer(k, buf) if staging else ps_wire.from_bytes(buf))
                 for k in failed:
                     self._drop(k)
                 if failed and time.monotonic() > deadline:
@@ -145,8 +151,7 @@ class HostStaging:
     On CPU nothing is staged. `pin` defaults to the device being a GPU (tests stage for the
     meta device in plain host memory: pinning needs CUDA)."""
 
-    def __init__(self, shards: list[list[torch.Tensor]], device: torch.device,
-                 pin: bool | None = None):
+    def __init__(self, shards: list[list[torch.Tensor]], device: torch.device, pin: bool | None = None):
         self.device = device
         self.staged = device.type != "cpu"
         self.cuda = device.type == "cuda"
@@ -201,8 +206,7 @@ class _PSStrategy(Strategy):
         layout = ps_wire.shard_layout([p.numel() for _, p in named], server_count(self.ctx.spec))
         self.shards = [[named[i][1] for i in idx] for idx in layout]
         self.staging = HostStaging(self.shards, self.ctx.device)
-        self.client = PSClient(self.ctx, [[named[i][0] for i in idx] for idx in layout],
-                               self.shards)
+        self.client = PSClient(self.ctx, [[named[i][0] for i in idx] for idx in layout], self.shards)
         self.client.connect()
         return model
 
@@ -210,14 +214,15 @@ class _PSStrategy(Strategy):
         return [dict(h, rank=self.ctx.rank, read=v) for v in self.client.versions]
 
     @torch.no_grad()
-    def _load(self, replies: list[tuple[dict[str, Any], torch.Tensor]], add: bool = False,
-              sign: float = 1.0) -> None:
+    def _load(
+        self, replies: list[tuple[dict[str, Any], torch.Tensor]], add: bool = False, sign: float = 1.0
+    ) -> None:
         """Copy (or, with add, add sign times) each shard's answer into the model."""
         for k, (h, vec) in enumerate(replies):
             vec = self.staging.to_device(vec, k)  # the answer arrives in host memory
             off = 0
             for p in self.shards[k]:
-                part = vec[off:off + p.numel()].view_as(p)
+                part = vec[off : off + p.numel()].view_as(p)
                 p.add_(part, alpha=sign) if add else p.copy_(part)
                 off += p.numel()
             self.client.versions[k] = int(h.get("version", self.client.versions[k]))
@@ -228,14 +233,16 @@ class _PSStrategy(Strategy):
             self.ctx.metrics["alchemist_staleness_steps"].observe(max(s))
 
     def _pull(self) -> None:
-        self._load(self.client.exchange(self._rank_header(op="pull"), [None] * len(self.shards),
-                                        self.staging))
+        self._load(
+            self.client.exchange(self._rank_header(op="pull"), [None] * len(self.shards), self.staging)
+        )
 
     def _done(self) -> None:
         """Tell the servers this worker finished; their answer (once every worker has
         finished) is the final model."""
-        self._load(self.client.exchange(self._rank_header(op="done"), [None] * len(self.shards),
-                                        self.staging))
+        self._load(
+            self.client.exchange(self._rank_header(op="done"), [None] * len(self.shards), self.staging)
+        )
 
     def close(self) -> None:
         client = getattr(self, "client", None)
@@ -253,11 +260,15 @@ class AsyncStrategy(_PSStrategy):
         return model
 
     def after_backward(self, step: int) -> None:
-        grads = self.staging.to_host([ps_wire.flat(
-            [p.grad if p.grad is not None else torch.zeros_like(p) for p in shard])
-            for shard in self.shards])
+        grads = self.staging.to_host(
+            [
+                ps_wire.flat([p.grad if p.grad is not None else torch.zeros_like(p) for p in shard])
+                for shard in self.shards
+            ]
+        )
         replies = self.client.exchange(
-            self._rank_header(op="push", clock=step + 1, lr=self.ctx.lr), grads, self.staging)
+            self._rank_header(op="push", clock=step + 1, lr=self.ctx.lr), grads, self.staging
+        )
         self.ctx.comm.rounds += 1
         self._load(replies)
         self._staleness(replies)
@@ -286,7 +297,8 @@ class AsyncEasgdStrategy(_PSStrategy):
             return
         xs = self.staging.to_host([ps_wire.flat(shard) for shard in self.shards])
         replies = self.client.exchange(
-            self._rank_header(op="elastic", clock=step, alpha=self.alpha), xs, self.staging)
+            self._rank_header(op="elastic", clock=step, alpha=self.alpha), xs, self.staging
+        )
         self.ctx.comm.rounds += 1
         self._load(replies, add=True, sign=-1.0)  # x_i ← x_i − α(x_i − x̃)
         self._staleness(replies)

@@ -4,7 +4,8 @@ starts from the same model, and evaluating a model vector in the local parameter
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import torch
 import torch.distributed as dist

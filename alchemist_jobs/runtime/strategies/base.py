@@ -22,8 +22,9 @@ step waited for communication, and apart from them the seconds it ran hidden beh
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any
 
 from alchemist_jobs.runtime.strategies.comm_stats import CommStats  # noqa: F401 (re-export)
 
@@ -38,12 +39,12 @@ if TYPE_CHECKING:
 class WorkerContext:
     """Everything a strategy may need about its process and its job."""
 
-    spec: "JobSpec"
+    spec: JobSpec
     rank: int
     world_size: int
     local_rank: int
-    device: "torch.device"
-    metrics: "WorkerMetrics"
+    device: torch.device
+    metrics: WorkerMetrics
     comm: CommStats = field(default_factory=CommStats)
     # The current step's learning rate, set by the loop: a strategy that applies updates
     # elsewhere (async: the parameter server) sends it along with the gradient.
@@ -65,14 +66,14 @@ class Strategy:
 
     def __init__(self, ctx: WorkerContext):
         self.ctx = ctx
-        self.model: "torch.nn.Module | None" = None
-        self.optimizer: "torch.optim.Optimizer | None" = None
+        self.model: torch.nn.Module | None = None
+        self.optimizer: torch.optim.Optimizer | None = None
 
-    def bind_optimizer(self, optimizer: "torch.optim.Optimizer") -> None:
+    def bind_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
         """The local optimizer, for strategies that reset its state (bmuf)."""
         self.optimizer = optimizer
 
-    def setup(self, model: "torch.nn.Module") -> "torch.nn.Module":
+    def setup(self, model: torch.nn.Module) -> torch.nn.Module:
         """Take the freshly built (and possibly checkpoint-restored) model; return the
         module the loop runs forward/backward on."""
         self.model = model
@@ -93,7 +94,7 @@ class Strategy:
         """Training is over: leave the model every rank should evaluate and save."""
 
     @contextlib.contextmanager
-    def evaluation_model(self) -> Iterator["torch.nn.Module"]:
+    def evaluation_model(self) -> Iterator[torch.nn.Module]:
         """The model to evaluate mid-run (learning curves): by default the local one."""
         yield self.model
 

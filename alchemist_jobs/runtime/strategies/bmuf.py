@@ -26,7 +26,8 @@ drops it.
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -43,8 +44,9 @@ def start_point(w: torch.Tensor, delta: torch.Tensor, eta: float, nesterov: bool
     return w + eta * delta if nesterov else w.clone()
 
 
-def block_update(w_prev: torch.Tensor, w_avg: torch.Tensor, delta: torch.Tensor, eta: float,
-                 zeta: float, nesterov: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def block_update(
+    w_prev: torch.Tensor, w_avg: torch.Tensor, delta: torch.Tensor, eta: float, zeta: float, nesterov: bool
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """One BMUF block update: (W_t, Δ_t, the point workers restart from), given W_{t-1},
     the workers' average W̄_t and Δ_{t-1}."""
     began = start_point(w_prev, delta, eta, nesterov)  # S_{t-1}
@@ -71,8 +73,7 @@ class BmufStrategy(Strategy):
         self.delta = torch.zeros_like(self.global_model)
         self.pending = 0  # local steps not yet in any exchange
         self.overlap = algo.overlap
-        self.exchange = Exchange(self.ctx.comm, self.ctx.world_size, self.ctx.device,
-                                 algo.exchange_dtype)
+        self.exchange = Exchange(self.ctx.comm, self.ctx.world_size, self.ctx.device, algo.exchange_dtype)
         self.sent: torch.Tensor | None = None  # the snapshot of the exchange in flight
         if self.active:
             check_same_start(self.global_model, self.ctx.comm, "bmuf")
@@ -117,7 +118,8 @@ class BmufStrategy(Strategy):
         """The block update from Σ_i (W_i − S_{t-1}); the point workers restart from."""
         avg = self._began() + diff_sum / self.ctx.world_size
         self.global_model, self.delta, start = block_update(
-            self.global_model, avg, self.delta, self.eta, self.zeta, self.nesterov)
+            self.global_model, avg, self.delta, self.eta, self.zeta, self.nesterov
+        )
         if self.reset_momentum and self.optimizer is not None:
             for state in self.optimizer.state.values():
                 state.pop("momentum_buffer", None)  # SGD and LARS start a fresh one
@@ -129,8 +131,7 @@ class BmufStrategy(Strategy):
         the global model W_t."""
         if self.active:
             if self.exchange.in_flight:
-                vector_to_parameters(self._land(parameters_to_vector(self.params).detach()),
-                                     self.params)
+                vector_to_parameters(self._land(parameters_to_vector(self.params).detach()), self.params)
             if self.pending:
                 self._block()
             vector_to_parameters(self.global_model.clone(), self.params)
@@ -167,9 +168,11 @@ def timed_exchange(algo: Any, params: list, optimizer: Any, world: int) -> Any:
         # the average, so the same division is by 1.
         avg = parameters_to_vector(params).detach().clone().div_(1.0)
         state["w"], state["delta"], start = block_update(
-            state["w"], avg, state["delta"], eta, algo.block_lr, algo.nesterov)
+            state["w"], avg, state["delta"], eta, algo.block_lr, algo.nesterov
+        )
         vector_to_parameters(start, params)
         if algo.reset_momentum:
             for st in optimizer.state.values():
                 st.pop("momentum_buffer", None)
+
     return exchange

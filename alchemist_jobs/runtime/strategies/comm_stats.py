@@ -24,8 +24,9 @@ from __future__ import annotations
 import contextlib
 import time
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import torch
@@ -96,7 +97,7 @@ class CommStats:
         return out
 
     @contextlib.contextmanager
-    def timed(self, device: "torch.device | None" = None) -> Iterator[None]:
+    def timed(self, device: torch.device | None = None) -> Iterator[None]:
         """Time a blocking exchange: host clock, or CUDA events where `device` is a GPU (the
         block enqueues work that its stream finishes later)."""
         if device is not None and device.type == "cuda":

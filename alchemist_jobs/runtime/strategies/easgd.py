@@ -25,18 +25,20 @@ checkpoint does not keep an exchange in flight: a resumed run drops it.
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
-from alchemist_jobs.runtime.strategies.base import Strategy, WorkerContext
 from alchemist_jobs.runtime.strategies.averaging import Exchange, check_same_start, swapped
+from alchemist_jobs.runtime.strategies.base import Strategy, WorkerContext
 
 
-def elastic_round(x: torch.Tensor, centre: torch.Tensor, diff_sum: torch.Tensor,
-                  alpha: float) -> tuple[torch.Tensor, torch.Tensor]:
+def elastic_round(
+    x: torch.Tensor, centre: torch.Tensor, diff_sum: torch.Tensor, alpha: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     """One synchronous EASGD exchange for one worker: (new x_i, new centre), given
     diff_sum = Σ_j (x_j − x̃) over all workers."""
     return x - alpha * (x - centre), centre + alpha * diff_sum
@@ -56,8 +58,7 @@ class EasgdStrategy(Strategy):
         self.active = self.ctx.world_size > 1 and dist.is_initialized()
         self.centre = parameters_to_vector(self.params).detach().clone()
         self.overlap = algo.overlap
-        self.exchange = Exchange(self.ctx.comm, self.ctx.world_size, self.ctx.device,
-                                 algo.exchange_dtype)
+        self.exchange = Exchange(self.ctx.comm, self.ctx.world_size, self.ctx.device, algo.exchange_dtype)
         self.sent: torch.Tensor | None = None  # this worker's difference in flight
         if self.active:
             check_same_start(self.centre, self.ctx.comm, "easgd")
@@ -132,4 +133,5 @@ def timed_exchange(algo: Any, params: list, optimizer: Any, world: int) -> Any:
         x = parameters_to_vector(params).detach()
         x_new, centre["c"] = elastic_round(x, centre["c"], x - centre["c"], algo.alpha)
         vector_to_parameters(x_new, params)
+
     return exchange

@@ -11,7 +11,8 @@ micro-batch of a step (`no_sync`).
 
 import contextlib
 import time
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -31,8 +32,7 @@ class SyncStrategy(Strategy):
 
         ids = [ctx.device.index] if ctx.device.type == "cuda" else None
         # Gradients as views into the all-reduce buckets: one copy less per step, less memory.
-        self.ddp = DDP(model, device_ids=ids, bucket_cap_mb=algo.bucket_mb,
-                       gradient_as_bucket_view=True)
+        self.ddp = DDP(model, device_ids=ids, bucket_cap_mb=algo.bucket_mb, gradient_as_bucket_view=True)
         self.ddp.register_comm_hook(self, _make_hook(algo, self))
         self._powersgd_state = None
         return self.ddp
@@ -138,9 +138,13 @@ def _powersgd_hook(algo: Any):
     def hook(strategy: "SyncStrategy", bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
         if "state" not in state_box:
             state_box["state"] = ps.PowerSGDState(
-                process_group=None, matrix_approximation_rank=algo.powersgd_rank,
-                start_powerSGD_iter=2, min_compression_rate=1.0, use_error_feedback=True,
-                warm_start=True)
+                process_group=None,
+                matrix_approximation_rank=algo.powersgd_rank,
+                start_powerSGD_iter=2,
+                min_compression_rate=1.0,
+                use_error_feedback=True,
+                warm_start=True,
+            )
         st = state_box["state"]
         t0 = _start_mark(bucket.buffer())
         compressed = st.iter >= st.start_powerSGD_iter
