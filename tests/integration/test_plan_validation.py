@@ -22,7 +22,7 @@ from tests import netns
 
 REPO = Path(__file__).resolve().parents[2]
 RATE = 50  # Mbit/s
-pytestmark = [pytest.mark.netns,
+pytestmark = [pytest.mark.netns, pytest.mark.quiet,
               pytest.mark.skipif(netns.unavailable() is not None,
                                  reason=f"network namespaces unavailable: {netns.unavailable()}")]
 
