@@ -20,7 +20,7 @@ from pydantic_core import PydanticCustomError
 
 from alchemist_jobs.data.source import parse_s3_uri, resolve_local_source
 from alchemist_jobs.errors import UserError, shown
-from alchemist_jobs.frameworks import unhonoured
+from alchemist_jobs.frameworks import FrameworkName, unhonoured
 from alchemist_jobs.input_files import load_yaml, read_text
 from alchemist_jobs.job_env import check_requirement
 from alchemist_jobs.secret_scan import value_looks_secret
@@ -92,7 +92,7 @@ class TaskSpec(_Node):
     script: str | None = Field(None, description="path of a torchrun-compatible script")
     module: str | None = Field(None, description="a module run as `python -m MODULE`")
     args: list[str] = Field(default_factory=list, description="arguments for script/module")
-    framework: Literal["torch", "tensorflow", "jax"] = Field(
+    framework: FrameworkName = Field(  # the registry's names (alchemist_jobs/frameworks.py)
         "torch",
         description="what a script/module trains with: torch (torchrun's variables), "
         "tensorflow (TF_CONFIG) or jax (JAX_COORDINATOR_ADDRESS...); docs/frameworks.md",

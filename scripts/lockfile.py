@@ -9,7 +9,7 @@ sections are computed from that one resolution, so they never disagree with each
   dev          everything else (cluster, infra, monitoring, ui, dev extras): CI and development
 
 `scripts/lock-sections runtime interactive` prints the named sections as a requirements file.
-Standard library and `packaging` only.
+Standard library, `packaging` and alchemist_jobs.frameworks only.
 """
 
 from __future__ import annotations
@@ -25,8 +25,10 @@ from importlib import metadata
 from pathlib import Path
 
 from packaging.requirements import Requirement
-from packaging.utils import canonicalize_name, parse_wheel_filename, parse_sdist_filename
+from packaging.utils import canonicalize_name, parse_sdist_filename, parse_wheel_filename
 from packaging.version import Version
+
+from alchemist_jobs.frameworks import EXTRAS
 
 PROJECT = "alchemist"
 NOT_LOCKED = {"alchemist", "pip"}  # the project and the installer; setuptools is a dependency of torch
@@ -78,8 +80,10 @@ def closure(roots: list[Requirement], installed: dict[str, metadata.Distribution
 
 
 # Optional training frameworks (task.framework): each a section of its own, added to runtime
-# by the training image's FRAMEWORKS build argument and by scripts/setup for the tests.
-FRAMEWORK_EXTRAS = ("tensorflow", "jax")
+# by the training image's FRAMEWORKS build argument and by scripts/setup for the tests. The
+# registry names them (alchemist, installed in the venv scripts/lock runs this in; the module
+# needs only the standard library).
+FRAMEWORK_EXTRAS = tuple(EXTRAS.values())
 
 
 def sections(installed: dict[str, metadata.Distribution]) -> dict[str, list[str]]:
@@ -93,24 +97,31 @@ def sections(installed: dict[str, metadata.Distribution]) -> dict[str, list[str]
     with_extra = lambda names: [Requirement(f"{PROJECT}[{','.join(names)}]")]  # noqa: E731
     runtime = closure(base, installed)
     interactive = closure(with_extra(["interactive"]), installed) - runtime
-    frameworks = [(fw, closure(with_extra([fw]), installed) - runtime)
-                  for fw in FRAMEWORK_EXTRAS if fw in extras]
+    frameworks = [
+        (fw, closure(with_extra([fw]), installed) - runtime) for fw in FRAMEWORK_EXTRAS if fw in extras
+    ]
     everything = closure(with_extra([e for e in extras if e not in FRAMEWORK_EXTRAS]), installed)
     dev = everything - runtime - interactive
     drop = {canonicalize_name(n) for n in NOT_LOCKED}
-    return {name: sorted(s - drop) for name, s in
-            (("runtime", runtime), ("interactive", interactive), *frameworks, ("dev", dev))}
+    return {
+        name: sorted(s - drop)
+        for name, s in (("runtime", runtime), ("interactive", interactive), *frameworks, ("dev", dev))
+    }
 
 
 def index_hashes(name: str, version: str, context: ssl.SSLContext) -> set[str]:
     """sha256 of every file of name==version on the index (PEP 691 JSON simple API)."""
-    req = urllib.request.Request(f"{INDEX}/{name}/",
-                                 headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+    req = urllib.request.Request(
+        f"{INDEX}/{name}/", headers={"Accept": "application/vnd.pypi.simple.v1+json"}
+    )
     with urllib.request.urlopen(req, timeout=120, context=context) as resp:
         files = json.load(resp)["files"]
     want = Version(version)
-    return {f["hashes"]["sha256"] for f in files
-            if "sha256" in f.get("hashes", {}) and file_version(name, f["filename"]) == want}
+    return {
+        f["hashes"]["sha256"]
+        for f in files
+        if "sha256" in f.get("hashes", {}) and file_version(name, f["filename"]) == want
+    }
 
 
 def file_version(name: str, filename: str) -> Version | None:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import ctypes
 import importlib
-import json
 import os
 import signal
 import socket
@@ -31,7 +30,7 @@ from datetime import timedelta
 
 from alchemist_jobs import environment as E
 from alchemist_jobs import store_bind
-from alchemist_jobs.frameworks import EXTRAS, MODULES, install_hint
+from alchemist_jobs.frameworks import get, install_hint
 
 SWAP_TIMEOUT_S = 600.0  # every worker of the group reaches the swap within torchrun's start-up
 _PREFIX = "alchemist/framework"
@@ -43,13 +42,14 @@ class FrameworkMissing(Exception):
 
 def require(framework: str) -> None:
     """Import the framework as the program will; a failure is one line naming the extra."""
+    fw = get(framework)
     try:
-        importlib.import_module(MODULES[framework])
+        importlib.import_module(fw.module)
     except ImportError as e:
         raise FrameworkMissing(
             f"task.framework is {framework}, but this worker's Python cannot import "
-            f"{MODULES[framework]} ({e.__class__.__name__}: {str(e).splitlines()[0][:120]}); "
-            f"install the '{EXTRAS[framework]}' extra: {install_hint(framework)}"
+            f"{fw.module} ({e.__class__.__name__}: {str(e).splitlines()[0][:120]}); "
+            f"install the '{fw.extra}' extra: {install_hint(framework)}"
         ) from None
 
 
@@ -140,52 +140,19 @@ def framework_vars(
 ) -> dict[str, str]:
     """The variables to add for this worker. `addresses`: every worker's host:port in rank
     order (a local run's swap); None on a cluster, where the manifests hold the cluster part."""
-    out: dict[str, str] = {}
-    if framework == "tensorflow":
-        config = json.loads(env.get("TF_CONFIG") or "{}")
-        if "task" in config:  # the user's own TF_CONFIG (spec.env): theirs wins
-            return out
-        if addresses is not None:
-            config, index = {"cluster": {"worker": addresses}}, int(env["RANK"])
-        else:
-            index = _index(env)
-        config["task"] = {"type": "worker", "index": index}
-        out["TF_CONFIG"] = json.dumps(config, separators=(",", ":"))
-        threads = env.get("OMP_NUM_THREADS")
-        if threads:  # TensorFlow sizes its pools by the machine, not by OMP_NUM_THREADS
-            out.setdefault("TF_NUM_INTRAOP_THREADS", threads)
-            out.setdefault("TF_NUM_INTEROP_THREADS", threads)
-    elif framework == "jax":
-        if addresses is not None:
-            out["JAX_COORDINATOR_ADDRESS"] = addresses[0]
-            # jax's coordinator binds [::]:port unless told: a local run stays on loopback.
-            out["JAX_COORDINATOR_BIND_ADDRESS"] = addresses[0]
-            out["JAX_NUM_PROCESSES"] = env["WORLD_SIZE"]
-            out["JAX_PROCESS_ID"] = env["RANK"]
-            # Kubeflow training-operator v1's JAXJob names (frameworks.cluster_env says where)
-            host, _, port = addresses[0].rpartition(":")
-            out["COORDINATOR_ADDRESS"], out["COORDINATOR_PORT"] = host, port
-            out["NUM_PROCESSES"] = env["WORLD_SIZE"]
-        else:
-            out["JAX_PROCESS_ID"] = str(_index(env))
-        out["PROCESS_ID"] = out["JAX_PROCESS_ID"]
+    fw = get(framework)
+    index = int(env["RANK"]) if addresses is not None else _index(env)
+    out = fw.worker_vars(env, addresses, index)
     out.update(import_vars(framework, env))
-    return {k: v for k, v in out.items() if k not in env or k == "TF_CONFIG"}
+    # The cluster's variable is the worker's to complete (TF_CONFIG's task); others the job's
+    # env gives win.
+    return {k: v for k, v in out.items() if k not in env or k == fw.cluster_var}
 
 
 def import_vars(framework: str, env: Mapping[str, str]) -> dict[str, str]:
     """What the framework reads once, when it is imported: set before the bootstrap imports it
     (a value the job's env gives wins)."""
-    out: dict[str, str] = {}
-    if framework == "jax":
-        # Cross-process collectives on CPU: gloo over the coordinator's key-value store
-        # (jax's default at 0.10.2; said here so a later default cannot leave them out).
-        out["JAX_CPU_COLLECTIVES_IMPLEMENTATION"] = "gloo"
-        # jax.distributed.initialize() otherwise starts XLA's preemption notifier, whose
-        # SIGTERM handler only logs ("SIGTERM caught"): a group stop then waits out torchrun's
-        # 30 s grace. Here a stop is a restart from the job's checkpoints, not a preemption.
-        out["JAX_ENABLE_PREEMPTION_SERVICE"] = "false"
-    return {k: v for k, v in out.items() if k not in env}
+    return {k: v for k, v in get(framework).import_vars().items() if k not in env}
 
 
 def prepare(framework: str, gpus: int = 0) -> None:
@@ -193,14 +160,17 @@ def prepare(framework: str, gpus: int = 0) -> None:
     framework is imported: some it reads only then (import_vars)."""
     env = os.environ
     addresses = None
-    static = "TF_CONFIG" in env if framework == "tensorflow" else "JAX_COORDINATOR_ADDRESS" in env
-    if not static:  # a local run: each worker's own free port, swapped through the store
+    cluster_var = get(framework).cluster_var
+    # A local run (the manifests set no cluster variable): each worker's own free port,
+    # swapped through the store.
+    if cluster_var is None or cluster_var not in env:
         # The run's own address: loopback on the local stack (its stores are files there).
         host = E.STORE_ADDR.get(env) or ("127.0.0.1" if E.STORE_DIR.get(env) else socket.getfqdn())
         own = f"{host}:{free_port(host)}"
-        if E.STORE_DIR.get(env):  # the local stack: files, no torch in this worker
+        store_dir = E.STORE_DIR.get(env)
+        if store_dir:  # the local stack: files, no torch in this worker
             addresses = swap_through_files(
-                E.STORE_DIR.get(env), int(env["MASTER_PORT"]), own, int(env["RANK"]), int(env["WORLD_SIZE"])
+                store_dir, int(env["MASTER_PORT"]), own, int(env["RANK"]), int(env["WORLD_SIZE"])
             )
         else:
             addresses = swap_addresses(
@@ -229,20 +199,13 @@ def gpu_vars(framework: str, env: Mapping[str, str], gpus: int) -> dict[str, str
     if local_world == 1:
         return {}
     share = gpu_share(gpus, int(env["LOCAL_RANK"]), local_world)
-    if framework == "tensorflow":
-        visible = env.get("CUDA_VISIBLE_DEVICES")
-        devices = visible.split(",") if visible else [str(i) for i in range(gpus)]
-        return {"CUDA_VISIBLE_DEVICES": ",".join(devices[i % len(devices)] for i in share)}
-    if framework == "jax" and len(share) > 1 and "JAX_LOCAL_DEVICE_IDS" not in env:
-        return {"JAX_LOCAL_DEVICE_IDS": ",".join(map(str, share))}
-    return {}
+    return get(framework).gpu_vars(env, share, gpus)
 
 
 def after_import(framework: str, gpus: int = 0) -> None:
     """Once the framework is imported: jax's cluster detection told about this job, and a
     SIGTERM that stops the worker whatever the framework installs later."""
-    if framework == "jax":
-        register_jax_cluster(gpus)
+    get(framework).after_import(gpus)
     keep_sigterm_fatal()
 
 
