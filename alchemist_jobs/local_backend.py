@@ -8,6 +8,8 @@ directory under the local shared-file-system root holds everything about the run
 
 from __future__ import annotations
 
+import builtins
+import functools
 import importlib.util
 import json
 import os
@@ -24,7 +26,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -46,23 +48,36 @@ from alchemist_jobs.processes import (
     stop_pids,
 )
 from alchemist_jobs.run_files import Progress, Result, RunRecord
-from alchemist_jobs.rundir import RUN_REF, RunDir, all_runs, match_runs, new_run_id, runs_root, write_private
+from alchemist_jobs.rundir import (
+    RUN_REF,
+    RunDir,
+    all_runs,
+    match_runs,
+    new_run_id,
+    read_json,
+    runs_root,
+    write_private,
+)
 from alchemist_jobs.runtime.devices import DeviceError, plan_local_devices, visible_devices
 from alchemist_jobs.scheduler import (
     CANCELLED,
     FAILED,
     FINAL_STATES,
+    LOG_CHUNK_BYTES,
     LOST,
     RESTARTING,
     RUNNING,
     SUCCEEDED,
+    Artifacts,
     Listed,
+    Placement,
     Request,
     RunStatus,
     Scheduler,
     listing_order,
 )
 from alchemist_jobs.spec import JobSpec
+from alchemist_jobs.stack_kinds import THIS_MACHINE
 from alchemist_jobs.worker_env import WorkerEnv, threads_per_worker
 
 if TYPE_CHECKING:
@@ -466,7 +481,7 @@ def _node_devices(spec: JobSpec) -> list[str | None]:
 
 class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
     stack = "local"
-    runs_on_its_own = False  # the agents are the CLI's children (see `run --detach`)
+    capabilities = THIS_MACHINE  # the agents are the CLI's children (see `run --detach`)
 
     def run_id(self, handle: LocalRun) -> str:
         return handle.request.run_id
@@ -493,6 +508,7 @@ class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
         # (store_bind.py). gloo's pairs bind loopback only.
         stores = str(run.stores)
         check_framework(spec)
+        assert not isinstance(spec.requirements, str)  # parse_spec has read a file's lines
         deps = job_env.resolve(spec.requirements, self.root) if spec.requirements else None
         worker = WorkerEnv(
             run_dir=str(run.path),
@@ -506,12 +522,15 @@ class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
             config_error_file=str(config_error_path(run)),
             job_site=None if deps is None else str(job_env.site_dir(deps, self.root)),
         )
-        base_env = {**worker.as_dict(), **spec.env}
+        # A local rank's /metrics binds loopback only, unless the user's environment says
+        # otherwise (runtime/metrics.py binds every interface where nothing is set).
+        worker_vars = {**worker.as_dict(), **E.METRICS_ADDR.entry(E.METRICS_ADDR.get(default="127.0.0.1"))}
+        base_env = {**worker_vars, **spec.env}
         # The parameter-server role, for algorithms that have one.
         servers = local_servers.server_processes(spec, run, base_env, cwd)
         if servers:
-            worker = replace(worker, ps_addrs=server_role.addrs([(s.host, s.port) for s in servers]))
-            base_env = {**worker.as_dict(), **spec.env}
+            worker = replace(worker, ps_addrs=server_role.addrs([(s.host, str(s.port)) for s in servers]))
+            base_env = {**worker_vars, **worker.as_dict(), **spec.env}
         devices = _node_devices(spec)
         procs = []
         rdzv_conf = "store_type=file" + (",join_timeout=120" if spec.nodes > 1 else "")
@@ -536,8 +555,9 @@ class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
                     f"{socket.gethostname()}-node{node}" if spec.nodes > 1 else socket.gethostname()
                 ),
             }
-            if devices[node] is not None:  # this node's own GPUs: LOCAL_RANK indexes into them
-                env["CUDA_VISIBLE_DEVICES"] = devices[node]
+            gpus = devices[node]
+            if gpus is not None:  # this node's own GPUs: LOCAL_RANK indexes into them
+                env["CUDA_VISIBLE_DEVICES"] = gpus
             procs.append(LocalProcess(node=node, argv=argv, env=env, cwd=cwd, log=run.agent_log(node)))
         return LocalRequest(
             run_id=run_id,
@@ -581,7 +601,7 @@ class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
             launcher_pid=os.getpid(),
             launcher_start=start_time(os.getpid()),
             workers=spec.world_size,
-            algorithm=spec.algorithm.name,
+            algorithm=spec.algorithm.name,  # type: ignore[attr-defined]  # spec.Algorithm: a union built at runtime, unreadable to mypy
             nodes=spec.nodes,
             agents=[],
             proc_starts={},
@@ -803,7 +823,7 @@ class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
         """The run's status, and the state its launcher recorded in run.json."""
         raw = run.state()
         rec = RunRecord.lenient(raw)
-        state = rec.state
+        state: str = rec.state
         # A record without start times (written before they were kept) falls back to the
         # pid alone: this only decides what is shown; signals always need both.
         launcher = (
@@ -866,6 +886,74 @@ class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
                     return
                 stop.wait(0.2)
 
+    # -- what the dashboard shows: read from the run's directory, which is this machine's ---
+
+    def read_log(self, status: RunStatus, rank: int, offset: int) -> tuple[int, bytes, int]:
+        """Read from the rank's file at `offset`: a long log is not reread at every poll."""
+        n = status.workers
+        if not 0 <= rank < max(n, 1):
+            raise UserError(f"rank {rank}: run {status.run_id} has ranks 0..{n - 1}")
+        assert status.run_dir is not None
+        path = RunDir(Path(status.run_dir)).rank_log(rank)
+        try:
+            with open(path, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                if offset > size:  # the log was replaced: start over
+                    offset = 0
+                f.seek(offset)
+                return offset, f.read(LOG_CHUNK_BYTES), size
+        except FileNotFoundError:  # no line written yet
+            return 0, b"", 0
+
+    def placements(self, status: RunStatus) -> list[Placement]:
+        """The ranks' records (workers/rank-N.json), then the parameter-server shards'
+        (workers/server-K.json, written by runtime/parameter_server.py), by shard."""
+        assert status.run_dir is not None
+        run = RunDir(Path(status.run_dir))
+        ranks = [
+            _placement(rec, status, "rank", "worker")
+            for rec in run.worker_records()
+            if rec.get("role", "worker") == "worker"
+        ]
+        servers = []
+        for path in sorted(run.workers.glob("server-*.json")):
+            rec = read_json(path) or {}
+            if rec.get("role") == "server" and _int_or_none(rec.get("shard")) is not None:
+                servers.append(_placement(rec, status, "shard", "server"))
+        return ranks + sorted(servers, key=lambda p: p.index)
+
+    def artifacts(self, status: RunStatus) -> Artifacts:
+        assert status.run_dir is not None
+        run = RunDir(Path(status.run_dir))
+        return Artifacts(spec_file=run.spec, tensorboard_dir=run.tensorboard, checkpoints_dir=run.checkpoints)
+
+    def sample(self, status: RunStatus) -> dict[str, Any] | None:
+        """progress.json and, while it runs, rank 0's own /metrics; an ended run's final
+        communication seconds from rank 0's record."""
+        from alchemist_jobs.ui.series import scrape_rank0  # only the dashboard asks for samples
+
+        assert status.run_dir is not None
+        prog = {} if status.progress is None else status.progress.model_dump()
+        if not status.finished:
+            prog.update(scrape_rank0(Path(status.run_dir)) or {})
+        elif prog:
+            prog.update(_final_communication(Path(status.run_dir)))
+        return prog or None
+
+    def owner(self, status: RunStatus) -> str | None:
+        try:
+            return _user(os.stat(status.run_dir).st_uid)  # type: ignore[arg-type]  # None: TypeError
+        except (KeyError, OSError, TypeError):
+            return None
+
+    def run_ids(self) -> list[str]:
+        """The run directories' names (a name without a spec.yaml is no run yet: its status
+        raises UserError)."""
+        try:
+            return os.listdir(runs_root(self.root))
+        except FileNotFoundError:
+            return []
+
     def cancel(self, run_id: str) -> RunStatus:
         run = self._run(run_id)
         if run.state_file.exists() and not run.state_file.is_file():
@@ -913,14 +1001,14 @@ class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
         out = read + run_index.statuses(indexed.values())
         return sorted(out, key=listing_order)
 
-    def list_json(self) -> list[Listed]:
+    def list_json(self) -> builtins.list[Listed]:
         """`list()` encoded: an indexed run's document is the index's text, never decoded."""
         read, indexed = self._scan()
         out = [Listed(s.run_id, s.state, s.created, json.dumps(s.as_json())) for s in read]
         out += [Listed(run_id, e.state, e.created, e.text) for run_id, e in indexed.items()]
         return sorted(out, key=listing_order)
 
-    def _scan(self) -> tuple[list[RunStatus], dict[str, run_index.Entry]]:
+    def _scan(self) -> tuple[builtins.list[RunStatus], dict[str, run_index.Entry]]:
         """(the runs read from their files, the ended runs the index answers for); the index
         is saved when that changed it."""
         base = runs_root(self.root)
@@ -970,8 +1058,57 @@ class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
         """Workers die with their agent (PDEATHSIG); this catches any that did not."""
         for rec in run.worker_records():
             pid = rec.get("pid")
-            if alive(pid) and environ_has(pid, f"{E.RUN_DIR.name}={run.path}"):
+            if isinstance(pid, int) and alive(pid) and environ_has(pid, f"{E.RUN_DIR.name}={run.path}"):
                 try:
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
+
+
+def _int_or_none(x: Any) -> int | None:
+    try:
+        return int(x) if x is not None and not isinstance(x, bool) else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _float_or_none(x: Any) -> float | None:
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return v if v == v and v not in (float("inf"), float("-inf")) else None
+
+
+def _placement(rec: dict[str, Any], status: RunStatus, key: str, role: str) -> Placement:
+    """A worker's or server's record (workers/*.json) as its Placement."""
+    if rec.get("finished"):
+        state = "finished"
+    elif status.finished:
+        state = status.state
+    else:
+        state = "running" if alive(rec.get("pid")) else "exited"
+    return Placement(
+        index=_int_or_none(rec.get(key)) or 0,
+        state=state,
+        node=str(rec.get("node", "")),
+        restarts=_int_or_none(rec.get("restart")) or 0,
+        pid=_int_or_none(rec.get("pid")),
+        started=_float_or_none(rec.get("started")),
+        updates=_int_or_none(rec.get("version")) if role == "server" else None,
+        role=role,
+    )
+
+
+def _final_communication(run_dir: Path) -> dict[str, float]:
+    """Rank 0's communication seconds at its end, from the counters it left in its record
+    (`final_metrics`, as its /metrics said them last): an ended run's chart shows them."""
+    final = (read_json(run_dir / "workers" / "rank-0.json") or {}).get("final_metrics") or {}
+    seconds = _float_or_none(final.get("alchemist_communication_seconds_total"))
+    return {} if seconds is None else {"communication_s": seconds}
+
+
+@functools.lru_cache(maxsize=256)
+def _user(uid: int) -> str:
+    """The user name of `uid` (a home of 10,000 runs has a few owners)."""
+    return pwd.getpwuid(uid).pw_name

@@ -92,11 +92,12 @@ class LocalServers:
 
     def start(self) -> None:
         for k, s in enumerate(self.servers):
-            if self.listeners[k] is not None:  # made in the run's private network
-                s.port = self.listeners[k].getsockname()[1]
+            made = self.listeners[k]
+            if made is not None:  # made in the run's private network
+                s.port = made.getsockname()[1]
             elif not s.prefix:  # a server in this network namespace: its socket is made here
-                self.listeners[k] = listen_socket(s.host, s.port)
-                s.port = self.listeners[k].getsockname()[1]
+                made = self.listeners[k] = listen_socket(s.host, s.port)
+                s.port = made.getsockname()[1]
             elif s.port is None:
                 s.port = free_port()
         for k in range(len(self.servers)):
@@ -127,7 +128,7 @@ class LocalServers:
         return [p.pid for p in self.procs if p is not None]
 
     def worker_env(self) -> dict[str, str]:
-        return E.PS_ADDRS.entry(addrs([(s.host, s.port) for s in self.servers]))
+        return E.PS_ADDRS.entry(addrs([(s.host, str(s.port)) for s in self.servers]))
 
     def poll(self) -> bool:
         """Restart any server that died; False once one has died more than max_restarts
@@ -149,7 +150,7 @@ class LocalServers:
         return True
 
     def stop(self, grace: float = 5.0) -> None:
-        stop_groups(self.procs, grace)
+        stop_groups([p for p in self.procs if p is not None], grace)
         for k, listener in enumerate(self.listeners):
             if listener is not None:
                 listener.close()

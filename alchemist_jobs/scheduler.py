@@ -11,15 +11,18 @@ CLI's (following a run: commands/follow.py). Schedulers are built in one place, 
 from __future__ import annotations
 
 import abc
+import builtins
 import json
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar
 
 from alchemist_jobs.errors import UserError
 from alchemist_jobs.run_files import Progress, Result
+from alchemist_jobs.stack_kinds import CLUSTER, Capabilities
 
 # Run states, the same words on every backend.
 PENDING, RUNNING, SUCCEEDED, FAILED, CANCELLED, LOST = (
@@ -33,6 +36,32 @@ PENDING, RUNNING, SUCCEEDED, FAILED, CANCELLED, LOST = (
 FINAL_STATES = (SUCCEEDED, FAILED, CANCELLED, LOST)
 # A cluster job replacing a lost or failed pod: not final, not yet running again.
 RESTARTING = "restarting"
+# The most of a log `read_log` returns at once: a long log is read in chunks.
+LOG_CHUNK_BYTES = 256 * 1024
+
+
+@dataclass
+class Placement:
+    """Where one process of a run runs: a rank (role "worker") or a parameter-server shard
+    (role "server", `index` is its shard)."""
+
+    index: int
+    state: str
+    node: str = ""
+    restarts: int = 0
+    pid: int | None = None
+    started: float | None = None
+    updates: int | None = None  # a server shard's model version
+    role: str = "worker"
+
+
+@dataclass
+class Artifacts:
+    """Where a run's files are that this machine can read (None: not readable here)."""
+
+    spec_file: Path | None = None  # the spec as submitted
+    tensorboard_dir: Path | None = None  # the event files of every attempt
+    checkpoints_dir: Path | None = None  # runtime/checkpoint.py's files
 
 
 @dataclass
@@ -167,9 +196,15 @@ HandleT = TypeVar("HandleT")
 
 class Scheduler(abc.ABC, Generic[RequestT, HandleT]):
     stack: str
-    # True: a scheduled run lives on its own (a cluster job) and the CLI may return at
-    # once; False: the run's processes are the CLI's children (local, unless detached).
-    runs_on_its_own: ClassVar[bool] = True
+    # What the CLI and the dashboard may do with this stack's runs (stack_kinds.py): they
+    # ask this, never the stack's name.
+    capabilities: ClassVar[Capabilities] = CLUSTER
+
+    @property
+    def runs_on_its_own(self) -> bool:
+        """True: a scheduled run lives on its own (a cluster job) and the CLI may return at
+        once; False: the run's processes are the CLI's children (local, unless detached)."""
+        return self.capabilities.runs_on_its_own
 
     @abc.abstractmethod
     def dryrun(self, spec: Any, spec_dir: Any, run_id: str | None = None) -> RequestT: ...
@@ -222,9 +257,48 @@ class Scheduler(abc.ABC, Generic[RequestT, HandleT]):
     @abc.abstractmethod
     def list(self) -> list[RunStatus]: ...
 
-    def list_json(self) -> list[Listed]:
+    def list_json(self) -> builtins.list[Listed]:
         """`list()` with each run's `as_json()` encoded, in the same order."""
         return [Listed(r.run_id, r.state, r.created, json.dumps(r.as_json())) for r in self.list()]
+
+    # -- what the dashboard shows --------------------------------------------------------
+
+    def read_log(self, status: RunStatus, rank: int, offset: int) -> tuple[int, bytes, int]:
+        """(offset, up to LOG_CHUNK_BYTES of rank `rank`'s log from it, the log's size); an
+        offset past the end (a replaced log) starts over at 0. This default reads the whole
+        log through `logs` (a pod's log has no offsets)."""
+        try:
+            data = "".join(self.logs(status.run_id, rank=rank, follow=False)).encode()
+        except UserError as e:
+            if "has written no log yet" not in str(e):
+                raise
+            data = b""
+        if offset > len(data):
+            offset = 0
+        return offset, data[offset : offset + LOG_CHUNK_BYTES], len(data)
+
+    def placements(self, status: RunStatus) -> builtins.list[Placement]:
+        """Each rank (and parameter-server shard) with where it runs."""
+        return []
+
+    def artifacts(self, status: RunStatus) -> Artifacts:
+        """The run's files this machine can read."""
+        return Artifacts()
+
+    def sample(self, status: RunStatus) -> dict[str, Any] | None:
+        """The run's latest numbers for a chart (step, loss, ...); None once it has ended
+        (its history is what was sampled)."""
+        return None if status.finished else self.progress(status)
+
+    def owner(self, status: RunStatus) -> str | None:
+        """The user who started the run, where the backend knows it."""
+        owner = status.extra.get("owner")
+        return owner if isinstance(owner, str) else None
+
+    def run_ids(self) -> builtins.list[str] | None:
+        """Every run's id, read without reading any run's state (a home of thousands of runs);
+        None where only `list()` can say."""
+        return None
 
     def remove(self, run_id: str, force: bool = False) -> RunStatus:
         """Delete a run and its files; a run that has not ended only with `force` (which

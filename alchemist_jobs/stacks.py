@@ -18,17 +18,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from alchemist_jobs import environment as E
-from alchemist_jobs.commands.stack import project_stacks
 from alchemist_jobs.contract import StackOutput
 from alchemist_jobs.errors import UserError
+from alchemist_jobs.pulumi_project import project_stacks
 from alchemist_jobs.rundir import default_root
 from alchemist_jobs.scheduler import Scheduler
+from alchemist_jobs.stack_kinds import LOCAL, kind_of
 
 if TYPE_CHECKING:
     from alchemist_jobs.kubernetes.scheduler import KubernetesScheduler
     from alchemist_jobs.local_backend import LocalScheduler
 
-LOCAL = "local"
 OUTPUT_NAME = "alchemist"
 PULUMI_TIMEOUT_S = 120
 # Pulumi stack names, optionally qualified as org/project/stack.
@@ -40,7 +40,7 @@ def get_scheduler(
 ) -> Scheduler:
     """The scheduler for `--stack`; `home` is the local shared-file-system root; `team` the
     `--team` (else $ALCHEMIST_TEAM, else the stack's default team)."""
-    if stack == LOCAL:
+    if kind_of(stack).runs_here:
         if outputs is not None:
             raise UserError(
                 "--outputs: the local stack has no stack outputs; drop --outputs "

@@ -21,6 +21,7 @@ import sys
 from alchemist_jobs import agent, private_net
 from alchemist_jobs import environment as E
 from alchemist_jobs.processes import popen_group
+from alchemist_jobs.stack_kinds import kind_of
 
 
 class WarmAgent:
@@ -43,6 +44,7 @@ class WarmAgent:
         """Turn this process into the agent `argv` (`python -m alchemist_jobs.agent ...`)."""
         assert argv[1:3] == ["-m", "alchemist_jobs.agent"], argv
         self.used = True
+        assert self.proc.stdin is not None  # started with stdin=PIPE
         self.proc.stdin.write((json.dumps(dict(args=argv[3:], env=env, cwd=cwd, log=log)) + "\n").encode())
         self.proc.stdin.close()
         return self.proc
@@ -75,7 +77,7 @@ def start_early(argv: list[str]) -> None:
             if a.startswith("--stack=")
             else None
         )
-        if stack is not None and stack != "local":
+        if stack is not None and not kind_of(stack).runs_here:
             return
     _early = WarmAgent()
 

@@ -22,6 +22,7 @@ from alchemist_jobs.data import push, s3
 from alchemist_jobs.data.s3 import error_code
 from alchemist_jobs.data.source import dataset_uri, parse_s3_uri
 from alchemist_jobs.errors import UserError
+from alchemist_jobs.stack_kinds import kind_of
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -72,13 +73,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def _stack_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--stack", default="local", help="whose object store (default: local)"
-    ).completer = complete_stack
+    ).completer = complete_stack  # type: ignore[attr-defined]  # argcomplete reads it; argparse stubs lack it
     p.add_argument(
         "--outputs",
         type=Path,
         default=None,
         help="a JSON file with the stack's `alchemist` output (instead of Pulumi)",
-    ).completer = complete_files("json")
+    ).completer = complete_files("json")  # type: ignore[attr-defined]  # argcomplete reads it; argparse stubs lack it
     p.add_argument(
         "--team",
         default=None,
@@ -92,7 +93,7 @@ def object_store(stack: str, outputs: Path | None, team: str | None = None) -> A
     from alchemist_jobs.contract import ObjectStore
     from alchemist_jobs.stacks import no_team_on_local
 
-    if stack == "local":
+    if not kind_of(stack).has_outputs:  # its store is named by the environment
         no_team_on_local(team)
         if outputs is not None:
             raise UserError(
@@ -111,6 +112,8 @@ def object_store(stack: str, outputs: Path | None, team: str | None = None) -> A
         return ObjectStore(
             bucket=uri.bucket,
             region=os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1",
+            endpoint=None,  # boto3's own (AWS_ENDPOINT_URL for MinIO and others)
+            prefix="",
         )
     from alchemist_jobs.stacks import resolve
 

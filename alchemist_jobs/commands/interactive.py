@@ -15,6 +15,7 @@ from alchemist_jobs.commands import command
 from alchemist_jobs.commands.jobs import _stack_args
 from alchemist_jobs.errors import UserError
 from alchemist_jobs.rundir import default_root
+from alchemist_jobs.stack_kinds import kind_of
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -39,7 +40,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_interactive(args: argparse.Namespace) -> int:
-    if args.stack == "local":
+    if kind_of(args.stack).runs_here:
         return _local_shell(args)
     from alchemist_jobs.kubernetes.interactive import (
         Sessions,

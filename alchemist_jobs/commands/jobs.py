@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 
 from alchemist_jobs import defaults, warm_agent
 from alchemist_jobs import environment as E
@@ -22,6 +22,7 @@ from alchemist_jobs.errors import JobFailed, UserError
 from alchemist_jobs.failures import failure_lines
 from alchemist_jobs.processes import popen_group
 from alchemist_jobs.rundir import RunDir, check_home, default_root, run_dirs, runs_root
+from alchemist_jobs.stack_kinds import kind_of
 
 if TYPE_CHECKING:  # the scheduler (pydantic) is imported by the commands that use it, so
     from alchemist_jobs.scheduler import RunStatus  # building the parser stays fast
@@ -34,13 +35,13 @@ def _stack_args(p: argparse.ArgumentParser) -> None:
         "--stack",
         default=defaults.get("stack", "local"),
         help="where to run (default: local, or the defaults file's)",
-    ).completer = complete_stack
+    ).completer = complete_stack  # type: ignore[attr-defined]  # argcomplete reads it; argparse stubs lack it
     p.add_argument(
         "--outputs",
         type=Path,
         default=defaults.get("outputs"),
         help="a JSON file with the stack's `alchemist` output (instead of Pulumi)",
-    ).completer = complete_files("json")
+    ).completer = complete_files("json")  # type: ignore[attr-defined]  # argcomplete reads it; argparse stubs lack it
     p.add_argument(
         "--home",
         type=Path,
@@ -92,7 +93,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         p = _add(sub, command, text)
         p.add_argument(
             "spec", type=Path, help="job spec (YAML), or a Python script to run as a script task"
-        ).completer = complete_files("yaml", "yml", "py")
+        ).completer = complete_files("yaml", "yml", "py")  # type: ignore[attr-defined]  # argcomplete reads it; argparse stubs lack it
         p.add_argument(
             "--set",
             dest="overrides",
@@ -151,20 +152,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     _add_list(sub)
 
     p = _add(sub, "status", "state and progress of one run")
-    p.add_argument("run", help="run id (any part of it that only one run has)").completer = complete_run
+    p.add_argument("run", help="run id (any part of it that only one run has)").completer = complete_run  # type: ignore[attr-defined]  # argcomplete reads it; argparse stubs lack it
     p.add_argument("--json", action="store_true", help="as JSON")
     _stack_args(p)
     p.set_defaults(func=cmd_status)
 
     p = _add(sub, "logs", "a worker's log")
-    p.add_argument("run", help="run id (any part of it that only one run has)").completer = complete_run
+    p.add_argument("run", help="run id (any part of it that only one run has)").completer = complete_run  # type: ignore[attr-defined]  # argcomplete reads it; argparse stubs lack it
     p.add_argument("--rank", type=int, default=0, help="which worker (default 0)")
     p.add_argument("--follow", "-f", action="store_true", help="keep printing until the run ends")
     _stack_args(p)
     p.set_defaults(func=cmd_logs)
 
     p = _add(sub, "cancel", "stop a run and all its processes")
-    p.add_argument("run", help="run id (any part of it that only one run has)").completer = complete_run
+    p.add_argument("run", help="run id (any part of it that only one run has)").completer = complete_run  # type: ignore[attr-defined]  # argcomplete reads it; argparse stubs lack it
     _stack_args(p)
     p.set_defaults(func=cmd_cancel)
 
@@ -174,7 +175,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         nargs="*",
         metavar="RUN",
         help="run ids (any part of one that only one run has); without any, the runs the filters select",
-    ).completer = complete_run
+    ).completer = complete_run  # type: ignore[attr-defined]  # argcomplete reads it; argparse stubs lack it
     p.add_argument(
         "--state",
         default=None,
@@ -220,7 +221,7 @@ def _add_list(sub: argparse._SubParsersAction) -> None:
 def complete_run(prefix: str, parsed_args: argparse.Namespace, **_) -> list[str]:
     """Shell completion of a RUN: the ids of the local stack's runs (their directory names,
     no run's state is read); none for a cluster stack, which only its API server could list."""
-    if getattr(parsed_args, "stack", "local") != "local":
+    if not kind_of(getattr(parsed_args, "stack", None)).runs_here:
         return []
     given = set(getattr(parsed_args, "runs", None) or ())  # `rm A B`: A is not offered again
     home = getattr(parsed_args, "home", None) or default_root()
@@ -235,7 +236,7 @@ def _scheduler(args: argparse.Namespace):
     from alchemist_jobs.stacks import get_scheduler
 
     outputs = args.outputs
-    if args.stack == "local" and outputs is not None and outputs == defaults.get("outputs"):
+    if not kind_of(args.stack).has_outputs and outputs is not None and outputs == defaults.get("outputs"):
         outputs = None  # the defaults file's outputs belong to its cluster stack
     return get_scheduler(args.stack, home=args.home, outputs=outputs, team=args.team)
 
@@ -244,7 +245,7 @@ def _scheduler(args: argparse.Namespace):
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    detach = args.detach or (args.command == "submit" and args.stack == "local")
+    detach = args.detach or (args.command == "submit" and kind_of(args.stack).submit_detaches)
     warm = None if detach else _warm_agent(args)
     try:
         # Everything is validated before anything starts or is written.
@@ -351,6 +352,7 @@ def _start_detached(args: argparse.Namespace, run_id: str) -> int:
     run = RunDir(runs_root(_home(args)) / run_id)
     while not run.state().get("agents") and launcher.poll() is None:
         time.sleep(0.05)  # until the launcher has recorded its agents (or failed)
+    assert launcher.stderr is not None  # started with stderr=PIPE
     if launcher.poll() is not None and launcher.returncode != 0:
         err = launcher.stderr.read().decode(errors="replace").strip().splitlines()
         raise JobFailed(
@@ -475,7 +477,12 @@ def _warm_agent(args: argparse.Namespace):
     nothing until the job is valid and is killed otherwise. ALCHEMIST_WARM_AGENT=0 turns
     this off."""
     early = warm_agent.take_early()  # cli.main starts one as soon as the command is `run`
-    if args.command != "run" or args.stack != "local" or args.dry_run or not E.WARM_AGENT.get(default=True):
+    if (
+        args.command != "run"
+        or not kind_of(args.stack).runs_here
+        or args.dry_run
+        or not E.WARM_AGENT.get(default=True)
+    ):
         if early is not None:
             early.discard()
         return None
@@ -527,6 +534,7 @@ class _Display:
             return
         from alchemist_jobs.run_files import Progress
 
+        assert self.log is not None  # quiet has none
         self._print(self.log.lines())
         events = self.handle.run.state().get("restart_events") or []
         for line in events[self.events :]:  # a rank failed and the group restarts: say so now
@@ -595,7 +603,8 @@ class LogTail:
     FIRST_ATTEMPT = re.compile(r"=== rank \d+ attempt 1 pid \d+ at .* ===")
 
     def __init__(self, path: Path):
-        self.path, self.file, self.rest = path, None, b""
+        self.path, self.rest = path, b""
+        self.file: BinaryIO | None = None
 
     def lines(self, final: bool = False) -> list[str]:
         if self.file is None:

@@ -31,6 +31,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import NoReturn
 
 import alchemist_jobs
 from alchemist_jobs import environment as E
@@ -267,14 +268,14 @@ class TargetFinder:
                 where = {"targets": [f"127.0.0.1:{int(rec['metrics_port'])}"]}
                 if isinstance(bridge, int) and not isinstance(bridge, bool):
                     where = {"targets": [f"127.0.0.1:{bridge}"]}
-                    path = {"__metrics_path__": f"/metrics/{rec_path.stem}"}
+                    metrics_path = {"__metrics_path__": f"/metrics/{rec_path.stem}"}
                 else:
-                    path = {}
+                    metrics_path = {}
                 out.append(
                     {
                         **where,
                         "labels": {
-                            **path,
+                            **metrics_path,
                             "job": st.get("name") or run.run_id.rsplit("-", 3)[0],
                             "run": run.run_id,
                             "rank": str(rec.get("rank", rec_path.stem)),
@@ -429,7 +430,7 @@ def _follow_targets(
     prom_log: Path,
     tb: subprocess.Popen | None,
     state_dir: Path,
-) -> None:
+) -> NoReturn:
     """Until interrupted: keep the targets file in step with the running runs."""
     tb_reported = False
     while True:

@@ -22,6 +22,7 @@ from alchemist_jobs.commands import command, complete_files
 from alchemist_jobs.commands.stack import complete_stack
 from alchemist_jobs.errors import UserError
 from alchemist_jobs.rundir import default_root, runs_root
+from alchemist_jobs.stack_kinds import kind_of
 
 EMULATED_MAX_WORKERS = 64  # --emulated runs this many profile processes at once, at most
 
@@ -73,7 +74,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         ],
         description=__doc__,
     )
-    p.add_argument("spec", help="job spec (YAML)").completer = complete_files("yaml", "yml")
+    p.add_argument("spec", help="job spec (YAML)").completer = complete_files("yaml", "yml")  # type: ignore[attr-defined]  # argcomplete reads it; argparse stubs lack it
     p.add_argument(
         "--set",
         dest="overrides",
@@ -84,13 +85,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--stack", default=None, help="take GPUs per node and EFA links from this stack's output"
-    ).completer = complete_stack
+    ).completer = complete_stack  # type: ignore[attr-defined]  # argcomplete reads it; argparse stubs lack it
     p.add_argument(
         "--outputs",
         type=Path,
         default=None,
         help="the stack's outputs as a JSON file (instead of asking Pulumi)",
-    ).completer = complete_files("json")
+    ).completer = complete_files("json")  # type: ignore[attr-defined]  # argcomplete reads it; argparse stubs lack it
     p.add_argument("--nodes", default="1,2,4,8,16", help="node counts (default 1,2,4,8,16)")
     p.add_argument(
         "--algorithms",
@@ -200,7 +201,7 @@ def build_plan(args: argparse.Namespace) -> dict:
     nodes = facts.parse_nodes(args.nodes)
     algos = _algorithms(args, spec)
     stack = None
-    if args.stack not in (None, "local"):
+    if kind_of(args.stack).has_outputs:
         from alchemist_jobs.stacks import resolve
 
         stack = resolve(args.stack, args.outputs)
@@ -222,11 +223,12 @@ def build_plan(args: argparse.Namespace) -> dict:
         runs_root=runs_root(home) if stack is None else None,
         job_name=spec.name,
     )
+    cluster: dict[int, model.Cluster] | model.Cluster
     if len(args.link_probe) > 1:
         cluster, assumptions = facts.probed_clusters(args.link_probe, **known)
     else:
-        cluster = facts.cluster_facts(probe=(args.link_probe or [None])[0], **known)
-        assumptions = list(cluster.assumptions)
+        one = facts.cluster_facts(probe=(args.link_probe or [None])[0], **known)
+        cluster, assumptions = one, list(one.assumptions)
     if args.step_ms is not None or args.model_mb is not None:
         if args.step_ms is None or args.model_mb is None:
             raise UserError("--step-ms and --model-mb go together: give both or neither")
@@ -235,7 +237,9 @@ def build_plan(args: argparse.Namespace) -> dict:
                 "--emulated profiles the job under the emulated nodes' contention; "
                 "with --step-ms there is nothing to profile: drop one"
             )
-        prof = profile.given_profile(spec, args.step_ms, args.model_mb)
+        prof: dict[int, model.Profile] | model.Profile = profile.given_profile(
+            spec, args.step_ms, args.model_mb
+        )
     elif args.emulated:
         too_many = [n for n in nodes if n * workers > EMULATED_MAX_WORKERS]
         if too_many:

@@ -19,6 +19,7 @@ from typing import Any
 from alchemist_jobs import environment as E
 from alchemist_jobs.commands import command
 from alchemist_jobs.errors import UserError, shown
+from alchemist_jobs.pulumi_project import project_stacks, repo_root, stack_names, stacks_dir
 
 EXIT_DIFFERS = 1
 
@@ -102,36 +103,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 # --- where the stacks are -----------------------------------------------------------------
 
 
-def repo_root(explicit: Path | None) -> Path:
-    """The directory holding the project's Pulumi.yaml: --root, else $ALCHEMIST_PULUMI_DIR,
-    else the nearest one upward."""
-    if explicit is not None:
-        if not (explicit / "Pulumi.yaml").is_file():
-            raise UserError(f"--root {explicit}: no Pulumi.yaml there; accepted: the repository root")
-        return explicit.resolve()
-    given = E.PULUMI_DIR.get()
-    if given is not None:
-        if not (Path(given) / "Pulumi.yaml").is_file():
-            raise UserError(
-                f"{E.PULUMI_DIR.name}={given}: no Pulumi.yaml there; accepted: the "
-                "root of an alchemist checkout"
-            )
-        return Path(given).resolve()
-    here = Path.cwd().resolve()
-    for d in (here, *here.parents):
-        if (d / "Pulumi.yaml").is_file() and (d / "infra").is_dir():
-            return d
-    raise UserError(f"{here}: not inside an alchemist checkout (no Pulumi.yaml with infra/ above); "
-                    f"run from the repository, pass --root or set {E.PULUMI_DIR.name}")  # fmt: skip
-
-
-def stacks_dir(root: Path) -> Path:
-    import yaml
-
-    project = yaml.safe_load((root / "Pulumi.yaml").read_text()) or {}
-    return root / project.get("stackConfigDir", ".")
-
-
 def stack_file(root: Path, name_or_path: str) -> Path:
     path = Path(name_or_path)
     try:  # a name too long for a file name is no stack either (OSError: File name too long)
@@ -164,21 +135,6 @@ def check_stack_name(name: str, what: str) -> str:
             "not 'local'"
         )
     return name
-
-
-def stack_names(root: Path) -> list[str]:
-    """The stacks in stacks/ (a file whose name is no stack name is not one)."""
-    names = (p.name[len("Pulumi.") : -len(".yaml")] for p in stacks_dir(root).glob("Pulumi.*.yaml"))
-    return sorted(n for n in names if re.fullmatch(r"[A-Za-z0-9_.-]+", n))
-
-
-def project_stacks() -> list[str] | None:
-    """The stacks whose config files the Pulumi project here has (ALCHEMIST_PULUMI_DIR, else
-    the nearest Pulumi.yaml with infra/ upward); None outside a checkout."""
-    try:
-        return stack_names(repo_root(E.PULUMI_DIR.get()))
-    except (UserError, OSError, ValueError):
-        return None
 
 
 def complete_stack(**_) -> list[str]:

@@ -20,6 +20,7 @@ import tarfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from alchemist_jobs import secret_scan
 from alchemist_jobs.errors import UserError
@@ -108,7 +109,7 @@ def _ignore_spec(directory: Path):
     return pathspec.GitIgnoreSpec.from_lines(lines) if lines else None
 
 
-def _enclosing_specs(root: Path) -> list[tuple[str, object]]:
+def _enclosing_specs(root: Path) -> list[tuple[str, Any]]:
     """(path of root relative to the directory, its ignore spec) for each directory from
     root's parent up to the enclosing git repository's top (nearest first), plus that
     repository's .git/info/exclude: git applies them all to files below root."""
@@ -158,10 +159,10 @@ def list_files(
     vcs = pathspec.GitIgnoreSpec.from_lines(ALWAYS_IGNORED)
     secret_names = pathspec.GitIgnoreSpec.from_lines(SECRET_LOOKING)
     released = pathspec.GitIgnoreSpec.from_lines(list(ship_secrets))
-    specs: dict[str, object] = {}  # directory (relative, "" for root) -> its spec or None
+    specs: dict[str, Any] = {}  # directory (relative, "" for root) -> its spec or None
     enclosing = _enclosing_specs(root)
 
-    def at_any_depth(spec: object, rel: str, is_dir: bool) -> bool:
+    def at_any_depth(spec: Any, rel: str, is_dir: bool) -> bool:
         parts, tail = rel.split("/"), "/" if is_dir else ""
         return any(spec.match_file("/".join(parts[i:]) + tail) for i in range(len(parts)))
 

@@ -693,7 +693,7 @@ def _worker_pod(spec: JobSpec, stack: StackOutput, name: str, run_id: str, code:
     return _pod_spec(spec, stack, name, run_id, train, code, spec.resources.gpu)
 
 
-_SUFFIX = {
+_SUFFIX: dict[str, int | Fraction] = {
     "": 1,
     "m": Fraction(1, 1000),
     "k": 10**3,

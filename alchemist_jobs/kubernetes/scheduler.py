@@ -9,6 +9,7 @@ detaches, `alchemist cancel` stops it.
 
 from __future__ import annotations
 
+import builtins
 import json
 import re
 import threading
@@ -27,8 +28,9 @@ from alchemist_jobs.kubernetes.client import Cluster, ClusterError, Connector, N
 from alchemist_jobs.kubernetes.code_assets import CodeSnapshot, pack
 from alchemist_jobs.kubernetes.job_state import newest_pods, parse_time, run_status
 from alchemist_jobs.rundir import default_root, new_run_id
-from alchemist_jobs.scheduler import CANCELLED, Request, RunStatus, Scheduler
+from alchemist_jobs.scheduler import CANCELLED, Placement, Request, RunStatus, Scheduler
 from alchemist_jobs.spec import JobSpec
+from alchemist_jobs.stack_kinds import CLUSTER
 
 POLL_S = 2.0
 LOG_REATTACH_MARGIN_S = 300
@@ -169,7 +171,7 @@ def _lines(resp: Any) -> Iterator[str]:
 
 
 class KubernetesScheduler(Scheduler[KubeRequest, KubeHandle]):
-    runs_on_its_own = True
+    capabilities = CLUSTER
 
     def run_id(self, handle: KubeHandle) -> str:
         return handle.run_id
@@ -207,6 +209,7 @@ class KubernetesScheduler(Scheduler[KubeRequest, KubeHandle]):
         run_id = run_id or new_run_id(spec.name)
         spec, upload = plan_local_source(spec, self.out)  # where a local data.source will live
         # The job's own packages, resolved here once (cached under the home) like a local run's.
+        assert not isinstance(spec.requirements, str)  # parse_spec has read a file's lines
         deps = job_env.resolve(spec.requirements, default_root()) if spec.requirements else None
         manifests = mf.build(spec, self.out, run_id, code, deps=deps)
         validate_for_api_server(manifests)  # what the API server would refuse, said now
@@ -388,6 +391,24 @@ class KubernetesScheduler(Scheduler[KubeRequest, KubeHandle]):
 
     # -- logs ----------------------------------------------------------------------------------
 
+    def placements(self, status: RunStatus) -> builtins.list[Placement]:
+        """Each rank with the pod that runs it (several ranks share a pod on a multi-process
+        node); a rank whose pod is not there yet waits."""
+        pods = status.extra.get("pods") or {}
+        nodes, per = status.extra.get("nodes") or 1, status.extra.get("procs_per_node") or 1
+        out = []
+        for rank in range(min(status.workers, nodes * per)):
+            pod = pods.get(rank_pod_index(rank, nodes, per))
+            out.append(
+                Placement(
+                    index=rank,
+                    state=status.state if pod else "pending",
+                    node=str(pod or ""),
+                    restarts=status.restarts,
+                )
+            )
+        return out
+
     def logs(
         self, run_id: str, rank: int = 0, follow: bool = False, stop: threading.Event | None = None
     ) -> Iterator[str]:
@@ -422,7 +443,7 @@ class KubernetesScheduler(Scheduler[KubeRequest, KubeHandle]):
                 and pod["metadata"]["name"] not in seen
                 and (pod.get("status") or {}).get("phase") in ("Running", "Succeeded", "Failed")
             )
-            if not started:
+            if pod is None or not started:
                 if st.finished or not follow:
                     if seen or stopping:
                         return

@@ -25,6 +25,7 @@ from alchemist_jobs.planner import probe
 from alchemist_jobs.planner import probe as probe_mod
 from alchemist_jobs.planner.model import Cluster
 from alchemist_jobs.rundir import read_json
+from alchemist_jobs.stack_kinds import kind_of
 
 _RATE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(k|m|g)bit\s*$", re.IGNORECASE)
 _UNIT = {"k": 1e3, "m": 1e6, "g": 1e9}
@@ -74,7 +75,8 @@ def measured_bandwidth(runs_root: Path, job_name: str, loopback: bool = False) -
             world = int(result["world_size"])
         except (OSError, ValueError, KeyError, TypeError):
             continue  # an unreadable or older record is not evidence
-        local = (read_json(result_file.parent / "run.json") or {}).get("stack") == "local"
+        stack = (read_json(result_file.parent / "run.json") or {}).get("stack")
+        local = isinstance(stack, str) and kind_of(stack).runs_here
         if world > 1 and seconds > 0 and sent > 0 and result.get("algorithm") == "sync" and local == loopback:
             best = (sent / seconds, result_file.parent.name)
     return best

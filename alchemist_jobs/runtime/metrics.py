@@ -113,20 +113,22 @@ class _ContractCollector:
 
         for m, child in self.metrics:
             if m.type == "counter":
-                fam = CounterMetricFamily(m.name, m.help, labels=self.keys)
-                fam.add_metric(self.values, child.value)
+                counter = CounterMetricFamily(m.name, m.help, labels=self.keys)
+                counter.add_metric(self.values, child.value)
+                yield counter
             elif m.type == "gauge":
-                fam = GaugeMetricFamily(m.name, m.help, labels=self.keys)
-                fam.add_metric(self.values, child.value)
+                gauge = GaugeMetricFamily(m.name, m.help, labels=self.keys)
+                gauge.add_metric(self.values, child.value)
+                yield gauge
             else:
                 counts, total = child.snapshot()
                 cumulative, buckets = 0, []
                 for bound, n in zip((*child.bounds, math.inf), counts):
                     cumulative += n
                     buckets.append(("+Inf" if bound == math.inf else _le(bound), cumulative))
-                fam = HistogramMetricFamily(m.name, m.help, labels=self.keys)
-                fam.add_metric(self.values, buckets, total)
-            yield fam
+                histogram = HistogramMetricFamily(m.name, m.help, labels=self.keys)
+                histogram.add_metric(self.values, buckets, total)
+                yield histogram
 
 
 def _le(bound: float) -> str:
@@ -140,7 +142,7 @@ class WorkerMetrics:
         self.labels = labels
         self.role = role
         self.port: int | None = None
-        self._server = None
+        self._server: Any = None  # prometheus_client's WSGIServer, once serving
         self._children: dict[str, Any] = {}
         self.registry = None
         if enabled:
@@ -178,10 +180,12 @@ class WorkerMetrics:
 
         base = E.METRICS_PORT.get()
         port = base + local_rank if base is not None else 0
-        default_addr = "127.0.0.1" if E.STACK.get() == "local" else "0.0.0.0"
-        addr = E.METRICS_ADDR.get(default=default_addr)
-        self._server, _thread = start_http_server(port, addr=addr, registry=self.registry)
-        self.port = int(self._server.server_port)
+        # The backend sets ALCHEMIST_METRICS_ADDR where every interface is wrong (a local
+        # run: loopback only); on a cluster the pod's own address is scraped.
+        addr = E.METRICS_ADDR.get(default="0.0.0.0") or "0.0.0.0"
+        server, _thread = start_http_server(port, addr=addr, registry=self.registry)
+        self._server = server
+        self.port = int(server.server_port)
         return self.port
 
     def add_system_collector(self, *_ignored: Any) -> None:

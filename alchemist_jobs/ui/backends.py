@@ -1,6 +1,7 @@
 """The dashboard's one adapter onto the scheduler interface: every call into
-alchemist_jobs.scheduler, stacks, local_backend and kubernetes/ is made in this file, and
-every answer leaves it as a model of alchemist_jobs/ui/models.py."""
+alchemist_jobs.scheduler and stacks is made in this file, and every answer leaves it as a
+model of alchemist_jobs/ui/models.py. It asks a stack's scheduler what it can do (its
+`capabilities`, `read_log`, `placements`, `artifacts`, `sample`), never which kind it is."""
 
 from __future__ import annotations
 
@@ -17,19 +18,17 @@ from urllib.parse import quote
 import yaml
 
 from alchemist_jobs.errors import UserError
-from alchemist_jobs.processes import alive
-from alchemist_jobs.rundir import RunDir, check_home, default_root, read_json, runs_root
+from alchemist_jobs.rundir import check_home, default_root
+from alchemist_jobs.stack_kinds import LOCAL, kind_of
 from alchemist_jobs.ui import models as m
-from alchemist_jobs.ui.series import SeriesBook, scrape_rank0
+from alchemist_jobs.ui.series import SeriesBook
 
-LOCAL = "local"
 # Run ids as new_run_id makes them (name-YYYYmmdd-HHMMSS-hex), or a prefix of one, like the
 # CLI takes: no '/', '.', glob characters or upper case, so no id reaches outside the runs.
 RUN_ID = re.compile(r"[a-z0-9](?:[-a-z0-9]{0,78})")
 # Spec `env` keys whose values are shown as "***": secrets belong in `secret_env`, but a
 # spec written before it existed may still carry one in `env`.
 _SECRET_KEY = re.compile(r"TOKEN|SECRET|PASSW|KEY|CREDENTIAL|AUTH", re.IGNORECASE)
-LOG_CHUNK_BYTES = 256 * 1024
 
 
 class UnknownStack(LookupError):
@@ -63,12 +62,8 @@ def _int(x: Any) -> int | None:
 class Stack:
     """One stack the dashboard serves: its facts and its scheduler."""
 
-    def __init__(self, name: str, scheduler: Any, facts: m.StackFacts, local_root: Path | None):
-        self.name, self.scheduler, self.facts, self.local_root = name, scheduler, facts, local_root
-
-    @property
-    def is_local(self) -> bool:
-        return self.local_root is not None
+    def __init__(self, name: str, scheduler: Any, facts: m.StackFacts):
+        self.name, self.scheduler, self.facts = name, scheduler, facts
 
 
 class Backends:
@@ -95,11 +90,11 @@ class Backends:
         self.spec_dir = Path(spec_dir or Path.cwd()).resolve()
         self.stacks: dict[str, Stack] = {}
         for name in dict.fromkeys(stacks):  # in order, once each
-            if name == LOCAL:
+            if kind_of(name).runs_here:
                 if home:  # checked before it is resolved: a symlink loop is one line too
                     check_home(Path(home).expanduser())
                 root = Path(home).expanduser().resolve() if home else default_root()
-                self.stacks[name] = Stack(name, local_scheduler(root), _local_facts(root, local_links), root)
+                self.stacks[name] = Stack(name, local_scheduler(root), _local_facts(root, local_links))
                 continue
             if in_cluster:
                 from alchemist_jobs.ui.incluster import in_cluster_output
@@ -107,10 +102,11 @@ class Backends:
                 out = in_cluster_output(name, outputs.get(name))
             else:  # one line and exit 2 if it is not a stack
                 out = resolve(name, outputs.get(name))
-            self.stacks[out.stack] = Stack(out.stack, cluster_scheduler(out), _cluster_facts(out), None)
+            self.stacks[out.stack] = Stack(out.stack, cluster_scheduler(out), _cluster_facts(out))
         self.series = SeriesBook()
-        self._ended: dict[str, m.RunSummary] = {}  # local runs that ended, by id
-        self._live: dict[str, tuple[Any, threading.Thread]] = {}  # local runs started here
+        self._ended: dict[str, m.RunSummary] = {}  # runs read by id that ended, by stack/id
+        # runs started here whose processes are this server's (not runs_on_its_own)
+        self._live: dict[str, tuple[Any, Any, threading.Thread]] = {}
         self._lock = threading.Lock()
 
     def stack(self, name: str) -> Stack:
@@ -125,47 +121,47 @@ class Backends:
 
     def runs(self, stack: str) -> list[m.RunSummary]:
         s = self.stack(stack)
-        if not s.is_local:
+        names = s.scheduler.run_ids()
+        if names is None:
             return [self._summary(s, st) for st in s.scheduler.list()]
-        return self._local_runs(s)
+        return self._runs_by_id(s, names)
 
     def warm(self) -> None:
-        """Read every ended local run's summary once (a home may hold thousands)."""
+        """Read every ended run's summary once where runs are read by id (a home may hold
+        thousands)."""
         for s in self.stacks.values():
-            if s.is_local:
-                self._local_runs(s)
+            names = s.scheduler.run_ids()
+            if names is not None:
+                self._runs_by_id(s, names)
 
-    def _local_runs(self, s: Stack) -> list[m.RunSummary]:
-        """Every run under the local root. A run that ended (succeeded, failed, cancelled)
-        never changes again, so its summary is read once and kept: the page polls the list
-        every second or two, and a home holds thousands of runs."""
+    def _runs_by_id(self, s: Stack, names: list[str]) -> list[m.RunSummary]:
+        """Every run of a scheduler that names its runs cheaply (`run_ids`). A run that ended
+        (succeeded, failed, cancelled) never changes again, so its summary is read once and
+        kept: the page polls the list every second or two, and a home holds thousands."""
         from alchemist_jobs.scheduler import CANCELLED, FAILED, SUCCEEDED, decode_all
 
-        base = runs_root(s.local_root)
-        try:
-            names = os.listdir(base)
-        except FileNotFoundError:
-            return []
         # Many unknown runs (the first request, or runs added by others): one listing, which
         # takes ended runs from the index of ended runs, beats one status read per run.
         listed = {}
-        if sum(1 for name in names if name not in self._ended) > 32:
+        ended = self._ended
+        if sum(1 for name in names if f"{s.name}/{name}" not in ended) > 32:
             listed = {doc["run_id"]: doc for doc in decode_all(r.json_text for r in s.scheduler.list_json())}
         out = []
         for name in names:
-            summary = self._ended.get(name)
+            summary = ended.get(f"{s.name}/{name}")
             if summary is None:
                 doc = listed.get(name)
                 if doc is None:
-                    if not os.path.exists(os.path.join(base, name, "spec.yaml")):
-                        continue
                     try:
-                        doc = s.scheduler.status(name).as_json()
-                    except UserError:  # removed between the listing and the read
+                        st = s.scheduler.status(name)
+                    except UserError:  # no run (yet), or removed between listing and read
                         continue
-                summary = summary_of(doc, _owner(doc["run_dir"]))
+                    doc, owner = st.as_json(), s.scheduler.owner(st)
+                else:
+                    owner = _owner(doc["run_dir"])
+                summary = summary_of(doc, owner)
                 if doc["state"] in (SUCCEEDED, FAILED, CANCELLED):
-                    self._ended[name] = summary
+                    ended[f"{s.name}/{name}"] = summary
             out.append(summary)
         return out
 
@@ -175,18 +171,18 @@ class Backends:
         out = m.RunDetail(**self._summary(s, st).model_dump())
         out.links = self._links(s, st.name, st.run_id)
         out.requirements = st.requirements
-        if s.is_local:
-            run = RunDir(Path(st.run_dir))
-            out.spec = _redact(yaml.safe_load(run.spec.read_text()) or {})
-            out.ranks = _local_ranks(run, st)
-            out.servers = _local_servers(run, st)
-            out.checkpoints = _checkpoints(run.checkpoints)
-            out.result = _dump(st.result) or None
-            if st.failure:
-                out.failed_rank = st.failure.get("rank")
-                out.failure_lines = list(st.failure.get("lines") or [])
-        else:
-            out.ranks = _cluster_ranks(st)
+        files = s.scheduler.artifacts(st)
+        if files.spec_file is not None:
+            out.spec = _redact(yaml.safe_load(files.spec_file.read_text()) or {})
+        if files.checkpoints_dir is not None:
+            out.checkpoints = _checkpoints(files.checkpoints_dir)
+        placed = s.scheduler.placements(st)
+        out.ranks = [_rank(p) for p in placed if p.role == "worker"]
+        out.servers = [_server(p) for p in placed if p.role == "server"]
+        out.result = _dump(st.result) or None
+        if st.failure:
+            out.failed_rank = st.failure.get("rank")
+            out.failure_lines = list(st.failure.get("lines") or [])
         if out.accuracy is None:
             # The header agrees with the accuracy chart: its latest point where the result
             # names no test accuracy (a running run, a script's own loop).
@@ -197,27 +193,12 @@ class Backends:
     def metrics(self, stack: str, run_id: str) -> m.RunMetrics:
         s = self.stack(stack)
         st = s.scheduler.status(check_run_id(run_id))
-        return m.RunMetrics(stack=s.name, run_id=st.run_id, **self._series(s, st))
+        return m.RunMetrics.model_validate({"stack": s.name, "run_id": st.run_id, **self._series(s, st)})
 
     def _series(self, s: Stack, st: Any) -> dict[str, list[tuple[float, float]]]:
         key = f"{s.name}/{st.run_id}"
-        tb_dir = Path(st.run_dir) / "tensorboard" if s.is_local else None
-        return self.series.update(key, tb_dir, self._sample(s, st), final=st.finished)
-
-    def _sample(self, s: Stack, st: Any) -> dict[str, float] | None:
-        """The run's latest numbers: progress.json and rank 0's /metrics locally, rank 0's
-        /metrics through the API server's pod proxy on a cluster."""
-        if st.finished and not s.is_local:
-            return None
-        if s.is_local:
-            prog = _dump(st.progress)
-            if not st.finished:
-                prog.update(scrape_rank0(Path(st.run_dir)) or {})
-            elif prog:
-                prog.update(_final_communication(Path(st.run_dir)))
-            return prog or None
-        prog = s.scheduler.progress(st)
-        return prog
+        tb_dir = s.scheduler.artifacts(st).tensorboard_dir
+        return self.series.update(key, tb_dir, s.scheduler.sample(st), final=st.finished)
 
     def logs(self, stack: str, run_id: str, rank: int, offset: int) -> m.LogChunk:
         s = self.stack(stack)
@@ -226,7 +207,7 @@ class Backends:
         if offset < 0:
             raise UserError(f"offset {offset}: accepted: an offset >= 0")
         st = s.scheduler.status(check_run_id(run_id))
-        offset, chunk, total = (_local_log if s.is_local else _scheduler_log)(s, st, rank, offset)
+        offset, chunk, total = s.scheduler.read_log(st, rank, offset)
         shown = chunk.decode(errors="ignore")  # a character cut at the end comes next time
         return m.LogChunk(
             rank=rank,
@@ -274,7 +255,7 @@ class Backends:
 
     def submit(self, body: m.SpecBody) -> m.Submitted:
         s, _spec, request = self.check(body)
-        if not s.is_local:
+        if s.scheduler.capabilities.runs_on_its_own:
             s.scheduler.schedule(request)
             return m.Submitted(stack=s.name, run_id=request.run_id)
         # A local run's agents are children of a launcher that waits on them, as under
@@ -292,7 +273,7 @@ class Backends:
                 started.set()
                 return
             with self._lock:
-                self._live[request.run_id] = (handle, threading.current_thread())
+                self._live[request.run_id] = (s.scheduler, handle, threading.current_thread())
             started.set()
             try:
                 s.scheduler.wait(handle)
@@ -310,15 +291,14 @@ class Backends:
         """Stop the local runs this server started, as Ctrl-C on `alchemist run` does."""
         with self._lock:
             live = list(self._live.values())
-        sched = self.stacks[LOCAL].scheduler if LOCAL in self.stacks else None
-        for handle, thread in live:
+        for sched, handle, thread in live:
             sched.interrupt(handle)
             thread.join(timeout=60)
 
     # -- shapes ------------------------------------------------------------------------------
 
     def _summary(self, s: Stack, st: Any) -> m.RunSummary:
-        return summarize(st, local=s.is_local)
+        return summary_of(st.as_json(), s.scheduler.owner(st))
 
     def _links(self, s: Stack, name: str, run_id: str) -> m.Links:
         """The run in TensorBoard (its event files sit under the run's id) and in the job
@@ -342,11 +322,6 @@ class Backends:
 def _dump(model: Any) -> dict:
     """A run file's typed model (run_files.Progress, Result) as a plain dict; {} when absent."""
     return {} if model is None else model.model_dump()
-
-
-def summarize(st: Any, local: bool) -> m.RunSummary:
-    """A scheduler's RunStatus as the API's RunSummary."""
-    return summary_of(st.as_json(), _owner(st.run_dir) if local else st.extra.get("owner"))
 
 
 def summary_of(doc: dict[str, Any], owner: str | None) -> m.RunSummary:
@@ -392,14 +367,6 @@ def _duration(doc: dict[str, Any]) -> float | None:
     return _finite(doc.get("duration_s"))
 
 
-def _final_communication(run_dir: Path) -> dict[str, float]:
-    """Rank 0's communication seconds at its end, from the counters it left in its record
-    (`final_metrics`, as its /metrics said them last): an ended run's chart shows them."""
-    final = (read_json(run_dir / "workers" / "rank-0.json") or {}).get("final_metrics") or {}
-    seconds = _finite(final.get("alchemist_communication_seconds_total"))
-    return {} if seconds is None else {"communication_s": seconds}
-
-
 def _source_name(filename: str | None) -> str:
     """How errors name the spec: the uploaded file's base name, else `spec`."""
     if not filename:
@@ -426,9 +393,11 @@ def _redact_plan(text: str) -> str:
 
 
 def _owner(run_dir: str | None) -> str | None:
+    if run_dir is None:
+        return None
     try:
         return _user(os.stat(run_dir).st_uid)
-    except (KeyError, OSError, TypeError):
+    except (KeyError, OSError):
         return None
 
 
@@ -438,102 +407,24 @@ def _user(uid: int) -> str:
     return pwd.getpwuid(uid).pw_name
 
 
-def _process_state(rec: dict, st: Any) -> str:
-    if rec.get("finished"):
-        return "finished"
-    if st.finished:
-        return st.state
-    return "running" if alive(rec.get("pid")) else "exited"
+def _rank(p: Any) -> m.RankState:
+    """A scheduler's Placement of a rank as the API's RankState."""
+    return m.RankState(
+        rank=p.index, state=p.state, restarts=p.restarts, node=p.node, pid=p.pid, started=p.started
+    )
 
 
-def _local_ranks(run: Any, st: Any) -> list[m.RankState]:
-    out = []
-    for rec in run.worker_records():
-        if rec.get("role", "worker") != "worker":
-            continue
-        state = _process_state(rec, st)
-        out.append(
-            m.RankState(
-                rank=int(rec.get("rank", 0)),
-                state=state,
-                restarts=int(rec.get("restart", 0)),
-                node=str(rec.get("node", "")),
-                pid=rec.get("pid"),
-                started=_finite(rec.get("started")),
-            )
-        )
-    return out
-
-
-def _local_servers(run: Any, st: Any) -> list[m.ServerState]:
-    """The parameter-server shards (workers/server-<K>.json, written by
-    runtime/parameter_server.py), by shard."""
-    out = []
-    for path in sorted(run.workers.glob("server-*.json")):
-        rec = read_json(path) or {}
-        if rec.get("role") != "server" or _int(rec.get("shard")) is None:
-            continue
-        out.append(
-            m.ServerState(
-                shard=_int(rec["shard"]),
-                state=_process_state(rec, st),
-                restarts=_int(rec.get("restart")) or 0,
-                node=str(rec.get("node", "")),
-                pid=_int(rec.get("pid")),
-                started=_finite(rec.get("started")),
-                updates=_int(rec.get("version")),
-            )
-        )
-    return sorted(out, key=lambda x: x.shard)
-
-
-def _local_log(s: Stack, st: Any, rank: int, offset: int) -> tuple[int, bytes, int]:
-    """(offset, up to LOG_CHUNK_BYTES from it, the log's size), read from the rank's file at
-    `offset`: a long log is not reread at every poll."""
-    n = st.workers
-    if not 0 <= rank < max(n, 1):
-        raise UserError(f"rank {rank}: run {st.run_id} has ranks 0..{n - 1}")
-    path = Path(st.run_dir) / "logs" / f"rank-{rank}.log"
-    try:
-        with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            if offset > size:  # the log was replaced: start over
-                offset = 0
-            f.seek(offset)
-            return offset, f.read(LOG_CHUNK_BYTES), size
-    except FileNotFoundError:  # no line written yet
-        return 0, b"", 0
-
-
-def _scheduler_log(s: Stack, st: Any, rank: int, offset: int) -> tuple[int, bytes, int]:
-    """The same from the scheduler's `logs` (a cluster's pod log), which starts at 0."""
-    try:
-        data = "".join(s.scheduler.logs(st.run_id, rank=rank, follow=False)).encode()
-    except UserError as e:
-        if "has written no log yet" not in str(e):
-            raise
-        data = b""
-    if offset > len(data):
-        offset = 0
-    return offset, data[offset : offset + LOG_CHUNK_BYTES], len(data)
-
-
-def _cluster_ranks(st: Any) -> list[m.RankState]:
-    """Each rank with the pod that runs it (several ranks share a pod on a multi-process
-    node); a rank whose pod is not there yet waits."""
-    from alchemist_jobs.kubernetes.scheduler import rank_pod_index
-
-    pods = st.extra.get("pods") or {}
-    nodes, per = st.extra.get("nodes") or 1, st.extra.get("procs_per_node") or 1
-    out = []
-    for rank in range(min(st.workers, nodes * per)):
-        pod = pods.get(rank_pod_index(rank, nodes, per))
-        out.append(
-            m.RankState(
-                rank=rank, state=st.state if pod else "pending", node=str(pod or ""), restarts=st.restarts
-            )
-        )
-    return out
+def _server(p: Any) -> m.ServerState:
+    """A scheduler's Placement of a parameter-server shard as the API's ServerState."""
+    return m.ServerState(
+        shard=p.index,
+        state=p.state,
+        restarts=p.restarts,
+        node=p.node,
+        pid=p.pid,
+        started=p.started,
+        updates=p.updates,
+    )
 
 
 # Checkpoint files as runtime/checkpoint.py names them: `step` (a collective strategy's, one

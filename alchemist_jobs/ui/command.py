@@ -11,6 +11,7 @@ from alchemist_jobs import environment as E
 from alchemist_jobs.commands import command
 from alchemist_jobs.commands.stack import complete_stack
 from alchemist_jobs.errors import UserError
+from alchemist_jobs.stack_kinds import kind_of
 from alchemist_jobs.ui import security
 
 DEFAULT_PORT = 8740
@@ -30,7 +31,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         default=[],
         metavar="STACK",
         help="a stack to show (repeatable; default: local)",
-    ).completer = complete_stack
+    ).completer = complete_stack  # type: ignore[attr-defined]  # argcomplete reads it; argparse stubs lack it
     p.add_argument(
         "--outputs",
         action="append",
@@ -100,7 +101,7 @@ def _print_manifests(args: argparse.Namespace) -> int:
     from alchemist_jobs.stacks import resolve
     from alchemist_jobs.ui.manifests import build
 
-    if len(args.stacks) != 1 or args.stacks[0] == "local":
+    if len(args.stacks) != 1 or kind_of(args.stacks[0]).runs_here:
         raise UserError(
             f"--manifests --stack {' '.join(args.stacks) or '(none)'}: accepted: "
             "exactly one cluster stack (the local stack runs no pods)"
