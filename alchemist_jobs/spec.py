@@ -11,8 +11,9 @@ import difflib
 import math
 import re
 import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal, Union, get_args
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Union, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -98,7 +99,7 @@ class TaskSpec(_Node):
         "tensorflow (TF_CONFIG) or jax (JAX_COORDINATOR_ADDRESS...); docs/frameworks.md",
     )
     digits: DigitsTask = Field(default_factory=DigitsTask)
-    synthetic: SyntheticTask = Field(default_factory=SyntheticTask)
+    synthetic: SyntheticTask = Field(default_factory=SyntheticTask)  # type: ignore[arg-type]  # mypy's dataclass_transform misses Field(default, ...)'s positional default
 
     @field_validator("args", mode="before")
     @classmethod
@@ -157,6 +158,7 @@ class TaskSpec(_Node):
             return ["trainer"]
         if self.script:
             return ["script", self.script, *self.args]
+        assert self.module is not None  # exactly one of the four (_exactly_one)
         return ["module", self.module, *self.args]
 
     @property
@@ -189,6 +191,8 @@ class _Algo(_Node):
     parameter servers and what the planner needs. Nothing else asks an algorithm's name."""
 
     strategy: ClassVar[str]  # "module:attribute" that builds the worker's Strategy
+    if TYPE_CHECKING:  # each subclass's own Literal field (the union's discriminator)
+        name: str
     # "module:attribute" of the exchange's local arithmetic, which the planner's profile times
     # (planner/profile.py); None: the exchange has none worth timing.
     local_update: ClassVar[str | None] = None
@@ -294,6 +298,9 @@ class AsyncAlgo(_Algo):
 class _BlockAlgo(_Algo):
     """bmuf and easgd: local steps, then an exchange of models every `tau` steps."""
 
+    if TYPE_CHECKING:  # each subclass's own field (its own description and default)
+        tau: int
+
     overlap: bool = Field(
         False,
         description="start each exchange on a snapshot and apply it one block later, "
@@ -371,7 +378,10 @@ class EasgdAlgo(_BlockAlgo):
 ALGORITHMS: dict[str, type[_Algo]] = {
     cls.model_fields["name"].default: cls for cls in (SyncAlgo, AsyncAlgo, BmufAlgo, EasgdAlgo)
 }
-Algorithm = Annotated[Union[tuple(ALGORITHMS.values())], Field(discriminator="name")]  # noqa: UP007 (a union built at runtime)
+if TYPE_CHECKING:  # a union built at runtime is no type to a checker: any of them
+    Algorithm = _Algo
+else:
+    Algorithm = Annotated[Union[tuple(ALGORITHMS.values())], Field(discriminator="name")]  # noqa: UP007 (a union built at runtime)
 
 
 # --- hyper-parameters ---------------------------------------------------------------------
@@ -527,13 +537,13 @@ class JobSpec(_Node):
     task: TaskSpec
     nodes: int = Field(1, ge=1, le=MAX_NODES)
     procs_per_node: int = Field(1, ge=1, le=256)
-    resources: Resources = Field(default_factory=Resources)
-    algorithm: Algorithm = Field(default_factory=SyncAlgo)
-    hyper: Hyper = Field(default_factory=Hyper)
-    data: DataSpec = Field(default_factory=DataSpec)
-    checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
-    precision: PrecisionSpec = Field(default_factory=PrecisionSpec)
-    curve: CurveSpec = Field(default_factory=CurveSpec)
+    resources: Resources = Field(default_factory=Resources)  # type: ignore[arg-type]  # mypy's dataclass_transform misses Field(default, ...)'s positional default
+    algorithm: Algorithm = Field(default_factory=SyncAlgo)  # type: ignore[arg-type]  # mypy's dataclass_transform misses Field(default, ...)'s positional default
+    hyper: Hyper = Field(default_factory=Hyper)  # type: ignore[arg-type]  # mypy's dataclass_transform misses Field(default, ...)'s positional default
+    data: DataSpec = Field(default_factory=DataSpec)  # type: ignore[arg-type]  # mypy's dataclass_transform misses Field(default, ...)'s positional default
+    checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)  # type: ignore[arg-type]  # mypy's dataclass_transform misses Field(default, ...)'s positional default
+    precision: PrecisionSpec = Field(default_factory=PrecisionSpec)  # type: ignore[arg-type]  # mypy's dataclass_transform misses Field(default, ...)'s positional default
+    curve: CurveSpec = Field(default_factory=CurveSpec)  # type: ignore[arg-type]  # mypy's dataclass_transform misses Field(default, ...)'s positional default
     env: dict[str, str] = Field(default_factory=dict, description="extra environment variables")
     secret_env: dict[str, SecretRef] = Field(
         default_factory=dict, description="environment variables whose values are secrets"
@@ -579,7 +589,7 @@ class JobSpec(_Node):
                 f"{self.task.framework} script brings its own training loop "
                 "(accepted: sync, the default)"
             )
-        if self.algorithm.name == "async" and self.algorithm.servers > self.world_size:
+        if isinstance(self.algorithm, AsyncAlgo) and self.algorithm.servers > self.world_size:
             raise ValueError(
                 f"algorithm.servers={self.algorithm.servers} exceeds the {self.world_size} workers"
             )
@@ -638,7 +648,7 @@ def apply_override(raw: dict, assignment: str, source: str = "--set") -> None:
     node[keys[-1]] = value
 
 
-def _describe_error(err: dict) -> tuple[str, str]:
+def _describe_error(err: Mapping[str, Any]) -> tuple[str, str]:
     """(field path, what is accepted) for one pydantic error, in the spec's own words."""
     loc = [str(p) for p in err["loc"]]
     guess = _closest_field(loc) if err["type"] == "extra_forbidden" else None
@@ -757,6 +767,7 @@ def _check_task(spec: JobSpec, spec_dir: Path, source: str) -> None:
     if spec.task.script is not None:
         spec.task.script = _inside_spec_dir(spec.task.script, "task.script", spec_dir, source)
     if spec.task.entry_file is not None:
+        assert spec.task.entry is not None  # entry_file is entry's file
         function = spec.task.entry.rpartition(":")[2]
         rel = _inside_spec_dir(spec.task.entry_file, "task.entry", spec_dir, source)
         spec.task.entry = f"{rel}:{function}"
@@ -830,7 +841,7 @@ def _warn_secret_looking_env(spec: JobSpec, source: str) -> None:
             )
 
 
-def load_spec(path: str | Path, overrides: list[str] = ()) -> JobSpec:
+def load_spec(path: str | Path, overrides: Sequence[str] = ()) -> JobSpec:
     """Read a job spec file, apply `--set` overrides, validate. Raises UserError."""
     path = Path(path)
     source = shown_source(str(path))
@@ -851,7 +862,7 @@ def shown_source(source: str) -> str:
     return source if len(source) <= 80 else "..." + source[-77:]
 
 
-def script_spec(script: str | Path, args: list[str], overrides: list[str] = ()) -> JobSpec:
+def script_spec(script: str | Path, args: list[str], overrides: Sequence[str] = ()) -> JobSpec:
     """`alchemist run train.py -- ARGS` without a YAML file: a script task named after the
     file, one process unless `--set procs_per_node=N` (or nodes) says otherwise."""
     script = Path(script)
