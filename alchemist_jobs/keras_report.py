@@ -47,7 +47,8 @@ def ReportCallback(samples_per_step: int | None = None) -> Any:  # noqa: N802 (a
             report(step=self.step, loss=loss, total_steps=self.total, samples=samples_per_step)
 
         def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
-            values = {
+            # Keras's metrics, floats; Any since mypy cannot tell these names from report()'s own
+            values: dict[str, Any] = {
                 k: v
                 for k, v in ((k, _number(v)) for k, v in (logs or {}).items())
                 if v is not None and k != "loss"
