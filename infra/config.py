@@ -26,8 +26,8 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-from infra import providers
-from infra.instance_types import efa_interfaces, group_efa
+import infra.providers.registry as providers
+from infra.providers.aws.instance_types import efa_interfaces, group_efa
 from infra.versions import K3S_VERSIONS, KUBERNETES_VERSIONS, k3s_installer
 
 NAMESPACE = "alchemist"
@@ -216,7 +216,7 @@ class GpuPool(_Model):
     require_imdsv2: bool = Field(True, description="true (policy imdsv2-on-gpu-nodes requires it)")
     efa: bool | None = Field(
         None,
-        description="true, false, or unset: on when every instance type has EFA (infra/instance_types.py)",
+        description="true, false, or unset: on when every instance type has EFA (infra/providers/aws/instance_types.py)",
     )
 
     @property
@@ -560,7 +560,7 @@ def _choices(values: list[str]) -> str:
 
 def _providers_with(rule: str) -> str:
     """`provider 'x'` (or `providers 'x' or 'y'`): those whose `rule` holds."""
-    found = [n for n in providers.names() if getattr(providers.get(n), rule)]
+    found = [n for n in providers.names() if getattr(providers.rules(n), rule)]
     return f"provider{'s' if len(found) > 1 else ''} {_choices(found)}"
 
 
@@ -568,7 +568,7 @@ def _check_consistency(cfg: StackConfig) -> None:
     """Rules that span keys: the provider's section, its file system, its secrets."""
     ns = NAMESPACE
     provider = cfg.provider
-    rules = providers.get(provider)
+    rules = providers.rules(provider)
     for section in PROVIDER_SECTIONS:
         present = getattr(cfg, section) is not None
         if section == provider and not present and rules.section_required:
@@ -637,7 +637,7 @@ def _check_identities(cfg: StackConfig) -> None:
             raise StackConfigError(f"{NAMESPACE}:teams[{i}].uid", uid,
                                    f"a uid no other team has (team {seen[uid]!r} has {uid})")  # fmt: skip
         seen[uid] = team.name
-        if team.principals and not providers.get(cfg.provider).iam:
+        if team.principals and not providers.rules(cfg.provider).iam:
             raise StackConfigError(f"{NAMESPACE}:teams[{i}].principals", team.principals,
                                    f"IAM principals only with {_providers_with('iam')} (elsewhere: groups)")  # fmt: skip
 
@@ -705,7 +705,7 @@ def endpoint_address(endpoint: str) -> str | None:
 def _check_object_store(cfg: StackConfig) -> None:
     key, store = f"{NAMESPACE}:objectStore", cfg.object_store
     team_keys = [i for i, t in enumerate(cfg.teams) if t.object_store_access_key_id is not None]
-    if store is None or providers.get(cfg.provider).iam:
+    if store is None or providers.rules(cfg.provider).iam:
         where = (
             "only with an objectStore section"
             if store is None
@@ -725,7 +725,7 @@ def _check_object_store(cfg: StackConfig) -> None:
             raise StackConfigError(f"{NAMESPACE}:objectStoreSecretKey", "<secret>",
                                    "only with an objectStore section")  # fmt: skip
         return
-    if providers.get(cfg.provider).iam:
+    if providers.rules(cfg.provider).iam:
         for field_, value in (
             ("endpoint", store.endpoint),
             ("accessKeyId", store.access_key_id),
@@ -818,7 +818,7 @@ def _check_gpu_pool(aws: AwsConfig) -> None:
                 raise StackConfigError(
                     f"{key}.instanceTypes[{i}]",
                     t,
-                    "an EFA instance type with efa: true (see infra/instance_types.py)",
+                    "an EFA instance type with efa: true (see infra/providers/aws/instance_types.py)",
                 )
 
 

@@ -34,7 +34,7 @@ def gpu_operator_values(driver: bool, toolkit: bool) -> dict[str, Any]:
         # the node's: the EKS AL2023 NVIDIA AMI and the k3s GPU agents run containerd with
         # `nvidia` as the default runtime (awslabs/amazon-eks-ami
         # nodeadm/internal/containerd/runtime_config_nvidia.go; `--default-runtime nvidia` in
-        # infra/cluster_onprem.py). With CDI off the device plugin keeps its `envvar` strategy
+        # infra/providers/onprem/cluster.py). With CDI off the device plugin keeps its `envvar` strategy
         # (assets/state-device-plugin/0500_daemonset.yaml) and that runtime injects the GPUs
         # named in NVIDIA_VISIBLE_DEVICES, the path those nodes are set up for; an
         # operator-managed toolkit (`existing` clusters) keeps `nvidia` as the default runtime,

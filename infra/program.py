@@ -81,7 +81,7 @@ def run(stack: str, monitoring_dir: Path, repo_root: Path = REPO_ROOT) -> None:
             pull_secret=registry.pull_secret,
             pull_secret_ready=list(registry.secrets.values()),
             depends_on=facts.depends_on,
-            **provider.shared_fs_args(facts),
+            backend=provider.shared_fs_backend(facts),
         ),
         opts=on_cluster,
     )

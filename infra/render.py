@@ -389,7 +389,7 @@ def _preload() -> None:
         "pulumi_kubernetes.apiextensions", "pulumi_kubernetes.helm.v3", "pulumi_kubernetes.helm.v4",
         "pulumi_aws.ec2", "pulumi_aws.iam", "pulumi_aws.efs", "pulumi_aws.fsx", "pulumi_aws.ecr", "pulumi_aws.kms",
         "pulumi_aws.eks", "pulumi_kubernetes.batch.v1", "infra.cluster_addons",
-        "infra.program", "infra.cluster_kind", "infra.cluster_onprem", "infra.cluster_aws", "infra.platform",
+        "infra.program", "infra.providers.kind.cluster", "infra.providers.onprem.cluster", "infra.providers.aws.cluster", "infra.platform",
         "infra.gpu_operator", "infra.queueing", "infra.team_namespace", "infra.admission",
         "pulumi_kubernetes.admissionregistration.v1",
         "infra.shared_fs", "infra.monitoring", "infra.images", "infra.output",

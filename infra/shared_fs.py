@@ -1,4 +1,4 @@
-"""One POSIX file system every job pod sees at /shared: EFS or FSx for Lustre on AWS, NFS on-prem, hostPath on kind.
+"""One POSIX file system every job pod sees at /shared: a provider's own (EFS or FSx for Lustre on AWS, infra/providers/aws/shared_fs.py), NFS, or hostPath on kind.
 
 Whatever the backend, it ends the same way: a StorageClass `alchemist-shared` and, in every
 team namespace, a ReadWriteMany PVC `alchemist-shared` bound to a static PV on that team's
@@ -20,18 +20,17 @@ The monitoring namespace (TensorBoard) gets the root, read-only.
 
 from __future__ import annotations
 
-import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import pulumi
 import pulumi_kubernetes as kubernetes
 
-from infra.cluster import KIND_SHARED_PATH, AwsNetwork
-from infra.cluster_addons import CloudIdentityAddon, CloudIdentityAddonArgs
+from infra.cluster import KIND_SHARED_PATH
 from infra.config import EfsFs, FsxLustreFs, HostPathFs, NfsFs
 from infra.labels import SHARED_PVC, SHARED_STORAGE_CLASS
-from infra.versions import CHARTS, ChartPin
+from infra.versions import CHARTS
 
 TEAMS_DIR = "teams"  # team subtrees live at /teams/<team> of the file system
 TEAM_DIR_MODE = "0770"  # the team's uid and gid only
@@ -44,11 +43,33 @@ PREPARED_DIR_MODE = "2770"
 ROOT_PVC = "alchemist-shared-root"  # the prepare Job's view of the whole file system
 PREPARE_NAMESPACE = "kube-system"
 
-EFS_DRIVER = "efs.csi.aws.com"
-FSX_DRIVER = "fsx.csi.aws.com"
 NFS_DRIVER = "nfs.csi.k8s.io"
 NOMINAL_CAPACITY = "1Ti"  # EFS and NFS are not sized by the claim; Kubernetes needs a number
-FSX_CSI_CHART = CHARTS["aws-fsx-csi-driver"]
+
+
+@dataclass
+class SharedFsVolumes:
+    """What a file system backend gives SharedFileSystem to make its StorageClass and PVs from."""
+
+    storage_class: dict[str, Any]  # the StorageClass's fields (provisioner, parameters, ...)
+    source: Callable[[str | None], dict[str, Any]]  # team (None: the root) -> the PV's source
+    capacity: str  # the PVs' nominal capacity
+    driver: Any  # what the StorageClass waits for (its CSI driver), or None
+    # The file system itself confines each team to its subtree as the team's identity (EFS
+    # access points): no prepare Job and no root PV.
+    per_team_identity: bool = False
+
+
+class SharedFsBackend(Protocol):
+    """A provider's own file systems (`Provider.shared_fs_backend`)."""
+
+    kinds: tuple[str, ...]  # the sharedFs kinds it makes
+
+    def volumes(
+        self, parent: pulumi.ComponentResource, name: str, fs: Any, identities: dict[str, tuple[int, int]]
+    ) -> SharedFsVolumes:
+        """Create the file system and its driver as children of `parent`, named `name-...`."""
+        ...
 
 
 @dataclass
@@ -64,28 +85,8 @@ class SharedFileSystemArgs:
     # what the Job waits for (that Secret).
     pull_secret: str | None = None
     pull_secret_ready: list[Any] = field(default_factory=list)
-    aws: AwsNetwork | None = None
+    backend: SharedFsBackend | None = None  # the provider's own file systems, if it has any
     depends_on: list[Any] = field(default_factory=list)
-
-
-def efs_policy(file_system_arn: str, access_point_arns: list[str]) -> str:
-    """The EFS file-system policy: deny every request without TLS; allow mount and write only
-    through the teams' access points (condition key elasticfilesystem:AccessPointArn, EFS User
-    Guide "Using IAM to control file system data access"); nothing else is allowed, so a mount
-    of the root, or as root, is refused (once a file system has a policy, EFS grants only what
-    it allows)."""
-    return json.dumps({
-        "Version": "2012-10-17",
-        "Statement": [
-            {"Sid": "DenyWithoutTls", "Effect": "Deny", "Principal": {"AWS": "*"}, "Action": "*",
-             "Resource": file_system_arn, "Condition": {"Bool": {"aws:SecureTransport": "false"}}},
-            {"Sid": "TeamsThroughTheirAccessPoints", "Effect": "Allow", "Principal": {"AWS": "*"},
-             "Action": ["elasticfilesystem:ClientMount", "elasticfilesystem:ClientWrite"],
-             "Resource": file_system_arn,
-             "Condition": {"StringEquals": {"elasticfilesystem:AccessPointArn": sorted(access_point_arns)},
-                           "Bool": {"elasticfilesystem:AccessedViaMountTarget": "true"}}},
-        ],
-    })  # fmt: skip
 
 
 def team_path(team: str) -> str:
@@ -120,14 +121,17 @@ class SharedFileSystem(pulumi.ComponentResource):
         self.kind = args.fs.kind
         self._identities = dict(args.identities)
         fs = args.fs
-        if isinstance(fs, EfsFs):
-            sc_spec, pv_source, capacity, driver = self._efs(name, fs, _need_aws(args))
-        elif isinstance(fs, FsxLustreFs):
-            sc_spec, pv_source, capacity, driver = self._fsx(name, fs, _need_aws(args))
-        elif isinstance(fs, NfsFs):
+        per_team_identity = False
+        if isinstance(fs, NfsFs):
             sc_spec, pv_source, capacity, driver = self._nfs(name, fs)
-        else:
+        elif isinstance(fs, HostPathFs):
             sc_spec, pv_source, capacity, driver = self._hostpath()
+        elif args.backend is not None and fs.kind in args.backend.kinds:
+            own = args.backend.volumes(self, name, fs, self._identities)
+            sc_spec, pv_source, capacity, driver = own.storage_class, own.source, own.capacity, own.driver
+            per_team_identity = own.per_team_identity
+        else:
+            raise ValueError(f"shared file system {fs.kind!r} needs its provider's backend")
         after_driver = [*args.depends_on, *([driver] if driver is not None else [])]
 
         self.storage_class = kubernetes.storage.v1.StorageClass(
@@ -140,7 +144,7 @@ class SharedFileSystem(pulumi.ComponentResource):
         )
         self.claims: dict[str, Any] = {}
         pv_opts = pulumi.ResourceOptions(parent=self, depends_on=[self.storage_class])
-        if not isinstance(fs, EfsFs):
+        if not per_team_identity:
             # The root, for the prepare Job only (PV name with a dot: no team can have it).
             # Its own volumeHandle: the read-only root of the monitoring namespace has the plain one.
             root = pv_source(None)
@@ -229,155 +233,7 @@ class SharedFileSystem(pulumi.ComponentResource):
             ),
         )
 
-    def _csi_driver(self, name: str, net: AwsNetwork, service_account: str, chart: ChartPin, policy_arn: str,
-                    helm_hooks: bool = False, depends_on: list[Any] | None = None) -> CloudIdentityAddon:  # fmt: skip
-        """An AWS CSI driver chart whose controller acts as its own IAM role; its node pods on every node."""
-        return CloudIdentityAddon(
-            name,
-            CloudIdentityAddonArgs(
-                aws_provider=net.aws_provider,
-                oidc_provider_arn=net.oidc_provider_arn,
-                oidc_provider_url=net.oidc_provider_url,
-                service_account=service_account,
-                policy_arns=[policy_arn],
-                chart=chart,
-                helm_hooks=helm_hooks,
-                values={"node": {"tolerations": [{"operator": "Exists"}]}},  # run on tainted GPU nodes too
-                depends_on=depends_on or [],
-            ),
-            opts=pulumi.ResourceOptions(parent=self),
-        )
-
     # --- backends: each returns (StorageClass fields, ns -> PV source, capacity, driver) ---
-
-    def _efs(self, name: str, fs: EfsFs, net: AwsNetwork):
-        import pulumi_aws as aws
-
-        on_aws = pulumi.ResourceOptions(parent=self, provider=net.aws_provider)
-        self.file_system = aws.efs.FileSystem(
-            f"{name}-efs",
-            encrypted=fs.encrypted,
-            performance_mode="generalPurpose",
-            throughput_mode=fs.throughput_mode,
-            lifecycle_policies=[{"transition_to_ia": "AFTER_30_DAYS"}],
-            tags={"Name": f"{name}-efs"},
-            opts=on_aws,
-        )
-        sg = aws.ec2.SecurityGroup(
-            f"{name}-efs-sg",
-            description="NFS from the cluster VPC to EFS mount targets",
-            vpc_id=net.vpc_id,
-            ingress=[{"protocol": "tcp", "from_port": 2049, "to_port": 2049, "cidr_blocks": [net.vpc_cidr]}],
-            egress=[{"protocol": "-1", "from_port": 0, "to_port": 0, "cidr_blocks": [net.vpc_cidr]}],
-            opts=on_aws,
-        )
-        self.mount_targets = [
-            aws.efs.MountTarget(
-                f"{name}-efs-mt-{i}",
-                file_system_id=self.file_system.id,
-                subnet_id=subnet,
-                security_groups=[sg.id],
-                opts=on_aws,
-            )
-            for i, subnet in enumerate(net.private_subnet_ids)
-        ]
-        # templates/csidriver.yaml of this chart is a Helm hook, which helm.v4.Chart skips
-        driver = self._csi_driver(f"{name}-efs-csi", net, "efs-csi-controller-sa", CHARTS["aws-efs-csi-driver"],
-                                  "arn:aws:iam::aws:policy/service-role/AmazonEFSCSIDriverPolicy",
-                                  helm_hooks=True, depends_on=list(self.mount_targets))  # fmt: skip
-        # One access point per team: EFS makes /teams/<team> owned by the team's uid:gid on
-        # first use (creationInfo) and performs every call through it as that identity
-        # (posixUser), whatever uid the pod runs as.
-        self.access_points = {
-            team: aws.efs.AccessPoint(
-                f"{name}-ap-{team}",
-                file_system_id=self.file_system.id,
-                posix_user={"uid": uid, "gid": gid},
-                root_directory={
-                    "path": f"/{team_path(team)}",
-                    "creation_info": {"owner_uid": uid, "owner_gid": gid, "permissions": TEAM_DIR_MODE},
-                },
-                tags={"Name": f"{name}-{team}", "alchemist.io/team": team},
-                opts=on_aws,
-            )  # fmt: skip
-            for team, (uid, gid) in self._identities.items()
-        }
-        # Without a file-system policy EFS lets any client that reaches a mount target mount the
-        # root as any uid it claims. With this one, a mount must use TLS and one of the teams'
-        # access points (each confined to its team's subtree, as its team's uid:gid); root
-        # access is never granted, and nothing mounts the root itself.
-        aws.efs.FileSystemPolicy(
-            f"{name}-efs-policy",
-            file_system_id=self.file_system.id,
-            policy=pulumi.Output.all(self.file_system.arn, *(ap.arn for ap in self.access_points.values())).apply(
-                lambda arns: efs_policy(arns[0], arns[1:])),
-            opts=pulumi.ResourceOptions.merge(on_aws, pulumi.ResourceOptions(depends_on=list(self.access_points.values()))),
-        )  # fmt: skip
-        sc = {
-            "provisioner": EFS_DRIVER,
-            "parameters": {"provisioningMode": "efs-ap", "fileSystemId": self.file_system.id,
-                           "directoryPerms": "700"},
-        }  # fmt: skip
-
-        def source(team: str | None) -> dict[str, Any]:
-            # `fs-id::fsap-id` (aws-efs-csi-driver pkg/driver/node.go parseVolumeId); the root without one.
-            handle = (self.file_system.id if team is None else
-                      pulumi.Output.concat(self.file_system.id, "::", self.access_points[team].id))  # fmt: skip
-            return {"csi": {"driver": EFS_DRIVER, "volumeHandle": handle,
-                            "volumeAttributes": {"encryptInTransit": "true"}}}  # fmt: skip
-
-        return sc, source, NOMINAL_CAPACITY, driver
-
-    def _fsx(self, name: str, fs: FsxLustreFs, net: AwsNetwork):
-        import pulumi_aws as aws
-
-        on_aws = pulumi.ResourceOptions(parent=self, provider=net.aws_provider)
-        sg = aws.ec2.SecurityGroup(
-            f"{name}-fsx-sg",
-            description="Lustre from the cluster VPC to FSx",
-            vpc_id=net.vpc_id,
-            ingress=[
-                {"protocol": "tcp", "from_port": 988, "to_port": 988, "cidr_blocks": [net.vpc_cidr]},
-                {"protocol": "tcp", "from_port": 1018, "to_port": 1023, "cidr_blocks": [net.vpc_cidr]},
-            ],
-            egress=[{"protocol": "-1", "from_port": 0, "to_port": 0, "cidr_blocks": [net.vpc_cidr]}],
-            opts=on_aws,
-        )
-        persistent = fs.deployment_type.startswith("PERSISTENT")
-        self.file_system = aws.fsx.LustreFileSystem(
-            f"{name}-fsx",
-            storage_capacity=fs.storage_capacity_gib,
-            deployment_type=fs.deployment_type,
-            per_unit_storage_throughput=fs.per_unit_storage_throughput if persistent else None,
-            subnet_ids=net.private_subnet_ids[0],
-            security_group_ids=[sg.id],
-            file_system_type_version="2.15",
-            tags={"Name": f"{name}-fsx"},
-            opts=on_aws,
-        )
-        driver = self._csi_driver(f"{name}-fsx-csi", net, "fsx-csi-controller-sa", FSX_CSI_CHART,
-                                  "arn:aws:iam::aws:policy/AmazonFSxFullAccess")  # fmt: skip
-        sc = {
-            "provisioner": FSX_DRIVER,
-            "parameters": {"subnetId": net.private_subnet_ids[0], "securityGroupIds": sg.id,
-                           "deploymentType": fs.deployment_type},
-        }  # fmt: skip
-
-        def source(team: str | None) -> dict[str, Any]:
-            # The driver mounts `<dnsname>@tcp:/<mountname>` (aws-fsx-csi-driver pkg/driver/node.go,
-            # chart 1.17.0): a mountname with a path is a Lustre subdirectory mount.
-            mount = self.file_system.mount_name
-            handle: Any = self.file_system.id
-            if team is not None:
-                mount = pulumi.Output.concat(mount, f"/{team_path(team)}")
-                handle = pulumi.Output.concat(self.file_system.id, f"#{team}")
-            return {
-                "csi": {"driver": FSX_DRIVER, "volumeHandle": handle,
-                        "volumeAttributes": {"dnsname": self.file_system.dns_name, "mountname": mount}},
-                "mountOptions": ["flock"],
-            }  # fmt: skip
-
-        return sc, source, f"{fs.storage_capacity_gib}Gi", driver
 
     def _nfs(self, name: str, fs: NfsFs):
         pin = CHARTS["csi-driver-nfs"]
@@ -420,12 +276,6 @@ class SharedFileSystem(pulumi.ComponentResource):
             return {"hostPath": {"path": f"{KIND_SHARED_PATH}/{team_path(team)}", "type": "Directory"}}
 
         return sc, source, NOMINAL_CAPACITY, None
-
-
-def _need_aws(args: SharedFileSystemArgs) -> AwsNetwork:
-    if args.aws is None:
-        raise ValueError(f"shared file system {args.fs.kind!r} needs the AWS cluster's network")
-    return args.aws
 
 
 def _read_only(source: dict[str, Any]) -> dict[str, Any]:

@@ -1,33 +1,31 @@
 """Providers: what each `alchemist:provider` builds and hands the rest of the program.
 
-A provider is one object of a `Provider` subclass. The shipped ones are the modules of this
-package, each defining `PROVIDER` (found by module name); another is added with `register`.
+A provider is one object of a `Provider` subclass. The shipped ones are the packages of this
+package, each defining `PROVIDER` in its `__init__.py` (found by package name) and holding its
+own pieces (cluster component, backends) beside it; another is added with `register`.
 The program asks the provider for the cluster's facts and for its own pieces of the images,
 shared file system, object store and the jobs' credential; it never branches on the name.
 """
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from typing import TYPE_CHECKING, Any
+
+from infra.providers.registry import ProviderRules, names, register, rules
 
 if TYPE_CHECKING:
     from infra.cluster_facts import ClusterFacts
     from infra.config import StackConfig
     from infra.object_store_network import StoreEgress
+    from infra.shared_fs import SharedFsBackend
 
 
-class Provider:
-    """One kind of stack. The class attributes are what the stack config may hold with it."""
+__all__ = ["Provider", "get", "names", "register"]
 
-    name: str = ""
-    shared_fs_kinds: tuple[str, ...] = ()  # the sharedFs kinds it can give every pod
-    section_required: bool = True  # it needs an `alchemist:<name>` section
-    reads_kubeconfig: bool = False  # alchemist:kubeconfig (the deployer's)
-    reads_ssh_key: bool = False  # alchemist:sshPrivateKey
-    own_registry: str | None = None  # where it pushes images it hosts itself; None: images.registry
-    iam: bool = False  # team IAM principals; an object store it creates, reached through IAM
+
+class Provider(ProviderRules):
+    """One kind of stack. The class attributes (`ProviderRules`) are what the stack config may
+    hold with it; the methods build its pieces."""
 
     def cluster(self, stack: str, cfg: StackConfig) -> ClusterFacts:
         """Create the cluster component (named "cluster") and return its facts."""
@@ -37,9 +35,9 @@ class Provider:
         """Extra ImagesArgs fields: what pushing to its registry needs."""
         return {}
 
-    def shared_fs_args(self, facts: ClusterFacts) -> dict[str, Any]:
-        """Extra SharedFileSystemArgs fields: what its file system backends need."""
-        return {}
+    def shared_fs_backend(self, facts: ClusterFacts) -> SharedFsBackend | None:
+        """Its own file systems (the sharedFs kinds beyond nfs and hostpath), if it has any."""
+        return None
 
     def object_store_args(self, facts: ClusterFacts) -> dict[str, Any]:
         """Extra ObjectStoreArgs fields: what an object store it creates needs."""
@@ -61,25 +59,8 @@ class Provider:
         return access
 
 
-_registered: dict[str, Provider] = {}
-
-
-def register(provider: Provider) -> None:
-    """Add a provider that is not a module of this package."""
-    _registered[provider.name] = provider
-
-
-def names() -> list[str]:
-    """Every provider's name, sorted: this package's modules and the registered ones."""
-    shipped = {m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_")}
-    return sorted(shipped | set(_registered))
-
-
 def get(name: str) -> Provider:
     """The provider called `name` (a KeyError for an unknown one)."""
-    if name not in _registered:
-        if name not in names():
-            raise KeyError(name)
-        provider = importlib.import_module(f"{__name__}.{name}").PROVIDER
-        _registered[provider.name] = provider
-    return _registered[name]
+    provider = rules(name)
+    assert isinstance(provider, Provider), f"{name}: a Provider, not only its rules"
+    return provider

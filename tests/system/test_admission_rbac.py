@@ -72,7 +72,7 @@ def member(platform: Platform) -> Actor:
     groups = tuple(s["name"] for s in binding["subjects"] if s["kind"] == "Group")
     entries = [r["inputs"] for r in platform.resources(":AccessEntry")
                if set(r["inputs"]["kubernetesGroups"]) & set(groups)]
-    if platform.output.provider == "aws":  # an access entry (cluster_aws.py) maps the team's principals
+    if platform.output.provider == "aws":  # an access entry (infra/providers/aws/cluster.py) maps the team's principals
         role = entries[0]["principalArn"].rpartition("/")[2] if entries else "research-team"
         return Actor("member", f"arn:aws:sts::123456789012:assumed-role/{role}/bob",
                      tuple(entries[0]["kubernetesGroups"]) if entries else groups)

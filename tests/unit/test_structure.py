@@ -7,7 +7,6 @@ import ast
 import re
 from pathlib import Path
 
-
 from tests.conftest import REPO
 
 PACKAGES = ("alchemist_jobs", "infra")
@@ -30,23 +29,19 @@ def modules() -> dict[str, Path]:
 
 
 def imports(name: str, path: Path, known: dict[str, Path]) -> set[str]:
-    """Modules of ours that `name` imports at module level or in any function."""
+    """Modules of ours that `name` imports at module level, in any function or under
+    `if TYPE_CHECKING:`: a type-only import never runs, but it is still a dependency (the
+    module cannot be read, type-checked or moved without the other), so it counts."""
     tree = ast.parse(path.read_text(), str(path))
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    # Imports under `if TYPE_CHECKING:` never run: they are annotations, not dependencies.
-    typing_only = {id(n) for block in ast.walk(tree) if isinstance(block, ast.If)
-                   and "TYPE_CHECKING" in ast.unparse(block.test)
-                   for stmt in block.body for n in ast.walk(stmt)}
     found = set()
     for node in ast.walk(tree):
-        if id(node) in typing_only:
-            continue
         if isinstance(node, ast.Import):
             targets = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                up = package.split(".")[:len(package.split(".")) - node.level + 1]
+                up = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join(up + ([base] if base else []))
             targets = [base] + [f"{base}.{a.name}" for a in node.names]
         else:
@@ -66,8 +61,13 @@ def graph() -> dict[str, set[str]]:
 
 
 def test_the_job_package_never_imports_infra():
-    bad = sorted(f"{m} -> {t}" for m, ts in graph().items() if m.startswith("alchemist_jobs")
-                 for t in ts if t == "infra" or t.startswith("infra."))
+    bad = sorted(
+        f"{m} -> {t}"
+        for m, ts in graph().items()
+        if m.startswith("alchemist_jobs")
+        for t in ts
+        if t == "infra" or t.startswith("infra.")
+    )
     assert bad == [], bad
 
 
@@ -76,8 +76,11 @@ def cycles(prefix: str) -> list[list[str]]:
     full = graph()
     # Package __init__ edges are part of Python's import of a submodule, not a design
     # dependency: a cycle is between modules.
-    g = {m: {t for t in ts if t in full and t.startswith(prefix) and not m.startswith(t + ".")}
-         for m, ts in full.items() if m.startswith(prefix)}
+    g = {
+        m: {t for t in ts if t in full and t.startswith(prefix) and not m.startswith(t + ".")}
+        for m, ts in full.items()
+        if m.startswith(prefix)
+    }
     found, state, stack = [], {}, []
 
     def visit(m: str) -> None:
@@ -85,7 +88,7 @@ def cycles(prefix: str) -> list[list[str]]:
         stack.append(m)
         for t in sorted(g[m]):
             if state.get(t) == 1:
-                found.append(stack[stack.index(t):] + [t])
+                found.append(stack[stack.index(t) :] + [t])
             elif t not in state:
                 visit(t)
         stack.pop()
@@ -115,8 +118,24 @@ def test_the_cycle_check_finds_a_cycle(tmp_path):
     (tmp_path / "infra").mkdir()
     globals()["REPO"], old = tmp_path, REPO
     try:
-        assert cycles("alchemist_jobs") == [["alchemist_jobs.a", "alchemist_jobs.b",
-                                             "alchemist_jobs.a"]]
+        assert cycles("alchemist_jobs") == [["alchemist_jobs.a", "alchemist_jobs.b", "alchemist_jobs.a"]]
+    finally:
+        globals()["REPO"] = old
+
+
+def test_the_cycle_check_counts_type_only_imports(tmp_path):
+    """A cycle closed by an import under `if TYPE_CHECKING:` is still a cycle."""
+    pkg = tmp_path / "infra"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from infra import b\n")
+    (pkg / "b.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from infra.a import X\n"
+    )
+    (tmp_path / "alchemist_jobs").mkdir()
+    globals()["REPO"], old = tmp_path, REPO
+    try:
+        assert cycles("infra") == [["infra.a", "infra.b", "infra.a"]]
     finally:
         globals()["REPO"] = old
 
@@ -153,7 +172,9 @@ def test_the_function_length_check_sees_long_functions(tmp_path):
     (tmp_path / "infra").mkdir()
     globals()["REPO"], old = tmp_path, REPO
     try:
-        assert long_functions() == [f"alchemist_jobs/long.py:1 long ({MAX_FUNCTION_STATEMENTS + 1} statements)"]
+        assert long_functions() == [
+            f"alchemist_jobs/long.py:1 long ({MAX_FUNCTION_STATEMENTS + 1} statements)"
+        ]
     finally:
         globals()["REPO"] = old
     src = "def f():\n" + "    x = 1\n" * (MAX_FUNCTION_STATEMENTS + 1)
@@ -165,9 +186,18 @@ def test_the_dashboards_default_port_is_no_other_training_tools_default():
     from alchemist_jobs.ui.command import DEFAULT_PORT
     from alchemist_jobs.ui.manifests import PORT
 
-    others = {8265: "Ray dashboard", 6006: "TensorBoard", 8888: "Jupyter", 9090: "Prometheus",
-              9091: "Pushgateway", 3000: "Grafana", 9100: "node exporter", 29500: "torchrun",
-              5000: "MLflow", 8080: "Airflow and many others"}
+    others = {
+        8265: "Ray dashboard",
+        6006: "TensorBoard",
+        8888: "Jupyter",
+        9090: "Prometheus",
+        9091: "Pushgateway",
+        3000: "Grafana",
+        9100: "node exporter",
+        29500: "torchrun",
+        5000: "MLflow",
+        8080: "Airflow and many others",
+    }
     assert DEFAULT_PORT not in others and PORT not in others, others.get(DEFAULT_PORT)
 
 
@@ -176,14 +206,16 @@ def test_the_wheels_package_list_holds_every_package_of_the_tree():
     package folder must be listed, or the wheel would lack it."""
     import tomllib
 
-    listed = set(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
-                 ["packages"])
-    tree = {".".join(p.parent.relative_to(REPO).parts)
-            for p in (REPO / "alchemist_jobs").rglob("__init__.py")}
+    listed = set(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    tree = {
+        ".".join(p.parent.relative_to(REPO).parts) for p in (REPO / "alchemist_jobs").rglob("__init__.py")
+    }
     tree |= {"alchemist_jobs.ui.static"}  # the page's files: data, not code
-    tree |= {"alchemist_jobs.monitoring_data" + ("." + p.name if p != REPO / "monitoring" else "")
-             for p in [REPO / "monitoring", *(REPO / "monitoring").iterdir()]
-             if p.is_dir() and p.name != "__pycache__"}
+    tree |= {
+        "alchemist_jobs.monitoring_data" + ("." + p.name if p != REPO / "monitoring" else "")
+        for p in [REPO / "monitoring", *(REPO / "monitoring").iterdir()]
+        if p.is_dir() and p.name != "__pycache__"
+    }
     assert listed == tree, listed ^ tree
 
 
@@ -191,9 +223,12 @@ def test_the_code_map_names_every_module_and_only_paths_that_exist():
     """docs/code-map.md: where each module is and where each kind of change goes."""
     text = (REPO / "docs" / "code-map.md").read_text()
     named = set(re.findall(r"`((?:alchemist_jobs|infra|monitoring)/[\w/]+\.py)`", text))
-    tree = {p.relative_to(REPO).as_posix() for pkg in (*PACKAGES, "monitoring")
-            for p in (REPO / pkg).rglob("*.py")
-            if p.name != "__init__.py" or p.parent.name in ("commands", "strategies")}
+    tree = {
+        p.relative_to(REPO).as_posix()
+        for pkg in (*PACKAGES, "monitoring")
+        for p in (REPO / pkg).rglob("*.py")
+        if p.name != "__init__.py" or p.parent.name in ("commands", "strategies")
+    }
     assert sorted(tree - named) == [], "modules the map does not name"
     assert sorted(named - tree) == [], "paths in the map that do not exist"
 
@@ -202,15 +237,18 @@ def test_the_config_layer_never_reaches_into_the_worker_runtime():
     """spec.py is read by the CLI, the backends and every worker: it imports no runtime module
     (which would pull the workers' dependencies into every command, and close a circle back
     to spec)."""
-    assert sorted(t for t in graph()["alchemist_jobs.spec"]
-                  if t.startswith("alchemist_jobs.runtime")) == []
+    assert sorted(t for t in graph()["alchemist_jobs.spec"] if t.startswith("alchemist_jobs.runtime")) == []
 
 
 def test_the_training_loop_re_exports_nothing():
     """Names reach their users from the module that defines them, not through trainer.py."""
     tree = ast.parse((REPO / "alchemist_jobs" / "runtime" / "trainer.py").read_text())
-    imported = {a.asname or a.name for n in tree.body if isinstance(n, ast.ImportFrom)
-                and (n.module or "").startswith("alchemist_jobs") for a in n.names}
+    imported = {
+        a.asname or a.name
+        for n in tree.body
+        if isinstance(n, ast.ImportFrom) and (n.module or "").startswith("alchemist_jobs")
+        for a in n.names
+    }
     used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
     assert sorted(imported - used) == []
 
@@ -218,11 +256,40 @@ def test_the_training_loop_re_exports_nothing():
 # Third-party packages that take tens of milliseconds or more to import (`python -X importtime`
 # on this project's lock): a command that does not need one must not pay for it, so importing
 # one (or a module of ours that imports one) inside a function is start-up time well spent.
-HEAVY = {"torch", "numpy", "sklearn", "matplotlib", "tensorflow", "jax", "kubernetes", "boto3",
-         "botocore", "s3transfer", "pulumi", "pulumi_kubernetes", "pulumi_aws", "pulumi_eks",
-         "pulumi_command", "tensorboard", "prometheus_client", "yaml", "pydantic", "fastapi",
-         "uvicorn", "jinja2", "rich", "pathspec", "detect_secrets", "psutil", "pynvml",
-         "argcomplete", "grafana_foundation_sdk", "requests", "urllib3", "cel"}
+HEAVY = {
+    "torch",
+    "numpy",
+    "sklearn",
+    "matplotlib",
+    "tensorflow",
+    "jax",
+    "kubernetes",
+    "boto3",
+    "botocore",
+    "s3transfer",
+    "pulumi",
+    "pulumi_kubernetes",
+    "pulumi_aws",
+    "pulumi_eks",
+    "pulumi_command",
+    "tensorboard",
+    "prometheus_client",
+    "yaml",
+    "pydantic",
+    "fastapi",
+    "uvicorn",
+    "jinja2",
+    "rich",
+    "pathspec",
+    "detect_secrets",
+    "psutil",
+    "pynvml",
+    "argcomplete",
+    "grafana_foundation_sdk",
+    "requests",
+    "urllib3",
+    "cel",
+}
 
 
 def _top_level_imports(path: Path) -> set[str]:
@@ -256,7 +323,7 @@ def lazy_imports_without_reason() -> list[str]:
     """Imports inside functions that save no start-up time and give no reason."""
     known = modules()
     out = []
-    for name, path in known.items():
+    for path in known.values():
         lines = path.read_text().splitlines()
         for fn in ast.walk(ast.parse(path.read_text())):
             if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -264,10 +331,12 @@ def lazy_imports_without_reason() -> list[str]:
             for node in ast.walk(fn):
                 if not isinstance(node, (ast.Import, ast.ImportFrom)):
                     continue
-                targets = [a.name for a in node.names] if isinstance(node, ast.Import) else \
-                    [node.module or ""] + [f"{node.module}.{a.name}" for a in node.names]
-                if "#" in lines[node.lineno - 1] or \
-                        any(_heavy(t, known, set()) for t in targets):
+                targets = (
+                    [a.name for a in node.names]
+                    if isinstance(node, ast.Import)
+                    else [node.module or ""] + [f"{node.module}.{a.name}" for a in node.names]
+                )
+                if "#" in lines[node.lineno - 1] or any(_heavy(t, known, set()) for t in targets):
                     continue
                 out.append(f"{path.relative_to(REPO)}:{node.lineno}: {ast.unparse(node)}")
     return sorted(set(out))
@@ -286,13 +355,21 @@ def _algorithm_probes(path: Path) -> list[str]:
 
     found = []
     for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "getattr" and \
-                node.args and re.search(r"\balgo(rithm)?\b", ast.unparse(node.args[0])):
+        if (
+            isinstance(node, ast.Call)
+            and getattr(node.func, "id", "") == "getattr"
+            and node.args
+            and re.search(r"\balgo(rithm)?\b", ast.unparse(node.args[0]))
+        ):
             found.append(f"{path.relative_to(REPO)}:{node.lineno}: {ast.unparse(node)}")
         elif isinstance(node, ast.Compare):
             sides = [node.left, *node.comparators]
-            names = {c.value for s in sides for c in ast.walk(s)
-                     if isinstance(c, ast.Constant) and c.value in ALGORITHMS}
+            names = {
+                c.value
+                for s in sides
+                for c in ast.walk(s)
+                if isinstance(c, ast.Constant) and c.value in ALGORITHMS
+            }
             if names and any(re.search(r"\balgo(rithm)?\.name$", ast.unparse(s)) for s in sides):
                 found.append(f"{path.relative_to(REPO)}:{node.lineno}: {ast.unparse(node)}")
     return found
@@ -301,19 +378,27 @@ def _algorithm_probes(path: Path) -> list[str]:
 def test_only_an_algorithms_own_class_knows_what_it_is():
     """One home per algorithm (spec.py's class: strategy, servers, exchange, micro-batches):
     no module probes an algorithm's fields with getattr or asks its name."""
-    found = [f for path in sorted((REPO / "alchemist_jobs").rglob("*.py"))
-             if path.name != "spec.py" for f in _algorithm_probes(path)]
+    found = [
+        f
+        for path in sorted((REPO / "alchemist_jobs").rglob("*.py"))
+        if path.name != "spec.py"
+        for f in _algorithm_probes(path)
+    ]
     assert found == [], "\n".join(found)
 
 
 def test_the_probe_check_finds_a_probe(tmp_path):
     module = tmp_path / "m.py"
-    module.write_text('a = getattr(spec.algorithm, "tau", 1)\nb = algo.name in ("bmuf", "x")\n'
-                      'c = spec.algorithm.steps_per_exchange\n')
+    module.write_text(
+        'a = getattr(spec.algorithm, "tau", 1)\nb = algo.name in ("bmuf", "x")\n'
+        "c = spec.algorithm.steps_per_exchange\n"
+    )
     globals()["REPO"], old = tmp_path, REPO
     try:
         assert [f.split(": ")[1] for f in _algorithm_probes(module)] == [
-            "getattr(spec.algorithm, 'tau', 1)", "algo.name in ('bmuf', 'x')"]
+            "getattr(spec.algorithm, 'tau', 1)",
+            "algo.name in ('bmuf', 'x')",
+        ]
     finally:
         globals()["REPO"] = old
 

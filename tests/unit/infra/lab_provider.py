@@ -15,7 +15,7 @@ import yaml
 
 from infra import providers
 from infra.cluster_facts import ClusterArgs, ClusterFacts
-from infra.cluster_onprem import registry_facts
+from infra.providers.onprem.cluster import registry_facts
 
 SERVER = "https://api.lab.test:6443"
 TOKEN = "lab-token-not-a-real-one"

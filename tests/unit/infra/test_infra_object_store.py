@@ -226,11 +226,11 @@ def test_job_pods_reach_the_store_by_address_only():
     import ipaddress
 
     import yaml
-
-    from infra.cluster_aws import subnet_cidrs
-    from infra.object_store_network import endpoint_block, endpoint_subnets, store_egress, vpc_endpoint_egress
-
     from infra_helpers import DEPLOYER_CIDR, KUBECONFIG, existing_stack_config
+
+    from infra.object_store_network import store_egress
+    from infra.providers.aws.cluster import subnet_cidrs
+    from infra.providers.aws.store_endpoints import endpoint_block, endpoint_subnets, vpc_endpoint_egress
 
     raw = {**existing_stack_config(), "alchemist:kubeconfig": KUBECONFIG,
            "alchemist:objectStore": {"endpoint": "http://10.20.0.9", "bucket": "data"}}

@@ -10,7 +10,7 @@ from infra_helpers import DEPLOYER_CIDR, KUBECONFIG, SHIPPED, one, resources, st
 
 from alchemist_jobs.contract import MANAGED_BY_LABEL, StackOutput
 from infra.cluster_versions import autoscaler_chart
-from infra.shared_fs import FSX_CSI_CHART
+from infra.providers.aws.shared_fs import FSX_CSI_CHART
 from infra.versions import CHARTS, GRAFANA_IMAGE_TAG, K3S_VERSIONS, KIND_NODE_IMAGES, KUBERNETES_VERSIONS
 
 CHART = "kubernetes:helm.sh/v4:Chart"

@@ -334,7 +334,7 @@ def test_docker_config_is_the_dockerconfigjson_format():
 
 
 def test_k3s_nodes_get_registries_yaml_before_k3s_starts(renders, tmp_path):
-    from infra.cluster_onprem import registries_yaml
+    from infra.providers.onprem.cluster import registries_yaml
 
     # k3s docs, "Private Registry Configuration": mirrors.<host>.endpoint, configs.<host>.auth
     doc = yaml.safe_load(registries_yaml("registry.lab:5000/alchemist", "ci", "pw", insecure=True))
@@ -459,7 +459,7 @@ def test_team_certificate_is_signed_by_the_client_ca_with_the_team_groups(tmp_pa
     """The script as `pulumi up` runs it: the SSH user (not root) with `sudo` for the CA key."""
     import shutil
 
-    from infra.cluster_onprem import team_credentials_script
+    from infra.providers.onprem.cluster import team_credentials_script
 
     base, as_user = _ssh_user_with_sudo()
     try:
@@ -488,7 +488,7 @@ def test_team_certificate_is_signed_by_the_client_ca_with_the_team_groups(tmp_pa
 
 
 def test_team_kubeconfig_keeps_the_cluster_and_drops_the_admin():
-    from infra.cluster_onprem import team_kubeconfig
+    from infra.providers.onprem.cluster import team_kubeconfig
     from infra.render import Recorder
 
     admin = Recorder._command_stdout("cluster-kubeconfig", {})  # what k3s's k3s.yaml looks like under the mocks
@@ -525,7 +525,7 @@ EFA_PLUGIN_GPU_TYPES = {
 
 
 def test_efa_table_lists_only_types_the_device_plugin_serves():
-    from infra.instance_types import EFA_INTERFACES, group_efa
+    from infra.providers.aws.instance_types import EFA_INTERFACES, group_efa
 
     assert set(EFA_INTERFACES) <= EFA_PLUGIN_GPU_TYPES
     assert group_efa(["p5.48xlarge"]) == 32 and group_efa(["g5.12xlarge", "g5.2xlarge"]) == 0
@@ -556,7 +556,7 @@ def test_efa_nodes_get_interfaces_one_zone_and_the_device_plugin(renders, name):
 
 def test_efa_rdma_read_only_where_the_instance_type_has_it(renders):
     """Issue 23.6: libfabric aborts when told to use device RDMA on g5/g6 EFA."""
-    from infra.instance_types import group_efa_rdma_read
+    from infra.providers.aws.instance_types import group_efa_rdma_read
 
     assert group_efa_rdma_read(["p4d.24xlarge"]) and group_efa_rdma_read(["p5.48xlarge", "p5en.48xlarge"])
     assert not group_efa_rdma_read(["g5.12xlarge"]) and not group_efa_rdma_read(["g6e.48xlarge"])
@@ -712,7 +712,7 @@ def test_cluster_facts_eks_is_typed_like_the_contract():
 
 def test_joining_node_writes_registries_yaml_and_token_from_stdin(tmp_path):
     """Run an agent's own setup steps (before the installer) with stdin as the program sends it."""
-    from infra.cluster_onprem import TOKEN_FILE, agent_script, registries_yaml
+    from infra.providers.onprem.cluster import TOKEN_FILE, agent_script, registries_yaml
     from infra.config import OnpremHost
 
     script = agent_script("v1.35.0+k3s1", OnpremHost(name="a", address="10.0.0.2", role="agent"), "10.0.0.1",
@@ -768,7 +768,7 @@ def test_the_installer_runs_only_when_its_digest_matches(tmp_path, role):
     with the k3s flags; any other bytes stop the command before they run, in one line."""
     import hashlib
 
-    from infra.cluster_onprem import agent_script, server_script
+    from infra.providers.onprem.cluster import agent_script, server_script
     from infra.config import OnpremHost
 
     ran = tmp_path / "ran"

@@ -1,4 +1,4 @@
-"""Provider `aws`: EKS in its own VPC, ECR, EFS or FSx, an S3 bucket reached through IRSA (infra/cluster_aws.py)."""
+"""Provider `aws`: EKS in its own VPC, ECR, EFS or FSx, an S3 bucket reached through IRSA (infra/providers/aws/cluster.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ if TYPE_CHECKING:
     from infra.cluster_facts import AwsCloud, ClusterFacts
     from infra.config import StackConfig
     from infra.object_store_network import StoreEgress
+    from infra.shared_fs import SharedFsBackend
 
 
 class AwsProvider(Provider):
@@ -19,22 +20,28 @@ class AwsProvider(Provider):
     iam = True
 
     def cluster(self, stack: str, cfg: StackConfig) -> ClusterFacts:
-        from infra.cluster_aws import EksCluster, EksClusterArgs
+        from infra.providers.aws.cluster import EksCluster, EksClusterArgs
 
         return EksCluster("cluster", EksClusterArgs(stack=stack, cfg=cfg)).facts
 
     def images_args(self, facts: ClusterFacts) -> dict[str, Any]:
         return {"aws_provider": _cloud(facts).network.aws_provider}
 
-    def shared_fs_args(self, facts: ClusterFacts) -> dict[str, Any]:
-        return {"aws": _cloud(facts).network}
+    def shared_fs_backend(self, facts: ClusterFacts) -> SharedFsBackend:
+        from infra.providers.aws.shared_fs import AwsSharedFs
+
+        return AwsSharedFs(_cloud(facts).network)
 
     def object_store_args(self, facts: ClusterFacts) -> dict[str, Any]:
         return {"aws": _cloud(facts).network}
 
     def object_store_network(self, cfg: StackConfig, facts: ClusterFacts) -> StoreEgress:
         """S3's and STS's interface endpoints in a VPC block of their own, which pods may reach."""
-        from infra.object_store_network import StoreEndpoints, StoreEndpointsArgs, vpc_endpoint_egress
+        from infra.providers.aws.store_endpoints import (
+            StoreEndpoints,
+            StoreEndpointsArgs,
+            vpc_endpoint_egress,
+        )
 
         assert cfg.aws is not None  # checked by config.parse
         net = _cloud(facts).network

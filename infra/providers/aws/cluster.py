@@ -29,8 +29,8 @@ from infra.cluster_facts import (
 )
 from infra.cluster_versions import EFA_DEVICE_PLUGIN_CHART, autoscaler_chart, eks_support_warning
 from infra.config import AwsConfig, GpuPool, NodePool, StackConfig
-from infra.instance_types import ACCELERATOR_LABEL, gpu_model, group_efa_rdma_read
 from infra.policies import OPEN_ENDPOINTS_TAG
+from infra.providers.aws.instance_types import ACCELERATOR_LABEL, gpu_model, group_efa_rdma_read
 from infra.versions import KUBERNETES_VERSIONS
 
 SYSTEM_AMI_TYPE = "AL2023_x86_64_STANDARD"

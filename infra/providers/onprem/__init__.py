@@ -1,4 +1,4 @@
-"""Provider `onprem`: k3s installed over SSH on the deployer's hosts (infra/cluster_onprem.py)."""
+"""Provider `onprem`: k3s installed over SSH on the deployer's hosts (infra/providers/onprem/cluster.py)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ class OnpremProvider(Provider):
     reads_ssh_key = True
 
     def cluster(self, stack: str, cfg: StackConfig) -> ClusterFacts:
-        from infra.cluster_onprem import K3sCluster, K3sClusterArgs
+        from infra.providers.onprem.cluster import K3sCluster, K3sClusterArgs
 
         return K3sCluster("cluster", K3sClusterArgs(stack=stack, cfg=cfg)).facts
 

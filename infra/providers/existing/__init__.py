@@ -17,7 +17,7 @@ class ExistingProvider(Provider):
     reads_kubeconfig = True
 
     def cluster(self, stack: str, cfg: StackConfig) -> ClusterFacts:
-        from infra.cluster_onprem import ExistingCluster, ExistingClusterArgs
+        from infra.providers.onprem.cluster import ExistingCluster, ExistingClusterArgs
 
         return ExistingCluster("cluster", ExistingClusterArgs(stack=stack, cfg=cfg)).facts
 

@@ -1,4 +1,4 @@
-"""Provider `kind`: a kind cluster on the deployer's Docker with a local registry (infra/cluster_kind.py)."""
+"""Provider `kind`: a kind cluster on the deployer's Docker with a local registry (infra/providers/kind/cluster.py)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ class KindProvider(Provider):
     own_registry = "kind's local registry"
 
     def cluster(self, stack: str, cfg: StackConfig) -> ClusterFacts:
-        from infra.cluster_kind import KindCluster, KindClusterArgs
+        from infra.providers.kind.cluster import KindCluster, KindClusterArgs
 
         return KindCluster("cluster", KindClusterArgs(stack=stack, cfg=cfg)).facts
 

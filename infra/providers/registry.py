@@ -1,0 +1,50 @@
+"""The providers' registry by name and the config rules each provider sets.
+
+`infra/config.py` checks a stack config against these rules, so this module imports nothing
+of the program's (the provider's methods, in `infra/providers/__init__.py`, take the parsed
+config and the cluster's facts; reading the rules from there would make an import loop).
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from pathlib import Path
+
+
+class ProviderRules:
+    """What the stack config may hold with one provider: its class attributes."""
+
+    name: str = ""
+    shared_fs_kinds: tuple[str, ...] = ()  # the sharedFs kinds it can give every pod
+    section_required: bool = True  # it needs an `alchemist:<name>` section
+    reads_kubeconfig: bool = False  # alchemist:kubeconfig (the deployer's)
+    reads_ssh_key: bool = False  # alchemist:sshPrivateKey
+    own_registry: str | None = None  # where it pushes images it hosts itself; None: images.registry
+    iam: bool = False  # team IAM principals; an object store it creates, reached through IAM
+
+
+_PACKAGE = "infra.providers"
+_registered: dict[str, ProviderRules] = {}
+
+
+def register(provider: ProviderRules) -> None:
+    """Add a provider that is not a package of `infra/providers/`."""
+    _registered[provider.name] = provider
+
+
+def names() -> list[str]:
+    """Every provider's name, sorted: the packages of `infra/providers/` and the registered ones."""
+    here = [str(Path(__file__).parent)]
+    shipped = {m.name for m in pkgutil.iter_modules(here) if m.ispkg and not m.name.startswith("_")}
+    return sorted(shipped | set(_registered))
+
+
+def rules(name: str) -> ProviderRules:
+    """The provider called `name` (a KeyError for an unknown one)."""
+    if name not in _registered:
+        if name not in names():
+            raise KeyError(name)
+        provider = importlib.import_module(f"{_PACKAGE}.{name}").PROVIDER
+        _registered[provider.name] = provider
+    return _registered[name]
