@@ -24,14 +24,12 @@ manifests, the worker (runtime/framework_env.py) and scripts/lockfile.py ask it,
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 from alchemist_jobs import environment as E
-
-if TYPE_CHECKING:
-    from alchemist_jobs.spec import JobSpec
 
 # Cluster stacks: a TensorFlow worker of local rank l listens on FRAMEWORK_BASE_PORT + l (its
 # gRPC server); a JAX job's coordinator (process 0, on pod 0) on FRAMEWORK_BASE_PORT. Between
@@ -52,7 +50,7 @@ class Framework:
     # None: in the runtime section, in every image.
     extra: ClassVar[str | None] = None
     # A script of it brings its own loop, optimizer and checkpoints: the built-in trainer's
-    # sections are refused when set (unhonoured), and the bootstrap prepares its variables.
+    # sections are refused when set (spec.unhonoured), and the bootstrap prepares its variables.
     own_loop: ClassVar[bool] = True
     # The variable a cluster's manifests set (cluster_env): present, the worker adds only its
     # own index; absent (a local run), the workers swap their addresses first. The worker
@@ -185,9 +183,46 @@ class Jax(Framework):
         return {}
 
     def after_import(self, gpus: int) -> None:
-        from alchemist_jobs.runtime.framework_env import register_jax_cluster
-
         register_jax_cluster(gpus)
+
+
+def register_jax_cluster(gpus: int = 0) -> None:
+    """Make `jax.distributed.initialize()` find this job's process count and id (see the
+    module's docstring): a ClusterEnv for JAX_* variables, first in jax's list."""
+    from jax._src import clusters
+
+    class AlchemistCluster(clusters.ClusterEnv):
+        name = "alchemist"
+
+        @classmethod
+        def is_env_present(cls) -> bool:
+            return all(
+                k in os.environ for k in ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID")
+            )
+
+        @classmethod
+        def get_coordinator_address(cls, timeout_secs, override_coordinator_port=None) -> str:
+            return os.environ["JAX_COORDINATOR_ADDRESS"]
+
+        @classmethod
+        def get_process_count(cls) -> int:
+            return int(os.environ["JAX_NUM_PROCESSES"])
+
+        @classmethod
+        def get_process_id(cls) -> int:
+            return int(os.environ["JAX_PROCESS_ID"])
+
+        @classmethod
+        def get_local_process_id(cls) -> int | None:
+            # With one GPU per process, its local rank's; one process per node sees them all
+            # (None), several per node get JAX_LOCAL_DEVICE_IDS (gpu_vars); on CPU, jax's one
+            # CPU device.
+            if not gpus or int(os.environ.get("LOCAL_WORLD_SIZE", gpus)) != gpus:
+                return None
+            return int(os.environ.get("LOCAL_RANK", 0))
+
+    types = clusters.ClusterEnv._cluster_types
+    types[:] = [AlchemistCluster] + [t for t in types if t.name != AlchemistCluster.name]
 
 
 # Every framework by its name: a new one is its class above, added here.
@@ -223,33 +258,6 @@ IGNORED_BY_OWN_FRAMEWORK = {
     "precision": "the script sets its own precision",
     "curve": "the built-in trainer's learning curve",
 }
-
-
-def unhonoured(spec: JobSpec) -> str | None:
-    """For a TensorFlow or JAX task, the first field set to something other than its default
-    that such a script cannot honour, as `field: value ...; accepted: ...` (None: all fine)."""
-    framework = spec.task.framework
-    if not get(framework).own_loop:
-        return None
-    for section, why in IGNORED_BY_OWN_FRAMEWORK.items():
-        top, _, only = section.partition(".")
-        node = getattr(spec, top)
-        default = type(node)()
-        for name in type(node).model_fields:
-            if name == "name" or (only and name != only):
-                continue
-            value, dflt = getattr(node, name), getattr(default, name)
-            if value != dflt:
-                return (
-                    f"{top}.{name}: {value!r} is not honoured by a script of "
-                    f"task.framework {framework} ({why}); accepted: the default "
-                    f"({_shown_default(dflt)})"
-                )
-    return None
-
-
-def _shown_default(value: Any) -> str:
-    return "unset" if value is None else repr(value)
 
 
 def install_hint(framework: str) -> str:

@@ -21,7 +21,7 @@ from pydantic_core import PydanticCustomError
 
 from alchemist_jobs.data.source import parse_s3_uri, resolve_local_source
 from alchemist_jobs.errors import UserError, shown
-from alchemist_jobs.frameworks import FrameworkName, unhonoured
+from alchemist_jobs.frameworks import IGNORED_BY_OWN_FRAMEWORK, FrameworkName, get
 from alchemist_jobs.input_files import load_yaml, read_text
 from alchemist_jobs.job_env import check_requirement
 from alchemist_jobs.secret_scan import value_looks_secret
@@ -791,6 +791,33 @@ def _check_task(spec: JobSpec, spec_dir: Path, source: str) -> None:
                 f"exceed the {n} training samples of task {spec.task.builtin}; accepted: "
                 f"grad_accum <= {n // spec.global_batch}"
             )
+
+
+def unhonoured(spec: JobSpec) -> str | None:
+    """For a TensorFlow or JAX task, the first field set to something other than its default
+    that such a script cannot honour, as `field: value ...; accepted: ...` (None: all fine)."""
+    framework = spec.task.framework
+    if not get(framework).own_loop:
+        return None
+    for section, why in IGNORED_BY_OWN_FRAMEWORK.items():
+        top, _, only = section.partition(".")
+        node = getattr(spec, top)
+        default = type(node)()
+        for name in type(node).model_fields:
+            if name == "name" or (only and name != only):
+                continue
+            value, dflt = getattr(node, name), getattr(default, name)
+            if value != dflt:
+                return (
+                    f"{top}.{name}: {value!r} is not honoured by a script of "
+                    f"task.framework {framework} ({why}); accepted: the default "
+                    f"({_shown_default(dflt)})"
+                )
+    return None
+
+
+def _shown_default(value: Any) -> str:
+    return "unset" if value is None else repr(value)
 
 
 def parse_spec(raw: Any, source: str, spec_dir: Path | None = None) -> JobSpec:

@@ -30,7 +30,9 @@ from datetime import timedelta
 
 from alchemist_jobs import environment as E
 from alchemist_jobs import store_bind
-from alchemist_jobs.frameworks import get, install_hint
+from alchemist_jobs.frameworks import get, install_hint, register_jax_cluster
+
+__all__ = ["register_jax_cluster"]  # where the bootstrap's callers and tests found it
 
 SWAP_TIMEOUT_S = 600.0  # every worker of the group reaches the swap within torchrun's start-up
 _PREFIX = "alchemist/framework"
@@ -275,42 +277,3 @@ def _libc():
         return libc
     except (OSError, AttributeError):
         return None
-
-
-def register_jax_cluster(gpus: int = 0) -> None:
-    """Make `jax.distributed.initialize()` find this job's process count and id (see the
-    module's docstring): a ClusterEnv for JAX_* variables, first in jax's list."""
-    from jax._src import clusters
-
-    class AlchemistCluster(clusters.ClusterEnv):
-        name = "alchemist"
-
-        @classmethod
-        def is_env_present(cls) -> bool:
-            return all(
-                k in os.environ for k in ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID")
-            )
-
-        @classmethod
-        def get_coordinator_address(cls, timeout_secs, override_coordinator_port=None) -> str:
-            return os.environ["JAX_COORDINATOR_ADDRESS"]
-
-        @classmethod
-        def get_process_count(cls) -> int:
-            return int(os.environ["JAX_NUM_PROCESSES"])
-
-        @classmethod
-        def get_process_id(cls) -> int:
-            return int(os.environ["JAX_PROCESS_ID"])
-
-        @classmethod
-        def get_local_process_id(cls) -> int | None:
-            # With one GPU per process, its local rank's; one process per node sees them all
-            # (None), several per node get JAX_LOCAL_DEVICE_IDS (gpu_vars); on CPU, jax's one
-            # CPU device.
-            if not gpus or int(os.environ.get("LOCAL_WORLD_SIZE", gpus)) != gpus:
-                return None
-            return int(os.environ.get("LOCAL_RANK", 0))
-
-    types = clusters.ClusterEnv._cluster_types
-    types[:] = [AlchemistCluster] + [t for t in types if t.name != AlchemistCluster.name]
