@@ -8,7 +8,7 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Generic, TypeVar
+from typing import Generic, TypeVar, overload
 
 T = TypeVar("T")
 
@@ -26,6 +26,12 @@ class Var(Generic[T]):
     set_by: str
     doc: str
 
+    @overload
+    def get(self, environ: Mapping[str, str] | None = None, default: None = None) -> T | None: ...
+    @overload
+    def get(self, environ: Mapping[str, str] | None = None, *, default: T) -> T: ...
+    @overload
+    def get(self, environ: Mapping[str, str] | None, default: T) -> T: ...
     def get(self, environ: Mapping[str, str] | None = None, default: T | None = None) -> T | None:
         """The value in `environ` (default: this process's), parsed; `default` when unset or
         empty. A value that does not parse is a ValueError naming the variable."""

@@ -35,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -488,7 +489,7 @@ def remove(env: CachedEnv) -> None:
 
 
 def prune(
-    root: Path, max_bytes: int, keep: set[str] = frozenset(), older_than_s: float | None = None
+    root: Path, max_bytes: int, keep: AbstractSet[str] = frozenset(), older_than_s: float | None = None
 ) -> list[CachedEnv]:
     """Remove the least recently used environments until the rest fit `max_bytes` (and any
     unused for `older_than_s`); those in `keep` stay. Returns what was removed."""

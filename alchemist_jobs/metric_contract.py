@@ -320,4 +320,5 @@ def external(name: str) -> ExternalMetric:
 
 def known_series() -> frozenset[str]:
     """Every series name a dashboard or rule may query: ours and the declared external ones."""
-    return frozenset(s for m in (*METRICS, *EXTERNAL_METRICS) for s in m.series)
+    ours = frozenset(s for m in METRICS for s in m.series)
+    return ours | frozenset(s for m in EXTERNAL_METRICS for s in m.series)

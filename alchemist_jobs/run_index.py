@@ -160,8 +160,9 @@ def _valid(runs: Path, entries: dict[str, Entry]) -> set[str]:
     ]
     done = {run_id for run_id in ids if _checked.get(run_id) is entries[run_id].text}
     ids = [run_id for run_id in ids if run_id not in done]
+    docs: list[dict[str, Any] | None]
     try:
-        docs = decode_all(entries[run_id].text for run_id in ids)
+        docs = list(decode_all(entries[run_id].text for run_id in ids))
     except (ValueError, RecursionError):
         docs = []
         for run_id in ids:

@@ -37,7 +37,7 @@ import tarfile
 import tempfile
 import zipfile
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
@@ -188,7 +188,11 @@ ARCHIVES = (
 )
 # Compressed streams (one file, or a tar) and their standard-library readers, whose read(n)
 # decompresses no more than n bytes.
-STREAMS = {"gzip": lambda f: gzip.GzipFile(fileobj=f, mode="rb"), "bzip2": bz2.BZ2File, "xz": lzma.LZMAFile}
+STREAMS: dict[str, Callable[[Any], Any]] = {
+    "gzip": lambda f: gzip.GzipFile(fileobj=f, mode="rb"),
+    "bzip2": bz2.BZ2File,
+    "xz": lzma.LZMAFile,
+}
 # What one archive may take to be judged, over all its levels; beyond it, it is held back.
 MAX_ARCHIVE_DEPTH = 2  # an archive inside an archive is opened, one inside that is not
 MAX_ARCHIVE_MEMBERS = 10_000  # entries (a zip's, from its directory before anything is read)
@@ -433,12 +437,16 @@ def _archive(
     if kind == "zip":
         return _zip(f, where, depth, budget)
     if kind == "tar":  # seekable: the data of a file not read is skipped, not read
-        return _tar(tarfile.open(fileobj=_Counted(f, budget), mode="r:"), where, depth, budget)
+        # type: ignore: typeshed's _Fileobj also asks for write() and close(), which a TarFile
+        # reading a fileobj it was given never calls.
+        tar = tarfile.open(fileobj=_Counted(f, budget), mode="r:")  # type: ignore[call-overload]
+        return _tar(tar, where, depth, budget)
     stream = STREAMS[kind](f)
     head = stream.read(512)
     counted = _Counted(stream, budget, head)
     if archive_kind(head) == "tar":  # a .tar.gz: one archive, read in order
-        return _tar(tarfile.open(fileobj=counted, mode="r|"), where, depth, budget)
+        tar = tarfile.open(fileobj=counted, mode="r|")  # type: ignore[call-overload]  # as above
+        return _tar(tar, where, depth, budget)
     stem = name.rstrip("/").rsplit("/", 1)[-1]  # one compressed file: notes.txt.gz -> notes.txt
     stem = stem.rsplit(".", 1)[0] if "." in stem.lstrip(".") else stem
     return _member((*where, stem), counted.read, None, depth, budget)
@@ -448,7 +456,9 @@ def _tar(tar: tarfile.TarFile, where: tuple[str, ...], depth: int, budget: _Budg
     for entry in tar:
         budget.take(members=1)
         if entry.isfile():
-            found = _member((*where, entry.name), tar.extractfile(entry).read, entry.size, depth, budget)
+            member = tar.extractfile(entry)
+            assert member is not None  # extractfile gives None only for what is not a file
+            found = _member((*where, entry.name), member.read, entry.size, depth, budget)
             if found:
                 return found
     return None

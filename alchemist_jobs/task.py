@@ -145,6 +145,8 @@ def entry_function(entry: str, code_dir: Path | None = None) -> Callable[..., An
             if folder not in sys.path:
                 sys.path.insert(0, folder)  # the entry file's siblings import as they would
             loader = importlib.util.spec_from_file_location(module_name, path)
+            # a .py path always gets a spec with its SourceFileLoader
+            assert loader is not None and loader.loader is not None
             module = importlib.util.module_from_spec(loader)
             sys.modules[module_name] = module  # dataclasses and pickling look it up there
             try:

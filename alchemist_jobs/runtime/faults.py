@@ -17,8 +17,8 @@ def slowdown(rank: int, env: str | None = None) -> float:
     text = E.SLOW_RANKS.get(default="") if env is None else env
     for item in filter(None, (t.strip() for t in text.split(","))):
         try:
-            r, f = item.split(":")
-            r, f = int(r), float(f)
+            rank_text, factor_text = item.split(":")
+            r, f = int(rank_text), float(factor_text)
         except ValueError:
             raise ValueError(f"{E.SLOW_RANKS.name}: {item!r} is not RANK:FACTOR (e.g. 1:3)") from None
         if f < 1:

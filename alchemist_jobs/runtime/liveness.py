@@ -73,7 +73,8 @@ class Liveness:
         self.directory, self.rank, self.world = Path(directory), rank, world
         self.id = secrets.token_hex(4)
         self.clock, self.cpu, self.interval_s = clock, cpu, interval_s
-        self.seq, self.step, self.stepped_at = 0, None, clock()
+        self.seq, self.stepped_at = 0, clock()
+        self.step: int | None = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -143,7 +144,9 @@ class Liveness:
 
 def judge(before: dict[int, Beat | None], after: dict[int, Beat | None]) -> Verdict:
     """Compare two readings WINDOW_S apart."""
-    stopped, working, idle = [], [], []
+    stopped: list[int] = []
+    working: list[tuple[Beat, float | None]] = []
+    idle: list[int] = []
     for rank, new in sorted(after.items()):
         old = before.get(rank)
         if new is None or (old is not None and (old.id, old.seq) == (new.id, new.seq)):

@@ -85,7 +85,7 @@ def as_bytes(vec: torch.Tensor) -> memoryview:
     """The vector's bytes; it must be in host memory (stage GPU tensors first)."""
     if vec.device.type != "cpu":
         raise ValueError(f"ps_wire.as_bytes: a {vec.device} tensor; copy it to host memory first")
-    return memoryview(vec.contiguous().numpy()).cast("B")
+    return vec.contiguous().numpy().data.cast("B")
 
 
 def from_bytes(buf: bytearray | memoryview) -> torch.Tensor:

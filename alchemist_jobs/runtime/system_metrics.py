@@ -59,7 +59,7 @@ class SystemCollector:
         self.proc = psutil.Process()
         self._nvml = nvml
         self._nvml_tried = nvml is not None
-        self._handle: tuple[str, Any] | None = None
+        self._handle: tuple[str, str, Any] | None = None  # (index, UUID, NVML handle)
         # Whether this process trains on a GPU; by default, whether it has initialised CUDA.
         self._uses_gpu = uses_gpu or _cuda_initialised
         self._names = {

@@ -24,7 +24,8 @@ def rng_state(cuda: bool) -> dict[str, Any]:
     them initialises CUDA, and a CPU job on a GPU host would then hold a context on every
     device and report GPU metrics (an idle GPU) for a job that never used one.
     """
-    np_state = np.random.get_state()
+    np_state = np.random.get_state(legacy=True)
+    assert isinstance(np_state, tuple)  # the global RandomState is MT19937: its legacy tuple
     state = {
         "python": random.getstate(),
         "numpy": (np_state[0], torch.from_numpy(np_state[1].copy()), *np_state[2:]),

@@ -86,6 +86,7 @@ class StallWatchdog:
 
     def limit(self) -> tuple[float, str]:
         """Seconds allowed until the next step, and how that was reached (for the message)."""
+        assert self.timeout_s is not None  # start() watches nothing without a limit
         fixed = self.timeout_s != "auto"
         if self.step is None:
             limit = max(FIRST_STEP_S, float(self.timeout_s) if fixed else 0.0)
@@ -105,6 +106,7 @@ class StallWatchdog:
         )
 
     def _watch(self) -> None:
+        assert self.timeout_s is not None  # start() watches nothing without a limit
         poll = 1.0 if self.timeout_s == "auto" else min(1.0, float(self.timeout_s) / 4)
         waited_for = None  # the last beat whose overrun was found slow, not stopped
         before, check_at = None, 0.0

@@ -21,8 +21,8 @@ from __future__ import annotations
 import contextlib
 import socket
 import time
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
@@ -32,6 +32,9 @@ from alchemist_jobs.runtime.strategies.base import Strategy, WorkerContext
 from alchemist_jobs.runtime.strategies.comm_stats import OFF_STEP
 from alchemist_jobs.server_role import server_count
 
+if TYPE_CHECKING:
+    from alchemist_jobs.spec import EasgdAlgo
+
 CONNECT_TIMEOUT_S = E.PS_CONNECT_TIMEOUT.get(default=300.0)
 
 
@@ -40,7 +43,10 @@ class PSClient:
     its checkpoint) is re-established and the request sent again."""
 
     def __init__(
-        self, ctx: WorkerContext, names: list[list[str]], model: list[list[torch.Tensor]] | None = None
+        self,
+        ctx: WorkerContext,
+        names: list[list[str]],
+        model: Sequence[Sequence[torch.Tensor]] | None = None,
     ):
         self.ctx = ctx
         # Rank 0's hello gives each shard its model (the servers never build one).
@@ -62,7 +68,7 @@ class PSClient:
             try:
                 shook = ps_wire.client_handshake(sock, self.secret)
                 hello: dict[str, Any] = {"op": "hello", "rank": self.ctx.rank, "names": self.names[k]}
-                body = b""
+                body: bytes | memoryview = b""
                 if self.model is not None:
                     hello["shapes"] = [list(p.shape) for p in self.model[k]]
                     body = ps_wire.as_bytes(ps_wire.flat(self.model[k]).cpu())
@@ -92,7 +98,7 @@ class PSClient:
     def exchange(
         self,
         headers: list[dict[str, Any]],
-        payloads: list[torch.Tensor | None],
+        payloads: Sequence[torch.Tensor | None],
         staging: HostStaging | None = None,
     ) -> list[tuple[dict[str, Any], torch.Tensor]]:
         """Send one request to every shard, then collect every answer (shards work in
@@ -108,17 +114,18 @@ class PSClient:
                 for k in todo:
                     try:
                         sock = self.socks[k] or self._open(k)
-                        body = ps_wire.as_bytes(payloads[k]) if payloads[k] is not None else b""
+                        payload = payloads[k]
+                        body = ps_wire.as_bytes(payload) if payload is not None else b""
                         comm.payload(ps_wire.send(sock, headers[k], body), 0)
                     except (ConnectionError, OSError):
                         failed.append(k)
                 for k in todo:
                     if k in failed:
                         continue
+                    sent_on = self.socks[k]
+                    assert sent_on is not None  # sent to above: opened, or failed and skipped
                     try:
-                        h, buf, got = ps_wire.recv(
-                            self.socks[k], into=staging.landing(k) if staging else None
-                        )
+                        h, buf, got = ps_wire.recv(sent_on, into=staging.landing(k) if staging else None)
                     except (ConnectionError, OSError):
                         failed.append(k)
                         continue
@@ -134,9 +141,10 @@ class PSClient:
         return replies
 
     def _drop(self, k: int) -> None:
-        if self.socks[k] is not None:
+        sock = self.socks[k]
+        if sock is not None:
             with contextlib.suppress(OSError):
-                self.socks[k].close()
+                sock.close()
             self.socks[k] = None
 
     def close(self) -> None:
@@ -151,7 +159,9 @@ class HostStaging:
     On CPU nothing is staged. `pin` defaults to the device being a GPU (tests stage for the
     meta device in plain host memory: pinning needs CUDA)."""
 
-    def __init__(self, shards: list[list[torch.Tensor]], device: torch.device, pin: bool | None = None):
+    def __init__(
+        self, shards: Sequence[Sequence[torch.Tensor]], device: torch.device, pin: bool | None = None
+    ):
         self.device = device
         self.staged = device.type != "cpu"
         self.cuda = device.type == "cuda"
@@ -178,7 +188,7 @@ class HostStaging:
         if self._copied[k] is not None:
             self._copied[k].synchronize()
             self._copied[k] = None
-        return memoryview(self.answers[k].numpy()).cast("B")
+        return self.answers[k].numpy().data.cast("B")
 
     def answer(self, k: int, buf: bytearray | memoryview) -> torch.Tensor:
         """The answer as a tensor: the staging buffer itself where it landed there."""
@@ -287,7 +297,7 @@ class AsyncEasgdStrategy(_PSStrategy):
 
     def setup(self, model: torch.nn.Module) -> torch.nn.Module:
         super().setup(model)
-        algo = self.ctx.spec.algorithm
+        algo = cast("EasgdAlgo", self.ctx.spec.algorithm)  # built only for easgd, variant async
         self.tau, self.alpha = algo.tau, algo.alpha
         self.active = self.ctx.world_size > 1  # one worker: plain SGD, no elastic force
         return model
@@ -317,6 +327,7 @@ class AsyncEasgdStrategy(_PSStrategy):
     def evaluation_model(self) -> Iterator[torch.nn.Module]:
         """The centre, pulled from the servers (counted as traffic like any other)."""
         if not self.active:
+            assert self.model is not None  # setup() ran first
             yield self.model
             return
         saved = [p.detach().clone() for shard in self.shards for p in shard]
@@ -325,6 +336,7 @@ class AsyncEasgdStrategy(_PSStrategy):
         self.client.versions = versions
         self.ctx.comm.close_window(OFF_STEP)  # off-step traffic: not in a step's time
         try:
+            assert self.model is not None  # setup() ran first
             yield self.model
         finally:
             with torch.no_grad():

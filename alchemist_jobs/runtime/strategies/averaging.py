@@ -4,7 +4,7 @@ starts from the same model, and evaluating a model vector in the local parameter
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
@@ -27,7 +27,7 @@ def check_same_start(vec: torch.Tensor, comm: Any, what: str) -> None:
 
 
 @contextlib.contextmanager
-def swapped(params: list[torch.Tensor], vec: torch.Tensor) -> Iterator[None]:
+def swapped(params: Sequence[torch.Tensor], vec: torch.Tensor) -> Iterator[None]:
     """Temporarily load `vec` into the parameters; the local values come back afterwards."""
     with torch.no_grad():
         saved = parameters_to_vector(params).detach().clone()
@@ -80,5 +80,6 @@ class Exchange:
         return self._take()
 
     def _take(self) -> torch.Tensor:
+        assert self.buf is not None  # start() filled it
         out, self.work, self.buf = self.buf.float(), None, None
         return out

@@ -96,6 +96,7 @@ class Strategy:
     @contextlib.contextmanager
     def evaluation_model(self) -> Iterator[torch.nn.Module]:
         """The model to evaluate mid-run (learning curves): by default the local one."""
+        assert self.model is not None  # setup() ran first
         yield self.model
 
     def state_dict(self) -> dict[str, Any]:

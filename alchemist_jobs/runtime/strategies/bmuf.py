@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 import torch.distributed as dist
@@ -35,6 +35,9 @@ from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from alchemist_jobs.runtime.strategies.averaging import Exchange, check_same_start, swapped
 from alchemist_jobs.runtime.strategies.base import Strategy
+
+if TYPE_CHECKING:
+    from alchemist_jobs.spec import BmufAlgo
 
 
 def start_point(w: torch.Tensor, delta: torch.Tensor, eta: float, nesterov: bool) -> torch.Tensor:
@@ -62,7 +65,9 @@ class BmufStrategy(Strategy):
     def setup(self, model: torch.nn.Module) -> torch.nn.Module:
         self.model = model
         self.params = list(model.parameters())
-        algo = self.ctx.spec.algorithm
+        algo = cast(
+            "BmufAlgo", self.ctx.spec.algorithm
+        )  # this strategy is built only for its own algorithm (its spec class names it)
         eta = algo.block_momentum
         if eta is None:  # the paper's rule of thumb for N workers
             eta = 1.0 - 1.0 / self.ctx.world_size
@@ -140,9 +145,11 @@ class BmufStrategy(Strategy):
     def evaluation_model(self) -> Iterator[torch.nn.Module]:
         """The global model of the last block (what finish() would hand out)."""
         if not self.active:
+            assert self.model is not None  # setup() ran first
             yield self.model
             return
         with swapped(self.params, self.global_model):
+            assert self.model is not None  # setup() ran first
             yield self.model
 
     def state_dict(self) -> dict[str, Any]:

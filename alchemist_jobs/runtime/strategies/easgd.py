@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 import torch.distributed as dist
@@ -34,6 +34,9 @@ from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from alchemist_jobs.runtime.strategies.averaging import Exchange, check_same_start, swapped
 from alchemist_jobs.runtime.strategies.base import Strategy, WorkerContext
+
+if TYPE_CHECKING:
+    from alchemist_jobs.spec import EasgdAlgo
 
 
 def elastic_round(
@@ -53,7 +56,9 @@ class EasgdStrategy(Strategy):
     def setup(self, model: torch.nn.Module) -> torch.nn.Module:
         self.model = model
         self.params = list(model.parameters())
-        algo = self.ctx.spec.algorithm
+        algo = cast(
+            "EasgdAlgo", self.ctx.spec.algorithm
+        )  # this strategy is built only for its own algorithm (its spec class names it)
         self.tau, self.alpha = algo.tau, algo.alpha
         self.active = self.ctx.world_size > 1 and dist.is_initialized()
         self.centre = parameters_to_vector(self.params).detach().clone()
@@ -102,9 +107,11 @@ class EasgdStrategy(Strategy):
     @contextlib.contextmanager
     def evaluation_model(self) -> Iterator[torch.nn.Module]:
         if not self.active:
+            assert self.model is not None  # setup() ran first
             yield self.model
             return
         with swapped(self.params, self.centre):
+            assert self.model is not None  # setup() ran first
             yield self.model
 
     def state_dict(self) -> dict[str, Any]:
@@ -117,7 +124,7 @@ class EasgdStrategy(Strategy):
 
 def easgd_strategy(ctx: WorkerContext) -> Strategy:
     """The variant the spec asks for (registered as `easgd`)."""
-    if ctx.spec.algorithm.variant == "async":
+    if cast("EasgdAlgo", ctx.spec.algorithm).variant == "async":  # registered for easgd only
         from alchemist_jobs.runtime.strategies.async_ps import AsyncEasgdStrategy
 
         return AsyncEasgdStrategy(ctx)

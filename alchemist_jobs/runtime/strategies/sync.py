@@ -12,12 +12,15 @@ micro-batch of a step (`no_sync`).
 import contextlib
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 import torch.distributed as dist
 
 from alchemist_jobs.runtime.strategies.base import Strategy
+
+if TYPE_CHECKING:
+    from alchemist_jobs.spec import SyncAlgo
 
 
 class SyncStrategy(Strategy):
@@ -25,7 +28,10 @@ class SyncStrategy(Strategy):
 
     def setup(self, model: torch.nn.Module) -> torch.nn.Module:
         self.model = model
-        ctx, algo = self.ctx, self.ctx.spec.algorithm
+        ctx, algo = (
+            self.ctx,
+            cast("SyncAlgo", self.ctx.spec.algorithm),
+        )  # this strategy is built only for its own algorithm (its spec class names it)
         if ctx.world_size == 1 or not dist.is_initialized():
             return model  # one worker: plain SGD, nothing to synchronise
         from torch.nn.parallel import DistributedDataParallel as DDP
