@@ -44,7 +44,7 @@ def efs_policy(file_system_arn: str, access_point_arns: list[str]) -> str:
 class AwsSharedFs:
     """EFS or FSx for Lustre in the EKS cluster's VPC (a `SharedFsBackend`)."""
 
-    kinds = ("efs", "fsx-lustre")
+    kinds: tuple[str, ...] = ("efs", "fsx-lustre")
 
     def __init__(self, net: AwsNetwork):
         self.net = net
