@@ -99,7 +99,9 @@ class ClusterFacts:
     registry: Registry
     cloud: Any = None  # the provider's own facts, read by its module only (AwsCloud on AWS)
     efa_per_node: int = 0  # EFA interfaces of every GPU node; 0 when EFA is off
-    efa_rdma_read: bool = False  # every GPU node's EFA devices do RDMA read (infra/providers/aws/instance_types.py)
+    efa_rdma_read: bool = (
+        False  # every GPU node's EFA devices do RDMA read (infra/providers/aws/instance_types.py)
+    )
     # The labels every GPU node carries: the node selector of GPU pods (stack output `gpu`) and
     # the node labels of Kueue's `gpu` flavor. The platform's own GPU nodes get GPU_NODE_LABELS;
     # an `existing` cluster's are whatever its config says (by default the GPU Operator's).
