@@ -11,6 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from alchemist_jobs.contract import PROGRESS_LINE_PREFIX
+from alchemist_jobs.spec import shown_source
 
 from alchemist_jobs.ui import security
 from tests.ui.conftest import (AUTH, EXAMPLES, KUBECONFIG_SECRET, REPO, TEST_TOKEN, TOKEN_SECRET,
@@ -191,7 +192,8 @@ def test_a_bad_spec_gets_the_clis_one_line_error(client, tmp_path, finished_home
     (tmp_path / "bad.yaml").write_text(bad)
     proc = cli("run", str(tmp_path / "bad.yaml"), "--dry-run", home=finished_home[0])
     assert proc.returncode == 2
-    cli_line = proc.stderr.strip().removeprefix("error: ").replace(str(tmp_path / "bad.yaml"),
+    # the CLI names the file as errors show one (its end, where the path is long)
+    cli_line = proc.stderr.strip().removeprefix("error: ").replace(shown_source(str(tmp_path / "bad.yaml")),
                                                                    "bad.yaml")
     for path in ("/api/v1/check", "/api/v1/runs"):
         r = client.post(path, json={"spec": bad, "filename": "bad.yaml"}, headers=CHANGE)

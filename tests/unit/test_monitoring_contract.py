@@ -84,9 +84,12 @@ def test_metrics_off_is_a_silent_no_op_but_a_name_outside_the_contract_is_an_err
         WorkerMetrics(LABELS)["alchemist_stepz_total"]
 
 
-def test_local_workers_serve_metrics_on_loopback_only(monkeypatch):
+def test_workers_serve_metrics_where_the_backend_says(monkeypatch):
+    """A worker binds /metrics where ALCHEMIST_METRICS_ADDR says (the local backend sets
+    loopback: tests/unit/test_stack_kind.py checks its workers' environment), not by the
+    stack's name."""
     monkeypatch.setenv("ALCHEMIST_STACK", "local")
-    monkeypatch.delenv("ALCHEMIST_METRICS_ADDR", raising=False)
+    monkeypatch.setenv("ALCHEMIST_METRICS_ADDR", "127.0.0.1")
     monkeypatch.delenv("ALCHEMIST_METRICS_PORT", raising=False)
     wm = WorkerMetrics(LABELS)
     try:
