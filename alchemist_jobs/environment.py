@@ -92,7 +92,7 @@ def _var(name: str, parse: Callable[[str], T], set_by: str, doc: str) -> Var[T]:
 # --- every worker's run ------------------------------------------------------------------------
 RUN_DIR = _var("RUN_DIR", _path, BACKEND, "the run's directory on the shared file system")
 SHARED_ROOT = _var("SHARED_ROOT", _path, BACKEND, "the shared file system's root (data sets, caches)")
-STACK = _var("STACK", str, BACKEND, "the stack's name (`local` binds metrics to loopback)")
+STACK = _var("STACK", str, BACKEND, "the stack's name (where the job was launched)")
 NODE = _var("NODE", str, BACKEND, "the node the process runs on: a pod's name, a local node's label")
 FRAMEWORK = _var("FRAMEWORK", str, BACKEND, "task.framework when it is not torch")
 LOG_TO_CONSOLE = _var(
