@@ -53,7 +53,7 @@ class CommStats:
     overlapped_seconds: float = 0.0  # in flight while the step computed
     rounds: int = 0
     _open: list[Span] = field(default_factory=list)
-    _closed: deque = field(default_factory=deque)  # (tag, spans) not yet read
+    _closed: deque[tuple[Any, list[Span]]] = field(default_factory=deque)  # not yet read
 
     def allreduce(self, nbytes: int, world: int) -> None:
         moved = 2.0 * (world - 1) / world * nbytes if world > 1 else 0.0
@@ -136,9 +136,11 @@ def split_spans(spans: list[tuple[float, float, bool]]) -> tuple[float, float]:
     """(exposed, overlapped) seconds of one step's spans; see the module docstring."""
     if not spans:
         return 0.0, 0.0
-    cut = max((s for s, _, o in spans if o), default=None)
     waited = [(s, e) for s, e, o in spans if not o]
-    waited += [(max(s, cut), e) for s, e, o in spans if o and e > cut]
+    overlapping = [(s, e) for s, e, o in spans if o]
+    if overlapping:
+        cut = max(s for s, _ in overlapping)
+        waited += [(max(s, cut), e) for s, e in overlapping if e > cut]
     exposed = union_length(waited)
     return exposed, max(0.0, union_length([(s, e) for s, e, _ in spans]) - exposed)
 
