@@ -110,6 +110,7 @@ class BmufStrategy(Strategy):
 
     def _land(self, x: torch.Tensor) -> torch.Tensor:
         """The exchange in flight, applied to the local model x (a new tensor)."""
+        assert self.sent is not None  # set with every start(); landed only while in flight
         start = self._update(self.exchange.land())
         x = x + (start - self.sent)
         self.sent = None

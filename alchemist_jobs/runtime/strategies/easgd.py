@@ -91,6 +91,7 @@ class EasgdStrategy(Strategy):
 
     def _land(self, x: torch.Tensor) -> torch.Tensor:
         """The exchange in flight, applied to the local model x (a new tensor)."""
+        assert self.sent is not None  # set with every start(); landed only while in flight
         diff_sum = self.exchange.land()
         x = x - self.alpha * self.sent
         self.centre = self.centre + self.alpha * diff_sum
