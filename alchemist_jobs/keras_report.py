@@ -1,5 +1,6 @@
 """A Keras callback that feeds `alchemist_jobs.report()`: each batch's step and loss, and at
-each epoch's end every metric Keras logged (val_* included), so a `model.fit` shows in
+each epoch's end every metric Keras logged (val_* included; one named like report()'s own
+arguments, `step`, `total_steps`, `samples` or `epoch`, as `keras_<name>`), so a `model.fit` shows in
 `alchemist status`, Prometheus and TensorBoard like any script's loop.
 
     from alchemist_jobs.keras_report import ReportCallback
@@ -49,7 +50,7 @@ def ReportCallback(samples_per_step: int | None = None) -> Any:  # noqa: N802 (a
         def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
             # Keras's metrics, floats; Any since mypy cannot tell these names from report()'s own
             values: dict[str, Any] = {
-                k: v
+                _metric_name(k): v
                 for k, v in ((k, _number(v)) for k, v in (logs or {}).items())
                 if v is not None and k != "loss"
             }
@@ -62,6 +63,15 @@ def ReportCallback(samples_per_step: int | None = None) -> Any:  # noqa: N802 (a
             )
 
     return _Report()
+
+
+# report()'s own arguments, as this callback passes them: a Keras metric of one of these names
+# (a metric function's name is its key in the epoch's logs) is reported as keras_<name>.
+_OWN_ARGUMENTS = frozenset({"step", "total_steps", "samples", "epoch"})
+
+
+def _metric_name(name: str) -> str:
+    return f"keras_{name}" if name in _OWN_ARGUMENTS else name
 
 
 def _number(value: Any) -> float | None:
