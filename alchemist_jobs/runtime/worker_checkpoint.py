@@ -56,7 +56,8 @@ class WorkerCheckpoints:
         _, payload, mine = loaded
         if "model" in mine:
             model.load_state_dict(mine["model"])
-        optimizer.load_state_dict(mine.get("optimizer", payload["optimizer"]))
+        # this rank's own optimizer where replicas differed, else the one every rank shares
+        optimizer.load_state_dict(mine["optimizer"] if "optimizer" in mine else payload["optimizer"])
         self.strategy.load_state_dict(payload.get("strategy", {}))
         if "rng" in mine:
             set_rng_state(mine["rng"], cuda=self.cuda)
@@ -93,10 +94,11 @@ def gather_to_all(obj: dict[str, Any], world: int) -> list[dict[str, Any]]:
     process would touch every rank's GPU."""
     buf = io.BytesIO()
     torch.save(obj, buf)
+    blobs: list[Any]  # each rank's bytes
     if world == 1 or not dist.is_initialized():
         blobs = [buf.getvalue()]
     else:
-        blobs = [None] * world
+        blobs = [None] * world  # all_gather_object fills every slot
         dist.all_gather_object(blobs, buf.getvalue())
     return [torch.load(io.BytesIO(b), map_location="cpu", weights_only=True) for b in blobs]
 
