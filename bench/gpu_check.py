@@ -386,7 +386,10 @@ def check_metrics(root: Path, mode: Mode) -> Row:
             return
         url = metrics_url(handle.run.path)  # through the run's metrics bridge
         if url and (handle.run.progress() or {}).get("step", 0) > 5:
-            text = urllib.request.urlopen(url, timeout=5).read().decode()
+            try:
+                text = urllib.request.urlopen(url, timeout=5).read().decode()
+            except OSError:  # between steps the worker may not answer yet, or have ended: next tick
+                return
             found.extend(ln for ln in text.splitlines() if ln.startswith(want))
 
     # After step 6 the worker pauses 4 s: a short job would otherwise end before a scrape.
