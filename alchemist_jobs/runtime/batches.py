@@ -80,19 +80,22 @@ class Batches:
         self.cuda = device.type == "cuda"
         self.dataset, self.collate = task.train, task.collate or default_collate
         pair = tensor_pair(task.train, task.collate)
-        self.x = self.y = None
+        self.x: torch.Tensor | None = None  # a two-tensor set's inputs and targets, else None
+        self.y: torch.Tensor | None = None
         if pair is not None:
             home = torch.device("cpu") if self.prefetch else device
             self.x, self.y = pair[0].to(home), pair[1].to(home)
             if self.prefetch and self.cuda:
                 self.x, self.y = self.x.pin_memory(), self.y.pin_memory()
         self.batch = batch
-        self.sampler = DistributedSampler(
-            range(len(task.train)), num_replicas=world, rank=rank, shuffle=True, seed=seed, drop_last=False
+        # This rank's indices per epoch; of the dataset the sampler reads only its len().
+        self.sampler: DistributedSampler[int] = DistributedSampler(
+            task.train, num_replicas=world, rank=rank, shuffle=True, seed=seed, drop_last=False
         )
         self.per_epoch = math.ceil(self.sampler.num_samples / batch)
 
     def _slice(self, idx: torch.Tensor, b: int) -> tuple[torch.Tensor, torch.Tensor]:
+        assert self.x is not None and self.y is not None  # only a two-tensor set is sliced
         sel = idx[b * self.batch : (b + 1) * self.batch]
         return self.x[sel], self.y[sel]
 
