@@ -60,21 +60,25 @@ def apply() -> bool:
     """Put every later TCPStore of this process where the run allows; False when neither
     variable is set."""
     directory, addr = E.STORE_DIR.get(), E.STORE_ADDR.get()
-    if not directory and not addr:
+    if directory:
+        mode = ("dir", directory)
+    elif addr:
+        mode = ("addr", addr)
+    else:
         return False
     import torch.distributed as dist
 
     original = dist.TCPStore
-    mode = ("dir", directory) if directory else ("addr", addr)
     if getattr(original, "_alchemist_mode", None) == mode:
         return True
     base = getattr(original, "_alchemist_original", original)
-    replacement = _file_store_class(dist, base, directory) if directory else _bound_store_class(base, addr)
+    kind, where = mode
+    replacement = _file_store_class(base, where) if kind == "dir" else _bound_store_class(base, where)
     # Modules that did `from torch.distributed import TCPStore` hold the class itself.
     for name, module in list(sys.modules.items()):
         if name == "torch.distributed" or name.startswith("torch.distributed."):
             if getattr(module, "TCPStore", None) in (original, base):
-                module.TCPStore = replacement
+                vars(module)["TCPStore"] = replacement
     if directory:
         # torchrun's rank-0 agent picks MASTER_PORT with rendezvous.api's get_free_port
         # (RendezvousStoreInfo.build, torch 2.13), once per round: here it starts the round.
@@ -84,8 +88,10 @@ def apply() -> bool:
     return True
 
 
-def _file_store_class(dist, base, directory: str):
-    class RunFileStore(dist.FileStore):  # type: ignore[misc, valid-type]
+def _file_store_class(base: type, directory: str) -> type:
+    from torch.distributed import FileStore
+
+    class RunFileStore(FileStore):
         """Stands for `TCPStore(host, port, ...)`: the FileStore of that port in the run's
         private directory. Same arguments; only the timeout matters to a file."""
 
@@ -111,8 +117,8 @@ def _file_store_class(dist, base, directory: str):
     return RunFileStore
 
 
-def _bound_store_class(base, addr: str):
-    class BoundTCPStore(base):  # type: ignore[misc, valid-type]
+def _bound_store_class(base: type, addr: str) -> type:
+    class BoundTCPStore(base):
         _alchemist_mode = ("addr", addr)
         _alchemist_original = base
 
