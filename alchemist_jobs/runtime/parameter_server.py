@@ -105,6 +105,7 @@ class Shard:
         return ps_wire.flat(self.params)
 
     def state_dict(self) -> dict[str, Any]:
+        assert self.names is not None  # saved only once it holds a model (checkpoint() checks)
         return dict(
             shard=self.shard,
             names=self.names,
@@ -148,7 +149,7 @@ class Shard:
 
     # -- requests -----------------------------------------------------------------------------
     def hello(
-        self, h: dict[str, Any], payload: bytearray = bytearray()
+        self, h: dict[str, Any], payload: bytearray | memoryview = bytearray()
     ) -> tuple[dict[str, Any], torch.Tensor | None]:
         with self.cond:
             if not self.ready and h["rank"] == 0:  # rank 0's model is where training starts
@@ -176,7 +177,7 @@ class Shard:
         with self.cond:
             return {"version": self.version}, self.vector()
 
-    def push(self, h: dict[str, Any], payload: bytearray) -> tuple[dict[str, Any], torch.Tensor]:
+    def push(self, h: dict[str, Any], payload: bytearray | memoryview) -> tuple[dict[str, Any], torch.Tensor]:
         grads = ps_wire.from_bytes(payload)
         rank = h["rank"]
         with self.cond:
@@ -197,7 +198,9 @@ class Shard:
             self._wait_for_slowest(rank)
             return {"version": self.version, "staleness": staleness}, self.vector()
 
-    def elastic(self, h: dict[str, Any], payload: bytearray) -> tuple[dict[str, Any], torch.Tensor]:
+    def elastic(
+        self, h: dict[str, Any], payload: bytearray | memoryview
+    ) -> tuple[dict[str, Any], torch.Tensor]:
         x = ps_wire.from_bytes(payload)
         with self.cond, torch.no_grad():
             staleness = max(0, self.version - int(h.get("read", self.version)))
@@ -263,7 +266,7 @@ def _hello_size(h: dict[str, Any]) -> int | str:
     return 4 * sum(math.prod(s) for s in shapes)
 
 
-def check_request(shard: Shard, h: dict[str, Any], payload: bytearray) -> str | None:
+def check_request(shard: Shard, h: dict[str, Any], payload: bytearray | memoryview) -> str | None:
     """Why an (authenticated) request is refused, or None: unknown op, a rank outside the
     job, a payload that is not exactly the shard's size (rank 0's hello: its model's),
     non-finite values or numbers, a request before the shard holds a model."""
