@@ -6,6 +6,7 @@ its run. `spec.env` is applied on top (the user's word wins)."""
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from alchemist_jobs import environment as E
@@ -63,7 +64,7 @@ class WorkerEnv:
         return env
 
 
-def restarts(environ: dict[str, str] | None = None) -> int:
+def restarts(environ: Mapping[str, str] | None = None) -> int:
     """How often this worker's group has restarted: torchrun's own count (local runs, where
     the agent restarts its workers) plus the cluster's group restarts (JobSet recreates every
     pod and torchrun runs with --max-restarts=0, so its own count stays 0 there)."""

@@ -19,6 +19,7 @@ import os
 import socket
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -63,7 +64,7 @@ class WorkerPlace:
     restarts: int = 0
 
     @classmethod
-    def from_env(cls, environ: dict[str, str] | None = None) -> WorkerPlace:
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> WorkerPlace:
         e = os.environ if environ is None else environ
         # restarts: torchrun's count locally, the JobSet's group restart on a cluster
         return cls(
@@ -136,7 +137,11 @@ class Trainer:
             raise ValueError(
                 f"grad_accum={self.accum} exceeds the {self.batches.per_epoch} batches per epoch"
             )
-        self.total_steps = spec.hyper.steps or math.ceil(spec.hyper.epochs * self.steps_per_epoch)
+        if spec.hyper.steps:
+            self.total_steps = spec.hyper.steps
+        else:
+            assert spec.hyper.epochs is not None  # Hyper's validator sets it where steps is unset
+            self.total_steps = math.ceil(spec.hyper.epochs * self.steps_per_epoch)
         self.global_batch = self.world * spec.hyper.batch_size * self.accum
         self.schedule = build_schedule(spec.hyper, self.global_batch, self.steps_per_epoch, self.total_steps)
         self.metrics["alchemist_global_batch_size"].set(self.global_batch)
@@ -251,6 +256,7 @@ class Trainer:
 
     def publish(self, final: bool = False) -> None:
         """Rank 0's progress for the console, TensorBoard scalars."""
+        assert self.writer is not None  # rank 0, the one rank with a writer
         elapsed = time.perf_counter() - self.t_loop
         rate = self.step_metrics.samples / elapsed if elapsed > 0 else 0.0
         s, lr = self.state, self.optimizer.param_groups[0]["lr"]
@@ -309,6 +315,7 @@ class Trainer:
 
     def _record_test(self, test: dict[str, float], step: int) -> None:
         """Rank 0: an evaluation's figures into TensorBoard (and accuracy into Prometheus)."""
+        assert self.writer is not None  # rank 0, the one rank with a writer
         for name, value in test.items():
             self.writer.add_scalar(f"test/{name}", value, step)
         if "accuracy" in test:
@@ -485,6 +492,7 @@ class Trainer:
         return result
 
     def _hparams(self, test: dict[str, float]) -> None:
+        assert self.writer is not None  # rank 0, the one rank with a writer
         h = self.spec.hyper
         self.writer.add_hparams(
             dict(
