@@ -302,6 +302,10 @@ def _load(args: argparse.Namespace):
     from alchemist_jobs.spec import load_spec, script_spec
 
     overrides = list(args.overrides) + [f"env.{kv}" for kv in args.env]
+    if any(o.replace(" ", "") == "algorithm=auto" for o in overrides):  # the plan's recorded pick
+        from alchemist_jobs.planner.auto import resolve_auto
+
+        overrides = resolve_auto(args.spec, overrides, _home(args))
     for kv in args.env:
         if "=" not in kv:
             raise UserError(f"--env {kv!r}: accepted: KEY=VALUE")

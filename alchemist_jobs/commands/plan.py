@@ -15,6 +15,8 @@ import argparse
 import dataclasses
 import json
 import math
+import shlex
+import statistics
 import sys
 from pathlib import Path
 
@@ -141,6 +143,21 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="the nodes are emulated on this machine and share its processors (the "
         "local stack, network namespaces): profile each node count with that "
         "many workers computing at once",
+    )
+    p.add_argument(
+        "--auto",
+        action="store_true",
+        help="pick the configuration (algorithm, tau, exchange dtype, overlap, sync "
+        "compression) with the shortest predicted time to --target at the spec's node count; "
+        "costs one short local calibration run per point of the convergence model, on the "
+        "first plan for a job (cached in the run home); `alchemist run --set algorithm=auto` "
+        "applies the pick (docs/plan.md)",
+    )
+    p.add_argument(
+        "--target",
+        type=_number("an accuracy in (0, 1]", 0.0, 1.0, low_open=True),
+        default=None,
+        help="--auto: the test accuracy to reach",
     )
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     p.add_argument("--plot", type=Path, default=None, help="write a PNG of the plan")
@@ -368,7 +385,152 @@ def write_plot(plan: dict, path: Path) -> None:
         plt.close(fig)
 
 
+def _raw_spec(path: Path, overrides: list[str]) -> dict:
+    """The spec as YAML gives it, with the --set overrides applied (what load_spec validates)."""
+    from alchemist_jobs.input_files import load_yaml, read_text
+    from alchemist_jobs.spec import apply_override, shown_source
+
+    raw = load_yaml(read_text(path, "job spec"), shown_source(str(path))) or {}
+    if not isinstance(raw, dict):
+        raise UserError(f"{shown_source(str(path))}: the spec must be a YAML mapping")
+    for assignment in overrides:
+        apply_override(raw, assignment)
+    return raw
+
+
+def auto_plan(args: argparse.Namespace, log=None, extra: list[dict] | None = None) -> dict:
+    """`--auto`: every candidate's predicted time to the target at the spec's node count, the
+    pick and the runner-up (planner/auto.py), recorded for `run --set algorithm=auto`."""
+    from alchemist_jobs.planner import auto, convergence, facts, profile
+    from alchemist_jobs.runtime.tasks import load_task
+    from alchemist_jobs.spec import load_spec, parse_spec
+
+    if args.target is None:
+        raise UserError(
+            "--auto: --target is required; accepted: a test accuracy in (0, 1], e.g. --target 0.82"
+        )
+    if args.step_ms is not None or args.model_mb is not None:
+        raise UserError("--auto profiles the job's model itself; drop --step-ms/--model-mb")
+    spec = load_spec(args.spec, args.overrides)
+    if not spec.task.trained_by_alchemist or spec.task.framework != "torch":
+        raise UserError(
+            f"--auto: task {spec.task.kind} runs its own loop; accepted: a built-in task or a "
+            "task.entry (the calibration runs and the profile run the job's model)"
+        )
+    spec_dir = Path(args.spec).resolve().parent
+    raw = _raw_spec(Path(args.spec), args.overrides)
+    home = default_root()
+    say = log or (lambda m: print(m, file=sys.stderr, flush=True))
+    nodes = spec.nodes
+    workers = args.workers_per_node or spec.procs_per_node
+    probe = args.link_probe[0] if args.link_probe else None
+    cluster = facts.cluster_facts(
+        workers_per_node=workers,
+        link=args.link,
+        latency_us=args.latency_us,
+        stack=None,
+        runs_root=runs_root(home),
+        job_name=spec.name,
+        probe=probe,
+    )
+    concurrent = nodes * workers if args.emulated else 1
+    profiles = {}
+    for name in auto.profile_algorithms():
+        body = dict(raw, algorithm={"name": name})
+        say(f"profiling {name} ({args.profile_steps} steps, {concurrent} process(es) at once)")
+        profiles[name] = profile.profile_spec(
+            parse_spec(body, f"--auto {name}", spec_dir),
+            home,
+            steps=args.profile_steps,
+            concurrent=concurrent,
+            code_dir=spec_dir,
+        )
+    task = load_task(spec, home, code_dir=spec_dir)
+    params = list(task.model.parameters())
+    shape_list = tuple(tuple(p.shape) for p in params)
+    shapes = auto.Shapes(
+        shape_list, params[0].element_size(), auto.measure_powersgd_local(shape_list, auto.POWERSGD_RANKS)
+    )
+    runs = auto.calibrate(raw, spec, spec_dir, home, args.target, log=say)
+    conv = convergence.fit(auto.observations(runs, args.target))
+    # Before the first step: the calibration runs' start (median), plus the model's first
+    # broadcast over the link (DDP and the block algorithms start every worker from rank 0's).
+    model_bytes = profiles["sync"].exchange_bytes
+    start_s = statistics.median(r["start_s"] for r in runs.values()) + model_bytes / cluster.link_bytes_per_s
+    cands = auto.candidates(spec)
+    ranked, left_out = auto.rank_choices(
+        cands, conv, lambda c: auto.step_time(c, profiles, nodes, cluster, shapes), start_s
+    )
+    if not ranked:
+        raise UserError(
+            f"--auto --target {args.target:g}: no calibration run reached it in "
+            f"{spec.hyper.epochs:g} epochs; accepted: a lower --target, or more hyper.epochs"
+        )
+    out = dict(
+        job=spec.name,
+        target=args.target,
+        nodes=nodes,
+        workers_per_node=workers,
+        link_bytes_per_s=cluster.link_bytes_per_s,
+        pick=ranked[0].as_dict(),
+        runner_up=ranked[1].as_dict() if len(ranked) > 1 else None,
+        candidates=[c.as_dict() for c in ranked],
+        left_out=left_out,
+        start_s=round(start_s, 3),
+        convergence=dict(steps=conv.steps, accuracy=conv.accuracy, rms_log=conv.rms_log, runs=conv.runs),
+        calibration={
+            k: dict(run_id=v["run_id"], final_accuracy=v["final_accuracy"]) for k, v in runs.items()
+        },
+        assumptions=list(cluster.assumptions)
+        + [
+            "steps to target and final accuracy: "
+            + "log(steps) = b[family] + a[family] log2(tau) + c half + d overlap, least squares "
+            + f"over {len(runs)} calibration runs on this machine (rms {conv.rms_log:.2f} in log)",
+            "step time: the scaling model over profiles of sync, bmuf and easgd; PowerSGD: its "
+            "three all-reduces per bucket and its local arithmetic, all waited for",
+        ],
+    )
+    auto.record_pick(home, spec, out)
+    for algorithm in extra or ():  # what a caller asks beside the grid (bench/paradigms)
+        c = auto.Candidate(algorithm)
+        if conv.predictable(c.features):
+            steps, step = (
+                conv.steps_to_target(c.features),
+                auto.step_time(c, profiles, nodes, cluster, shapes),
+            )
+            out.setdefault("extra", []).append(
+                auto.Choice(c, steps, step, start_s + steps * step, conv.final_accuracy(c.features)).as_dict()
+            )
+    return out
+
+
+def render_auto(plan: dict) -> str:
+    def line(tag: str, c: dict) -> str:
+        return (
+            f"{tag}: {c['label']}: {c['time_to_target_s']:.1f} s to {plan['target']:g} "
+            f"({c['steps_to_target']:.0f} steps x {c['step_s'] * 1e3:.1f} ms, plus "
+            f"{plan['start_s']:.1f} s to start), final accuracy {c['final_accuracy']:.4f}\n"
+            f"  " + " ".join(f"--set {shlex.quote(a)}" for a in c["set"])
+        )
+
+    lines = [
+        f"auto plan for {plan['job']}: {plan['nodes']} node(s) x {plan['workers_per_node']} "
+        f"worker(s), link {plan['link_bytes_per_s'] * 8 / 1e6:,.0f} Mbit/s",
+        line("pick", plan["pick"]),
+    ]
+    if plan["runner_up"]:
+        lines.append(line("runner-up", plan["runner_up"]))
+    lines.append("apply it: alchemist run SPEC --set algorithm=auto; candidates, fit and assumptions: --json")
+    return "\n".join(lines)
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
+    if args.auto or args.target is not None:
+        if not args.auto:
+            raise UserError("--target goes with --auto; accepted: --auto --target ACCURACY")
+        picked = auto_plan(args)
+        print(json.dumps(picked, indent=2) if args.json else render_auto(picked))
+        return 0
     plan = build_plan(args)
     if args.plot is not None:
         write_plot(plan, args.plot)

@@ -1,0 +1,188 @@
+"""`alchemist plan --auto`'s picking logic, in process: the candidates the algorithm classes
+allow, the convergence model's least squares, PowerSGD's bytes, the ranking against the
+accuracy floor, and `run --set algorithm=auto` reading the recorded pick."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from alchemist_jobs import cli
+from alchemist_jobs.errors import UserError
+from alchemist_jobs.planner import auto, model
+from alchemist_jobs.planner.convergence import Features, Observation, fit
+from alchemist_jobs.spec import ALGORITHMS, apply_override, load_spec, parse_spec
+
+SPEC = {
+    "name": "pick",
+    "task": {"builtin": "synthetic", "synthetic": {"params": 20000, "samples": 2048, "features": 8}},
+    "nodes": 2,
+    "procs_per_node": 1,
+    "hyper": {"batch_size": 64, "lr": 0.02, "epochs": 3},
+}
+
+
+def spec(**algorithm):
+    return parse_spec(dict(SPEC, algorithm=algorithm or {"name": "sync"}), "<test>")
+
+
+def test_every_candidate_is_its_class_and_its_set_args_give_it_back():
+    cands = auto.candidates(spec())
+    labels = [c.label for c in cands]
+    assert labels[:4] == ["sync", "sync+fp16", "sync+powersgd-r2", "sync+powersgd-r4"]
+    assert len(cands) == 4 + 2 * len(auto.TAUS) * 2 * 2 and len(set(labels)) == len(labels)
+    for c in cands:
+        raw = dict(SPEC, algorithm={"name": "sync", "compression": "fp16"})  # a field bmuf lacks
+        for assignment in c.set_args():
+            apply_override(raw, assignment)
+        back = parse_spec(raw, "<test>").algorithm
+        assert back == ALGORITHMS[c.algorithm["name"]](**c.algorithm)
+        assert back.steps_per_exchange == c.features.tau
+        assert back.overlapped == c.features.overlap
+    easgd = next(c for c in cands if c.algorithm["name"] == "easgd")
+    assert easgd.algorithm["alpha"] == pytest.approx(0.45)  # beta 0.9 over 2 workers
+
+
+TRUE = {
+    "b:sync": math.log(400),
+    "b:powersgd-r2": math.log(520),
+    "b:bmuf": math.log(300),
+    "a:bmuf": 0.25,
+    "b:easgd": math.log(350),
+    "a:easgd": 0.1,
+    "half": 0.02,
+    "overlap": 0.15,
+}
+
+
+def steps_of(f: Features) -> float:
+    terms = {f"b:{f.family}": 1.0}
+    if f.blocks and f.tau > 1:
+        terms[f"a:{f.family}"] = math.log2(f.tau)
+    terms.update({"half": float(f.half), "overlap": float(f.overlap)})
+    return math.exp(sum(TRUE.get(t, 0.0) * x for t, x in terms.items()))
+
+
+def calibration_features() -> list[Features]:
+    return [auto.Candidate(a).features for a in auto.CALIBRATION if a.get("powersgd_rank") != 4]
+
+
+def test_the_fit_recovers_the_terms_it_was_generated_with():
+    obs = [Observation(f, steps_of(f), 0.85) for f in calibration_features()]
+    got = fit(obs)
+    assert got.rms_log == pytest.approx(0.0, abs=1e-9)
+    for term, value in TRUE.items():
+        assert got.steps[term] == pytest.approx(value), term
+    unseen = Features("bmuf", tau=64, half=True, overlap=True)  # extrapolated in tau
+    assert got.steps_to_target(unseen) == pytest.approx(steps_of(unseen))
+
+
+def test_a_family_that_never_reached_the_target_is_not_predicted():
+    obs = [Observation(f, None if f.family == "easgd" else steps_of(f), 0.8) for f in calibration_features()]
+    got = fit(obs)
+    assert not got.predictable(Features("easgd", tau=8))
+    assert got.predictable(Features("bmuf", tau=8))
+    assert not got.predictable(Features("powersgd-r4"))  # no run of rank 4
+
+
+def test_the_pick_is_the_fastest_to_target_above_the_accuracy_floor():
+    accuracy = {"sync": 0.85, "powersgd-r2": 0.845, "bmuf": 0.83, "easgd": 0.848}
+    obs = [Observation(f, steps_of(f), accuracy[f.family]) for f in calibration_features()]
+    conv = fit(obs)
+    cands = auto.candidates(spec())
+    # step time: sync pays the link every step; block algorithms 1/tau of it
+    step = {"sync": 0.35, "powersgd-r2": 0.02}
+
+    def step_of(c):
+        f = c.features
+        return step.get(f.family, 0.01 + 0.35 / f.tau * (0.5 if f.half else 1.0))
+
+    ranked, left_out = auto.rank_choices(cands, conv, step_of, start_s=1.0)
+    times = [c.time_to_target_s for c in ranked]
+    assert times == sorted(times)
+    assert all(c.candidate.features.family != "bmuf" for c in ranked)  # 2 points below sync
+    assert any(s.startswith("bmuf+tau8:") and "below sync" in s for s in left_out)
+    assert any(s.startswith("sync+powersgd-r4:") for s in left_out)  # never calibrated
+    best = min(
+        (c for c in cands if conv.predictable(c.features) and c.features.family != "bmuf"),
+        key=lambda c: 1.0 + conv.steps_to_target(c.features) * step_of(c),
+    )
+    assert ranked[0].candidate == best
+    assert ranked[0].candidate.features.family == "easgd"
+
+
+def test_powersgd_sends_two_factors_per_matrix_and_vectors_whole():
+    shapes = auto.Shapes(((991, 8), (991,), (991, 991), (10, 991), (10,)), 4, {2: 0.0})
+    vectors, p, q = auto.powersgd_bytes(shapes, 2)
+    assert vectors == (991 + 10) * 4
+    # 991x8: (991+8)*2 < 991*8, so P 991x2 and Q 8x2; 10x991: P 10x2, Q 991x2
+    assert p == (991 * 2 + 991 * 2 + 10 * 2) * 4
+    assert q == (8 * 2 + 991 * 2 + 991 * 2) * 4
+    # rank 8: 991x8 would send (991+8)*8 >= 991*8 values, so it travels whole
+    assert auto.powersgd_bytes(shapes, 8) == (
+        (991 + 10 + 991 * 8) * 4,
+        (991 * 8 + 10 * 8) * 4,
+        (991 * 8 + 991 * 8) * 4,
+    )
+
+
+def test_a_16_bit_wire_halves_the_bytes_the_model_is_given():
+    prof = model.Profile(
+        forward_s=0.002,
+        backward_s=0.004,
+        exchange_bytes=4_000_000,
+        batch_per_worker=64,
+        buckets=((4_000_000, 1.0),),
+    )
+    link = model.Cluster(workers_per_node=1, link_bytes_per_s=12.5e6)
+    profiles = {"sync": prof, "bmuf": prof, "easgd": prof}
+    half = model.Profile(
+        forward_s=0.002,
+        backward_s=0.004,
+        exchange_bytes=2_000_000,
+        batch_per_worker=64,
+        buckets=((2_000_000, 1.0),),
+    )
+    fp16 = auto.Candidate({"name": "sync", "compression": "fp16"})
+    assert auto.step_time(fp16, profiles, 2, link, None) == pytest.approx(
+        model.step_s(half, model.Algorithm("sync"), 2, link)[2]
+    )
+    b = auto.Candidate({"name": "bmuf", "tau": 16, "exchange_dtype": "fp16", "overlap": True})
+    assert auto.step_time(b, profiles, 2, link, None) == pytest.approx(
+        model.step_s(half, model.Algorithm("bmuf", tau=16, overlap=True), 2, link)[2]
+    )
+
+
+def test_run_with_algorithm_auto_takes_the_recorded_pick(tmp_path):
+    f = tmp_path / "job.yaml"
+    import yaml
+
+    f.write_text(yaml.safe_dump(SPEC))
+    with pytest.raises(UserError, match=r"algorithm=auto: no pick .*alchemist plan .* --auto --target"):
+        auto.resolve_auto(f, ["algorithm=auto"], tmp_path)
+    pick = auto.Candidate({"name": "bmuf", "tau": 32, "exchange_dtype": "fp16"})
+    auto.record_pick(tmp_path, load_spec(f), {"pick": {"set": pick.set_args()}})
+    got = auto.resolve_auto(f, ["hyper.lr=0.02", "algorithm = auto"], tmp_path)
+    assert load_spec(f, got).algorithm == ALGORITHMS["bmuf"](tau=32, exchange_dtype="fp16")
+    # another job (a different learning rate) has no pick
+    with pytest.raises(UserError):
+        auto.resolve_auto(f, ["hyper.lr=0.5", "algorithm=auto"], tmp_path)
+
+
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["--auto"], "--target is required"),
+        (["--target", "0.8"], "--target goes with --auto"),
+        (["--auto", "--target", "1.5"], "'1.5'; accepted: an accuracy in (0, 1]"),
+    ],
+)
+def test_bad_input_is_one_line(tmp_path, capsys, argv, says):
+    import yaml
+
+    f = tmp_path / "job.yaml"
+    f.write_text(yaml.safe_dump(SPEC))
+    assert cli.main(["plan", str(f), *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert says in err and len(err.splitlines()) <= 2
