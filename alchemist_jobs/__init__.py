@@ -5,6 +5,8 @@ What a user's own code calls (docs/bring-your-model.md), imported on first use s
 
 - `prepare(model, optimizer)`, `finish()`, `evaluation_model()`: the job's algorithm in
   your own loop (own_loop.py); `checkpoint.save()` / `checkpoint.resume()` beside them.
+- `tf_checkpoint.manager(ckpt)`, `jax_checkpoint.manager()`: a TensorFlow or JAX script's
+  checkpoints at the run's place, every `checkpoint.every_steps`, `checkpoint.keep` kept.
 - `Task`, `TaskContext`: what a `task.entry` function returns and receives (task.py).
 - `report(step=..., loss=..., **metrics)`: progress and metrics of a script (report.py).
 """
@@ -26,12 +28,26 @@ _LAZY = {
 }
 
 
+# Modules a script reaches as attributes (alchemist_jobs.checkpoint.save()).
+_SUBMODULES = ("checkpoint", "tf_checkpoint", "jax_checkpoint")
+
+
 def __getattr__(name: str) -> Any:
-    if name == "checkpoint":
-        return importlib.import_module("alchemist_jobs.checkpoint")
+    if name in _SUBMODULES:
+        return importlib.import_module(f"alchemist_jobs.{name}")
     if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'alchemist_jobs' has no attribute {name!r}")
 
 
-__all__ = ["prepare", "finish", "evaluation_model", "checkpoint", "Task", "TaskContext", "report"]
+__all__ = [
+    "prepare",
+    "finish",
+    "evaluation_model",
+    "checkpoint",
+    "tf_checkpoint",
+    "jax_checkpoint",
+    "Task",
+    "TaskContext",
+    "report",
+]

@@ -246,15 +246,14 @@ def get(name: str) -> Framework:
 
 
 # The spec's sections only the built-in trainer (or, for a torch script, alchemist_jobs.prepare)
-# acts on. A TensorFlow or JAX script brings its own loop, optimizer and checkpoints: a value
-# other than the default there would be accepted and do nothing, so it is refused.
-# (`algorithm.name` other than sync is refused by JobSpec itself.)
+# acts on. A TensorFlow or JAX script brings its own loop and optimizer: a value other than
+# the default there would be accepted and do nothing, so it is refused. (`algorithm.name`
+# other than sync is refused by JobSpec itself.) `checkpoint` is honoured through the
+# checkpoint helpers (alchemist_jobs.tf_checkpoint, alchemist_jobs.jax_checkpoint).
 IGNORED_BY_OWN_FRAMEWORK = {
     "algorithm": "sync's options are torch's (DDP's buckets, compression, accumulation); "
     "do them in the script",
     "hyper": "the script sets its own (pass them in task.args)",
-    "checkpoint.every_steps": "the script writes its own checkpoints",
-    "checkpoint.keep": "the script prunes its own checkpoints",
     "precision": "the script sets its own precision",
     "curve": "the built-in trainer's learning curve",
 }

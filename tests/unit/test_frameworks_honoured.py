@@ -22,8 +22,6 @@ IGNORED = [
     ("hyper.lr=0.3", "hyper.lr", "0.3"),
     ("hyper.batch_size=64", "hyper.batch_size", "64"),
     ("hyper.optimizer=adam", "hyper.optimizer", "'adam'"),
-    ("checkpoint.every_steps=50", "checkpoint.every_steps", "50"),
-    ("checkpoint.keep=5", "checkpoint.keep", "5"),
     ("precision.autocast=bf16", "precision.autocast", "'bf16'"),
     ("curve.every_steps=10", "curve.every_steps", "10"),
 ]
@@ -37,13 +35,15 @@ def job(tmp_path):
         p = tmp_path / "job.yaml"
         p.write_text(SCRIPT.format(fw=framework))
         return str(p)
+
     return write
 
 
 @pytest.mark.parametrize("framework", ["tensorflow", "jax"])
 @pytest.mark.parametrize("assignment,field,shown", IGNORED, ids=[i[1] for i in IGNORED])
 def test_a_field_the_script_cannot_honour_is_refused_by_a_dry_run_in_one_line(
-        framework, assignment, field, shown, job, home, capsys):
+    framework, assignment, field, shown, job, home, capsys
+):
     code = cli.main(["run", job(framework), "--dry-run", "--set", assignment])
     err = capsys.readouterr().err
     lines = err.strip().splitlines()
@@ -69,14 +69,23 @@ def test_a_saved_full_spec_at_its_defaults_is_accepted(framework, job, tmp_path)
     spec = load_spec(job(framework))
     (tmp_path / "again.yaml").write_text(spec.to_yaml())
     again = load_spec(tmp_path / "again.yaml")
-    assert again.task.framework == framework and again.hyper == JobSpec.model_fields[
-        "hyper"].default_factory()
+    assert (
+        again.task.framework == framework and again.hyper == JobSpec.model_fields["hyper"].default_factory()
+    )
+
+
+@pytest.mark.parametrize("framework", ["tensorflow", "jax"])
+def test_checkpoint_fields_are_accepted_since_the_checkpoint_helpers_honour_them(framework, job):
+    """tf_checkpoint / jax_checkpoint write every checkpoint.every_steps and keep checkpoint.keep."""
+    spec = load_spec(job(framework), ["checkpoint.every_steps=50", "checkpoint.keep=5"])
+    assert (spec.checkpoint.every_steps, spec.checkpoint.keep) == (50, 5)
 
 
 def test_a_torch_script_keeps_every_field(job, tmp_path):
     (tmp_path / "job.yaml").write_text("name: t\ntask: {script: train.py}\n")
-    spec = load_spec(tmp_path / "job.yaml", ["hyper.lr=0.3", "checkpoint.keep=5",
-                                              "algorithm={name: sync, grad_accum: 4}"])
+    spec = load_spec(
+        tmp_path / "job.yaml", ["hyper.lr=0.3", "checkpoint.keep=5", "algorithm={name: sync, grad_accum: 4}"]
+    )
     assert spec.hyper.lr == 0.3 and spec.checkpoint.keep == 5
 
 
@@ -85,7 +94,8 @@ def test_jax_workers_get_kubeflow_v1_names_beside_jax_s_own():
     setPodEnv): COORDINATOR_ADDRESS is worker 0's host, COORDINATOR_PORT its port,
     NUM_PROCESSES and PROCESS_ID."""
     local = framework_env.framework_vars(
-        "jax", {"RANK": "1", "WORLD_SIZE": "2"}, ["127.0.0.1:4001", "127.0.0.1:4002"])
+        "jax", {"RANK": "1", "WORLD_SIZE": "2"}, ["127.0.0.1:4001", "127.0.0.1:4002"]
+    )
     assert (local["COORDINATOR_ADDRESS"], local["COORDINATOR_PORT"]) == ("127.0.0.1", "4001")
     assert (local["NUM_PROCESSES"], local["PROCESS_ID"]) == ("2", "1")
     hosts = ["j-worker-0-0.j", "j-worker-0-1.j"]
@@ -94,7 +104,8 @@ def test_jax_workers_get_kubeflow_v1_names_beside_jax_s_own():
     assert cluster["COORDINATOR_PORT"] == str(FRAMEWORK_BASE_PORT)
     assert cluster["NUM_PROCESSES"] == "4"
     pod = framework_env.framework_vars(
-        "jax", dict(cluster, JOB_COMPLETION_INDEX="1", LOCAL_WORLD_SIZE="2", LOCAL_RANK="1"))
+        "jax", dict(cluster, JOB_COMPLETION_INDEX="1", LOCAL_WORLD_SIZE="2", LOCAL_RANK="1")
+    )
     assert pod["PROCESS_ID"] == pod["JAX_PROCESS_ID"] == "3"
 
 
@@ -105,4 +116,5 @@ def test_jax_s_sigterm_catcher_is_off_unless_the_job_asks_for_it():
     assert env["JAX_ENABLE_PREEMPTION_SERVICE"] == "false"
     assert env["JAX_CPU_COLLECTIVES_IMPLEMENTATION"] == "gloo"
     assert "JAX_ENABLE_PREEMPTION_SERVICE" not in framework_env.import_vars(
-        "jax", {"JAX_ENABLE_PREEMPTION_SERVICE": "true"})
+        "jax", {"JAX_ENABLE_PREEMPTION_SERVICE": "true"}
+    )
