@@ -6,22 +6,25 @@
 `jax.distributed.initialize()` with no arguments finds the job's coordinator, process count
 and id (docs/frameworks.md); then every process holds one device of a global mesh, feeds its
 own half of each step's batch, and XLA all-reduces the gradient of the global mean loss
-(gloo between processes on CPU). Process 0 writes a checkpoint every `--checkpoint-every`
-steps into the run's directory; a restarted group resumes from it.
+(gloo between processes on CPU). `alchemist_jobs.jax_checkpoint` (orbax) writes a checkpoint
+every `checkpoint.every_steps` steps into the run's directory, keeps the newest
+`checkpoint.keep` (jax_digits.yaml: every 50, 2 kept) and a restarted group resumes from the
+newest.
 """
 
 import argparse
 import os
 import time
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import NamedSharding, PartitionSpec as P
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 
+from alchemist_jobs import jax_checkpoint
 from alchemist_jobs.report import report
 
 
@@ -53,10 +56,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--batch-size", type=int, default=32, help="per worker")
     ap.add_argument("--lr", type=float, default=0.05)
-    ap.add_argument("--checkpoint-every", type=int, default=100)
-    run_dir = os.environ.get("ALCHEMIST_RUN_DIR")  # under Alchemist: the run's checkpoints/
-    ap.add_argument("--checkpoint-dir", default=run_dir and os.path.join(run_dir, "checkpoints"),
-                    help="where to keep checkpoints (none outside a run unless given)")
+    ap.add_argument("--checkpoint-dir", default=None,
+                    help="outside a run: where to keep checkpoints (none unless given)")
     args = ap.parse_args()
     t0 = time.perf_counter()
 
@@ -76,17 +77,11 @@ def main() -> None:
         return [wi - args.lr * vi for wi, vi in zip(w, v)], v, loss
 
     w = init_params(jax.random.key(0))
-    v = [jnp.zeros_like(p) for p in w]
-    start = 0
-    ckpt_dir = Path(args.checkpoint_dir) if args.checkpoint_dir else None
-    newest = sorted(ckpt_dir.glob("jax-step-*.npz")) if ckpt_dir else []
-    if newest:  # a restarted group: every process loads process 0's newest checkpoint
-        saved = np.load(newest[-1])
-        w = [jnp.asarray(saved[f"w{i}"]) for i in range(4)]
-        v = [jnp.asarray(saved[f"v{i}"]) for i in range(4)]
-        start = int(saved["step"])
-        print(f"resumed from {newest[-1].name} at step {start}", flush=True)
-    w, v = jax.device_put((w, v), replicated)
+    w, v = jax.device_put((w, [jnp.zeros_like(p) for p in w]), replicated)
+    # Under Alchemist: the run's checkpoints, every checkpoint.every_steps, checkpoint.keep kept;
+    # a restarted group gets back the newest (0 and the fresh model on a first start).
+    checkpoints = jax_checkpoint.manager(args.checkpoint_dir)
+    start, (w, v) = checkpoints.restore((w, v))
 
     mine_x, mine_y = x_tr[rank::world], y_tr[rank::world]  # this process's shard
     rng = np.random.default_rng(rank)
@@ -95,15 +90,11 @@ def main() -> None:
         x = jax.make_array_from_process_local_data(batch, mine_x[idx])
         y = jax.make_array_from_process_local_data(batch, mine_y[idx])
         w, v, loss = train_step(w, v, x, y)
-        if rank == 0 and ckpt_dir and s % args.checkpoint_every == 0:
-            ckpt_dir.mkdir(parents=True, exist_ok=True)
-            tmp = ckpt_dir / f".jax-step-{s:09d}.tmp.npz"
-            np.savez(tmp, step=s, **{f"w{i}": np.asarray(a) for i, a in enumerate(w)},
-                     **{f"v{i}": np.asarray(a) for i, a in enumerate(v)})
-            os.replace(tmp, ckpt_dir / f"jax-step-{s:09d}.npz")  # whole or not at all
+        checkpoints.save(s, (w, v))  # every process; written when the step is due
         if s % 10 == 0 or s == args.steps:
             report(step=s, loss=float(loss), total_steps=args.steps, samples=10 * args.batch_size)
 
+    checkpoints.close()  # the last write committed
     accuracy = float(np.mean(np.argmax(np.asarray(logits([np.asarray(a) for a in w], x_te)),
                                        axis=1) == y_te))
     report(step=args.steps, test_accuracy=accuracy)

@@ -3,24 +3,25 @@
     alchemist run examples/tf_digits.yaml        # 2 workers; Alchemist sets TF_CONFIG
     python examples/tf_digits.py                 # the same model in one process
 
-Nothing here knows about Alchemist but `report()` (a no-op outside a run): the strategy reads
-TF_CONFIG, each worker trains on its own half of every step's data, and the gradients are
-summed across workers before the update. The chief writes a checkpoint every
-`--checkpoint-every` steps into the run's directory (`--checkpoint-dir`); a restarted group
-resumes from it.
+Nothing here knows about Alchemist but `report()` (a no-op outside a run) and the checkpoint
+helper: the strategy reads TF_CONFIG, each worker trains on its own half of every step's
+data, and the gradients are summed across workers before the update. `alchemist_jobs.tf_checkpoint`
+(tf.train.CheckpointManager) writes a checkpoint every `checkpoint.every_steps` steps into the
+run's directory, keeps the newest `checkpoint.keep` (tf_digits.yaml: every 50, 2 kept) and a
+restarted group resumes from the newest.
 """
 
 import argparse
 import json
 import os
 import time
-from pathlib import Path
 
 import numpy as np
 import tensorflow as tf
 from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 
+from alchemist_jobs import tf_checkpoint
 from alchemist_jobs.report import report
 
 
@@ -38,10 +39,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--batch-size", type=int, default=32, help="per worker")
     ap.add_argument("--lr", type=float, default=0.05)
-    ap.add_argument("--checkpoint-every", type=int, default=100)
-    run_dir = os.environ.get("ALCHEMIST_RUN_DIR")  # under Alchemist: the run's checkpoints/
-    ap.add_argument("--checkpoint-dir", default=run_dir and os.path.join(run_dir, "checkpoints"),
-                    help="where to keep checkpoints (none outside a run unless given)")
+    ap.add_argument("--checkpoint-dir", default=None,
+                    help="outside a run: where to keep checkpoints (none unless given)")
     args = ap.parse_args()
     t0 = time.perf_counter()
 
@@ -77,14 +76,11 @@ def main() -> None:
             return ctx.all_reduce(tf.distribute.ReduceOp.MEAN, loss)
         return strategy.run(replica, args=(x, y))
 
-    ckpt_dir = Path(args.checkpoint_dir) if args.checkpoint_dir else None
-    newest = sorted(ckpt_dir.glob("tf-step-*.npz")) if ckpt_dir else []
-    if newest:  # a restarted group: every worker loads the chief's newest checkpoint
-        saved = np.load(newest[-1])
-        for i, var in enumerate(weights + velocity):
-            var.assign(saved[f"v{i}"])
-        step.assign(int(saved["step"]))
-        print(f"resumed from {newest[-1].name} at step {int(step.numpy())}", flush=True)
+    # Under Alchemist: the run's checkpoints, every checkpoint.every_steps, checkpoint.keep kept;
+    # a restarted group restores the chief's newest into these variables (0: a first start).
+    checkpoints = tf_checkpoint.manager(
+        tf.train.Checkpoint(weights=weights, velocity=velocity, step=step), args.checkpoint_dir)
+    checkpoints.restore()
 
     mine_x, mine_y = x_tr[rank::world], y_tr[rank::world]  # this worker's shard
     rng = np.random.default_rng(rank)
@@ -92,11 +88,7 @@ def main() -> None:
         idx = rng.integers(0, len(mine_x), args.batch_size)
         loss = float(train_step(tf.constant(mine_x[idx]), tf.constant(mine_y[idx])).numpy())
         s = int(step.numpy())
-        if rank == 0 and ckpt_dir and s % args.checkpoint_every == 0:
-            ckpt_dir.mkdir(parents=True, exist_ok=True)
-            tmp = ckpt_dir / f".tf-step-{s:09d}.tmp.npz"
-            np.savez(tmp, step=s, **{f"v{i}": v.numpy() for i, v in enumerate(weights + velocity)})
-            os.replace(tmp, ckpt_dir / f"tf-step-{s:09d}.npz")  # whole or not at all
+        checkpoints.save(s)  # every worker; written when the step is due
         if s % 10 == 0 or s == args.steps:
             report(step=s, loss=loss, total_steps=args.steps, samples=10 * args.batch_size)
 

@@ -93,7 +93,7 @@ with open(out / f"steps-{me}-{attempt}", "w") as log:
 """
 
 
-def _kept(framework: str, where) -> list[int]:
+def kept_checkpoints(framework: str, where) -> list[int]:
     """The steps of the complete checkpoints on disk, in each framework's own layout."""
     if framework == "jax":  # orbax: a directory per step, named by the step
         return sorted(int(p.name) for p in where.iterdir() if p.name.isdigit())
@@ -143,7 +143,9 @@ def test_checkpoints_kept_to_keep_and_a_killed_worker_s_group_resumes_within_ten
         )
         assert p.poll() is None, p.communicate()[0]
         where = run.checkpoints / framework
-        assert _kept(framework, where) == [HOLD_AT - 2, HOLD_AT], sorted(x.name for x in where.iterdir())
+        assert kept_checkpoints(framework, where) == [HOLD_AT - 2, HOLD_AT], sorted(
+            x.name for x in where.iterdir()
+        )
         first = {r: read_json(run.worker_file(r))["pid"] for r in (0, 1)}
         killed = time.time()
         os.kill(first[1], signal.SIGKILL)
@@ -174,7 +176,7 @@ def test_checkpoints_kept_to_keep_and_a_killed_worker_s_group_resumes_within_ten
         assert (out / f"steps-{rank}-1").read_text().split() == [
             str(s) for s in range(HOLD_AT + 1, STEPS + 1)
         ]
-    assert _kept(framework, run.checkpoints / framework) == [STEPS - 2, STEPS]
+    assert kept_checkpoints(framework, run.checkpoints / framework) == [STEPS - 2, STEPS]
     assert not [x for x in run.checkpoints.iterdir() if x.name.startswith(".tensorflow-worker")]
     assert run.state()["state"] == "succeeded"
     assert no_process_of(run) == []

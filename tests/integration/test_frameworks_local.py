@@ -10,12 +10,12 @@ import re
 import signal
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from alchemist_jobs.rundir import read_json
 from tests.conftest import EXAMPLES, REPO, cli
+from tests.integration.test_framework_checkpoints import kept_checkpoints
 from tests.integration.test_local_runs import no_process_of, only_run, wait_for
 
 # TensorFlow alone takes a minute to import on a loaded 2-core machine; each job imports it
@@ -34,8 +34,9 @@ def test_the_two_worker_example_converges_and_reports(framework, home):
     run = only_run(home)
     results = {}
     for rank in (0, 1):
-        m = re.findall(r"^workers (\d+) steps (\d+) test accuracy ([0-9.]+)",
-                       run.rank_log(rank).read_text(), re.M)
+        m = re.findall(
+            r"^workers (\d+) steps (\d+) test accuracy ([0-9.]+)", run.rank_log(rank).read_text(), re.M
+        )
         assert m, run.rank_log(rank).read_text()[-3000:]
         results[rank] = m[-1]
     # Both workers trained one model: the same accuracy, the world of two.
@@ -44,9 +45,8 @@ def test_the_two_worker_example_converges_and_reports(framework, home):
     prog = run.progress()  # report() from rank 0
     assert prog["step"] == 300 and prog["total_steps"] == 300 and prog["final"] is True
     assert prog["loss"] < 0.5 and prog["restarts"] == 0
-    prefix = "tf" if framework == "tensorflow" else "jax"
-    assert sorted(p.name for p in run.checkpoints.glob(f"{prefix}-step-*.npz")) == [
-        f"{prefix}-step-{s:09d}.npz" for s in (100, 200, 300)]
+    # the examples' checkpoint helper: every 50 steps, the newest 2 kept (checkpoint: in the yaml)
+    assert kept_checkpoints(framework, run.checkpoints / framework) == [250, 300]
     assert list(run.tensorboard.glob("events.out.tfevents.*"))
     assert all(isinstance(w.get("metrics_port"), int) for w in run.worker_records())
     assert "succeeded" in r.stdout
@@ -89,23 +89,41 @@ while attempt == 1 and not go.exists() and time.monotonic() < deadline:
 
 
 @pytest.mark.parametrize("framework", ["tensorflow", "jax"])
-def test_a_collective_sums_across_workers_and_a_killed_worker_restarts_the_group(
-        framework, home, tmp_path):
+def test_a_collective_sums_across_workers_and_a_killed_worker_restarts_the_group(framework, home, tmp_path):
     (tmp_path / "allsum.py").write_text(SUM_SCRIPT)
     (tmp_path / "job.yaml").write_text(
         f"name: allsum\ntask: {{script: allsum.py, framework: {framework}, args: [{framework}]}}\n"
-        "procs_per_node: 2\nmax_restarts: 1\n")
+        "procs_per_node: 2\nmax_restarts: 1\n"
+    )
     out = tmp_path / "out"
     out.mkdir()
-    p = subprocess.Popen([sys.executable, "-m", "alchemist_jobs", "run", str(tmp_path / "job.yaml"),
-                          "--quiet", "--set", f"env.OUT_DIR={out}"],
-                         cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)),
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    p = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "alchemist_jobs",
+            "run",
+            str(tmp_path / "job.yaml"),
+            "--quiet",
+            "--set",
+            f"env.OUT_DIR={out}",
+        ],
+        cwd=REPO,
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         run = wait_for(lambda: (home / "runs").exists() and only_run(home), 120, "run dir")
-        first = wait_for(lambda: len(list(out.glob("attempt-1-*"))) == 2 and
-                         sorted(f.read_text() for f in out.glob("attempt-1-*")), 600,
-                         "both workers' first sums")
+        first = wait_for(
+            lambda: (
+                len(list(out.glob("attempt-1-*"))) == 2
+                and sorted(f.read_text() for f in out.glob("attempt-1-*"))
+            ),
+            600,
+            "both workers' first sums",
+        )
         victim = read_json(run.worker_file(1))
         os.kill(victim["pid"], signal.SIGKILL)
         (out / "go").write_text("")
@@ -128,16 +146,19 @@ def test_a_worker_that_cannot_import_its_framework_fails_with_one_line(home, tmp
     for a missing one, first on the workers' path): the worker says which extra to install."""
     shadow = tmp_path / "shadow"
     shadow.mkdir()
-    (shadow / "jax.py").write_text(
-        "raise ModuleNotFoundError(\"No module named 'jax'\", name='jax')\n")
+    (shadow / "jax.py").write_text("raise ModuleNotFoundError(\"No module named 'jax'\", name='jax')\n")
     (tmp_path / "job.yaml").write_text(
-        "name: nojax\ntask: {script: train.py, framework: jax}\nprocs_per_node: 2\n"
-        "max_restarts: 0\n")
+        "name: nojax\ntask: {script: train.py, framework: jax}\nprocs_per_node: 2\nmax_restarts: 0\n"
+    )
     (tmp_path / "train.py").write_text("import jax\n")
-    r = subprocess.run([sys.executable, "-m", "alchemist_jobs", "run", str(tmp_path / "job.yaml")],
-                       cwd=REPO, capture_output=True, text=True, timeout=600,
-                       env=dict(os.environ, ALCHEMIST_HOME=str(home),
-                                PYTHONPATH=f"{shadow}{os.pathsep}{REPO}"))
+    r = subprocess.run(
+        [sys.executable, "-m", "alchemist_jobs", "run", str(tmp_path / "job.yaml")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=dict(os.environ, ALCHEMIST_HOME=str(home), PYTHONPATH=f"{shadow}{os.pathsep}{REPO}"),
+    )
     assert r.returncode != 0, r.stdout
     run = only_run(home)
     from alchemist_jobs.failures import last_attempt
@@ -145,7 +166,9 @@ def test_a_worker_that_cannot_import_its_framework_fails_with_one_line(home, tmp
     for rank in (0, 1):
         lines = [ln for ln in last_attempt(run.rank_log(rank)) if ln.strip()]
         assert len(lines) == 1, lines
-        assert lines[0].startswith("alchemist: task.framework is jax") and \
-            "pip install 'alchemist[jax]'" in lines[0], lines[0]
+        assert (
+            lines[0].startswith("alchemist: task.framework is jax")
+            and "pip install 'alchemist[jax]'" in lines[0]
+        ), lines[0]
     assert "alchemist[jax]" in r.stdout + r.stderr  # the run's summary shows it
     assert no_process_of(run) == []
