@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 
 from alchemist_jobs.cli import build_parser
-from tests.conftest import cli
 
 
 def _commands(parser: argparse.ArgumentParser, prefix: str = ""):
@@ -31,8 +30,3 @@ def test_every_command_has_a_description_and_examples():
 def test_submit_help_lists_no_option_submit_ignores():
     options = {name: set(sub._option_string_actions) for name, sub in _commands(build_parser())}
     assert "--detach" in options["run"] and "--detach" not in options["submit"]
-
-
-def test_stack_list_has_a_header(home):
-    lines = cli("stack", "list", home=home).stdout.splitlines()
-    assert lines[0].split()[:2] == ["STACK", "PROVIDER"] and lines[1].startswith("local ")

@@ -7,7 +7,6 @@ added to the registry and not there fails here."""
 from __future__ import annotations
 
 import re
-import subprocess
 import sys
 from typing import get_args
 
@@ -15,7 +14,7 @@ import pytest
 import tomllib
 
 from alchemist_jobs import frameworks
-from alchemist_jobs.frameworks import EXTRAS, FRAMEWORK_BASE_PORT, FRAMEWORKS, Framework
+from alchemist_jobs.frameworks import FRAMEWORK_BASE_PORT, FRAMEWORKS, Framework
 from alchemist_jobs.runtime import framework_env
 from alchemist_jobs.spec import TaskSpec
 from tests.conftest import REPO as ROOT
@@ -84,17 +83,6 @@ def test_framework_env_uses_the_registry_not_names():
         del FRAMEWORKS["fake"]
 
 
-def test_module_main_prints_the_optional_frameworks():
-    out = subprocess.run(
-        [sys.executable, "-m", "alchemist_jobs.frameworks", "--optional"],
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=ROOT,
-    ).stdout
-    assert out.split() == [FRAMEWORKS[n].extra for n in FRAMEWORKS if FRAMEWORKS[n].extra]
-
-
 def test_pyproject_extras_are_the_registry():
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     for fw in FRAMEWORKS.values():
@@ -120,16 +108,6 @@ def test_setup_installs_every_optional_framework():
     assert "frameworks=$(.venv/bin/python -m alchemist_jobs.frameworks --optional)" in setup
     line = next(ln for ln in setup.splitlines() if ln.strip().startswith("scripts/lock-sections"))
     assert "$frameworks" in line
-
-
-def test_image_build_accepts_the_registry_and_refuses_others_in_one_line():
-    result = subprocess.run(
-        [str(ROOT / "images/build"), "--frameworks", "jax,pytorch"], capture_output=True, text=True, cwd=ROOT
-    )
-    assert result.returncode == 2
-    assert result.stderr.strip().splitlines() == [
-        f"images/build: --frameworks 'jax,pytorch': 'pytorch'; accepted: {', '.join(EXTRAS.values())} (comma-separated)"
-    ]
 
 
 def test_dockerfile_accepts_exactly_the_registry():

@@ -26,23 +26,27 @@ LAST = f"digits-20260101-000000-{N - 1:08x}"
 def _edit_doc(change):
     """Damage: the last run's document, decoded, changed by `change` and encoded again (its
     entry's head left as it was)."""
+
     def damage(text: str) -> str:
         lines = text.split("\n")
         doc = json.loads(lines[-2])
         change(doc)
         lines[-2] = json.dumps(doc)
         return "\n".join(lines)
+
     return damage
 
 
 def _edit_head(i: int, value):
     """Damage: field `i` of the last run's head ([run_id, mtime, created, state])."""
+
     def damage(text: str) -> str:
         lines = text.split("\n")
         heads = json.loads(lines[1])
         heads[-1][i] = value
         lines[1] = json.dumps(heads)
         return "\n".join(lines)
+
     return damage
 
 
@@ -54,7 +58,7 @@ def _deep(n: int):
 
 
 DAMAGE = {
-    "line cut in half": lambda t: t[:len(t) - len(t.split("\n")[-2]) // 2 - 1],
+    "line cut in half": lambda t: t[: len(t) - len(t.split("\n")[-2]) // 2 - 1],
     "last line without newline": lambda t: t[:-1],
     "step missing": _edit_doc(lambda d: d.pop("step")),
     "state missing": _edit_doc(lambda d: d.pop("state")),
@@ -75,13 +79,11 @@ DAMAGE = {
     "document state lies": _edit_doc(lambda d: d.update(state="failed")),
     "head state lies": _edit_head(3, "failed"),
     "head state not ended": _edit_head(3, "running"),
-    "state unknown": lambda t: _edit_head(3, "exploded")(_edit_doc(
-        lambda d: d.update(state="exploded"))(t)),
+    "state unknown": lambda t: _edit_head(3, "exploded")(_edit_doc(lambda d: d.update(state="exploded"))(t)),
     "run_dir lies": _edit_doc(lambda d: d.update(run_dir="/etc")),
     "created lies": _edit_head(2, 1.0),
     "head mtime a string": _edit_head(1, "1"),
-    "run_id of another run": _edit_doc(lambda d: d.update(
-        run_id=f"digits-20260101-000000-{0:08x}")),
+    "run_id of another run": _edit_doc(lambda d: d.update(run_id=f"digits-20260101-000000-{0:08x}")),
     "header only": lambda t: t.split("\n")[0] + "\n",
     "binary": lambda t: "\x00\xff" * 100,
 }
@@ -130,24 +132,6 @@ def test_a_damaged_index_gives_what_the_run_directories_say(indexed, case, capsy
     assert LAST not in {r.run_id for r in LocalScheduler(root).list()}
 
 
-def test_orphan_temp_files_of_dead_listings_are_removed(indexed):
-    """A listing killed while it wrote the index leaves its temp file; the next one removes
-    the temp files of processes that no longer exist (and leaves a live one's alone)."""
-    import subprocess
-    import sys
-
-    root, path, _ = indexed
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                          capture_output=True, text=True, check=True).stdout.strip()
-    orphans = [path.with_name(f".{run_index.INDEX}.{dead}.tmp"),
-               path.with_name(f".{run_index.INDEX}.{dead}.0123abcd.tmp")]
-    live = path.with_name(f".{run_index.INDEX}.{os.getppid()}.0123abcd.tmp")
-    for p in (*orphans, live):
-        p.write_text("half an index")
-    LocalScheduler(root).list()
-    assert [p.exists() for p in orphans] == [False, False] and live.exists()
-
-
 @pytest.fixture
 def special(tmp_path, request):
     kind = request.param
@@ -174,9 +158,18 @@ SPECIAL = ["a file", "a FIFO", "/dev/null", "a symlink loop", "a dangling symlin
 
 
 @pytest.mark.parametrize("special", SPECIAL, indirect=True)
-@pytest.mark.parametrize("argv", [["list"], ["list", "--json"], ["status", "abc"],
-                                  ["rm", "abc"], ["rm", "--state", "failed"], ["cancel", "abc"],
-                                  ["logs", "abc"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["list"],
+        ["list", "--json"],
+        ["status", "abc"],
+        ["rm", "abc"],
+        ["rm", "--state", "failed"],
+        ["cancel", "abc"],
+        ["logs", "abc"],
+    ],
+)
 def test_a_home_that_is_no_folder_is_one_line(special, argv, capsys):
     kind, home = special
     assert cli.main([*argv, "--home", str(home)]) == 2

@@ -5,36 +5,36 @@ never share a run directory, and keep run files private."""
 from __future__ import annotations
 
 import json
-import os
-import signal
 import stat
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from alchemist_jobs import cli
-from alchemist_jobs.errors import UserError
 from alchemist_jobs.local_backend import LocalScheduler
 from alchemist_jobs.rundir import RunDir, runs_root
 from alchemist_jobs.spec import load_spec
 from tests.conftest import EXAMPLES
 
 
-def _sleeper() -> subprocess.Popen:
-    """An unrelated process in its own group: the victim a bad cancel would kill."""
-    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
-                            start_new_session=True)
-
-
 def _fake_run(dir_: Path, pid: int, **state) -> None:
     dir_.mkdir(parents=True)
     (dir_ / "spec.yaml").write_text("name: decoy\n")
-    (dir_ / "run.json").write_text(json.dumps(dict(
-        run_id=dir_.name, state="running", launcher_pid=pid, agents=[pid], servers=[],
-        workers=1, created=time.time(), **state)))
+    (dir_ / "run.json").write_text(
+        json.dumps(
+            dict(
+                run_id=dir_.name,
+                state="running",
+                launcher_pid=pid,
+                agents=[pid],
+                servers=[],
+                workers=1,
+                created=time.time(),
+                **state,
+            )
+        )
+    )
 
 
 def _one_error_line(capsys) -> str:
@@ -44,46 +44,12 @@ def _one_error_line(capsys) -> str:
     return err
 
 
-@pytest.mark.parametrize("command", ["cancel", "status", "logs"])
-def test_run_ids_outside_the_runs_folder_are_refused(home, capsys, command):
-    victim = _sleeper()
-    try:
-        _fake_run(home / "decoy", victim.pid)
-        (home / "runs").mkdir()
-        for ref in ("../decoy", str(home / "decoy"), "..", ".", "runs/../../decoy"):
-            assert cli.main([command, ref]) == 2
-            assert "run id" in _one_error_line(capsys)
-        assert victim.poll() is None, "an unrelated process was signalled"
-    finally:
-        victim.kill()
-        victim.wait()
-
-
-@pytest.mark.parametrize("ref", ["digits-*", "dig[its", "a?b", "x" * 300, "a\nb", "", "-rf",
-                                 "a\0b", "é"])
+@pytest.mark.parametrize("ref", ["digits-*", "dig[its", "a?b", "x" * 300, "a\nb", "", "-rf", "a\0b", "é"])
 def test_junk_run_ids_get_one_line(home, capsys, ref):
     (home / "runs").mkdir(parents=True)
     assert cli.main(["status", "--", ref]) == 2
     err = _one_error_line(capsys)
     assert "run id" in err
-
-
-def test_cancel_of_a_lost_run_never_signals_a_process_that_reused_its_pid(home, capsys):
-    victim = _sleeper()
-    try:
-        # The record names the victim's pid, but the run's agent started at another time
-        # (its pid was reused since): cancel must leave the victim alone.
-        _fake_run(runs_root(home) / "digits-20260101-000000-abcd1234", victim.pid,
-                  proc_starts={str(victim.pid): 1})
-        assert cli.main(["cancel", "digits-20260101-000000-abcd1234"]) == 0
-        assert victim.poll() is None, "cancel signalled a process that is not the run's"
-        # A record without start times (an older or forged run.json) signals nothing either.
-        _fake_run(runs_root(home) / "other-20260101-000000-abcd1234", victim.pid)
-        assert cli.main(["cancel", "other-20260101-000000-abcd1234"]) == 0
-        assert victim.poll() is None
-    finally:
-        victim.kill()
-        victim.wait()
 
 
 def test_two_runs_never_share_a_run_directory(home):
@@ -159,7 +125,8 @@ def test_an_agent_that_dies_between_two_polls_is_reported(home):
     run.update_state(run_id=run.run_id, name="digits", stack="local", state="running")
     spec = load_spec(EXAMPLES / "digits.yaml")
     # The backend's own handle (a hand-made one went stale when the handle gained `net`).
-    handle = LocalRun(LocalRequest(run_id=run.run_id, run=run, spec=spec, processes=[]),
-                      procs=[_AgentDyingBetweenPolls()])
+    handle = LocalRun(
+        LocalRequest(run_id=run.run_id, run=run, spec=spec, processes=[]), procs=[_AgentDyingBetweenPolls()]
+    )
     status = LocalScheduler(home).wait(handle)
     assert status.state == "failed" and "killed by SIGKILL" in status.message, status
