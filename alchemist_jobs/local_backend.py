@@ -58,6 +58,7 @@ from alchemist_jobs.rundir import (
     runs_root,
     write_private,
 )
+from alchemist_jobs.runtime import framework_env
 from alchemist_jobs.runtime.devices import DeviceError, plan_local_devices, visible_devices
 from alchemist_jobs.scheduler import (
     CANCELLED,
@@ -426,6 +427,13 @@ class LocalRequest(Request):
             " (value not shown)"
             for name, ref in self.spec.secret_env.items()
         ]
+        head += framework_env.dry_run_lines(  # each TF/JAX worker's variables, TF_CONFIG's task too
+            self.spec.task.framework,
+            self.spec.nodes,
+            self.spec.procs_per_node,
+            self.processes[0].env if self.processes else {},
+            local=True,
+        )
         return "\n".join(head + [s.shell() for s in self.servers] + [p.shell() for p in self.processes])
 
     def as_json(self) -> dict:

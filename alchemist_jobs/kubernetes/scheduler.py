@@ -28,6 +28,7 @@ from alchemist_jobs.kubernetes.client import Cluster, ClusterError, Connector, N
 from alchemist_jobs.kubernetes.code_assets import CodeSnapshot, pack
 from alchemist_jobs.kubernetes.job_state import newest_pods, parse_time, run_status
 from alchemist_jobs.rundir import default_root, new_run_id
+from alchemist_jobs.runtime import framework_env
 from alchemist_jobs.scheduler import CANCELLED, Placement, Request, RunStatus, Scheduler
 from alchemist_jobs.spec import JobSpec
 from alchemist_jobs.stack_kinds import CLUSTER
@@ -93,7 +94,25 @@ class KubeRequest(Request):
                 f"from {self.code.root}, {len(self.code.tarball)} bytes packed"
             )
             head += [f"#   ships {f}" for f in self.code.files]
+        head += framework_env.dry_run_lines(  # each TF/JAX worker's variables, TF_CONFIG's task too
+            self.spec.task.framework,
+            self.spec.nodes,
+            self.spec.procs_per_node,
+            self._worker_env(),
+            local=False,
+        )
         return "\n".join(head) + "\n" + mf.to_yaml(self.manifests)
+
+    def _worker_env(self) -> dict[str, str]:
+        """The literal variables of the JobSet's worker container (what every worker starts with)."""
+        for o in self.manifests:
+            if o.get("kind") != "JobSet":
+                continue
+            for rj in o["spec"]["replicatedJobs"]:
+                if rj["name"] == mf.WORKER_RJOB:
+                    (container, *_) = rj["template"]["spec"]["template"]["spec"]["containers"]
+                    return {e["name"]: e["value"] for e in container.get("env", []) if "value" in e}
+        return {}
 
 
 @dataclass

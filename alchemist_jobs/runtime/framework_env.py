@@ -20,6 +20,7 @@ from __future__ import annotations
 import ctypes
 import importlib
 import os
+import shlex
 import signal
 import socket
 import sys
@@ -149,6 +150,43 @@ def framework_vars(
     # The cluster's variable is the worker's to complete (TF_CONFIG's task); others the job's
     # env gives win.
     return {k: v for k, v in out.items() if k not in env or k == fw.cluster_var}
+
+
+# A dry run of a big job shows its first workers and its last.
+DRY_RUN_WORKERS = 4
+
+
+def dry_run_lines(
+    framework: str, nodes: int, procs_per_node: int, env: Mapping[str, str], local: bool
+) -> list[str]:
+    """Comment lines for a dry run: each worker's framework variables as the worker itself
+    will compute them (framework_vars), TF_CONFIG's `task` included. `env`: what every
+    worker starts with (a cluster's: the manifests' cluster part); a local run's workers
+    pick their loopback ports when they start, shown as <port N>."""
+    if not get(framework).own_loop:
+        return []
+    world = nodes * procs_per_node
+    host = E.STORE_ADDR.get(env) or "127.0.0.1"
+    addresses = [f"{host}:<port {r}>" for r in range(world)] if local else None
+    shown = list(range(world))
+    if world > DRY_RUN_WORKERS:
+        shown = [*range(DRY_RUN_WORKERS - 1), world - 1]
+    lines = []
+    for i in shown:
+        node, local_rank = divmod(i, procs_per_node)
+        worker = dict(env, LOCAL_RANK=str(local_rank), LOCAL_WORLD_SIZE=str(procs_per_node))
+        if local:
+            worker.update(RANK=str(i), WORLD_SIZE=str(world))
+            where = f"node {node}, ports chosen as the workers start"
+        else:
+            worker["JOB_COMPLETION_INDEX"] = str(node)
+            where = f"pod {node}, local rank {local_rank}"
+        variables = framework_vars(framework, worker, addresses)
+        text = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(variables.items()))
+        lines.append(f"# worker {i} ({where}): {text}")
+        if i == DRY_RUN_WORKERS - 2 and world > DRY_RUN_WORKERS:
+            lines.append(f"# ... workers {i + 1} to {world - 2} likewise")
+    return lines
 
 
 def import_vars(framework: str, env: Mapping[str, str]) -> dict[str, str]:
