@@ -25,19 +25,18 @@ resource, node selector, tolerations, scrape labels, stack name) differ between 
 from __future__ import annotations
 
 import base64
-import math
 import shlex
-from fractions import Fraction
+from collections.abc import Mapping
 from typing import Any
 
 from alchemist_jobs import environment as E
-from alchemist_jobs import frameworks, server_role
+from alchemist_jobs import launch_plan as lp
+from alchemist_jobs import server_role
 from alchemist_jobs.contract import (
     MANAGED_BY_LABEL,
     METRICS_BASE_PORT,
     RUN_LABEL,
     StackOutput,
-    metrics_port_name,
 )
 from alchemist_jobs.data.pods import pod_patch
 from alchemist_jobs.errors import UserError
@@ -45,10 +44,11 @@ from alchemist_jobs.job_env import JobLock
 from alchemist_jobs.kubernetes.code_assets import CodeSnapshot
 from alchemist_jobs.rundir import MAX_RUN_ID
 from alchemist_jobs.runtime.config_error import CONFIG_ERROR_EXIT_CODE
-from alchemist_jobs.spec import MAX_NODES, JobSpec
-from alchemist_jobs.worker_env import WorkerEnv, threads_per_worker
+from alchemist_jobs.spec import MAX_NODES, JobSpec, SecretRef
 
-RDZV_PORT = 29500
+# The launch plan's (launch_plan.py), named here as the manifests' tests and tools know them.
+RDZV_PORT = lp.RDZV_PORT
+quantity_bytes, SERVER_CPU, SERVER_MEMORY = lp.quantity_bytes, lp.SERVER_CPU, lp.SERVER_MEMORY
 PS_BASE_PORT = server_role.CLUSTER_BASE_PORT  # parameter-server shard k listens on this + k
 CONTAINER = "train"
 SETUP_CONTAINER = "setup"
@@ -62,7 +62,7 @@ RUN_AS_UID = 1000
 TTL_AFTER_FINISHED_S = 3 * 24 * 3600
 # JobSet (apiVersion, the replicatedJobs): pod i of the workers is `<name>-worker-0-<i>`.
 JOBSET_API = ("jobset.x-k8s.io", "v1alpha2", "jobsets")
-WORKER_RJOB, PS_RJOB = "worker", "ps"
+WORKER_RJOB, PS_RJOB = lp.WORKER, lp.SERVER
 RJOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
 JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 RESTART_ATTEMPT_LABEL = "jobset.sigs.k8s.io/restart-attempt"
@@ -149,11 +149,6 @@ def check_fits(spec: JobSpec, stack: StackOutput) -> None:
     image_for(spec, stack)
 
 
-def worker_target(spec: JobSpec) -> list[str]:
-    """The bootstrap's arguments: the same words as on the local stack."""
-    return spec.task.worker_args()
-
-
 def _cpu(q: float) -> str:
     return str(int(q)) if float(q).is_integer() else f"{int(round(q * 1000))}m"
 
@@ -175,7 +170,7 @@ def pod_host(name: str, rjob: str, index: int) -> str:
     return f"{name}-{rjob}-0-{index}.{name}"
 
 
-def pod_command(spec: JobSpec, name: str, run_id: str, run_dir: str) -> list[str]:
+def pod_command(plan: lp.LaunchPlan, workers: lp.Role, run_dir: str) -> list[str]:
     """The worker container's command: torchrun, with c10d rendezvous at pod 0.
 
     A small shell script, because one pod template serves every index: it reads the index
@@ -191,15 +186,15 @@ def pod_command(spec: JobSpec, name: str, run_id: str, run_dir: str) -> list[str
         # DNS, which may not resolve yet when pod 0 starts.
         'if [ "$i" -eq 0 ]; then host=1; else host=0; fi',
     ]
-    timeout = spec.rendezvous_timeout_s
+    timeout = plan.rendezvous_timeout_s
     torchrun = [
         "torchrun",
-        f"--nnodes={spec.nodes}",
-        f"--nproc-per-node={spec.procs_per_node}",
+        f"--nnodes={workers.replicas}",
+        f"--nproc-per-node={workers.procs_per_replica}",
         "--rdzv-backend=c10d",
-        f"--rdzv-endpoint={pod_host(name, WORKER_RJOB, 0)}:{RDZV_PORT}",
+        f"--rdzv-endpoint={pod_host(plan.name, workers.name, 0)}:{workers.port('rdzv')}",
         # Restarts are JobSet's (the whole group, from the newest checkpoint): one count.
-        f"--rdzv-id={run_id}",
+        f"--rdzv-id={plan.run_id}",
         "--max-restarts=0",
     ]
     # read_timeout is the c10d store's connect and read timeout
@@ -212,7 +207,7 @@ def pod_command(spec: JobSpec, name: str, run_id: str, run_dir: str) -> list[str
         # on the shared file system.
         + " --tee=3 "
         + shlex.quote(f"--log-dir={run_dir}/logs/torchrun")
-        + ' -m alchemist_jobs.runtime.bootstrap "$@" &'
+        + f' -m {workers.module} "$@" &'
     )
     lines += [
         "pid=$!",
@@ -229,15 +224,19 @@ def pod_command(spec: JobSpec, name: str, run_id: str, run_dir: str) -> list[str
         f"then exit {CONFIG_ERROR_EXIT_CODE}; fi",
         "exit $rc",
     ]
-    return ["/bin/sh", "-c", "\n".join(lines) + "\n", "alchemist", *worker_target(spec)]
+    return ["/bin/sh", "-c", "\n".join(lines) + "\n", "alchemist", *workers.args]
 
 
-def ps_command() -> list[str]:
-    """The parameter-server container's command: shard k = the pod's completion index."""
+def ps_command(servers: lp.Role) -> list[str]:
+    """The parameter-server container's command: shard k = the pod's completion index. One pod
+    template serves every shard, so the plan's per-shard variables (shard k listens on
+    PS_BASE_PORT + k, as `target` placed it) are computed from the index in the pod."""
+    for k, extra in enumerate(servers.replica_env):
+        assert extra[E.PS_PORT.name] == str(PS_BASE_PORT + k), extra  # target() placed it so
     script = (
         'k="${JOB_COMPLETION_INDEX:?not an Indexed Job pod}"\n'
         f"export {E.PS_SHARD.name}=$k {E.PS_PORT.name}=$(({PS_BASE_PORT} + k))\n"
-        "exec python -m alchemist_jobs.runtime.parameter_server\n"
+        f"exec python -m {servers.module}\n"
     )
     return ["/bin/sh", "-c", script]
 
@@ -264,34 +263,36 @@ def _efa_env(spec: JobSpec, stack: StackOutput) -> dict[str, str]:
     }
 
 
-def _env(spec: JobSpec, stack: StackOutput, name: str, run_dir: str, root: str) -> list[dict]:
-    servers = parameter_servers(spec)
-    ps_addrs = (
-        ",".join(f"{pod_host(name, PS_RJOB, k)}:{PS_BASE_PORT + k}" for k in range(servers))
-        if servers
-        else None
-    )
-    # Workers print to the pod log (torchrun tees it), not to rank-N.log files.
-    fixed = WorkerEnv(
-        run_dir=run_dir,
-        shared_root=root,
+def target(spec: JobSpec, stack: StackOutput, run_id: str) -> lp.Target:
+    """What this stack tells the launch plan: the shared file system's mount, the pods' stable
+    host names (JobSet's `<name>-<replicatedJob>-0-<index>.<name>`), shard k of the parameter
+    servers on PS_BASE_PORT + k, workers printing to the pod log (prefixed with the rank) and
+    serving metrics from METRICS_BASE_PORT, and NCCL's EFA settings where the stack has EFA."""
+    name = object_name(run_id)
+    root, run_dir = shared_paths(stack, run_id)
+    return lp.Target(
         stack=stack.stack,
-        threads=threads_per_worker(spec.resources.cpu, spec.procs_per_node),
-        ps_addrs=ps_addrs,
+        shared_root=root,
+        run_dir=run_dir,
+        worker_hosts=tuple(pod_host(name, WORKER_RJOB, i) for i in range(spec.nodes)),
+        servers=tuple((pod_host(name, PS_RJOB, k), PS_BASE_PORT + k) for k in range(parameter_servers(spec))),
         metrics_port=METRICS_BASE_PORT,
         log_to_console=True,
         log_prefix_template=LOG_PREFIX_TEMPLATE,
-    ).as_dict()
-    fixed.update(_efa_env(spec, stack))
-    # TensorFlow's TF_CONFIG cluster or JAX's coordinator, from the pods' stable host names.
-    fixed.update(
-        frameworks.cluster_env(
-            spec.task.framework,
-            [pod_host(name, WORKER_RJOB, i) for i in range(spec.nodes)],
-            spec.procs_per_node,
-        )
+        extra_env=_efa_env(spec, stack),
     )
-    values = {**fixed, **spec.env}
+
+
+def plan(spec: JobSpec, stack: StackOutput, run_id: str) -> lp.LaunchPlan:
+    """The run's launch plan on this stack (what build materialises)."""
+    return lp.build(spec, run_id, target(spec, stack, run_id), name=object_name(run_id))
+
+
+def _env(role: lp.Role, stack: StackOutput) -> list[dict]:
+    """A container's environment: the role's variables, with what only a pod can say (its own
+    name, JobSet's restart attempt) from the downward API, the kubelet's termination log as
+    the configuration-error file, and secrets as Secret key references."""
+    values = dict(role.env)
     env: list[dict] = []
     if E.NODE.name not in values:  # the pod's name: where a worker runs
         env.append({"name": E.NODE.name, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}})
@@ -299,7 +300,7 @@ def _env(spec: JobSpec, stack: StackOutput, name: str, run_dir: str, root: str) 
         env.append(restart_attempt_env())
     values.setdefault(E.CONFIG_ERROR_FILE.name, TERMINATION_LOG)
     env += [{"name": k, "value": v} for k, v in values.items()]
-    return env + secret_env(spec, stack)
+    return env + secret_env(role.secrets, stack)
 
 
 def restart_attempt_env() -> dict:
@@ -323,11 +324,11 @@ def shm_size(memory: str) -> str:
     return f"{max(1, int(quantity_bytes(memory)) // (SHM_FRACTION * 2**20))}Mi"
 
 
-def secret_env(spec: JobSpec, stack: StackOutput) -> list[dict]:
+def secret_env(secrets: Mapping[str, SecretRef], stack: StackOutput) -> list[dict]:
     """`secret_env` as Secret key references: the value stays in the cluster's Secret and is
     never in a manifest, a dry run or a log."""
     out = []
-    for var, ref in sorted(spec.secret_env.items()):
+    for var, ref in sorted(secrets.items()):
         if not (ref.secret and ref.key):
             raise UserError(
                 f"secret_env.{var}: no `secret` and `key` for stack {stack.stack}; "
@@ -406,16 +407,16 @@ def build(
     """[ConfigMap, NetworkPolicy, JobSet] for one run; UserError if the stack cannot run it.
     `deps`: the job's resolved packages (job_env.py), installed by `with_requirements`."""
     check_fits(spec, stack)
-    name, ns = object_name(run_id), stack.namespace
-    root, run_dir = shared_paths(stack, run_id)
-    servers = parameter_servers(spec)
+    run = plan(spec, stack, run_id)
+    workers, servers = run.workers, run.servers
+    name, ns = run.name, stack.namespace
     labels = _labels(spec, run_id)
     annotations = {
-        WORKERS_ANNOTATION: str(spec.world_size),
-        NODES_ANNOTATION: str(spec.nodes),
-        PROCS_ANNOTATION: str(spec.procs_per_node),
-        SERVERS_ANNOTATION: str(servers),
-        MAX_RESTARTS_ANNOTATION: str(spec.max_restarts),
+        WORKERS_ANNOTATION: str(workers.replicas * workers.procs_per_replica),
+        NODES_ANNOTATION: str(workers.replicas),
+        PROCS_ANNOTATION: str(workers.procs_per_replica),
+        SERVERS_ANNOTATION: str(servers.replicas if servers else 0),
+        MAX_RESTARTS_ANNOTATION: str(workers.max_restarts),
     }
     if code is not None:
         annotations[CODE_ANNOTATION] = code.digest
@@ -431,22 +432,10 @@ def build(
         config_map["binaryData"] = {CODE_KEY: base64.b64encode(code.tarball).decode()}
 
     rjobs = [
-        _replicated_job(
-            WORKER_RJOB,
-            spec.nodes,
-            _worker_pod(spec, stack, name, run_id, code),
-            spec,
-            stack,
-            labels,
-            annotations,
-        )
+        _replicated_job(workers, _worker_pod(spec, stack, run, workers, code), stack, labels, annotations)
     ]
     if servers:
-        rjobs.append(
-            _replicated_job(
-                PS_RJOB, servers, _ps_pod(spec, stack, name, run_id), spec, stack, labels, annotations
-            )
-        )
+        rjobs.append(_replicated_job(servers, _ps_pod(spec, stack, run, servers), stack, labels, annotations))
     jobset = {
         "apiVersion": f"{JOBSET_API[0]}/{JOBSET_API[1]}",
         "kind": "JobSet",
@@ -462,9 +451,9 @@ def build(
             "network": {"enableDNSHostnames": True, "subdomain": name, "publishNotReadyAddresses": True},
             "replicatedJobs": rjobs,
             # The run succeeds when the workers do; parameter servers are stopped then.
-            "successPolicy": {"operator": "All", "targetReplicatedJobs": [WORKER_RJOB]},
+            "successPolicy": {"operator": "All", "targetReplicatedJobs": [workers.name]},
             "failurePolicy": {
-                "maxRestarts": spec.max_restarts,
+                "maxRestarts": workers.max_restarts,
                 # Every Job of the old attempt is gone before the new ones start: one pod
                 # per hostname, and no old worker still holding the rendezvous port.
                 "restartStrategy": "BlockingRecreate",
@@ -548,16 +537,17 @@ def with_requirements(
 
 
 def _replicated_job(
-    rjob: str, pods: int, pod_spec: dict, spec: JobSpec, stack: StackOutput, labels: dict, annotations: dict
+    role: lp.Role, pod_spec: dict, stack: StackOutput, labels: dict, annotations: dict
 ) -> dict:
+    """One role as a replicatedJob: an Indexed Job of one pod per replica."""
     return {
-        "name": rjob,
+        "name": role.name,
         "replicas": 1,
         "template": {
             "spec": {
                 "completionMode": "Indexed",
-                "completions": pods,
-                "parallelism": pods,
+                "completions": role.replicas,
+                "parallelism": role.replicas,
                 # Any lost pod fails its Job at once; JobSet then restarts the whole group.
                 "backoffLimit": 0,
                 "podFailurePolicy": {
@@ -597,13 +587,13 @@ def _replicated_job(
 def _pod_spec(
     spec: JobSpec,
     stack: StackOutput,
-    name: str,
-    run_id: str,
+    run: lp.LaunchPlan,
     train: dict,
     code: CodeSnapshot | None,
     gpus: int,
 ) -> dict:
-    root, run_dir = shared_paths(stack, run_id)
+    root, run_dir = shared_paths(stack, run.run_id)
+    name = run.name
     pod_sc, container_sc = security_contexts(stack.shared_fs.uid, stack.shared_fs.gid)
     setup_args = [
         "python",
@@ -662,105 +652,62 @@ def _pod_spec(
     }
 
 
-def _worker_pod(spec: JobSpec, stack: StackOutput, name: str, run_id: str, code: CodeSnapshot | None) -> dict:
-    root, run_dir = shared_paths(stack, run_id)
-    ports = [
-        {"name": metrics_port_name(r), "containerPort": METRICS_BASE_PORT + r, "protocol": "TCP"}
-        for r in range(spec.procs_per_node)
-    ]
-    ports.append({"name": "rdzv", "containerPort": RDZV_PORT, "protocol": "TCP"})
-    # What the framework's workers listen on (TensorFlow's gRPC servers, JAX's coordinator).
-    ports += [
-        {"name": n, "containerPort": p, "protocol": "TCP"}
-        for n, p in frameworks.ports(spec.task.framework, spec.procs_per_node)
-    ]
+def _mounts(role: lp.Role) -> list[dict]:
+    return [{"name": m.name, "mountPath": m.path} for m in role.mounts]
+
+
+def _ports(role: lp.Role) -> list[dict]:
+    return [{"name": p.name, "containerPort": p.port, "protocol": "TCP"} for p in role.ports]
+
+
+def _worker_pod(
+    spec: JobSpec, stack: StackOutput, run: lp.LaunchPlan, workers: lp.Role, code: CodeSnapshot | None
+) -> dict:
+    root, run_dir = shared_paths(stack, run.run_id)
+    size = workers.resources
     train = {
         "name": CONTAINER,
         "image": image_for(spec, stack),
         "imagePullPolicy": "IfNotPresent",
-        "command": pod_command(spec, name, run_id, run_dir),
-        "env": _env(spec, stack, name, run_dir, root),
+        "command": pod_command(run, workers, run_dir),
+        "env": _env(workers, stack),
         "terminationMessagePath": TERMINATION_LOG,
-        "ports": ports,
-        "resources": resources(
-            spec.resources.cpu, spec.resources.memory, spec.resources.gpu, stack, efa=True
-        ),
+        "ports": _ports(workers),
+        "resources": resources(size.cpu, size.memory, size.gpus, stack, efa=True),
         "securityContext": security_contexts()[1],
-        "volumeMounts": [{"name": "shared", "mountPath": root}, {"name": "dshm", "mountPath": "/dev/shm"}],
+        "volumeMounts": _mounts(workers),
     }
     if code is not None:  # the workers run from the snapshot: exactly the submitted code
         train["workingDir"] = code.path_under(root)
-    return _pod_spec(spec, stack, name, run_id, train, code, spec.resources.gpu)
-
-
-_SUFFIX: dict[str, int | Fraction] = {
-    "": 1,
-    "m": Fraction(1, 1000),
-    "k": 10**3,
-    "M": 10**6,
-    "G": 10**9,
-    "T": 10**12,
-    "P": 10**15,
-    "E": 10**18,
-    "Ki": 2**10,
-    "Mi": 2**20,
-    "Gi": 2**30,
-    "Ti": 2**40,
-    "Pi": 2**50,
-    "Ei": 2**60,
-}
-
-
-def quantity_bytes(q: str) -> Fraction:
-    """A memory quantity of the spec's grammar (`2Gi`, `1.5G`, `512Mi`), exactly, in bytes."""
-    number = q.rstrip("kmMGTPEi")
-    return Fraction(number) * _SUFFIX[q[len(number) :]]
-
-
-# What one parameter-server pod asks for at most: a server holds one shard of the model's
-# parameters and optimizer state (the job's optimizer runs on it) and answers the workers' pulls
-# and pushes of that shard, so two cores and a few GiB serve a model of hundreds of millions of
-# parameters split across the servers (a 500M-parameter model with Adam is 8 GB, 2 GB a shard
-# over 4 servers) with room for the pushes in flight. A larger model asks for more servers.
-SERVER_CPU = 2.0
-SERVER_MEMORY = "4Gi"
+    return _pod_spec(spec, stack, run, train, code, size.gpus)
 
 
 def server_size(spec: JobSpec) -> tuple[str, str]:
-    """(cpu, memory) requests of one parameter-server pod: SERVER_CPU and SERVER_MEMORY, or one
-    worker process's share of a node (resources / procs_per_node) where that is less (a small
-    job's shard is small). Sized by what a server holds, not by the node: a server as large as
-    a worker process (10 CPUs / 40 GiB of a g5.12xlarge worker) fitted only an empty GPU node,
-    so an `async` job took a GPU node for its servers and left its GPUs idle (issue 36.7)."""
-    procs = spec.procs_per_node
-    share = quantity_bytes(spec.resources.memory) / procs
-    mib = math.ceil(min(share, quantity_bytes(SERVER_MEMORY)) / 2**20)
-    return _cpu(max(min(spec.resources.cpu / procs, SERVER_CPU), 0.001)), f"{mib}Mi"
+    """(cpu, memory) requests of one parameter-server pod (launch_plan.server_resources)."""
+    size = lp.server_resources(spec)
+    return _cpu(size.cpu), size.memory
 
 
-def _ps_pod(spec: JobSpec, stack: StackOutput, name: str, run_id: str) -> dict:
-    """Parameter servers: CPU and memory only (their own size, `server_size`), on any node with
-    room: beside the workers on the GPU nodes (a GPU job's servers tolerate their taint but do
-    not select them, and ask for no GPU) or on a node without GPUs where the stack has one."""
-    root, run_dir = shared_paths(stack, run_id)
-    servers = parameter_servers(spec)
-    cpu, memory = server_size(spec)
+def _ps_pod(spec: JobSpec, stack: StackOutput, run: lp.LaunchPlan, servers: lp.Role) -> dict:
+    """Parameter servers: CPU and memory only (their own size, launch_plan.server_resources),
+    on any node with room: beside the workers on the GPU nodes (a GPU job's servers tolerate
+    their taint but do not select them, and ask for no GPU) or on a node without GPUs where
+    the stack has one."""
+    size = servers.resources
+    cpu = _cpu(size.cpu)
     train = {
         "name": CONTAINER,
         "image": image_for(spec, stack),
         "imagePullPolicy": "IfNotPresent",
-        "command": ps_command(),
-        "env": _env(spec, stack, name, run_dir, root),
-        "ports": [
-            {"name": f"ps-{k}", "containerPort": PS_BASE_PORT + k, "protocol": "TCP"} for k in range(servers)
-        ]
-        + [{"name": metrics_port_name(0), "containerPort": METRICS_BASE_PORT, "protocol": "TCP"}],
-        "resources": {"requests": {"cpu": cpu, "memory": memory}, "limits": {"memory": memory}},
+        "command": ps_command(servers),
+        "env": _env(servers, stack),
+        "ports": _ports(servers),
+        "resources": {"requests": {"cpu": cpu, "memory": size.memory}, "limits": {"memory": size.memory}},
         "securityContext": security_contexts()[1],
-        "volumeMounts": [{"name": "shared", "mountPath": root}, {"name": "dshm", "mountPath": "/dev/shm"}],
+        "volumeMounts": _mounts(servers),
     }
-    pod = _pod_spec(spec, stack, name, run_id, train, None, 0)
-    tolerations = gpu_placement(spec.resources.gpu, stack).get("tolerations")
+    pod = _pod_spec(spec, stack, run, train, None, 0)
+    tolerations = gpu_placement(run.workers.resources.gpus, stack).get("tolerations")
     return {**pod, **({"tolerations": tolerations} if tolerations else {})}
 
 
