@@ -4,6 +4,7 @@ of infra from alchemist_jobs, no import cycle in either), and functions stay sho
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -16,11 +17,24 @@ PACKAGES = ("alchemist_jobs", "infra")
 MAX_FUNCTION_STATEMENTS = 60
 
 
+@functools.cache
+def _parsed(path: Path) -> tuple[list[str], ast.Module]:
+    """A module's lines and syntax tree, read and parsed once for all of this file's checks
+    (each walks every module of the tree: parsing them afresh made the checks seconds long)."""
+    text = path.read_text()
+    return text.splitlines(), ast.parse(text, str(path))
+
+
 def modules() -> dict[str, Path]:
+    return _modules(REPO)  # the checkers' own tests point REPO at a planted tree
+
+
+@functools.cache
+def _modules(root: Path) -> dict[str, Path]:
     out = {}
     for pkg in PACKAGES:
-        for path in sorted((REPO / pkg).rglob("*.py")):
-            rel = path.relative_to(REPO).with_suffix("")
+        for path in sorted((root / pkg).rglob("*.py")):
+            rel = path.relative_to(root).with_suffix("")
             parts = list(rel.parts)
             if parts[-1] == "__init__":
                 parts = parts[:-1]
@@ -32,7 +46,7 @@ def imports(name: str, path: Path, known: dict[str, Path]) -> set[str]:
     """Modules of ours that `name` imports at module level, in any function or under
     `if TYPE_CHECKING:`: a type-only import never runs, but it is still a dependency (the
     module cannot be read, type-checked or moved without the other), so it counts."""
-    tree = ast.parse(path.read_text(), str(path))
+    tree = _parsed(path)[1]
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found = set()
     for node in ast.walk(tree):
@@ -56,7 +70,12 @@ def imports(name: str, path: Path, known: dict[str, Path]) -> set[str]:
 
 
 def graph() -> dict[str, set[str]]:
-    known = modules()
+    return _graph(REPO)
+
+
+@functools.cache
+def _graph(root: Path) -> dict[str, set[str]]:
+    known = _modules(root)
     return {name: imports(name, path, known) for name, path in known.items()}
 
 
@@ -148,7 +167,7 @@ def statement_lines(node: ast.AST) -> int:
 def long_functions() -> list[str]:
     out = []
     for path in modules().values():
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in ast.walk(_parsed(path)[1]):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 n = statement_lines(node)
                 if n > MAX_FUNCTION_STATEMENTS:
@@ -292,8 +311,9 @@ HEAVY = {
 }
 
 
+@functools.cache
 def _top_level_imports(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text())
+    tree = _parsed(path)[1]
     out = set()
     for node in tree.body:
         if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
@@ -322,10 +342,11 @@ def _heavy(target: str, known: dict[str, Path], seen: set[str]) -> bool:
 def lazy_imports_without_reason() -> list[str]:
     """Imports inside functions that save no start-up time and give no reason."""
     known = modules()
+    heavy = functools.cache(lambda target: _heavy(target, known, set()))
     out = []
     for path in known.values():
-        lines = path.read_text().splitlines()
-        for fn in ast.walk(ast.parse(path.read_text())):
+        lines, tree = _parsed(path)
+        for fn in ast.walk(tree):
             if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 continue
             for node in ast.walk(fn):
@@ -336,7 +357,7 @@ def lazy_imports_without_reason() -> list[str]:
                     if isinstance(node, ast.Import)
                     else [node.module or ""] + [f"{node.module}.{a.name}" for a in node.names]
                 )
-                if "#" in lines[node.lineno - 1] or any(_heavy(t, known, set()) for t in targets):
+                if "#" in lines[node.lineno - 1] or any(heavy(t) for t in targets):
                     continue
                 out.append(f"{path.relative_to(REPO)}:{node.lineno}: {ast.unparse(node)}")
     return sorted(set(out))
@@ -354,7 +375,7 @@ def _algorithm_probes(path: Path) -> list[str]:
     from alchemist_jobs.spec import ALGORITHMS
 
     found = []
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(_parsed(path)[1]):
         if (
             isinstance(node, ast.Call)
             and getattr(node.func, "id", "") == "getattr"
