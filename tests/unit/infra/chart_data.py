@@ -24,7 +24,9 @@ UNKNOWN = object()
 def chart_data(chart: str, version: str) -> dict[str, Any]:
     """The vendored data of `chart` at `version`; a missing file says what to vendor."""
     path = FIXTURES / f"{chart}-{version}.json"
-    assert path.exists(), f"no vendored values for chart {chart} {version}: add it to tests/fixtures/vendor_upstream.py"
+    assert path.exists(), (
+        f"no vendored values for chart {chart} {version}: add it to tests/fixtures/vendor_upstream.py"
+    )
     return json.loads(path.read_text())
 
 
@@ -103,7 +105,9 @@ def _truth(v: Any) -> Any:
     return UNKNOWN if v is UNKNOWN else bool(v)
 
 
-def _expr(tokens: list[str], data: dict[str, Any], ours: dict[str, Any], prefix: str) -> tuple[Any, list[str]]:
+def _expr(
+    tokens: list[str], data: dict[str, Any], ours: dict[str, Any], prefix: str
+) -> tuple[Any, list[str]]:
     """A pipeline: a function applied to operands until `)` or the end."""
     head, rest = tokens[0], tokens[1:]
     if head in ("and", "or", "not", "eq"):
@@ -120,7 +124,9 @@ def _expr(tokens: list[str], data: dict[str, Any], ours: dict[str, Any], prefix:
     return value, rest
 
 
-def _operand(tokens: list[str], data: dict[str, Any], ours: dict[str, Any], prefix: str) -> tuple[Any, list[str]]:
+def _operand(
+    tokens: list[str], data: dict[str, Any], ours: dict[str, Any], prefix: str
+) -> tuple[Any, list[str]]:
     head, rest = tokens[0], tokens[1:]
     if head == "(":
         value, rest = _expr(rest, data, ours, prefix)
@@ -128,7 +134,7 @@ def _operand(tokens: list[str], data: dict[str, Any], ours: dict[str, Any], pref
     if head.startswith('"'):
         return head.strip('"'), rest
     if head.startswith(".Values."):
-        return lookup(data, ours, prefix + head[len(".Values."):]), rest
+        return lookup(data, ours, prefix + head[len(".Values.") :]), rest
     return UNKNOWN, rest
 
 

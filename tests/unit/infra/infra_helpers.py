@@ -17,7 +17,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[3]
 STACKS = REPO / "stacks"
-SHIPPED = sorted(p.name[len("Pulumi."):-len(".yaml")] for p in STACKS.glob("Pulumi.*.yaml"))
+SHIPPED = sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in STACKS.glob("Pulumi.*.yaml"))
 MONITORING = REPO / "monitoring"
 
 
@@ -107,11 +107,11 @@ def deployer_sets(name: str) -> dict[str, Any]:
 SSH_KEY = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAAdGVzdC1vbmx5LXNzaC1rZXk=\n-----END OPENSSH PRIVATE KEY-----"
 # The deployer's kubeconfig of an `existing` cluster: its cluster, and a user whose token must
 # never reach the stack output (jobs get a team ServiceAccount's token instead).
-KUBECONFIG = ("apiVersion: v1\nkind: Config\ncurrent-context: lab\n"
-              "clusters:\n- name: lab\n  cluster:\n    server: https://k8s.lab.internal:6443\n"
-              "    certificate-authority-data: bGFiLWNh\n"
-              "contexts:\n- name: lab\n  context:\n    cluster: lab\n    user: admin\n"
-              "users:\n- name: admin\n  user:\n    token: kubeconfig-token-that-must-never-leak-4711\n")
+KUBECONFIG = (
+    "apiVersion: v1\nkind: Config\ncurrent-context: lab\n"
+    "clusters:\n- name: lab\n  cluster:\n    server: https://k8s.lab.internal:6443\n"
+    "    certificate-authority-data: bGFiLWNh\n"
+    "contexts:\n- name: lab\n  context:\n    cluster: lab\n    user: admin\n"
+    "users:\n- name: admin\n  user:\n    token: kubeconfig-token-that-must-never-leak-4711\n"
+)
 REGISTRY_PASSWORD = "registry-password-that-must-never-leak-0815"
-
-

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 import pytest
 import yaml
 from infra_helpers import DEPLOYER_CIDR, REPO, SHIPPED, STACKS
@@ -16,7 +15,9 @@ def test_layers_identical_apart_from_documented_keys(renders):
     assert len(layers(base)) >= 30  # the comparison covers the real layers, not an empty set
     for name in SHIPPED:
         report = compare(base, renders[name])
-        assert report.differences == [], f"{name}: " + "; ".join(d.line("aws-us-west-2", name) for d in report.differences)
+        assert report.differences == [], f"{name}: " + "; ".join(
+            d.line("aws-us-west-2", name) for d in report.differences
+        )
         documented = {a.reason for a in ALLOWED}
         assert all(d.allowed_because in documented for d in report.allowed)
     # dev differs from AWS only where documented: quotas, registry, provider facts
@@ -33,7 +34,9 @@ def test_compare_reports_a_planted_difference(renders):
         if r["name"] == "platform-gpu-operator":
             r["inputs"]["values"]["dcgmExporter"]["enabled"] = False  # not a documented key
     report = compare(renders["aws-us-west-2"], planted)
-    assert [(d.name, d.path) for d in report.differences] == [("platform-gpu-operator", "values.dcgmExporter.enabled")]
+    assert [(d.name, d.path) for d in report.differences] == [
+        ("platform-gpu-operator", "values.dcgmExporter.enabled")
+    ]
 
 
 @pytest.fixture
@@ -46,7 +49,9 @@ def planted_root(tmp_path):
         doc = yaml.safe_load((STACKS / f"Pulumi.{name.replace('planted', 'eu-west-1')}.yaml").read_text())
         doc["config"]["alchemist:aws"]["publicAccessCidrs"] = [DEPLOYER_CIDR]  # as the deployer sets it
         if name == "aws-planted":
-            doc["config"]["alchemist:podSecurity"] = "baseline"  # a platform difference, not provider-specific
+            doc["config"]["alchemist:podSecurity"] = (
+                "baseline"  # a platform difference, not provider-specific
+            )
         (tmp_path / "stacks" / f"Pulumi.{name}.yaml").write_text(yaml.safe_dump(doc))
     return tmp_path
 
@@ -66,9 +71,14 @@ def test_stack_diff_exits_nonzero_on_a_planted_difference(planted_root, monkeypa
 
 
 def test_stack_diff_of_a_replica_is_clean(planted_root, monkeypatch, capsys):
-    code = run_cli(monkeypatch, "stack", "--root", str(planted_root), "diff", "aws-us-west-2", "aws-eu-west-1", "--all")
+    code = run_cli(
+        monkeypatch, "stack", "--root", str(planted_root), "diff", "aws-us-west-2", "aws-eu-west-1", "--all"
+    )
     captured = capsys.readouterr()
     out = captured.out
     assert code == 0, captured.err + out
     assert "are identical: 0 difference(s)" in out
-    assert '(allowed: each EKS cluster\'s name, region and endpoint) ~ stack output alchemist: eks.region: "us-west-2" -> "eu-west-1"' in out
+    assert (
+        '(allowed: each EKS cluster\'s name, region and endpoint) ~ stack output alchemist: eks.region: "us-west-2" -> "eu-west-1"'
+        in out
+    )

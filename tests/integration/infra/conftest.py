@@ -1,13 +1,21 @@
-"""Session fixtures of the infra tests: every stack (and policy-breaking variants) rendered once."""
+"""Session fixtures of the infra tests that render stacks: every stack (and policy-breaking
+variants) rendered once. The helpers are the infra unit tier's (`tests/unit/infra/infra_helpers.py`,
+`chart_data.py`, and its test modules' case builders), shared, not copied."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from infra_helpers import (
+
+INFRA_UNIT = Path(__file__).resolve().parents[2] / "unit" / "infra"
+if str(INFRA_UNIT) not in sys.path:
+    sys.path.insert(0, str(INFRA_UNIT))
+
+from infra_helpers import (  # noqa: E402
     DEPLOYER_SETS,
     KUBECONFIG,
     REGISTRY_PASSWORD,
@@ -17,7 +25,6 @@ from infra_helpers import (
     deployer_sets,
     existing_stack_config,
     render_many,
-    stack_config,
 )
 
 
@@ -70,3 +77,7 @@ def renders(existing_stack_file) -> dict[str, dict[str, Any]]:
     for name, result in results.items():
         assert result["error"] is None, f"{name}: {result['error']}"
     return results
+
+
+# The checkout the `alchemist stack` tests write replicas into, as the in-process ones use it.
+from test_infra_stack_cli import root  # noqa: E402, F401

@@ -34,11 +34,17 @@ class LabCluster(pulumi.ComponentResource):
     def __init__(self, name: str, args: ClusterArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("alchemist:test:LabCluster", name, None, opts)
         self.kubeconfig = pulumi.Output.secret(kubeconfig(args.cfg.default_team.name))
-        self.provider = kubernetes.Provider(f"{name}-k8s", kubeconfig=self.kubeconfig,
-                                            opts=pulumi.ResourceOptions(parent=self))
-        self.facts = ClusterFacts(provider=self.provider, kubeconfig=self.kubeconfig, gpus_per_node=4,
-                                  gpu_driver_by_operator=True, toolkit_by_operator=True,
-                                  registry=registry_facts(args.cfg))
+        self.provider = kubernetes.Provider(
+            f"{name}-k8s", kubeconfig=self.kubeconfig, opts=pulumi.ResourceOptions(parent=self)
+        )
+        self.facts = ClusterFacts(
+            provider=self.provider,
+            kubeconfig=self.kubeconfig,
+            gpus_per_node=4,
+            gpu_driver_by_operator=True,
+            toolkit_by_operator=True,
+            registry=registry_facts(args.cfg),
+        )
         self.register_outputs({})
 
 

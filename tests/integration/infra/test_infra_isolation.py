@@ -23,7 +23,6 @@ from alchemist_jobs.contract import METRICS_BASE_PORT
 from alchemist_jobs.kubernetes.manifests import PS_BASE_PORT, RDZV_PORT
 from tests.k8s_admission import selects  # a LabelSelector, as apimachinery reads it
 
-
 REPO = Path(__file__).resolve().parents[3]
 RDZV = RDZV_PORT  # torchrun's c10d store on pod 0
 PS = PS_BASE_PORT  # parameter-server shard 0
@@ -59,8 +58,13 @@ def _port_matches(ports: list | None, port: int, protocol: str) -> bool:
 
 def _allowed(policies: list[dict], pod: Pod, peer: Pod, port: int, protocol: str, direction: str) -> bool:
     kind, peers_key = ("ingress", "from") if direction == "Ingress" else ("egress", "to")
-    selecting = [p for p in policies if p["metadata"]["namespace"] == pod.namespace
-                 and selects(p["spec"]["podSelector"], pod.labels) and direction in p["spec"]["policyTypes"]]
+    selecting = [
+        p
+        for p in policies
+        if p["metadata"]["namespace"] == pod.namespace
+        and selects(p["spec"]["podSelector"], pod.labels)
+        and direction in p["spec"]["policyTypes"]
+    ]
     if not selecting:
         return True  # not isolated in this direction
     for p in selecting:
@@ -73,7 +77,9 @@ def _allowed(policies: list[dict], pod: Pod, peer: Pod, port: int, protocol: str
 
 
 def connects(policies: list[dict], src: Pod, dst: Pod, port: int, protocol: str = "TCP") -> bool:
-    return _allowed(policies, src, dst, port, protocol, "Egress") and _allowed(policies, dst, src, port, protocol, "Ingress")
+    return _allowed(policies, src, dst, port, protocol, "Egress") and _allowed(
+        policies, dst, src, port, protocol, "Ingress"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -221,9 +227,12 @@ def test_the_submitter_role_denies_secrets_exec_and_port_forward(roles):
     # the admission policy is what keeps the platform's own policies out of reach.
     from test_infra_admission import admit
 
-    deny_all = {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
-                "metadata": {"name": "default-deny", "namespace": "research"},
-                "spec": {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}}
+    deny_all = {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": "default-deny", "namespace": "research"},
+        "spec": {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]},
+    }
     opened = {**deny_all, "spec": {"podSelector": {}, "ingress": [{}], "policyTypes": ["Ingress"]}}
     assert admit(opened, operation="UPDATE", old=deny_all)  # refused, with a reason
     assert admit(deny_all, operation="DELETE", old=deny_all)
@@ -233,5 +242,8 @@ def test_exec_and_port_forward_are_an_opt_in_role_bound_to_no_one(roles, renders
     debug = roles["alchemist-debug"]
     assert rule_allows(debug, "", "pods/exec", "create", "any-pod")
     assert rule_allows(debug, "", "pods/portforward", "create", "any-pod")
-    bound = {x["inputs"]["roleRef"]["name"] for x in resources(renders["dev"], "kubernetes:rbac.authorization.k8s.io/v1:RoleBinding")}
+    bound = {
+        x["inputs"]["roleRef"]["name"]
+        for x in resources(renders["dev"], "kubernetes:rbac.authorization.k8s.io/v1:RoleBinding")
+    }
     assert bound == {"alchemist-job-submitter"}

@@ -13,12 +13,11 @@ import pytest
 from infra_helpers import SHIPPED
 from test_infra_admission import admit
 
-from infra.admission import POD_SPECS
-
 from alchemist_jobs.contract import StackOutput
 from alchemist_jobs.kubernetes.interactive import session_pod
 from alchemist_jobs.kubernetes.scheduler import KubernetesScheduler
 from alchemist_jobs.spec import load_spec
+from infra.admission import POD_SPECS
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[3] / "examples").glob("*.yaml"))
 RUN = "contract-20260101-000000-0001"
