@@ -13,10 +13,7 @@ from infra.cluster_facts import (  # noqa: F401  (re-exported: the rest of the p
     GPU_TOLERATIONS,
     KIND_SHARED_PATH,
     SYSTEM_NODE_LABELS,
-    AwsCloud,
-    AwsNetwork,
     ClusterArgs,
     ClusterFacts,
-    EksFacts,
     Registry,
 )

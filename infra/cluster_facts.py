@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import pulumi
 
@@ -18,14 +19,30 @@ GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}
 GPU_TOLERATIONS = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
 GPU_RESOURCE = "nvidia.com/gpu"
 EFA_RESOURCE = "vpc.amazonaws.com/efa"  # extended resource of the EFA device plugin
-# The cluster autoscaler's AWS template node (what it believes a node of a group at zero will
-# have) advertises only cpu, memory, nvidia.com/gpu and pods, plus a resource per tag
-# `<this prefix><resource>: <quantity>` on the ASG or, for EKS managed node groups, on the node
-# group itself (kubernetes/autoscaler cluster-autoscaler/cloudprovider/aws/aws_manager.go,
-# buildNodeFromTemplate, tag cluster-autoscaler-1.35.0).
-AUTOSCALER_RESOURCE_TAG = "k8s.io/cluster-autoscaler/node-template/resources/"
 # Where every kind node mounts the host's shared directory; the hostPath PV points here.
 KIND_SHARED_PATH = "/var/alchemist/shared"
+
+
+@dataclass
+class HostedRepositories:
+    """The repositories a provider's own registry made for the images, and the push login."""
+
+    urls: dict[str, pulumi.Input[str]]  # image -> repository (what `:tag` and `@digest` follow)
+    host: pulumi.Input[str]
+    user: pulumi.Input[str]
+    password: pulumi.Input[str]  # a secret Output
+
+
+class HostedRegistry(Protocol):
+    """A registry the provider runs itself, one repository per image (`Registry.hosted`).
+
+    Its nodes pull with their own identity, so no pull secret is made for it."""
+
+    def repositories(
+        self, name: str, stack: str, images: Sequence[str], parent: pulumi.Resource
+    ) -> HostedRepositories:
+        """Create the repositories as children of `parent` (named `{name}-...`) and return them."""
+        ...
 
 
 @dataclass
@@ -36,30 +53,8 @@ class Registry:
     host: pulumi.Input[str]
     user: pulumi.Input[str] | None = None
     password: pulumi.Input[str] | None = None  # a secret Output
-    ecr_repositories: bool = False  # Images creates one ECR repository per image
+    hosted: HostedRegistry | None = None  # the provider's own registry: Images asks it for repositories
     ready: list[Any] = field(default_factory=list)  # what must exist before the first push
-
-
-@dataclass
-class AwsNetwork:
-    """What the AWS shared file system needs from the cluster layer."""
-
-    aws_provider: Any
-    region: str
-    vpc_id: pulumi.Input[str]
-    vpc_cidr: str
-    private_subnet_ids: list[pulumi.Input[str]]
-    oidc_provider_arn: pulumi.Input[str]
-    oidc_provider_url: pulumi.Input[str]
-    node_security_group_id: pulumi.Input[str]
-
-
-@dataclass
-class AwsCloud:
-    """ClusterFacts.cloud of an EKS cluster."""
-
-    network: AwsNetwork
-    eks: EksFacts
 
 
 @dataclass
@@ -68,21 +63,6 @@ class ClusterArgs:
 
     stack: str
     cfg: StackConfig
-
-
-@dataclass
-class EksFacts:
-    """How jobs reach an EKS cluster: the fields of the contract's `EksAccess`, as Pulumi inputs."""
-
-    cluster_name: str
-    region: str
-    endpoint: pulumi.Input[str] | None = None
-    certificate_authority: pulumi.Input[str] | None = None
-
-    def output(self) -> dict[str, pulumi.Input[str]]:
-        """The stack output's `eks` (alchemist_jobs.contract.EksAccess)."""
-        fields = ("cluster_name", "region", "endpoint", "certificate_authority")
-        return {f: getattr(self, f) for f in fields if getattr(self, f) is not None}
 
 
 @dataclass
@@ -97,7 +77,7 @@ class ClusterFacts:
     gpu_driver_by_operator: bool
     toolkit_by_operator: bool
     registry: Registry
-    cloud: Any = None  # the provider's own facts, read by its module only (AwsCloud on AWS)
+    cloud: Any = None  # the provider's own facts, read by its package only
     efa_per_node: int = 0  # EFA interfaces of every GPU node; 0 when EFA is off
     efa_rdma_read: bool = (
         False  # every GPU node's EFA devices do RDMA read (infra/providers/aws/instance_types.py)

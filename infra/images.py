@@ -13,8 +13,8 @@ from alchemist_jobs.image_context import IMAGES, context_hash, image_tag
 from infra.cluster import Registry
 
 # Runs on the deployer's Docker, for linux/amd64 whatever the deployer's own architecture. A tag
-# already in the registry holds the same content (the tag is the content hash; ECR tags are
-# IMMUTABLE), so it is pulled, not rebuilt. Only the digest goes to stdout: it is the output.
+# already in the registry holds the same content (the tag is the content hash; a hosted
+# registry's tags are immutable), so it is pulled, not rebuilt. Only the digest goes to stdout: it is the output.
 BUILD_SCRIPT = r"""set -euo pipefail
 if docker manifest inspect "$IMAGE:$TAG" >/dev/null 2>&1; then
   docker pull --platform linux/amd64 "$IMAGE:$TAG" >&2
@@ -27,8 +27,8 @@ fi
 docker image inspect --format '{{range .RepoDigests}}{{println .}}{{end}}' "$IMAGE:$TAG" \
   | grep "^$IMAGE@" | head -n 1 | cut -d @ -f 2
 """
-# The registry login is its own command: its short-lived password (ECR's token changes on every
-# `pulumi up`) would otherwise be an input of the builds and re-run them each time. The password
+# The registry login is its own command: its short-lived password (a hosted registry's token can
+# change on every `pulumi up`) would otherwise be an input of the builds and re-run them each time. The password
 # comes in through the (secret) environment, never the command line.
 LOGIN_SCRIPT = r"""set -euo pipefail
 printf '%s' "$REGISTRY_PASSWORD" | docker login --username "$REGISTRY_USER" --password-stdin "$REGISTRY_HOST" >&2
@@ -41,7 +41,6 @@ class ImagesArgs:
     registry: Registry
     repo_root: Path
     version: str  # the package version (the tag's first part comes from image_context)
-    aws_provider: Any | None = None  # set when the registry is ECR
     gpu_nodes: bool = False  # the cluster has GPU nodes: torch's CUDA build (TORCH_BUILD=cuda)
     efa: bool = False  # its GPU nodes have EFA: libfabric and aws-ofi-nccl in the image (EFA=1)
     frameworks: tuple[str, ...] = ()  # images.frameworks: TensorFlow, JAX (FRAMEWORKS=...)
@@ -65,29 +64,10 @@ class Images(pulumi.ComponentResource):
         reg = args.registry
         repos: dict[str, pulumi.Input[str]] = {}
         user, password, host = reg.user, reg.password, reg.host
-        if reg.ecr_repositories:
-            import pulumi_aws as aws
-
-            on_aws = pulumi.ResourceOptions(parent=self, provider=args.aws_provider)
-            ecr = {
-                image: aws.ecr.Repository(
-                    f"{name}-{image}-repo",
-                    name=f"alchemist/{args.stack}/{image}",
-                    image_tag_mutability="IMMUTABLE",  # tags carry the source hash
-                    image_scanning_configuration={"scan_on_push": True},
-                    encryption_configurations=[{"encryption_type": "AES256"}],
-                    force_delete=True,  # `pulumi destroy` removes the images with the repository
-                    opts=on_aws,
-                )
-                for image in IMAGES
-            }
-            repos = {image: repo.repository_url for image, repo in ecr.items()}
-            token = aws.ecr.get_authorization_token_output(
-                registry_id=ecr["train"].registry_id,
-                opts=pulumi.InvokeOutputOptions(provider=args.aws_provider),
-            )
-            user, password = token.user_name, pulumi.Output.secret(token.password)
-            host = token.proxy_endpoint.apply(lambda e: e.removeprefix("https://"))
+        if reg.hosted is not None:
+            hosted = reg.hosted.repositories(name, args.stack, IMAGES, self)
+            repos, host = dict(hosted.urls), hosted.host
+            user, password = hosted.user, pulumi.Output.secret(hosted.password)
         else:
             repos = {image: f"{reg.prefix}/{image}" for image in IMAGES}
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import pulumi
@@ -14,7 +15,7 @@ from infra.object_store import team_prefix
 TEAM_KUBECONFIGS = "team_kubeconfigs"  # jobs_access's key: team -> its own kubeconfig (secret)
 
 
-def build_output(stack: str, cfg: StackConfig, facts: ClusterFacts, images: dict[str, pulumi.Input[str]],
+def build_output(stack: str, cfg: StackConfig, facts: ClusterFacts, images: Mapping[str, pulumi.Input[str]],
                  monitoring_urls: dict[str, str], pull_secret: str | None = None,
                  object_store: dict[str, Any] | None = None,
                  access: dict[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip

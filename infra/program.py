@@ -44,7 +44,7 @@ def run(stack: str, monitoring_dir: Path, repo_root: Path = REPO_ROOT) -> None:
         "images",
         ImagesArgs(stack=stack, registry=facts.registry, repo_root=repo_root, version=__version__,
                    gpu_nodes=facts.gpus_per_node > 0, efa=facts.efa_per_node > 0,
-                   frameworks=tuple(cfg.images.frameworks), **provider.images_args(facts)),
+                   frameworks=tuple(cfg.images.frameworks)),
         opts=pulumi.ResourceOptions(depends_on=facts.registry.ready),
     )  # fmt: skip
     store_addresses = provider.object_store_network(cfg, facts) or store_egress(cfg)
@@ -96,7 +96,7 @@ def run(stack: str, monitoring_dir: Path, repo_root: Path = REPO_ROOT) -> None:
             depends_on=facts.depends_on,
             service_accounts=platform.job_service_accounts,
             default_team=cfg.default_team.name,
-            **provider.object_store_args(facts),
+            backend=provider.object_store_backend(facts),
         ),
         opts=on_cluster,
     )

@@ -15,6 +15,11 @@ from infra.cluster import Registry
 PULL_SECRET = "alchemist-registry"  # exported as images.pull_secret; job pods list it in imagePullSecrets
 
 
+def _docker_config_of(login: list[Any]) -> str:
+    host, user, password = login
+    return docker_config(host, user, password)
+
+
 def docker_config(host: str, user: str, password: str) -> str:
     """The `.dockerconfigjson` of one registry login (the kubernetes.io/dockerconfigjson Secret type)."""
     auth = base64.b64encode(f"{user}:{password}".encode()).decode()
@@ -40,10 +45,10 @@ class RegistryAccess(pulumi.ComponentResource):
         reg = args.registry
         self.pull_secret: str | None = None
         self.secrets: dict[str, Any] = {}  # namespace -> its pull Secret (what a pod there waits for)
-        if reg.user is not None and reg.password is not None and not reg.ecr_repositories:
+        if reg.user is not None and reg.password is not None and reg.hosted is None:
             self.pull_secret = PULL_SECRET
-            config = pulumi.Output.secret(
-                pulumi.Output.all(reg.host, reg.user, reg.password).apply(lambda a: docker_config(*a))
+            config: pulumi.Output[str] = pulumi.Output.secret(
+                pulumi.Output.all(reg.host, reg.user, reg.password).apply(_docker_config_of)
             )
             targets = {
                 **{ns: [res] for ns, res in args.namespaces.items()},

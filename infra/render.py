@@ -388,7 +388,7 @@ def _preload() -> None:
         "pulumi_kubernetes.networking.v1", "pulumi_kubernetes.scheduling.v1", "pulumi_kubernetes.storage.v1",
         "pulumi_kubernetes.apiextensions", "pulumi_kubernetes.helm.v3", "pulumi_kubernetes.helm.v4",
         "pulumi_aws.ec2", "pulumi_aws.iam", "pulumi_aws.efs", "pulumi_aws.fsx", "pulumi_aws.ecr", "pulumi_aws.kms",
-        "pulumi_aws.eks", "pulumi_kubernetes.batch.v1", "infra.cluster_addons",
+        "pulumi_aws.eks", "pulumi_kubernetes.batch.v1", "infra.providers.aws.cluster_addons",
         "infra.program", "infra.providers.kind.cluster", "infra.providers.onprem.cluster", "infra.providers.aws.cluster", "infra.platform",
         "infra.gpu_operator", "infra.queueing", "infra.team_namespace", "infra.admission",
         "pulumi_kubernetes.admissionregistration.v1",

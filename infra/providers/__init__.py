@@ -16,6 +16,7 @@ from infra.providers.registry import ProviderRules, names, register, rules
 if TYPE_CHECKING:
     from infra.cluster_facts import ClusterFacts
     from infra.config import StackConfig
+    from infra.object_store import ObjectStoreBackend
     from infra.object_store_network import StoreEgress
     from infra.shared_fs import SharedFsBackend
 
@@ -31,17 +32,13 @@ class Provider(ProviderRules):
         """Create the cluster component (named "cluster") and return its facts."""
         raise NotImplementedError
 
-    def images_args(self, facts: ClusterFacts) -> dict[str, Any]:
-        """Extra ImagesArgs fields: what pushing to its registry needs."""
-        return {}
-
     def shared_fs_backend(self, facts: ClusterFacts) -> SharedFsBackend | None:
         """Its own file systems (the sharedFs kinds beyond nfs and hostpath), if it has any."""
         return None
 
-    def object_store_args(self, facts: ClusterFacts) -> dict[str, Any]:
-        """Extra ObjectStoreArgs fields: what an object store it creates needs."""
-        return {}
+    def object_store_backend(self, facts: ClusterFacts) -> ObjectStoreBackend | None:
+        """Its own object store, if it creates one (else the config's S3-compatible service, if any)."""
+        return None
 
     def object_store_network(self, cfg: StackConfig, facts: ClusterFacts) -> StoreEgress | None:
         """Create what puts its object store on known addresses and return them; None: the

@@ -7,9 +7,11 @@ from typing import TYPE_CHECKING, Any
 from infra.providers import Provider
 
 if TYPE_CHECKING:
-    from infra.cluster_facts import AwsCloud, ClusterFacts
+    from infra.cluster_facts import ClusterFacts
     from infra.config import StackConfig
+    from infra.object_store import ObjectStoreBackend
     from infra.object_store_network import StoreEgress
+    from infra.providers.aws.facts import AwsCloud
     from infra.shared_fs import SharedFsBackend
 
 
@@ -24,16 +26,15 @@ class AwsProvider(Provider):
 
         return EksCluster("cluster", EksClusterArgs(stack=stack, cfg=cfg)).facts
 
-    def images_args(self, facts: ClusterFacts) -> dict[str, Any]:
-        return {"aws_provider": _cloud(facts).network.aws_provider}
-
     def shared_fs_backend(self, facts: ClusterFacts) -> SharedFsBackend:
         from infra.providers.aws.shared_fs import AwsSharedFs
 
         return AwsSharedFs(_cloud(facts).network)
 
-    def object_store_args(self, facts: ClusterFacts) -> dict[str, Any]:
-        return {"aws": _cloud(facts).network}
+    def object_store_backend(self, facts: ClusterFacts) -> ObjectStoreBackend:
+        from infra.providers.aws.object_store import S3Bucket
+
+        return S3Bucket(_cloud(facts).network)
 
     def object_store_network(self, cfg: StackConfig, facts: ClusterFacts) -> StoreEgress:
         """S3's and STS's interface endpoints in a VPC block of their own, which pods may reach."""

@@ -12,24 +12,22 @@ import pulumi_aws as aws
 import pulumi_eks as eks
 import pulumi_kubernetes as kubernetes
 
-from infra.cluster_addons import CloudIdentityAddon, CloudIdentityAddonArgs
 from infra.cluster_facts import (
-    AUTOSCALER_RESOURCE_TAG,
     EFA_RESOURCE,
     GPU_NODE_LABELS,
     GPU_TAINT,
     GPU_TOLERATIONS,
     SYSTEM_NODE_LABELS,
-    AwsCloud,
-    AwsNetwork,
     ClusterArgs,
     ClusterFacts,
-    EksFacts,
     Registry,
 )
 from infra.cluster_versions import EFA_DEVICE_PLUGIN_CHART, autoscaler_chart, eks_support_warning
 from infra.config import AwsConfig, GpuPool, NodePool, StackConfig
 from infra.policies import OPEN_ENDPOINTS_TAG
+from infra.providers.aws.cluster_addons import CloudIdentityAddon, CloudIdentityAddonArgs
+from infra.providers.aws.ecr import EcrRepositories
+from infra.providers.aws.facts import AUTOSCALER_RESOURCE_TAG, AwsCloud, AwsNetwork, EksFacts
 from infra.providers.aws.instance_types import ACCELERATOR_LABEL, gpu_model, group_efa_rdma_read
 from infra.versions import KUBERNETES_VERSIONS
 
@@ -130,7 +128,7 @@ class EksCluster(pulumi.ComponentResource):
             gpus_per_node=gpu.gpus_per_node,
             gpu_driver_by_operator=False,
             toolkit_by_operator=False,
-            registry=Registry(prefix="", host="", ecr_repositories=True),
+            registry=Registry(prefix="", host="", hosted=EcrRepositories(self.aws_provider)),
             efa_per_node=gpu.efa_interfaces,
             efa_rdma_read=bool(gpu.efa_interfaces) and group_efa_rdma_read(list(gpu.instance_types)),
             cloud=AwsCloud(

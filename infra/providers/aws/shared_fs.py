@@ -10,9 +10,9 @@ from typing import Any
 import pulumi
 import pulumi_aws as aws
 
-from infra.cluster_addons import CloudIdentityAddon, CloudIdentityAddonArgs
-from infra.cluster_facts import AwsNetwork
 from infra.config import EfsFs, FsxLustreFs
+from infra.providers.aws.cluster_addons import CloudIdentityAddon, CloudIdentityAddonArgs
+from infra.providers.aws.facts import AwsNetwork
 from infra.shared_fs import NOMINAL_CAPACITY, TEAM_DIR_MODE, SharedFsVolumes, team_path
 from infra.versions import CHARTS, ChartPin
 

@@ -12,7 +12,7 @@ import pytest
 from infra_helpers import STACKS, deployer_sets
 
 from infra.config import StackConfigError, parse, pulumi_value
-from infra.object_store import bucket_prefix
+from infra.providers.aws.object_store import bucket_prefix
 
 
 def _cfg(provider_file: str, store: dict | None, secret: str | None = None) -> None:

@@ -296,7 +296,7 @@ def test_cluster_facts_eks_is_typed_like_the_contract():
     import dataclasses
 
     from alchemist_jobs.contract import EksAccess
-    from infra.cluster import EksFacts
+    from infra.providers.aws.facts import EksFacts
 
     assert [f.name for f in dataclasses.fields(EksFacts)] == list(EksAccess.model_fields)
     facts = EksFacts(cluster_name="c", region="us-west-2", endpoint="https://x", certificate_authority="Y2E=")
