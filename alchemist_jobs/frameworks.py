@@ -52,6 +52,11 @@ class Framework:
     # A script of it brings its own loop, optimizer and checkpoints: the built-in trainer's
     # sections are refused when set (spec.unhonoured), and the bootstrap prepares its variables.
     own_loop: ClassVar[bool] = True
+    # The spec's algorithms a script of it can run (None: every one; torch's own loop and
+    # alchemist_jobs.prepare), and which of their fields it honours (the rest are refused at
+    # their defaults' other values: spec.unhonoured).
+    algorithms: ClassVar[tuple[str, ...] | None] = ("sync",)
+    algorithm_fields: ClassVar[frozenset[str]] = frozenset()
     # The variable a cluster's manifests set (cluster_env): present, the worker adds only its
     # own index; absent (a local run), the workers swap their addresses first. The worker
     # rewrites it even when set.
@@ -87,6 +92,7 @@ class Torch(Framework):
     name = "torch"
     module = "torch"
     own_loop = False
+    algorithms = None
 
 
 class TensorFlow(Framework):
@@ -137,6 +143,9 @@ class Jax(Framework):
     module = "jax"
     extra = "jax"
     cluster_var = "JAX_COORDINATOR_ADDRESS"
+    # bmuf and easgd through alchemist_jobs.jax_averaging (its docstring: the fields it reads)
+    algorithms = ("sync", "bmuf", "easgd")
+    algorithm_fields = frozenset({"tau", "block_momentum", "block_lr", "nesterov", "reset_momentum", "alpha"})
 
     def ports(self, procs_per_node: int) -> list[tuple[str, int]]:
         return [("jax-coordinator", FRAMEWORK_BASE_PORT)]
@@ -248,11 +257,11 @@ def get(name: str) -> Framework:
 # The spec's sections only the built-in trainer (or, for a torch script, alchemist_jobs.prepare)
 # acts on. A TensorFlow or JAX script brings its own loop and optimizer: a value other than
 # the default there would be accepted and do nothing, so it is refused. (`algorithm.name`
-# other than sync is refused by JobSpec itself.) `checkpoint` is honoured through the
+# other than the framework's `algorithms` is refused by JobSpec itself; a JAX script's bmuf and
+# easgd fields are honoured by alchemist_jobs.jax_averaging.) `checkpoint` is honoured through the
 # checkpoint helpers (alchemist_jobs.tf_checkpoint, alchemist_jobs.jax_checkpoint).
 IGNORED_BY_OWN_FRAMEWORK = {
-    "algorithm": "sync's options are torch's (DDP's buckets, compression, accumulation); "
-    "do them in the script",
+    "algorithm": "torch's options (DDP, compression, accumulation, overlap); do them in the script",
     "hyper": "the script sets its own (pass them in task.args)",
     "precision": "the script sets its own precision",
     "curve": "the built-in trainer's learning curve",

@@ -279,6 +279,9 @@ def finish_at_exit() -> None:
             _prepared.strategy.close()
         return
     algorithm = _spec_algorithm()
+    reporter = script_report.current()
+    if reporter is not None and reporter.applied:  # applied another way (jax_averaging)
+        return
     if algorithm not in (None, "sync"):
         raise NotApplied(not_applied_message(algorithm, _target()))
 

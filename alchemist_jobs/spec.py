@@ -583,11 +583,12 @@ class JobSpec(_Node):
 
     @model_validator(mode="after")
     def _consistent(self) -> JobSpec:
-        if self.task.framework != "torch" and self.algorithm.name != "sync":
+        allowed = get(self.task.framework).algorithms
+        if allowed is not None and self.algorithm.name not in allowed:
             raise ValueError(
                 f"algorithm.name={self.algorithm.name} needs torch; a "
                 f"{self.task.framework} script brings its own training loop "
-                "(accepted: sync, the default)"
+                f"(accepted: {', '.join(allowed)}; sync is the default)"
             )
         if isinstance(self.algorithm, AsyncAlgo) and self.algorithm.servers > self.world_size:
             raise ValueError(
@@ -797,14 +798,16 @@ def unhonoured(spec: JobSpec) -> str | None:
     """For a TensorFlow or JAX task, the first field set to something other than its default
     that such a script cannot honour, as `field: value ...; accepted: ...` (None: all fine)."""
     framework = spec.task.framework
-    if not get(framework).own_loop:
+    fw = get(framework)
+    if not fw.own_loop:
         return None
     for section, why in IGNORED_BY_OWN_FRAMEWORK.items():
         top, _, only = section.partition(".")
         node = getattr(spec, top)
         default = type(node)()
+        honoured = fw.algorithm_fields if top == "algorithm" else frozenset()
         for name in type(node).model_fields:
-            if name == "name" or (only and name != only):
+            if name == "name" or name in honoured or (only and name != only):
                 continue
             value, dflt = getattr(node, name), getattr(default, name)
             if value != dflt:

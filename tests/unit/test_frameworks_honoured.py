@@ -118,3 +118,29 @@ def test_jax_s_sigterm_catcher_is_off_unless_the_job_asks_for_it():
     assert "JAX_ENABLE_PREEMPTION_SERVICE" not in framework_env.import_vars(
         "jax", {"JAX_ENABLE_PREEMPTION_SERVICE": "true"}
     )
+
+
+def test_a_jax_script_may_ask_for_bmuf_and_easgd_with_the_fields_jax_averaging_reads(job):
+    """alchemist_jobs.jax_averaging applies them (tests/integration/test_jax_averaging.py)."""
+    spec = load_spec(job("jax"), ["algorithm={name: bmuf, tau: 4, block_lr: 0.9, nesterov: false}"])
+    assert (spec.algorithm.name, spec.algorithm.tau) == ("bmuf", 4)
+    spec = load_spec(job("jax"), ["algorithm={name: easgd, tau: 3, alpha: 0.2}"])
+    assert (spec.algorithm.name, spec.algorithm.alpha) == ("easgd", 0.2)
+
+
+@pytest.mark.parametrize(
+    "framework,assignment,shown",
+    [
+        ("jax", "algorithm={name: bmuf, overlap: true}", "algorithm.overlap: True"),
+        ("jax", "algorithm={name: easgd, exchange_dtype: bf16}", "algorithm.exchange_dtype: 'bf16'"),
+        ("jax", "algorithm={name: easgd, variant: async}", "algorithm.variant: 'async'"),
+        ("jax", "algorithm.name=async", "algorithm.name=async needs torch"),
+        ("tensorflow", "algorithm={name: bmuf}", "algorithm.name=bmuf needs torch"),
+    ],
+)
+def test_what_jax_averaging_does_not_do_is_still_refused(framework, assignment, shown, job):
+    from alchemist_jobs.errors import UserError
+
+    with pytest.raises(UserError) as e:
+        load_spec(job(framework), [assignment])
+    assert shown in str(e.value) and "accepted: " in str(e.value), e.value
