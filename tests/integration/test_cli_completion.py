@@ -27,8 +27,13 @@ def env(tmp_path: Path, home: Path) -> dict[str, str]:
     exe = bin_dir / "alchemist"
     exe.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m alchemist_jobs "$@"\n')
     exe.chmod(0o755)
-    return dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
-                PYTHONPATH=str(REPO), ALCHEMIST_HOME=str(home), HOME=str(tmp_path))
+    return dict(
+        os.environ,
+        PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+        PYTHONPATH=str(REPO),
+        ALCHEMIST_HOME=str(home),
+        HOME=str(tmp_path),
+    )
 
 
 def _run(home: Path, run_id: str = RUN_ID) -> RunDir:
@@ -36,9 +41,12 @@ def _run(home: Path, run_id: str = RUN_ID) -> RunDir:
     run = RunDir(runs_root(home) / run_id)
     run.create(exclusive=True)
     run.spec.write_text("name: digits\n")
-    write_json_atomic(run.state_file, RunRecord(run_id=run.run_id, name="digits",
-                                                state="succeeded", created=1000.0, workers=1,
-                                                exit_codes=[0]).model_dump())
+    write_json_atomic(
+        run.state_file,
+        RunRecord(
+            run_id=run.run_id, name="digits", state="succeeded", created=1000.0, workers=1, exit_codes=[0]
+        ).model_dump(),
+    )
     return run
 
 
@@ -58,9 +66,14 @@ printf '%s\n' "${COMPREPLY[@]}"
 
 
 def bash_complete(line: str, env: dict[str, str], cwd: Path = REPO) -> list[str]:
-    proc = subprocess.run(["bash", "--norc", "--noprofile", "-c", BASH_DRIVER],
-                          env=dict(env, LINE=line), cwd=cwd, capture_output=True, text=True,
-                          timeout=120)
+    proc = subprocess.run(
+        ["bash", "--norc", "--noprofile", "-c", BASH_DRIVER],
+        env=dict(env, LINE=line),
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     return [c.strip() for c in proc.stdout.splitlines() if c.strip()]
 
@@ -87,13 +100,14 @@ def test_bash_completes_local_run_ids(env, home, tmp_path):
     other_home = tmp_path / "elsewhere"
     _run(other_home, "elsewhere-20260101-000000-00000002")
     assert bash_complete(f"alchemist status --home {other_home} ", env) == [
-        "elsewhere-20260101-000000-00000002"]
+        "elsewhere-20260101-000000-00000002"
+    ]
     # a cluster stack's runs are on its API server: nothing is guessed from local runs
     assert bash_complete("alchemist status --stack dev dig", env) == []
 
 
 def test_bash_completes_stack_names(env, tmp_path):
-    stacks = sorted(p.name[len("Pulumi."):-len(".yaml")] for p in (REPO / "stacks").glob("Pulumi.*.yaml"))
+    stacks = sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in (REPO / "stacks").glob("Pulumi.*.yaml"))
     assert stacks
     assert bash_complete("alchemist run --stack ", env) == ["local", *stacks]
     assert bash_complete("alchemist ui --stack lo", env) == ["local"]
@@ -126,45 +140,71 @@ for BUFFER in "alchemist st" "alchemist logs dig"; do
   words=(${=BUFFER}); CURSOR=${#BUFFER}; $_comps[alchemist]
 done
 """
-    proc = subprocess.run(["zsh", "-f", "-c", script], env=env, cwd=REPO, capture_output=True,
-                          text=True, timeout=120)
+    proc = subprocess.run(
+        ["zsh", "-f", "-c", script], env=env, cwd=REPO, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0] == "registered:_python_argcomplete"
-    assert lines[1:] == ["status:state and progress of one run",
-                         "stack:list, replicate and compare Pulumi stacks (stacks/)",
-                         f"{RUN_ID}:"]
+    assert lines[1:] == [
+        "status:state and progress of one run",
+        "stack:list, replicate and compare Pulumi stacks (stacks/)",
+        f"{RUN_ID}:",
+    ]
 
 
 @pytest.mark.skipif(shutil.which("fish") is None, reason="fish is not installed")
 def test_fish_completes(env, home):
     _run(home)
-    script = ('alchemist completion fish | source; complete -C "alchemist st"; '
-              'complete -C "alchemist cancel dig"; complete -C "alchemist run --stack lo"')
-    proc = subprocess.run(["fish", "--no-config", "-c", script], env=env, cwd=REPO,
-                          capture_output=True, text=True, timeout=120)
+    script = (
+        'alchemist completion fish | source; complete -C "alchemist st"; '
+        'complete -C "alchemist cancel dig"; complete -C "alchemist run --stack lo"'
+    )
+    proc = subprocess.run(
+        ["fish", "--no-config", "-c", script], env=env, cwd=REPO, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == [
         "stack\tlist, replicate and compare Pulumi stacks (stacks/)",
-        "status\tstate and progress of one run", RUN_ID, "local"]
+        "status\tstate and progress of one run",
+        RUN_ID,
+        "local",
+    ]
 
 
-@pytest.mark.parametrize("line,reads_yaml", [("alchemist ", False), ("alchemist logs ", False),
-                                              ("alchemist run ", False),
-                                              ("alchemist run --stack ", True)])  # Pulumi.yaml
+@pytest.mark.parametrize(
+    "line,reads_yaml",
+    [
+        ("alchemist ", False),
+        ("alchemist logs ", False),
+        ("alchemist run ", False),
+        ("alchemist run --stack ", True),
+    ],
+)  # Pulumi.yaml
 def test_a_tab_imports_no_heavy_module(line, reads_yaml, env, home, tmp_path):
     """What the shell runs on TAB, with Python's import log: neither torch nor pydantic, and
     YAML only to read the project's Pulumi.yaml (no defaults file here)."""
     _run(home)
     out = tmp_path / "completions"
-    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "alchemist_jobs"],
-                          env=dict(env, _ARGCOMPLETE="1", COMP_LINE=line, COMP_POINT=str(len(line)),
-                                   _ARGCOMPLETE_STDOUT_FILENAME=str(out)),
-                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "alchemist_jobs"],
+        env=dict(
+            env,
+            _ARGCOMPLETE="1",
+            COMP_LINE=line,
+            COMP_POINT=str(len(line)),
+            _ARGCOMPLETE_STDOUT_FILENAME=str(out),
+        ),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     assert out.read_text(), "no completions written"
-    imported = {ln.rsplit("|", 1)[-1].strip() for ln in proc.stderr.splitlines()
-                if ln.startswith("import time:")}
+    imported = {
+        ln.rsplit("|", 1)[-1].strip() for ln in proc.stderr.splitlines() if ln.startswith("import time:")
+    }
     assert "alchemist_jobs.cli" in imported
     assert {"torch", "pydantic", "numpy"} & imported == set()
     assert ("yaml" in imported) == reads_yaml

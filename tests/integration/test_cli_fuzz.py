@@ -26,37 +26,96 @@ from alchemist_jobs import cli
 from tests.conftest import EXAMPLES, REPO
 
 pytestmark = pytest.mark.timeout(900)
-settings.register_profile("alchemist-fuzz", deadline=None, database=None,
-                          suppress_health_check=[HealthCheck.too_slow,
-                                                 HealthCheck.function_scoped_fixture])
+settings.register_profile(
+    "alchemist-fuzz",
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 FUZZ = settings.get_profile("alchemist-fuzz")
 COUNTS: dict[str, int] = {}
 GOOD = yaml.safe_load((EXAMPLES / "digits.yaml").read_text())
 OUTPUTS = json.loads((REPO / "tests/fixtures/stack_outputs/dev.json").read_text())
-FIELDS = ["name", "task", "task.builtin", "task.script", "task.args", "task.digits.hidden",
-          "nodes", "procs_per_node", "resources.cpu", "resources.memory", "resources.gpu",
-          "algorithm", "algorithm.name", "algorithm.servers", "algorithm.tau", "hyper.lr",
-          "hyper.batch_size", "hyper.epochs", "hyper.steps", "hyper.optimizer", "data.path",
-          "checkpoint.every_steps", "env", "env.FOO", "secret_env", "secret_env.TOKEN",
-          "priority", "image", "max_restarts", "metrics", "epochz", "hyper.lrr"]
+FIELDS = [
+    "name",
+    "task",
+    "task.builtin",
+    "task.script",
+    "task.args",
+    "task.digits.hidden",
+    "nodes",
+    "procs_per_node",
+    "resources.cpu",
+    "resources.memory",
+    "resources.gpu",
+    "algorithm",
+    "algorithm.name",
+    "algorithm.servers",
+    "algorithm.tau",
+    "hyper.lr",
+    "hyper.batch_size",
+    "hyper.epochs",
+    "hyper.steps",
+    "hyper.optimizer",
+    "data.path",
+    "checkpoint.every_steps",
+    "env",
+    "env.FOO",
+    "secret_env",
+    "secret_env.TOKEN",
+    "priority",
+    "image",
+    "max_restarts",
+    "metrics",
+    "epochz",
+    "hyper.lrr",
+]
 
-scalars = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70),
-                    st.floats(allow_nan=True), st.text(max_size=40),
-                    st.text(min_size=5000, max_size=6000), st.sampled_from(
-                        ["../../etc", "/tmp/x", "a\0b", "é", "sync", "async", "bmuf", "-1",
-                         "1e309", "2Gi", "digits", "x" * 300]))
-values = st.recursive(scalars, lambda c: st.lists(c, max_size=4) | st.dictionaries(
-    st.text(max_size=10), c, max_size=4), max_leaves=12)
+scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**70), 2**70),
+    st.floats(allow_nan=True),
+    st.text(max_size=40),
+    st.text(min_size=5000, max_size=6000),
+    st.sampled_from(
+        [
+            "../../etc",
+            "/tmp/x",
+            "a\0b",
+            "é",
+            "sync",
+            "async",
+            "bmuf",
+            "-1",
+            "1e309",
+            "2Gi",
+            "digits",
+            "x" * 300,
+        ]
+    ),
+)
+values = st.recursive(
+    scalars,
+    lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=10), c, max_size=4),
+    max_leaves=12,
+)
 
 
 def deep(n: int) -> str:
     return "a: " + "[" * n + "]" * n + "\n"
 
 
-BOMB = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
-    f"{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, "
-    f"*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, "
-    f"*{chr(97 + i)}, *{chr(97 + i)}]\n" for i in range(8)) + "name: *i\n"
+BOMB = (
+    "a: &a [x, x, x, x, x, x, x, x, x, x]\n"
+    + "".join(
+        f"{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, "
+        f"*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, "
+        f"*{chr(97 + i)}, *{chr(97 + i)}]\n"
+        for i in range(8)
+    )
+    + "name: *i\n"
+)
 
 
 def set_path(doc: dict, dotted: str, value) -> dict:
@@ -76,10 +135,22 @@ def spec_files(draw) -> bytes:
     if kind == "bytes":
         return draw(st.binary(max_size=300))
     if kind == "special":
-        return draw(st.sampled_from([
-            deep(500).encode(), deep(2000).encode(), BOMB.encode(), b"\xff\xfe name: x",
-            (yaml.safe_dump(GOOD) + "name: again\n").encode(), b"name: [" * 3000,
-            b"- 1\n- 2\n", b"", b"{" * 1000, ("name: " + "x" * 5_000_000).encode()]))
+        return draw(
+            st.sampled_from(
+                [
+                    deep(500).encode(),
+                    deep(2000).encode(),
+                    BOMB.encode(),
+                    b"\xff\xfe name: x",
+                    (yaml.safe_dump(GOOD) + "name: again\n").encode(),
+                    b"name: [" * 3000,
+                    b"- 1\n- 2\n",
+                    b"",
+                    b"{" * 1000,
+                    ("name: " + "x" * 5_000_000).encode(),
+                ]
+            )
+        )
     doc = json.loads(json.dumps(GOOD))
     for _ in range(draw(st.integers(1, 3))):
         set_path(doc, draw(st.sampled_from(FIELDS)), draw(values))
@@ -103,8 +174,9 @@ def children() -> list[int]:
 TRACEBACK = re.compile(r"(?m)^Traceback \(most recent call last\):")
 
 
-def check(argv: list[str], names: tuple[str, ...], home: Path, counter: str,
-          exit_codes: tuple[int, ...] = (0, 2)) -> str:
+def check(
+    argv: list[str], names: tuple[str, ...], home: Path, counter: str, exit_codes: tuple[int, ...] = (0, 2)
+) -> str:
     """Run the CLI in process; check the properties every input must keep."""
     out, err = io.StringIO(), io.StringIO()
     # Children this process had before the call (an earlier test's multiprocessing resource
@@ -152,8 +224,10 @@ def test_generated_specs(scratch):
 
 def test_generated_set_flags(scratch):
     keys = st.one_of(st.sampled_from(FIELDS), st.text(max_size=30))
-    raw = st.one_of(st.text(max_size=30), st.sampled_from(["[", "{a: 1, a: 2}", "*x", "&a [*a]",
-                                                            "[" * 600, "x" * 6000, "'", "5"]))
+    raw = st.one_of(
+        st.text(max_size=30),
+        st.sampled_from(["[", "{a: 1, a: 2}", "*x", "&a [*a]", "[" * 600, "x" * 6000, "'", "5"]),
+    )
 
     @settings(FUZZ, max_examples=1000)
     @given(st.lists(st.tuples(keys, st.sampled_from(["=", ""]), raw), min_size=1, max_size=3))
@@ -169,9 +243,24 @@ def test_generated_set_flags(scratch):
 
 def test_generated_stack_outputs_files(scratch):
     outputs = scratch / "outputs.json"
-    keys = ["stack", "provider", "kubeconfig", "namespace", "queue", "shared_fs",
-            "shared_fs.kind", "shared_fs.mount_path", "images", "images.train", "gpu",
-            "gpu.per_node", "monitoring", "eks", "object_store", "alchemist"]
+    keys = [
+        "stack",
+        "provider",
+        "kubeconfig",
+        "namespace",
+        "queue",
+        "shared_fs",
+        "shared_fs.kind",
+        "shared_fs.mount_path",
+        "images",
+        "images.train",
+        "gpu",
+        "gpu.per_node",
+        "monitoring",
+        "eks",
+        "object_store",
+        "alchemist",
+    ]
 
     @st.composite
     def files(draw) -> bytes:
@@ -179,8 +268,18 @@ def test_generated_stack_outputs_files(scratch):
         if kind == "bytes":
             return draw(st.binary(max_size=200))
         if kind == "special":
-            return draw(st.sampled_from([b"[" * 5000, b'{"a":' * 3000, b"\xff\xfe",
-                                         b'{"stack": "dev", "stack": "x"}', b"null", b"[]"]))
+            return draw(
+                st.sampled_from(
+                    [
+                        b"[" * 5000,
+                        b'{"a":' * 3000,
+                        b"\xff\xfe",
+                        b'{"stack": "dev", "stack": "x"}',
+                        b"null",
+                        b"[]",
+                    ]
+                )
+            )
         doc = json.loads(json.dumps(OUTPUTS))
         for _ in range(draw(st.integers(1, 3))):
             set_path(doc, draw(st.sampled_from(keys)), draw(values))
@@ -190,9 +289,12 @@ def test_generated_stack_outputs_files(scratch):
     @given(files())
     def one(data: bytes):
         outputs.write_bytes(data)
-        check(["run", str(EXAMPLES / "digits.yaml"), "--stack", "dev", "--outputs",
-               str(outputs), "--dry-run"], (str(outputs), "--outputs", "stack"),
-              scratch / "home", "outputs files")
+        check(
+            ["run", str(EXAMPLES / "digits.yaml"), "--stack", "dev", "--outputs", str(outputs), "--dry-run"],
+            (str(outputs), "--outputs", "stack"),
+            scratch / "home",
+            "outputs files",
+        )
 
     one()
     assert COUNTS["outputs files"] >= 1000
@@ -200,9 +302,13 @@ def test_generated_stack_outputs_files(scratch):
 
 def test_generated_run_ids(scratch):
     @settings(FUZZ, max_examples=1000)
-    @given(st.sampled_from(["status", "logs", "cancel"]),
-           st.one_of(st.text(max_size=300), st.sampled_from(
-               ["../decoy", "..", ".", "*", "digits-*", "[", "x" * 400, "a/b", "a\0b"])))
+    @given(
+        st.sampled_from(["status", "logs", "cancel"]),
+        st.one_of(
+            st.text(max_size=300),
+            st.sampled_from(["../decoy", "..", ".", "*", "digits-*", "[", "x" * 400, "a/b", "a\0b"]),
+        ),
+    )
     def one(command: str, ref: str):
         check([command, "--", ref], ("run id",), scratch / "home", "run ids")
 
@@ -218,12 +324,34 @@ def test_corrupt_state_files_never_break_list_or_status(scratch):
         (d / "logs").mkdir(parents=True)
         (d / "spec.yaml").write_text(yaml.safe_dump(GOOD))
     (good / "run.json").write_text(json.dumps(dict(state="succeeded", workers=2, created=1.0)))
-    junk = st.one_of(st.binary(max_size=200), values.map(lambda v: json.dumps(v).encode()),
-                     st.dictionaries(st.sampled_from(
-                         ["state", "workers", "created", "ended", "step", "total_steps",
-                          "loss", "samples_per_s", "restarts", "agents", "launcher_pid",
-                          "proc_starts", "message", "epoch", "epochs", "test_accuracy"]),
-                         values, max_size=8).map(lambda d: json.dumps(d).encode()))
+    junk = st.one_of(
+        st.binary(max_size=200),
+        values.map(lambda v: json.dumps(v).encode()),
+        st.dictionaries(
+            st.sampled_from(
+                [
+                    "state",
+                    "workers",
+                    "created",
+                    "ended",
+                    "step",
+                    "total_steps",
+                    "loss",
+                    "samples_per_s",
+                    "restarts",
+                    "agents",
+                    "launcher_pid",
+                    "proc_starts",
+                    "message",
+                    "epoch",
+                    "epochs",
+                    "test_accuracy",
+                ]
+            ),
+            values,
+            max_size=8,
+        ).map(lambda d: json.dumps(d).encode()),
+    )
 
     @settings(FUZZ, max_examples=1000)
     @given(st.sampled_from(["run.json", "progress.json", "result.json"]), junk)

@@ -28,9 +28,13 @@ printf '%s\\n' "$*" > "$RECORD"
 
 
 def _gpg(home: Path, *args: str, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run(["gpg", "--batch", "--quiet", "--pinentry-mode", "loopback",
-                           "--passphrase", "", *args], env={**os.environ, "GNUPGHOME": str(home)},
-                          check=True, capture_output=True, **kw)
+    return subprocess.run(
+        ["gpg", "--batch", "--quiet", "--pinentry-mode", "loopback", "--passphrase", "", *args],
+        env={**os.environ, "GNUPGHOME": str(home)},
+        check=True,
+        capture_output=True,
+        **kw,
+    )
 
 
 def _tarball(path: Path, body: str) -> None:
@@ -58,8 +62,9 @@ def served(tmp_path):
         _gpg(home, "--detach-sign", "-o", f"{tarball}.sig", str(tarball))
     finally:
         subprocess.run(["gpgconf", "--kill", "all"], env={**os.environ, "GNUPGHOME": str(home)})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(
-        SimpleHTTPRequestHandler, directory=str(site)))
+    server = ThreadingHTTPServer(
+        ("127.0.0.1", 0), functools.partial(SimpleHTTPRequestHandler, directory=str(site))
+    )
     thread = threading.Thread(target=server.serve_forever, name="efa-site", daemon=True)
     thread.start()
     try:
@@ -71,24 +76,32 @@ def served(tmp_path):
 
 
 def _install(tmp_path: Path, url: str, fingerprint: str | None, version: str = VERSION):
-    env = {**os.environ, "EFA_INSTALLER_URL": url, "EFA_LDCONF_DIR": str(tmp_path / "ld"),
-           "RECORD": str(tmp_path / "record")}
+    env = {
+        **os.environ,
+        "EFA_INSTALLER_URL": url,
+        "EFA_LDCONF_DIR": str(tmp_path / "ld"),
+        "RECORD": str(tmp_path / "record"),
+    }
     env.pop("EFA_INSTALLER_FINGERPRINT", None)
     if fingerprint:
         env["EFA_INSTALLER_FINGERPRINT"] = fingerprint
-    return subprocess.run(["sh", str(SCRIPT), version], env=env, capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run(["sh", str(SCRIPT), version], env=env, capture_output=True, text=True, timeout=120)
 
 
 def test_a_signed_installer_runs_with_the_container_flags_and_the_plugin_goes_on_the_loader_path(
-        tmp_path, served):
+    tmp_path, served
+):
     _, url, fingerprint = served
     done = _install(tmp_path, url, fingerprint)
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "record").read_text().splitlines() == [
-        "-y --skip-kmod --skip-limit-conf --no-verify --check-signatures", "key"]
+        "-y --skip-kmod --skip-limit-conf --no-verify --check-signatures",
+        "key",
+    ]
     assert (tmp_path / "ld" / "alchemist-efa.conf").read_text().split() == [
-        "/opt/amazon/ofi-nccl/lib", "/opt/amazon/efa/lib"]
+        "/opt/amazon/ofi-nccl/lib",
+        "/opt/amazon/efa/lib",
+    ]
 
 
 def test_a_key_that_is_not_awss_is_refused_before_anything_runs(tmp_path, served):

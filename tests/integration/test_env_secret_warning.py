@@ -23,8 +23,16 @@ def spec_file(tmp_path: Path, env: dict[str, str]) -> Path:
 def test_a_secret_looking_env_value_is_one_warning_line_each(tmp_path, home):
     """Finding 7: the token is in the dry run's output (env is clear by contract); the
     warning names each variable and secret_env, and holds no value."""
-    spec = spec_file(tmp_path, {"GH": TOKEN, "DB_PASSWORD": PASSWORD, "NCCL_DEBUG": "INFO",
-                                "PASSWORD_FILE": "/run/secrets/db", "LR_SCALE": "0.5"})
+    spec = spec_file(
+        tmp_path,
+        {
+            "GH": TOKEN,
+            "DB_PASSWORD": PASSWORD,
+            "NCCL_DEBUG": "INFO",
+            "PASSWORD_FILE": "/run/secrets/db",
+            "LR_SCALE": "0.5",
+        },
+    )
     r = cli("run", str(spec), "--dry-run", home=home)
     assert r.returncode == 0, r.stderr
     assert TOKEN in r.stdout  # what the warning is about: env travels in clear
@@ -35,9 +43,15 @@ def test_a_secret_looking_env_value_is_one_warning_line_each(tmp_path, home):
     assert TOKEN not in r.stderr and PASSWORD not in r.stderr
 
 
-@pytest.mark.parametrize("name,value", [("OMP_NUM_THREADS", "4"), ("HF_HOME", "/data/hf"),
-                                        ("MODEL", "bert-base-uncased"),
-                                        ("SECRET_FILE", "/run/secrets/token")])
+@pytest.mark.parametrize(
+    "name,value",
+    [
+        ("OMP_NUM_THREADS", "4"),
+        ("HF_HOME", "/data/hf"),
+        ("MODEL", "bert-base-uncased"),
+        ("SECRET_FILE", "/run/secrets/token"),
+    ],
+)
 def test_ordinary_env_values_get_no_warning(tmp_path, home, name, value):
     r = cli("run", str(spec_file(tmp_path, {name: value})), "--dry-run", home=home)
     assert r.returncode == 0 and "warning" not in r.stderr, r.stderr

@@ -19,10 +19,10 @@ EXAMPLE = {"tensorflow": "tf_digits.yaml", "jax": "jax_digits.yaml"}
 
 
 def _gpu_pod(framework: str, ppn: int, gpus: int = 8) -> tuple[dict, dict[str, str]]:
-    spec = load_spec(EXAMPLES / EXAMPLE[framework],
-                     [f"procs_per_node={ppn}", f"resources.gpu={gpus}", "nodes=2"])
-    objs = KubernetesScheduler(stack("onprem-lab").output).dryrun(
-        spec, EXAMPLES, run_id=RUN).manifests
+    spec = load_spec(
+        EXAMPLES / EXAMPLE[framework], [f"procs_per_node={ppn}", f"resources.gpu={gpus}", "nodes=2"]
+    )
+    objs = KubernetesScheduler(stack("onprem-lab").output).dryrun(spec, EXAMPLES, run_id=RUN).manifests
     train = _worker(objs)
     return train, {e["name"]: e["value"] for e in train["env"] if "value" in e}
 
@@ -32,8 +32,7 @@ def _jax_local_devices(env: dict[str, str], gpus: int, monkeypatch) -> list[int]
     reads JAX_LOCAL_DEVICE_IDS, then the cluster detection's local process id)."""
     from jax._src import clusters
 
-    monkeypatch.setattr(clusters.ClusterEnv, "_cluster_types",
-                        list(clusters.ClusterEnv._cluster_types))
+    monkeypatch.setattr(clusters.ClusterEnv, "_cluster_types", list(clusters.ClusterEnv._cluster_types))
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     monkeypatch.delenv("JAX_LOCAL_DEVICE_IDS", raising=False)
     env = {**env, **framework_env.framework_vars("jax", env)}  # + this worker's JAX_PROCESS_ID
@@ -42,8 +41,7 @@ def _jax_local_devices(env: dict[str, str], gpus: int, monkeypatch) -> list[int]
     framework_env.register_jax_cluster(gpus)
     if "JAX_LOCAL_DEVICE_IDS" in env:
         return [int(i) for i in env["JAX_LOCAL_DEVICE_IDS"].split(",")]
-    return clusters.ClusterEnv.auto_detect_unset_distributed_params(
-        None, None, None, None, None, 10)[3]
+    return clusters.ClusterEnv.auto_detect_unset_distributed_params(None, None, None, None, None, 10)[3]
 
 
 @pytest.mark.parametrize("framework", ["tensorflow", "jax"])

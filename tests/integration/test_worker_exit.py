@@ -19,8 +19,13 @@ _exit_before_teardown(0)
 
 def test_the_exit_path_flushes_open_files_and_prints_no_warning(tmp_path):
     out = tmp_path / "left-open.txt"
-    r = subprocess.run([sys.executable, "-W", "default", "-c", PROGRAM.format(path=str(out))],
-                       cwd=REPO, capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-W", "default", "-c", PROGRAM.format(path=str(out))],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     assert out.read_text() == "unflushed"
     assert "Warning" not in r.stderr, r.stderr
