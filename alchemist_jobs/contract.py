@@ -58,13 +58,32 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class EksAccess(_Strict):
-    """How to reach an EKS cluster without a kubeconfig: a boto3-built token."""
+class ClusterAuth(_Strict):
+    """How jobs reach the cluster when the output carries no kubeconfig: a short-lived token the
+    CLI makes with the user's own identity. `method` names the way (a key of
+    alchemist_jobs.kubernetes.auth's table, whose module makes the token); the provider's
+    package writes this section (its `jobs_access`)."""
 
-    cluster_name: str
-    region: str
-    endpoint: str | None = None  # API server URL; looked up with boto3 when absent
+    method: Dns1123Label  # e.g. "eks-token"
+    cluster: str  # the cluster's name where its provider knows it (what the token is for)
+    region: str | None = None  # where the provider's API for the cluster is
+    server: str | None = None  # API server URL; the method looks it up when absent
     certificate_authority: str | None = None  # base64 CA data; looked up when absent
+    kubeconfig_command: str | None = None  # what a person runs to get a kubeconfig of their own
+
+
+def _from_eks(eks: dict[str, Any]) -> dict[str, Any]:
+    """The `auth` of an output written before `auth` existed, which carried `eks` (an EKS
+    cluster's name, region, endpoint and CA) instead."""
+    name, region = eks.get("cluster_name"), eks.get("region")
+    return {
+        "method": "eks-token",
+        "cluster": name,
+        "region": region,
+        "server": eks.get("endpoint"),
+        "certificate_authority": eks.get("certificate_authority"),
+        "kubeconfig_command": f"aws eks update-kubeconfig --name {name} --region {region}",
+    }
 
 
 class SharedFs(_Strict):
@@ -148,7 +167,7 @@ class Team(_Strict):
     # Its part of the object store, where the stack has one; absent: `<name>/`, as the platform makes it.
     object_store_prefix: str | None = Field(None, pattern=PREFIX)
     # Its own credential, where the provider gives each team one (on-prem, existing); absent,
-    # the stack's `kubeconfig` or `eks` serves every team (kind's, or each user's own AWS identity).
+    # the stack's `kubeconfig` or `auth` serves every team (kind's, or each user's own cloud identity).
     kubeconfig: SecretStr | None = None
 
 
@@ -158,7 +177,7 @@ class StackOutput(_Strict):
     stack: str
     provider: Dns1123Label  # the stack's infra provider (infra/providers/)
     kubeconfig: SecretStr | None = None
-    eks: EksAccess | None = None
+    auth: ClusterAuth | None = None  # how to reach the cluster without a kubeconfig
     namespace: Dns1123Label
     queue: Dns1123Label  # the LocalQueue's name, also the pods' kueue.x-k8s.io/queue-name label
     shared_fs: SharedFs
@@ -170,6 +189,17 @@ class StackOutput(_Strict):
     # and every team; both absent in the output of a stack from before teams were exported.
     team: Dns1123Label | None = None
     teams: list[Team] = []
+
+    @model_validator(mode="before")
+    @classmethod
+    def _eks_is_an_older_auth(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "eks" in data:
+            if "auth" in data:
+                raise ValueError("`eks` (written before `auth`) and `auth` together; accepted: one of them")
+            eks = data["eks"]
+            data = {k: v for k, v in data.items() if k != "eks"}
+            data["auth"] = _from_eks(eks) if isinstance(eks, dict) else eks
+        return data
 
     @model_validator(mode="after")
     def _teams_agree(self) -> StackOutput:
@@ -235,9 +265,9 @@ class StackOutput(_Strict):
             raise UserError(
                 f"{source}: stack output `alchemist` breaks the contract at {where}: {err['msg']}"
             ) from None
-        if out.kubeconfig is None and out.eks is None:
+        if out.kubeconfig is None and out.auth is None:
             raise UserError(
-                f"{source}: stack output `alchemist` has neither `kubeconfig` nor `eks`; "
+                f"{source}: stack output `alchemist` has neither `kubeconfig` nor `auth`; "
                 "one of them is needed to reach the cluster"
             )
         return out

@@ -1,9 +1,10 @@
 """How the CLI authenticates to a stack's cluster: `credentials(out)`, whatever the stack output carries.
 
-Each way is keyed by the stack-output field that carries it (alchemist_jobs.contract) and
-fills a `kubernetes` client Configuration: `kubeconfig` (a secret kubeconfig) here, `eks`
-(a boto3-made token) in eks_auth. A provider whose jobs reach its clusters another way adds
-its field to the contract and its method here; the first whose field the output has is used.
+A `kubeconfig` (secret) is used as it is. Otherwise the output's `auth` (alchemist_jobs.contract
+ClusterAuth, written by the provider's package) names a `method`, and the function this table
+gives for it fills a `kubernetes` client Configuration with a token it makes itself: `eks-token`
+in eks_auth (boto3, imported on first use). A provider whose jobs reach its clusters another
+way adds its method here and writes that name in its output.
 """
 
 from __future__ import annotations
@@ -21,12 +22,17 @@ from alchemist_jobs.errors import UserError
 Method = Callable[[StackOutput, Any], None]  # (stack output, Configuration to fill)
 
 
+def _remove(path: str) -> None:
+    if os.path.exists(path):
+        os.unlink(path)
+
+
 def private_file(content: bytes, suffix: str) -> str:
     """A file only this user can read, removed when the process exits."""
     fd, path = tempfile.mkstemp(prefix="alchemist-", suffix=suffix)
     with os.fdopen(fd, "wb") as f:
         f.write(content)
-    atexit.register(lambda: os.path.exists(path) and os.unlink(path))
+    atexit.register(_remove, path)
     return path
 
 
@@ -35,6 +41,7 @@ def from_kubeconfig(out: StackOutput, cfg: Any) -> None:
     import yaml
     from kubernetes import config
 
+    assert out.kubeconfig is not None  # credentials() picks this method only then
     try:
         kubeconfig = yaml.safe_load(out.kubeconfig.get_secret_value())
         config.load_kube_config_from_dict(kubeconfig, client_configuration=cfg, persist_config=False)
@@ -46,10 +53,10 @@ def from_kubeconfig(out: StackOutput, cfg: Any) -> None:
         ) from None
 
 
-# field -> method, or "module:function" imported on first use (boto3 only on EKS stacks)
-_METHODS: dict[str, Method | str] = {
-    "kubeconfig": from_kubeconfig,
-    "eks": "alchemist_jobs.kubernetes.eks_auth:configure",
+# auth.method -> "module:function" filling a Configuration, imported on first use (boto3 only
+# where a stack needs it)
+METHODS: dict[str, str] = {
+    "eks-token": "alchemist_jobs.kubernetes.eks_auth:configure",
 }
 
 
@@ -57,16 +64,23 @@ def credentials(out: StackOutput) -> Any:
     """A `kubernetes.client.Configuration` that reaches the stack's cluster."""
     from kubernetes import client
 
-    for field, method in _METHODS.items():
-        if getattr(out, field, None) is None:
-            continue
-        if isinstance(method, str):
-            module, _, name = method.partition(":")
-            method = getattr(importlib.import_module(module), name)
-        cfg = client.Configuration()
-        method(out, cfg)
-        return cfg
-    raise UserError(
-        f"stack {out.stack}: its output has none of {', '.join(_METHODS)}; "
-        "one of them is needed to reach the cluster"
-    )
+    method: Method
+    if out.kubeconfig is not None:
+        method = from_kubeconfig
+    elif out.auth is not None:
+        if out.auth.method not in METHODS:
+            known = ", ".join(repr(m) for m in METHODS)
+            raise UserError(
+                f"stack {out.stack}: auth.method = {out.auth.method!r} is not known to this alchemist; "
+                f"accepted: {known} (or a kubeconfig)"
+            )
+        module, _, name = METHODS[out.auth.method].partition(":")
+        method = getattr(importlib.import_module(module), name)
+    else:
+        raise UserError(
+            f"stack {out.stack}: its output has neither kubeconfig nor auth; "
+            "one of them is needed to reach the cluster"
+        )
+    cfg = client.Configuration()
+    method(out, cfg)
+    return cfg

@@ -109,15 +109,19 @@ def describe_cluster(
 
 
 def configure(out: StackOutput, cfg: Any) -> None:
-    """Fill a `kubernetes` Configuration for the stack's `eks`: its address and CA (looked up
-    when the output lacks them) and a bearer token renewed before every request needs it."""
-    eks = out.eks
-    endpoint, ca = eks.endpoint, eks.certificate_authority
+    """Fill a `kubernetes` Configuration for the stack's `auth` (method `eks-token`): its
+    address and CA (looked up when the output lacks them) and a bearer token renewed before
+    every request needs it."""
+    auth = out.auth
+    assert auth is not None and auth.method == "eks-token"  # auth.credentials picks us only then
+    if auth.region is None:
+        raise UserError(f"stack {out.stack}: auth.region = None; accepted: the EKS cluster's AWS region")
+    endpoint, ca = auth.server, auth.certificate_authority
     if not endpoint or not ca:
-        endpoint, ca = describe_cluster(eks.cluster_name, eks.region)
+        endpoint, ca = describe_cluster(auth.cluster, auth.region)
     cfg.host = endpoint
     cfg.ssl_ca_cert = private_file(base64.b64decode(ca), ".crt")
-    token = Token(eks.cluster_name, eks.region)
+    token = Token(auth.cluster, auth.region)
     # kubernetes-client/python v36 (kubernetes/client/configuration.py, auth_settings and
     # get_api_key_with_prefix): the header is sent only if api_key already holds
     # 'BearerToken' (or the legacy 'authorization'), the refresh hook runs only then, and

@@ -136,11 +136,7 @@ def how_to_reach(stack: StackOutput, name: str, token: str | None = None) -> str
     (it is printed once)."""
     ns = stack.namespace
     url = f"http://127.0.0.1:{JUPYTER_PORT}/lab" + (f"?token={token}" if token else "")
-    creds = (
-        f"aws eks update-kubeconfig --name {stack.eks.cluster_name} --region {stack.eks.region}"
-        if stack.eks
-        else "the stack's kubeconfig output"
-    )
+    creds = (stack.auth.kubeconfig_command if stack.auth else None) or "the stack's kubeconfig output"
     return "\n".join(
         [
             f"  JupyterLab  kubectl -n {ns} port-forward pod/{name} {JUPYTER_PORT}:{JUPYTER_PORT}",

@@ -505,6 +505,6 @@ def _cluster_facts(out: Any) -> m.StackFacts:
             grafana=out.monitoring.grafana_url,
             tensorboard=out.monitoring.tensorboard_url,
         ),
-        eks_cluster=out.eks.cluster_name if out.eks else None,
-        region=out.eks.region if out.eks else None,
+        eks_cluster=out.auth.cluster if out.auth else None,
+        region=out.auth.region if out.auth else None,
     )

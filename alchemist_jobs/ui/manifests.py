@@ -24,7 +24,7 @@ LABELS = {
 def public_output(out: StackOutput) -> dict[str, Any]:
     """The stack output without its credentials: what the pod may hold in a ConfigMap."""
     data = out.model_dump(
-        mode="json", exclude={"kubeconfig": True, "eks": True, "teams": {"__all__": {"kubeconfig"}}}
+        mode="json", exclude={"kubeconfig": True, "auth": True, "teams": {"__all__": {"kubeconfig"}}}
     )
     return data
 

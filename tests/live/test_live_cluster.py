@@ -35,6 +35,7 @@ def live_stack(tmp_path_factory) -> tuple[str, Path]:
     data = data.get("alchemist", data)
     data["kubeconfig"] = Path(KUBECONFIG).read_text()
     data.pop("eks", None)
+    data.pop("auth", None)
     path = tmp_path_factory.mktemp("live") / "outputs.json"
     path.touch(mode=0o600)
     path.write_text(json.dumps(data))

@@ -55,6 +55,7 @@ def outputs(tmp_path_factory) -> tuple[StackOutput, Path]:
     data = data.get("alchemist", data)
     data["kubeconfig"] = Path(KUBECONFIG).read_text()
     data.pop("eks", None)
+    data.pop("auth", None)
     for team in data.get("teams") or []:
         team.pop("kubeconfig", None)
     path = tmp_path_factory.mktemp("live") / "outputs.json"

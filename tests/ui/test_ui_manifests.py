@@ -57,7 +57,7 @@ def test_no_credential_in_any_object():
             assert token and token not in text
         assert "kubeconfig" not in text and "certificate_authority" not in text
         stack = json.loads(_by_kind(mf.build(s.output))["ConfigMap"]["data"]["stack.json"])
-        assert stack["stack"] == s.name and "eks" not in stack
+        assert stack["stack"] == s.name and "eks" not in stack and "auth" not in stack
 
 
 def test_the_pod_is_restricted_and_listens_on_loopback_only():

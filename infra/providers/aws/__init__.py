@@ -55,7 +55,7 @@ class AwsProvider(Provider):
         self, cfg: StackConfig, facts: ClusterFacts, platform: Any, on_cluster: Any
     ) -> dict[str, Any]:
         """The EKS cluster's name and address: jobs sign their own token with boto3."""
-        return {"eks": _cloud(facts).eks.output()}
+        return {"auth": _cloud(facts).eks.output()}
 
 
 def _cloud(facts: ClusterFacts) -> AwsCloud:

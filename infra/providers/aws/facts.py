@@ -39,7 +39,8 @@ class AwsCloud:
 
 @dataclass
 class EksFacts:
-    """How jobs reach an EKS cluster: the fields of the contract's `EksAccess`, as Pulumi inputs."""
+    """How jobs reach an EKS cluster: a token each user signs with boto3 for the cluster's name
+    (alchemist_jobs/kubernetes/eks_auth.py), its address and CA, as Pulumi inputs."""
 
     cluster_name: str
     region: str
@@ -47,6 +48,13 @@ class EksFacts:
     certificate_authority: pulumi.Input[str] | None = None
 
     def output(self) -> dict[str, pulumi.Input[str]]:
-        """The stack output's `eks` (alchemist_jobs.contract.EksAccess)."""
-        fields = ("cluster_name", "region", "endpoint", "certificate_authority")
-        return {f: getattr(self, f) for f in fields if getattr(self, f) is not None}
+        """The stack output's `auth` (alchemist_jobs.contract.ClusterAuth, method `eks-token`)."""
+        auth: dict[str, pulumi.Input[str] | None] = {
+            "method": "eks-token",
+            "cluster": self.cluster_name,
+            "region": self.region,
+            "server": self.endpoint,
+            "certificate_authority": self.certificate_authority,
+            "kubeconfig_command": f"aws eks update-kubeconfig --name {self.cluster_name} --region {self.region}",
+        }
+        return {k: v for k, v in auth.items() if v is not None}

@@ -45,12 +45,13 @@ def test_output_is_the_contract(renders, name):
     if parsed.provider == "aws":
         assert "kubeconfig" not in out
         region = config["alchemist:aws"]["region"]
-        assert out["eks"]["cluster_name"] == f"alchemist-{name}" and out["eks"]["region"] == region
-        assert out["eks"]["endpoint"].endswith(f".{region}.eks.amazonaws.com")
-        assert out["eks"]["certificate_authority"]
+        assert out["auth"]["method"] == "eks-token"
+        assert out["auth"]["cluster"] == f"alchemist-{name}" and out["auth"]["region"] == region
+        assert out["auth"]["server"].endswith(f".{region}.eks.amazonaws.com")
+        assert out["auth"]["certificate_authority"]
         assert r["secret_outputs"] == []
     else:
-        assert "eks" not in out
+        assert "eks" not in out and "auth" not in out
         # the kubeconfig, and only it, is secret: the stack's, and each team's own where it has one
         own = [f"alchemist.teams[{i}].kubeconfig" for i, t in enumerate(out["teams"]) if "kubeconfig" in t]
         assert sorted(r["secret_outputs"]) == sorted(["alchemist.kubeconfig", *own])

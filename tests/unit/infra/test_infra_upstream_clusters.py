@@ -293,17 +293,19 @@ def test_a_minor_past_eks_standard_support_is_said_at_up():
 
 
 def test_cluster_facts_eks_is_typed_like_the_contract():
-    import dataclasses
-
-    from alchemist_jobs.contract import EksAccess
+    from alchemist_jobs.contract import ClusterAuth
     from infra.providers.aws.facts import EksFacts
 
-    assert [f.name for f in dataclasses.fields(EksFacts)] == list(EksAccess.model_fields)
     facts = EksFacts(cluster_name="c", region="us-west-2", endpoint="https://x", certificate_authority="Y2E=")
-    assert EksAccess.model_validate(facts.output()) == EksAccess(
-        cluster_name="c", region="us-west-2", endpoint="https://x", certificate_authority="Y2E="
+    assert ClusterAuth.model_validate(facts.output()) == ClusterAuth(
+        method="eks-token",
+        cluster="c",
+        region="us-west-2",
+        server="https://x",
+        certificate_authority="Y2E=",
+        kubeconfig_command="aws eks update-kubeconfig --name c --region us-west-2",
     )
-    assert facts.output().keys() >= {"cluster_name", "region"}
+    assert facts.output().keys() >= {"method", "cluster", "region"}
 
 
 # --- 17.9: the k3s installer runs only when its digest is the one the deployer reviewed -------------------

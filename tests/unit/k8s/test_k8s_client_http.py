@@ -227,8 +227,8 @@ def test_every_eks_request_carries_a_fresh_bearer_token(api_server, monkeypatch,
 
     url, requests = api_server
     data = stack("aws-us-west-2").output.model_dump(mode="json")
-    data["eks"] = {"cluster_name": "alchemist-aws", "region": "us-west-2", "endpoint": url,
-                   "certificate_authority": base64.b64encode(b"unused over http").decode()}
+    data["auth"] = {"method": "eks-token", "cluster": "alchemist-aws", "region": "us-west-2", "server": url,
+                    "certificate_authority": base64.b64encode(b"unused over http").decode()}
     data.pop("kubeconfig", None)
     sched = KubernetesScheduler(StackOutput.parse(data, "test"))
 

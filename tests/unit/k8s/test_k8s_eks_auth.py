@@ -73,7 +73,7 @@ def test_an_eks_stack_connects_with_a_bearer_token(aws_env):
     made = eks.create_cluster(name=CLUSTER, roleArn="arn:aws:iam::123456789012:role/eks",
                               resourcesVpcConfig={"subnetIds": ["subnet-0a1b2c3d"]})["cluster"]
     data = stack("aws-us-west-2").output.model_dump(mode="json")
-    data["eks"] = {"cluster_name": CLUSTER, "region": "us-west-2"}  # no endpoint, no CA
+    data["auth"] = {"method": "eks-token", "cluster": CLUSTER, "region": "us-west-2"}  # no server, no CA
     from alchemist_jobs.contract import StackOutput
 
     cfg = credentials(StackOutput.parse(data, "test"))
