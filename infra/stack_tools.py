@@ -8,6 +8,8 @@ as `python -m infra.stack_tools COMMAND` in the checkout and never imports infra
                stdout {"stand_ins": [{dotted key: value}]}   (one per config, for infra.render)
     diff    stdin {"a": render, "b": render}   (renders from `python -m infra.render`)
             stdout {"differences": [line], "allowed": [[reason, line]], "a": name, "b": name}
+    describe  stdin {"configs": {stack: {key: value}}}
+              stdout {"where": {stack: its provider's words for `stack list`}}
 
 Deploy-time values are those only a stack's deployer can give (the network they deploy from,
 the k3s installer they reviewed): a shipped stack leaves them out, `pulumi up` demands them,
@@ -91,8 +93,22 @@ def diff(req: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def describe(req: dict[str, Any]) -> dict[str, Any]:
+    """Each stack as its provider's package describes it (infra/providers/registry.py describe)."""
+    from infra.providers.registry import rules
+
+    where = {}
+    for name, config in req["configs"].items():
+        provider = config.get("alchemist:provider")
+        try:
+            where[name] = rules(provider).describe(config)
+        except KeyError:
+            where[name] = f"unknown provider {provider!r}"
+    return {"where": where}
+
+
 def main(argv: list[str]) -> int:
-    commands = {"check": check, "stand-ins": stand_ins_of, "diff": diff}
+    commands = {"check": check, "stand-ins": stand_ins_of, "diff": diff, "describe": describe}
     if len(argv) != 1 or argv[0] not in commands:
         print(f"usage: python -m infra.stack_tools {'|'.join(commands)} < request.json", file=sys.stderr)
         return 2

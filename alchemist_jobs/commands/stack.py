@@ -67,7 +67,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         default=argparse.SUPPRESS,
         help="repository root (also accepted before the subcommand)",
     )
-    p.add_argument("src", metavar="SRC").completer = complete_stack_file
+    p.add_argument("src", metavar="SRC").completer = complete_stack_file  # type: ignore[attr-defined]  # argcomplete reads it; argparse stubs lack it
     p.add_argument("dst", metavar="DST")
     p.add_argument(
         "--set",
@@ -95,7 +95,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     for name in ("a", "b"):
         p.add_argument(
             name, metavar=name.upper(), help="stack name or stack file"
-        ).completer = complete_stack_file
+        ).completer = complete_stack_file  # type: ignore[attr-defined]  # argcomplete reads it; argparse stubs lack it
     p.add_argument("--all", action="store_true", help="also list the differences that are allowed")
     p.set_defaults(func=cmd_diff)
 
@@ -120,6 +120,7 @@ def stack_file(root: Path, name_or_path: str) -> Path:
             else "no such stack file"
         )
         raise UserError(f"stack {shown(name_or_path)}: {where}; accepted: {known}")
+    assert candidate is not None  # found: the file is there
     return candidate
 
 
@@ -187,33 +188,21 @@ def infra_tool(root: Path, command: str, request: dict[str, Any]) -> dict[str, A
 # --- list ---------------------------------------------------------------------------------
 
 
-def _facts(name: str, config: dict[str, Any]) -> dict[str, Any]:
+def _facts(name: str, config: dict[str, Any], where: str) -> dict[str, Any]:
     """`stack list --json`: one stack (docs/cli.md)."""
     return {
         "name": name,
         "provider": config.get("alchemist:provider"),
         "kubernetes_version": config.get("alchemist:kubernetesVersion"),
         "shared_fs": (config.get("alchemist:sharedFs") or {}).get("kind"),
-        "summary": _summary(config),
+        "summary": _summary(config, where),
     }
 
 
-def _summary(config: dict[str, Any]) -> str:
+def _summary(config: dict[str, Any], where: str) -> str:
+    """One row; `where` is the provider's own description (its package, through stack_tools)."""
     provider = config.get("alchemist:provider", "?")
     fs = (config.get("alchemist:sharedFs") or {}).get("kind", "?")
-    where = ""
-    if provider == "aws":
-        aws = config.get("alchemist:aws") or {}
-        gpu = aws.get("gpuNodes") or {}
-        where = f"{aws.get('region', '?')}, GPU nodes {','.join(gpu.get('instanceTypes', []))} x0..{gpu.get('maxSize', '?')}"
-    elif provider == "onprem":
-        hosts = (config.get("alchemist:onprem") or {}).get("hosts") or []
-        gpus = sum(int(h.get("gpus", 0)) for h in hosts)
-        where = f"{len(hosts)} hosts, {gpus} GPUs"
-    elif provider == "kind":
-        where = "kind on the local Docker"
-    elif provider == "existing":
-        where = "an existing cluster (kubeconfig secret)"
     return f"{provider:<9} k8s {config.get('alchemist:kubernetesVersion', '?'):<5} {fs:<11} {where}"
 
 
@@ -234,6 +223,11 @@ def cmd_list(args: argparse.Namespace) -> int:
             for name in stack_names(root)
         }
     )
+    # Each provider's package describes its stacks (the job package never imports infra); a
+    # checkout without the infra program (stack files only) lists them without those words.
+    where: dict[str, str] = {}
+    if root is not None and stacks and (root / "infra" / "stack_tools.py").is_file():
+        where = infra_tool(root, "describe", {"configs": stacks})["where"]
     if args.json:
         local = {
             "name": "local",
@@ -242,12 +236,12 @@ def cmd_list(args: argparse.Namespace) -> int:
             "shared_fs": "directory",
             "summary": "processes on this machine, no Pulumi",
         }
-        print(json.dumps([local] + [_facts(n, c) for n, c in stacks.items()], indent=1))
+        print(json.dumps([local] + [_facts(n, c, where.get(n, "")) for n, c in stacks.items()], indent=1))
         return 0
     print(f"{'STACK':<16} {'PROVIDER':<9} {'K8S':<9} {'SHARED FS':<11} WHERE AND WHAT")
     print(f"{'local':<16} {'built-in':<9} {'':<9} {'directory':<11} processes on this machine, no Pulumi")
     for name, config in stacks.items():
-        print(f"{name:<16} {_summary(config)}")
+        print(f"{name:<16} {_summary(config, where.get(name, ''))}")
     return 0
 
 

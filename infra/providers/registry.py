@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from pathlib import Path
+from typing import Any
 
 
 class ProviderRules:
@@ -22,6 +23,11 @@ class ProviderRules:
     reads_ssh_key: bool = False  # alchemist:sshPrivateKey
     own_registry: str | None = None  # where it pushes images it hosts itself; None: images.registry
     iam: bool = False  # team IAM principals; an object store it creates, reached through IAM
+
+    def describe(self, config: dict[str, Any]) -> str:
+        """`alchemist stack list`'s WHERE AND WHAT of a stack of this provider, from its
+        `alchemist:*` config as the stack file holds it (unchecked: a missing key reads `?`)."""
+        return ""
 
 
 _PACKAGE = "infra.providers"

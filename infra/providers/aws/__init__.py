@@ -21,6 +21,12 @@ class AwsProvider(Provider):
     own_registry = "ECR repositories"
     iam = True
 
+    def describe(self, config: dict[str, Any]) -> str:
+        aws = config.get("alchemist:aws") or {}
+        gpu = aws.get("gpuNodes") or {}
+        types = ",".join(gpu.get("instanceTypes", []))
+        return f"{aws.get('region', '?')}, GPU nodes {types} x0..{gpu.get('maxSize', '?')}"
+
     def cluster(self, stack: str, cfg: StackConfig) -> ClusterFacts:
         from infra.providers.aws.cluster import EksCluster, EksClusterArgs
 

@@ -16,6 +16,9 @@ class ExistingProvider(Provider):
     shared_fs_kinds = ("nfs",)
     reads_kubeconfig = True
 
+    def describe(self, config: dict[str, Any]) -> str:
+        return "an existing cluster (kubeconfig secret)"
+
     def cluster(self, stack: str, cfg: StackConfig) -> ClusterFacts:
         from infra.providers.onprem.cluster import ExistingCluster, ExistingClusterArgs
 

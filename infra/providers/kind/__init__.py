@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from infra.providers import Provider
 
@@ -16,6 +16,9 @@ class KindProvider(Provider):
     shared_fs_kinds = ("hostpath",)
     section_required = False  # every `alchemist:kind` key has a default
     own_registry = "kind's local registry"
+
+    def describe(self, config: dict[str, Any]) -> str:
+        return "kind on the local Docker"
 
     def cluster(self, stack: str, cfg: StackConfig) -> ClusterFacts:
         from infra.providers.kind.cluster import KindCluster, KindClusterArgs

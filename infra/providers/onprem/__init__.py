@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from infra.providers import Provider
 
@@ -15,6 +15,10 @@ class OnpremProvider(Provider):
     name = "onprem"
     shared_fs_kinds = ("nfs",)
     reads_ssh_key = True
+
+    def describe(self, config: dict[str, Any]) -> str:
+        hosts = (config.get("alchemist:onprem") or {}).get("hosts") or []
+        return f"{len(hosts)} hosts, {sum(int(h.get('gpus', 0)) for h in hosts)} GPUs"
 
     def cluster(self, stack: str, cfg: StackConfig) -> ClusterFacts:
         from infra.providers.onprem.cluster import K3sCluster, K3sClusterArgs

@@ -9,11 +9,22 @@ import subprocess
 import sys
 
 import yaml
-from infra_helpers import DEPLOYER_CIDR, INSTALLER_SHA256, REPO, STACKS, stack_config
+from infra_helpers import DEPLOYER_CIDR, INSTALLER_SHA256, REPO, SHIPPED, STACKS, stack_config
 from test_infra_stack_cli import run
 
 EU_SETS = ["aws.region=eu-west-1", "aws.availabilityZones=[eu-west-1a,eu-west-1b,eu-west-1c]",
            "aws.vpcCidr=10.41.0.0/16"]  # fmt: skip
+
+
+def test_list(monkeypatch, capsys, root):
+    assert run(monkeypatch, root, "list") == 0
+    header, *lines = capsys.readouterr().out.splitlines()
+    assert header.split()[:2] == ["STACK", "PROVIDER"]
+    assert lines[0].startswith("local") and "built-in" in lines[0]
+    rows = {line.split()[0]: line for line in lines[1:]}
+    assert set(rows) == set(SHIPPED)
+    assert rows["aws-eu-west-1"].split()[1:5] == ["aws", "k8s", "1.35", "efs"]
+    assert "16 GPUs" in rows["onprem-lab"] and "kind on the local Docker" in rows["dev"]
 
 
 def test_the_shipped_eu_stack_is_a_replica_of_us_west(monkeypatch, capsys, root):

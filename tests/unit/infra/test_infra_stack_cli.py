@@ -5,7 +5,7 @@ from __future__ import annotations
 import shutil
 
 import pytest
-from infra_helpers import REPO, SHIPPED, STACKS
+from infra_helpers import REPO, SHIPPED, STACKS, stack_config
 
 from alchemist_jobs import cli
 
@@ -23,17 +23,6 @@ def run(monkeypatch, root, *argv):
     return cli.main(["stack", "--root", str(root), *argv])
 
 
-def test_list(monkeypatch, capsys, root):
-    assert run(monkeypatch, root, "list") == 0
-    header, *lines = capsys.readouterr().out.splitlines()
-    assert header.split()[:2] == ["STACK", "PROVIDER"]
-    assert lines[0].startswith("local") and "built-in" in lines[0]
-    rows = {line.split()[0]: line for line in lines[1:]}
-    assert set(rows) == set(SHIPPED)
-    assert rows["aws-eu-west-1"].split()[1:5] == ["aws", "k8s", "1.35", "efs"]
-    assert "16 GPUs" in rows["onprem-lab"] and "kind on the local Docker" in rows["dev"]
-
-
 def test_replicate_refuses_to_overwrite(monkeypatch, capsys, root):
     assert run(monkeypatch, root, "replicate", "aws-us-west-2", "aws-eu-west-1") == 2
     assert "stacks/Pulumi.aws-eu-west-1.yaml exists" in capsys.readouterr().err
@@ -45,3 +34,24 @@ def test_unknown_stack(monkeypatch, capsys, root):
         "stack 'nope': no stacks/Pulumi.nope.yaml; accepted: aws-eu-west-1, aws-us-west-2, dev, onprem-lab"
         in capsys.readouterr().err
     )
+
+
+def test_each_provider_describes_its_stacks_for_stack_list():
+    """`stack list`'s WHERE AND WHAT comes from the provider's package (the job half asks infra's
+    stack_tools for it), read from the stack file as shipped."""
+    from infra.providers.registry import names, rules
+    from infra.stack_tools import describe
+
+    eu = stack_config("aws-eu-west-1")
+    gpu = eu["alchemist:aws"]["gpuNodes"]
+    assert rules("aws").describe(eu) == (
+        f"eu-west-1, GPU nodes {','.join(gpu['instanceTypes'])} x0..{gpu['maxSize']}"
+    )
+    assert rules("onprem").describe(stack_config("onprem-lab")) == "4 hosts, 16 GPUs"
+    assert rules("kind").describe(stack_config("dev")) == "kind on the local Docker"
+    assert rules("existing").describe({}) == "an existing cluster (kubeconfig secret)"
+    assert all(rules(n).describe({}) is not None for n in names())  # a bare config still reads
+    configs = {n: stack_config(n) for n in SHIPPED} | {"odd": {"alchemist:provider": "gke"}}
+    where = describe({"configs": configs})["where"]
+    assert where == {**{n: rules(c["alchemist:provider"]).describe(c) for n, c in configs.items() if n != "odd"},
+                     "odd": "unknown provider 'gke'"}  # fmt: skip
