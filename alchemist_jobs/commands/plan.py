@@ -169,7 +169,7 @@ def planned() -> tuple[str, ...]:
     from alchemist_jobs.planner.model import PATTERNS
     from alchemist_jobs.spec import ALGORITHMS
 
-    return tuple(name for name, cls in ALGORITHMS.items() if cls().exchange in PATTERNS)
+    return tuple(name for name, cls in ALGORITHMS.items() if cls(name=name).exchange in PATTERNS)
 
 
 def _algorithms(args: argparse.Namespace, spec) -> list:
@@ -193,7 +193,7 @@ def _algorithms(args: argparse.Namespace, spec) -> list:
                 f"--algorithms: {name!r} is not planned; expected some of "
                 f"{','.join(known)} (async's pace depends on the server, not a ring)"
             )
-        exchange = ALGORITHMS[name]().exchange
+        exchange = ALGORITHMS[name](name=name).exchange
         tau = (None if args.tau == "auto" else args.tau) or (own.steps_per_exchange if own else None) or 8
         if tau < 1:
             raise UserError(f"--tau {tau}: expected a whole number of at least 1")

@@ -63,7 +63,7 @@ class Algorithm:
 
     def __post_init__(self) -> None:
         if not self.exchange and self.name in ALGORITHMS:
-            object.__setattr__(self, "exchange", ALGORITHMS[self.name]().exchange)
+            object.__setattr__(self, "exchange", ALGORITHMS[self.name](name=self.name).exchange)
 
 
 @dataclass(frozen=True)
