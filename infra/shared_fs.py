@@ -122,14 +122,14 @@ class SharedFileSystem(pulumi.ComponentResource):
         self._identities = dict(args.identities)
         fs = args.fs
         per_team_identity = False
-        if isinstance(fs, NfsFs):
-            sc_spec, pv_source, capacity, driver = self._nfs(name, fs)
-        elif isinstance(fs, HostPathFs):
-            sc_spec, pv_source, capacity, driver = self._hostpath()
-        elif args.backend is not None and fs.kind in args.backend.kinds:
+        if args.backend is not None and fs.kind in args.backend.kinds:  # the provider's own, first
             own = args.backend.volumes(self, name, fs, self._identities)
             sc_spec, pv_source, capacity, driver = own.storage_class, own.source, own.capacity, own.driver
             per_team_identity = own.per_team_identity
+        elif isinstance(fs, NfsFs):
+            sc_spec, pv_source, capacity, driver = self._nfs(name, fs)
+        elif isinstance(fs, HostPathFs):
+            sc_spec, pv_source, capacity, driver = self._hostpath()
         else:
             raise ValueError(f"shared file system {fs.kind!r} needs its provider's backend")
         after_driver = [*args.depends_on, *([driver] if driver is not None else [])]

@@ -30,7 +30,6 @@ LAB_STACK = {
     "alchemist:provider": "lab",
     "alchemist:kubernetesVersion": "1.35",
     "alchemist:sharedFs": {"kind": "nfs", "server": "nfs.lab.test", "share": "/export/alchemist"},
-    "alchemist:images": {"registry": "registry.lab.test:5000/alchemist"},
     "alchemist:teams": [{"name": "vision", "quota": {"gpu": 8, "cpu": 64, "memory": "512Gi"}}],
 }
 
@@ -64,7 +63,7 @@ def test_a_provider_defined_in_the_tests_makes_a_stack_the_job_half_reaches(tmp_
     # what `pulumi stack output --show-secrets` gives in place of the mask
     out = StackOutput.parse({**output, "kubeconfig": lab_provider.kubeconfig("vision")}, "lab outputs")
     assert (out.provider, out.namespace, out.shared_fs.kind, out.gpu.per_node) == ("lab", "vision", "nfs", 4)
-    assert out.images.train.startswith("registry.lab.test:5000/alchemist/train@sha256:")
+    assert out.images.train.startswith("registry.lab.test:5000/lab/lab/train@sha256:")
     spec = load_spec(EXAMPLE)
     jobset = next(
         o
@@ -84,3 +83,49 @@ def test_the_stack_config_is_checked_against_the_new_providers_rules(tmp_path):
         "accepted: nfs with provider 'lab'"
     )
     assert result["resources"] == []
+
+
+def test_the_test_providers_own_registry_object_store_and_file_server_make_the_stack(tmp_path):
+    """The lab's pieces go through the neutral components' interfaces: its repositories hold the
+    images, its bucket is the stack's object store (each team's key pair in its namespace, the
+    pods' egress to its address), its export is every team's shared FS; nothing outside
+    lab_provider.py names it but the one registration line."""
+    result = render_lab(tmp_path)
+    assert result["error"] is None, result["error"]
+    by_type = {}
+    for r in resources(result):
+        by_type.setdefault(r["type"], []).append(r)
+    assert sorted(r["name"] for r in by_type["lab:registry:Repository"]) == ["images-interactive-repo",
+                                                                            "images-train-repo"]  # fmt: skip
+    assert [r["name"] for r in by_type["lab:storage:Bucket"]] == ["object-store-bucket"]
+    assert [r["name"] for r in by_type["lab:storage:Export"]] == ["shared-fs-export"]
+    # the images' login is the lab's, secret, and no pull secret (its nodes pull as themselves)
+    (login,) = [r for r in resources(result, "command:local:Command") if r["name"] == "images-login"]
+    assert login["inputs"]["environment"]["REGISTRY_HOST"] == lab_provider.REGISTRY
+    assert "environment.REGISTRY_PASSWORD" in login["secret_inputs"]
+    assert lab_provider.REGISTRY_PASSWORD not in json.dumps(result)
+    assert not [r for r in resources(result) if r["name"].startswith("registry-") and "Secret" in r["type"]]
+    keys = [
+        r for r in resources(result, "kubernetes:core/v1:Secret") if r["name"] == "object-store-vision-keys"
+    ]
+    assert [k["inputs"]["metadata"]["namespace"] for k in keys] == ["vision"]
+    pv = next(r for r in resources(result, "kubernetes:core/v1:PersistentVolume")
+              if r["inputs"]["spec"]["csi"]["volumeAttributes"].get("subDir") == "teams/vision")  # fmt: skip
+    assert pv["inputs"]["spec"]["csi"]["volumeAttributes"]["server"] == lab_provider.FILER
+    egress = [rule for r in resources(result, "kubernetes:networking.k8s.io/v1:NetworkPolicy")
+              for rule in r["inputs"]["spec"].get("egress") or []
+              if any(peer.get("ipBlock", {}).get("cidr") == lab_provider.STORE_ADDRESS for peer in rule.get("to", []))]  # fmt: skip
+    assert egress and all(p["port"] == 443 for rule in egress for p in rule["ports"])
+    out = StackOutput.parse(
+        {**result["outputs"]["alchemist"], "kubeconfig": lab_provider.kubeconfig("vision")}, "lab"
+    )
+    assert out.object_store is not None
+    assert (out.object_store.endpoint, out.object_store.bucket, out.object_store.prefix) == (
+        lab_provider.STORE,
+        "alchemist-lab",
+        "vision/",
+    )
+    # the one registration line is all the program knows of it
+    named = [str(f) for d in ("infra", "alchemist_jobs") for f in (REPO / d).rglob("*.py")
+             if "lab_provider" in f.read_text() or "LabProvider" in f.read_text()]  # fmt: skip
+    assert named == []
