@@ -76,10 +76,17 @@ ALGOS = {
     "bmuf+fp16+tau16": dict(BMUF, tau=16, exchange_dtype="fp16"),
     "easgd+fp16+tau32": dict(EASGD, tau=32, exchange_dtype="fp16"),
 }
+# sync as a careful user runs it on a slow link: gradients in half precision, or PowerSGD
+ALGOS["sync+fp16"] = {"name": "sync", "compression": "fp16"}
+ALGOS["sync+powersgd2"] = {"name": "sync", "compression": "powersgd", "powersgd_rank": 2}
+ALGOS["sync+powersgd4"] = {"name": "sync", "compression": "powersgd", "powersgd_rank": 4}
+SYNCS = ["sync", "sync+1mb", "sync+fp16", "sync+powersgd2", "sync+powersgd4"]
+AUTO = "auto"  # `alchemist plan --auto`'s pick for this link, made before any run
+ALGOS[AUTO] = {"name": "sync"}  # replaced by the pick
 PLAN_TAU = "bmuf+plan-tau"  # bmuf+overlap+fp16 at the tau the plan picks (--tau auto)
 ALGOS[PLAN_TAU] = dict(ALGOS["bmuf+overlap+fp16"])
-DEFAULT = ["sync", "bmuf", "bmuf+fp16", "bmuf+fp16+tau16", "bmuf+overlap+fp16", PLAN_TAU,
-           "easgd", "easgd+fp16", "easgd+fp16+tau32", "easgd+overlap+fp16"]
+DEFAULT = ["sync", "sync+fp16", "sync+powersgd2", "sync+powersgd4", "bmuf+fp16+tau16", PLAN_TAU,
+           "easgd+fp16+tau32", AUTO]
 
 
 def job(name: str, algo: dict, epochs: float) -> dict:
@@ -107,16 +114,58 @@ def link_mbit(hosts: Hosts, megabytes: int = 4) -> float:
 
 
 
-def plan_first(root: Path, names: list[str], epochs: float, rate: float) -> dict[str, dict]:
+def out_name(rate: float) -> str:
+    """The results' file name: the 100 Mbit/s table keeps its name, other rates add theirs."""
+    return "two_host_tta" if rate == 100 else f"two_host_tta-{rate:g}mbit"
+
+
+def plan_auto(root: Path, probe: Path, names: list[str], epochs: float) -> dict[str, dict]:
+    """`alchemist plan SPEC --auto --target 0.82 --emulated --link-probe PROBE` on the sync job,
+    as a user runs it (its calibration runs go to this experiment's home, once for both
+    rates); sets the auto variant to its pick. Returns its prediction for every variant
+    the convergence model covers, the pick under AUTO."""
+    import yaml
+
+    from alchemist_jobs.commands.plan import auto_plan
+
+    os.environ["ALCHEMIST_HOME"] = str(root)
+    spec_file = root / "tta-auto.yaml"
+    spec_file.write_text(yaml.safe_dump(job("auto", {"name": "sync"}, epochs)))
+    args = argparse.Namespace(spec=str(spec_file), overrides=[], target=TARGET, link=None,
+                              link_probe=[probe], latency_us=50.0, workers_per_node=None,
+                              emulated=True, profile_steps=60, step_ms=None, model_mb=None)
+    picked = auto_plan(args, log=lambda m: print(m, flush=True),
+                       extra=[ALGOS[n] for n in names if n != AUTO])
+    ALGOS[AUTO] = dict(picked["pick"]["algorithm"])
+    print(f"auto pick: {picked['pick']['label']}, predicted {picked['pick']['time_to_target_s']:.1f} s; "
+          f"runner-up {picked['runner_up'] and picked['runner_up']['label']}", flush=True)
+    by_label = {e["label"]: e for e in picked.get("extra", [])}
+    from alchemist_jobs.planner.auto import Candidate
+
+    out = {n: by_label.get(Candidate(ALGOS[n]).label) for n in names if n != AUTO}
+    out[AUTO] = picked["pick"]
+    out["_plan"] = {k: picked[k] for k in ("pick", "runner_up", "start_s", "convergence",
+                                           "calibration", "assumptions", "left_out")}
+    return out
+
+
+def plan_first(root: Path, names: list[str], epochs: float, rate: float,
+               auto: dict[str, dict]) -> dict[str, dict]:
     """The plan's step time for every variant, from a fresh link probe and profiles of two
-    processes computing at once; sets the plan-tau variant's tau."""
-    probe = probe_link(int(rate), RESULTS / "two_host_tta-probe.json")
+    processes computing at once; sets the plan-tau variant's tau. Sync with compression
+    (which the scaling model's profile does not take) and the auto pick: the auto plan's
+    step time."""
+    probe = RESULTS / f"{out_name(rate)}-probe.json"
     cluster = cluster_facts(workers_per_node=1, link=None, latency_us=50.0, stack=None,
                             runs_root=None, job_name="tta", probe=probe)
     profiles: dict[tuple, model.Profile] = {}
     out = {}
     for name in names:
         algo = ALGOS[name]
+        if name == AUTO or algo.get("compression", "none") != "none":
+            p = auto.get(name)
+            out[name] = dict(tau=algo.get("tau", 1), step_s=p["step_s"] if p else None)
+            continue
         spec = parse_spec(job(name, algo, epochs), "<plan>", REPO)
         key = (algo["name"], algo.get("exchange_dtype"))
         if key not in profiles:
@@ -158,8 +207,8 @@ def main() -> None:
                     help="redraw the figure from the last run's JSON, running nothing")
     args = ap.parse_args()
     if args.replot:
-        saved = json.loads((RESULTS / "two_host_tta.json").read_text())
-        plot(saved["runs"], saved["rate_mbit"])
+        saved = json.loads((RESULTS / f"{out_name(args.rate)}.json").read_text())
+        plot(saved["runs"], saved["rate_mbit"], out_name(args.rate))
         return
     reason = unavailable()
     if reason:
@@ -167,7 +216,9 @@ def main() -> None:
     root = home("two_host_tta")
     runs: dict[str, list[dict]] = {n: [] for n in args.only}
     load = [os.getloadavg()[0]]
-    plan = plan_first(root, args.only, args.epochs, args.rate)
+    probe = probe_link(int(args.rate), RESULTS / f"{out_name(args.rate)}-probe.json")
+    auto = plan_auto(root, probe, args.only, args.epochs) if AUTO in args.only else {}
+    plan = plan_first(root, args.only, args.epochs, args.rate, auto)
     with Hosts(2, rate_mbit=args.rate) as hosts:
         measured = link_mbit(hosts)
         print(f"link: limit {args.rate:g} Mbit/s, measured {measured:.1f} Mbit/s", flush=True)
@@ -190,6 +241,8 @@ def main() -> None:
                       flush=True)
 
     base = med([o["tta"] for o in runs.get("sync", [])])
+    sync_meds = [med([o["tta"] for o in runs[n]]) for n in runs if n in SYNCS]
+    best_sync = min((t for t in sync_meds if t is not None), default=None)
     sync_acc = med([o["result"]["test_accuracy"] for o in runs.get("sync", [])])
     rows = []
     for name, os_ in runs.items():
@@ -201,6 +254,7 @@ def main() -> None:
                      None if sync_acc is None else round(100 * (acc - sync_acc), 2),
                      None if t is None else round(t, 1), spread(ttas),
                      None if (t is None or base is None) else round(base / t, 2),
+                     None if (t is None or best_sync is None) else round(best_sync / t, 2),
                      round(med([o["result"]["communication"]["sent_bytes"] / o["result"]["steps"]
                                 for o in os_])),
                      round(steps_s, 2),
@@ -211,22 +265,32 @@ def main() -> None:
                      round(med([o["result"]["curve_snapshot_s"] / o["result"]["wall_s"]
                                 for o in os_]) * 100, 2),
                      ALGOS[name].get("tau", 1),
-                     round(plan[name]["step_s"] * 1e3, 1),
+                     None if plan[name]["step_s"] is None else round(plan[name]["step_s"] * 1e3, 1),
                      round(med([o["steady_step_s"] for o in os_]) * 1e3, 1),
-                     f"{med([o['steady_step_s'] for o in os_]) / plan[name]['step_s'] - 1:+.1%}"])
+                     None if plan[name]["step_s"] is None else
+                     f"{med([o['steady_step_s'] for o in os_]) / plan[name]['step_s'] - 1:+.1%}",
+                     None if not auto.get(name) else round(auto[name]["time_to_target_s"], 1),
+                     None if (not auto.get(name) or t is None) else
+                     f"{t / auto[name]['time_to_target_s'] - 1:+.1%}"])
+    pick = auto.get("_plan", {}).get("pick")
+    runner = auto.get("_plan", {}).get("runner_up")
     write_markdown(
-        "two_host_tta",
+        out_name(args.rate),
         f"Time to {TARGET} accuracy on two hosts over a {args.rate:g} Mbit/s link",
         f"Two network-namespace hosts, one worker each, link limited to {args.rate:g} Mbit/s "
         f"per direction (measured {measured:.1f} Mbit/s); `synthetic` with a "
         f"~1M-parameter MLP, batch 64 per worker, lr 0.02, momentum 0.9, {args.epochs:g} "
         f"epochs; bmuf and easgd exchange every tau steps (the table's column). Medians of "
         f"{args.repeats} runs each, run round-robin; load average (1 min) during the runs "
-        f"{min(load):.1f} to {max(load):.1f} on {os.cpu_count()} CPUs.",
+        f"{min(load):.1f} to {max(load):.1f} on {os.cpu_count()} CPUs."
+        + (f" `auto` is `alchemist plan --auto --target {TARGET}`'s pick for this link, made "
+           f"before any run: {pick['label']} (runner-up: {runner and runner['label']})."
+           if pick else ""),
         ["variant", "final accuracy", "vs sync (points)", f"time to {TARGET} (s)",
-         "spread (s)", "speed-up vs sync", "rank 0 bytes sent/step", "rank 0 steps/s",
+         "spread (s)", "speed-up vs sync", "speed-up vs best sync", "rank 0 bytes sent/step", "rank 0 steps/s",
          "exposed comm/step (ms)", "link use", "snapshot cost (% of wall)", "tau",
-         "plan ms/step", "measured ms/step", "measured vs plan"], rows,
+         "plan ms/step", "measured ms/step", "measured vs plan",
+         f"plan time to {TARGET} (s)", "measured vs plan time"], rows,
         [f"time to {TARGET}: wall seconds from the workers' start, interpolated linearly "
          f"between rank 0's snapshots (every {EVERY} steps) around the first crossing, "
          "evaluated after the run; spread: min-max over the runs",
@@ -238,9 +302,16 @@ def main() -> None:
          "the measurement on the training path",
          "plan ms/step: `alchemist plan --emulated --link-probe` before the runs (a fresh "
          "probe, profiles of two processes at once); measured: rank 0's steady-state step "
-         f"time, median; tau of {PLAN_TAU}: the plan's --tau auto choice"])
-    (RESULTS / "two_host_tta.json").write_text(json.dumps(dict(
+         f"time, median; tau of {PLAN_TAU}: the plan's --tau auto choice; sync with "
+         "compression and auto: the auto plan's step time",
+         "speed-up vs best sync: the fastest sync variant's median time to target (plain, "
+         "fp16 or PowerSGD) over this one's",
+         f"plan time to {TARGET}: `alchemist plan --auto`'s prediction (start + steps to "
+         "target from its calibration runs x its step time for this link), for every variant "
+         "its convergence model covers; measured vs plan: the median against it"])
+    (RESULTS / f"{out_name(args.rate)}.json").write_text(json.dumps(dict(
         link_mbit=measured, rate_mbit=args.rate, epochs=args.epochs, target=TARGET, plan=plan,
+        auto_plan=auto,
         algorithms={n: ALGOS[n] for n in runs},
         runs={n: [dict(tta=o["tta"], accuracy=o["result"]["test_accuracy"],
                        wall_s=o["result"]["wall_s"], steady_step_s=o["steady_step_s"],
@@ -249,10 +320,10 @@ def main() -> None:
                   for o in os_] for n, os_ in runs.items()}), indent=1) + "\n")
 
     plot({n: [dict(curve=o["curve"], tta=o["tta"]) for o in os_] for n, os_ in runs.items()},
-         args.rate)
+         args.rate, out_name(args.rate))
 
 
-def plot(runs: dict[str, list[dict]], rate: float) -> None:
+def plot(runs: dict[str, list[dict]], rate: float, out: str = "two_host_tta") -> None:
     """The figure: every run's curve (log time: sync's minutes next to seconds) and the
     median time to target with each run's; `runs` as the JSON keeps them."""
     fig, ax = figure(1, 2, (13, 4.5))
@@ -272,7 +343,7 @@ def plot(runs: dict[str, list[dict]], rate: float) -> None:
         ax[0][1].scatter([k] * len(runs[n]), [o["tta"] or 0 for o in runs[n]], color="k", s=8)
     ax[0][1].set(ylabel="seconds", title=f"time to {TARGET}: median and each run (0 = not reached)")
     ax[0][1].tick_params(axis="x", rotation=30)
-    save_figure(fig, "two_host_tta")
+    save_figure(fig, out)
 
 if __name__ == "__main__":
     main()
