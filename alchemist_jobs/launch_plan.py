@@ -226,7 +226,7 @@ def build(spec: JobSpec, run_id: str, target: Target, name: str | None = None) -
     if len(target.servers) != shards:
         raise ValueError(f"target.servers: {len(target.servers)} addresses for {shards} server shards")
     env = _env(spec, target)
-    secrets = dict(sorted(spec.secret_env.items()))
+    secrets = dict(spec.secret_env)  # in the spec's order (a backend may sort)
     mounts = (Mount(SHARED_MOUNT, target.shared_root), Mount(SHM_MOUNT, SHM_PATH))
     procs = spec.procs_per_node
     ports = [Port(metrics_port_name(r), METRICS_BASE_PORT + r) for r in range(procs)]

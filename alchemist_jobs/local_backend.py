@@ -23,8 +23,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,7 +32,15 @@ import yaml
 
 import alchemist_jobs
 from alchemist_jobs import environment as E
-from alchemist_jobs import job_env, local_servers, private_net, run_index, server_role, store_bind
+from alchemist_jobs import (
+    job_env,
+    launch_plan,
+    local_servers,
+    private_net,
+    run_index,
+    server_role,
+    store_bind,
+)
 from alchemist_jobs.errors import UserError
 from alchemist_jobs.failures import AttemptFailure, GroupFailures, attempt_failure, exit_text, failure_record
 from alchemist_jobs.frameworks import MODULES, install_hint
@@ -77,9 +85,8 @@ from alchemist_jobs.scheduler import (
     Scheduler,
     listing_order,
 )
-from alchemist_jobs.spec import JobSpec
+from alchemist_jobs.spec import JobSpec, SecretRef
 from alchemist_jobs.stack_kinds import THIS_MACHINE
-from alchemist_jobs.worker_env import WorkerEnv, threads_per_worker
 
 if TYPE_CHECKING:
     from alchemist_jobs.warm_agent import WarmAgent
@@ -89,12 +96,12 @@ AGENT_MODULE = "alchemist_jobs.agent"  # torch.distributed.run with its stores b
 _PKG_PARENT = str(Path(alchemist_jobs.__file__).resolve().parent.parent)
 
 
-def read_secrets(spec: JobSpec, spec_dir: Path) -> dict[str, str]:
-    """secret_env values for a local run: each from its `file` (relative to the spec, one
-    trailing newline dropped) or the launching environment's `from_env`. A problem names
-    the variable and the source, never a value."""
+def read_secrets(secrets: Mapping[str, SecretRef], spec_dir: Path) -> dict[str, str]:
+    """secret_env values for a local run (the launch plan's references): each from its `file`
+    (relative to the spec, one trailing newline dropped) or the launching environment's
+    `from_env`. A problem names the variable and the source, never a value."""
     values = {}
-    for name, ref in spec.secret_env.items():
+    for name, ref in secrets.items():
         where = f"secret_env.{name}"
         if ref.file:
             path = spec_dir / Path(ref.file).expanduser()
@@ -359,11 +366,6 @@ def agents_message(procs: list[subprocess.Popen], codes: list[int | None]) -> st
     return ""
 
 
-def worker_target(spec: JobSpec, spec_dir: Path) -> list[str]:
-    """What each worker runs after the bootstrap: the same words on every stack."""
-    return spec.task.worker_args()
-
-
 def check_framework(spec: JobSpec) -> None:
     """Local workers run this very Python: a framework it lacks is one line before any start."""
     fw = spec.task.framework
@@ -406,6 +408,9 @@ class LocalRequest(Request):
     # The job in a network namespace of its own (private_net.py); False where its processes
     # are placed in networks already (the tests' simulated hosts, tests/netns.py).
     private_network: bool = True
+    # What the processes above materialise (launch_plan.py): the same plan a cluster's
+    # manifests are made from, with this machine as the target.
+    plan: launch_plan.LaunchPlan | None = None
 
     def describe(self) -> str:
         head = [
@@ -504,7 +509,6 @@ class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
         lines and environments; creates nothing."""
         run_id = run_id or new_run_id(spec.name)
         run = RunDir(runs_root(self.root) / run_id)
-        target = worker_target(spec, spec_dir)
         code_source, code_files = code_of(spec, Path(spec_dir), self.root)
         cwd = str(run.path / "code") if code_source is not None else str(Path(spec_dir).resolve())
         pythonpath = os.pathsep.join(
@@ -518,50 +522,52 @@ class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
         check_framework(spec)
         assert not isinstance(spec.requirements, str)  # parse_spec has read a file's lines
         deps = job_env.resolve(spec.requirements, self.root) if spec.requirements else None
-        worker = WorkerEnv(
-            run_dir=str(run.path),
-            shared_root=str(self.root),
-            stack="local",
-            threads=threads_per_worker(spec.resources.cpu, spec.procs_per_node),
-            store_dir=stores,
-            gloo_ifname="lo",
-            pythonpath=pythonpath,
-            framework=spec.task.framework,
-            config_error_file=str(config_error_path(run)),
-            job_site=None if deps is None else str(job_env.site_dir(deps, self.root)),
+        # The parameter-server role, for algorithms that have one: each shard on a free
+        # loopback port, bound to loopback only.
+        shard_ports = local_servers.server_ports(server_role.server_count(spec))
+        plan = launch_plan.build(
+            spec,
+            run_id,
+            launch_plan.Target(
+                stack="local",
+                shared_root=str(self.root),
+                run_dir=str(run.path),
+                servers=tuple((local_servers.HOST, port) for port in shard_ports),
+                server_bind=local_servers.HOST,
+                store_dir=stores,
+                gloo_ifname="lo",
+                pythonpath=pythonpath,
+                config_error_file=str(config_error_path(run)),
+                job_site=None if deps is None else str(job_env.site_dir(deps, self.root)),
+                # A local rank's /metrics binds loopback only, unless the user's environment
+                # says otherwise (runtime/metrics.py binds every interface where nothing is set).
+                extra_env=E.METRICS_ADDR.entry(E.METRICS_ADDR.get(default="127.0.0.1")),
+            ),
         )
-        # A local rank's /metrics binds loopback only, unless the user's environment says
-        # otherwise (runtime/metrics.py binds every interface where nothing is set).
-        worker_vars = {**worker.as_dict(), **E.METRICS_ADDR.entry(E.METRICS_ADDR.get(default="127.0.0.1"))}
-        base_env = {**worker_vars, **spec.env}
-        # The parameter-server role, for algorithms that have one.
-        servers = local_servers.server_processes(spec, run, base_env, cwd)
-        if servers:
-            worker = replace(worker, ps_addrs=server_role.addrs([(s.host, str(s.port)) for s in servers]))
-            base_env = {**worker_vars, **worker.as_dict(), **spec.env}
+        workers = plan.workers
+        servers = local_servers.server_processes(plan.servers, run, cwd) if plan.servers else []
         devices = _node_devices(spec)
         procs = []
-        rdzv_conf = "store_type=file" + (",join_timeout=120" if spec.nodes > 1 else "")
-        for node in range(spec.nodes):
+        rdzv_conf = "store_type=file" + (",join_timeout=120" if workers.replicas > 1 else "")
+        for node in range(workers.replicas):
             argv = [
                 sys.executable,
                 "-m",
                 AGENT_MODULE,
-                f"--nnodes={spec.nodes}",
-                f"--nproc-per-node={spec.procs_per_node}",
-                f"--max-restarts={spec.max_restarts}",
+                f"--nnodes={workers.replicas}",
+                f"--nproc-per-node={workers.procs_per_replica}",
+                f"--max-restarts={workers.max_restarts}",
                 "--rdzv-backend=c10d",
-                f"--rdzv-id={run_id}",
+                f"--rdzv-id={plan.run_id}",
                 f"--rdzv-endpoint={os.path.join(stores, store_bind.RENDEZVOUS_FILE)}",
                 f"--rdzv-conf={rdzv_conf}",
                 "--local-addr=127.0.0.1",
             ]
-            argv += ["-m", "alchemist_jobs.runtime.bootstrap", *target]
+            argv += ["-m", workers.module, *workers.args]
+            host = socket.gethostname()
             env = {
-                **base_env,
-                **E.NODE.entry(
-                    f"{socket.gethostname()}-node{node}" if spec.nodes > 1 else socket.gethostname()
-                ),
+                **workers.env,
+                **E.NODE.entry(f"{host}-node{node}" if workers.replicas > 1 else host),
             }
             gpus = devices[node]
             if gpus is not None:  # this node's own GPUs: LOCAL_RANK indexes into them
@@ -573,10 +579,11 @@ class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
             spec=spec,
             processes=procs,
             servers=servers,
-            secrets=read_secrets(spec, Path(spec_dir)),
+            secrets=read_secrets(workers.secrets, Path(spec_dir)),
             code_source=code_source,
             code_files=code_files,
             deps=deps,
+            plan=plan,
         )
 
     def schedule(self, request: LocalRequest, warm: WarmAgent | None = None) -> LocalRun:

@@ -20,8 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from alchemist_jobs import environment as E
+from alchemist_jobs.launch_plan import Role
 from alchemist_jobs.processes import free_port, popen_group, record_procs, stop_groups
-from alchemist_jobs.server_role import SERVER_MODULE, addrs, server_count, server_env
+from alchemist_jobs.server_role import SERVER_MODULE, addrs
+
+HOST = "127.0.0.1"  # where a local server listens, and its workers reach it
 
 
 @dataclass
@@ -32,7 +35,7 @@ class ServerProcess:
     env: dict[str, str]
     cwd: str
     log: Path
-    host: str = "127.0.0.1"
+    host: str = HOST
     port: int | None = None
     prefix: list[str] = field(default_factory=list)  # e.g. `ip netns exec NS` (netns.py)
 
@@ -50,19 +53,25 @@ class ServerProcess:
         )
 
 
-def server_processes(spec: Any, run: Any, base_env: dict[str, str], cwd: str) -> list[ServerProcess]:
-    """The local stack's server processes for this job ([] if it needs none), each on a
-    free loopback port."""
+def server_ports(shards: int) -> list[int]:
+    """A free loopback port for each shard, chosen when the run is planned (the launch plan's
+    addresses; a private network's listeners are made on the same ports at start)."""
+    return [free_port() for _ in range(shards)]
+
+
+def server_processes(role: Role, run: Any, cwd: str) -> list[ServerProcess]:
+    """The launch plan's server role as the local stack's processes, one per shard."""
     out = []
-    for k in range(server_count(spec)):
-        port = free_port()
+    for k, extra in enumerate(role.replica_env):
+        port = role.port(f"ps-{k}")
         out.append(
             ServerProcess(
                 shard=k,
                 cwd=cwd,
                 log=run.logs / f"server-{k}.launcher.log",
                 port=port,
-                env={**base_env, **server_env(run.path, k, port), **E.PS_BIND.entry("127.0.0.1")},
+                host=HOST,
+                env={**role.env, **extra},
             )
         )
     return out

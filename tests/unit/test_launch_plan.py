@@ -104,3 +104,47 @@ def test_the_kubernetes_manifests_are_the_plans_roles():
     assert jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0][
         "command"
     ][4:] == list(plan.workers.args)
+
+
+@pytest.mark.parametrize("example", ["script.yaml", "tf_digits.yaml"])
+def test_the_local_and_kubernetes_backends_launch_the_same_roles_from_one_plan(example, tmp_path):
+    """The same spec on the local stack and on a cluster: the same roles, command words and
+    job variables, each backend's processes carrying its plan's env exactly; only the stack's
+    own variables (paths, addresses, stores) differ."""
+    from alchemist_jobs.local_backend import LocalScheduler
+
+    overrides = ASYNC if example == "script.yaml" else ["nodes=2"]
+    spec_path = tmp_path / example
+    spec_path.write_text((EXAMPLES / example).read_text() + "env: {MINE: x}\n")
+    for py in EXAMPLES.glob("*.py"):
+        (tmp_path / py.name).write_text(py.read_text())
+    spec = load_spec(spec_path, overrides)
+    local = LocalScheduler(tmp_path / "home").dryrun(spec, tmp_path, run_id=RUN)
+    cluster = mf.plan(spec, stack("dev").output, RUN)
+    assert local.plan is not None
+    shape = [(r.name, r.replicas, r.procs_per_replica, r.module, r.args, r.max_restarts, r.resources)
+             for r in cluster.roles]  # fmt: skip
+    assert [(r.name, r.replicas, r.procs_per_replica, r.module, r.args, r.max_restarts, r.resources)
+            for r in local.plan.roles] == shape  # fmt: skip
+    stack_vars = {E.RUN_DIR.name, E.SHARED_ROOT.name, E.STACK.name, E.PS_ADDRS.name, E.METRICS_PORT.name,
+                  E.LOG_TO_CONSOLE.name, E.STORE_DIR.name, "GLOO_SOCKET_IFNAME", "PYTHONPATH",
+                  "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", E.CONFIG_ERROR_FILE.name, E.METRICS_ADDR.name,
+                  "TF_CONFIG", E.FRAMEWORK.name}  # fmt: skip
+    for mine, theirs in zip(local.plan.roles, cluster.roles, strict=True):
+        job = {k: v for k, v in mine.env.items() if k not in stack_vars}
+        assert job == {k: v for k, v in theirs.env.items() if k not in stack_vars}
+        assert job["MINE"] == "x" and "OMP_NUM_THREADS" in job
+        assert mine.env.get(E.FRAMEWORK.name) == theirs.env.get(E.FRAMEWORK.name)
+    # Each backend materialises its plan: the agents' argv and env, the pods' command and env.
+    workers = local.plan.workers
+    for proc in local.processes:
+        assert proc.argv[-len(workers.args) - 2 :] == ["-m", workers.module, *workers.args]
+        assert f"--nnodes={workers.replicas}" in proc.argv
+        assert {k: proc.env[k] for k in workers.env} == dict(workers.env)
+    for k, server in enumerate(local.servers):
+        ps = local.plan.servers
+        assert ps is not None and server.env == {**ps.env, **ps.replica_env[k]}
+    (pod,) = mf.build(spec, stack("dev").output, RUN)[-1]["spec"]["replicatedJobs"][0]["template"]["spec"][
+        "template"
+    ]["spec"]["containers"]
+    assert pod["command"][4:] == list(cluster.workers.args) == list(workers.args)
