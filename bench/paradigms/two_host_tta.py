@@ -11,7 +11,14 @@ tau = 8 steps (bmuf: block momentum 1 - 1/N = 0.5, Nesterov, block lr 1; easgd: 
 0.9 / N = 0.45, the paper's beta = 0.9), plain, with `overlap`, with `exchange_dtype: fp16`
 and with both (with overlap, also with block momentum 0: delayed model averaging), and
 `bmuf+plan-tau`: bmuf+overlap+fp16 at the tau `alchemist plan --tau auto` picks for this
-link; and with fewer exchanges (bmuf+fp16 every 16 steps, easgd+fp16 every 32). Needs root.
+link; and with fewer exchanges (bmuf+fp16 every 16 steps, easgd+fp16 every 32). Sync as a
+careful user runs it on a slow link: `sync+fp16` (fp16 gradients) and `sync+powersgd2`/`4`
+(PowerSGD at rank 2 and 4); and `auto`, the pick of `alchemist plan --auto --target 0.82`
+for the probed link, made before any run (its calibration runs are cached in the
+experiment's home, so the second rate reuses them). Needs root.
+
+    .venv/bin/python bench/paradigms/two_host_tta.py --rate 100    # two_host_tta.{md,png,json}
+    .venv/bin/python bench/paradigms/two_host_tta.py --rate 1000   # two_host_tta-1000mbit.*
 
 The plan first: before any run, the link is probed (alchemist_jobs/planner/probe.py, on two
 fresh hosts at the same rate) and each variant is profiled with two processes computing at
@@ -26,8 +33,8 @@ the target is interpolated linearly between the two snapshots around the crossin
 variant runs `--repeats` times, round-robin (so slow drifts of the machine spread over all);
 the table gives medians and the spread (min-max).
 
-Writes bench/results/paradigms/two_host_tta.{md,png,json} and the probe two_host_tta-probe.json;
-`--replot` redraws the figure from the JSON.
+Writes bench/results/paradigms/two_host_tta.{md,png,json} and the probe two_host_tta-probe.json
+(other rates: two_host_tta-<rate>mbit.*); `--replot [--rate R]` redraws the figure from the JSON.
 """
 
 from __future__ import annotations
@@ -40,20 +47,18 @@ import subprocess
 import sys
 from pathlib import Path
 
-from common import figure, home, run_job, save_figure, write_markdown
+from common import REPO, RESULTS, figure, home, run_job, save_figure, write_markdown
 
-from bench.plan_validate import probe_link, steady_window
 from alchemist_jobs.planner import model
 from alchemist_jobs.planner.facts import cluster_facts
 from alchemist_jobs.planner.profile import profile_spec
 from alchemist_jobs.rundir import RunDir
 from alchemist_jobs.runtime.curve import evaluate_snapshots, time_to_target
 from alchemist_jobs.spec import parse_spec
-from common import REPO, RESULTS
+from bench.plan_validate import probe_link, steady_window
 from tests.netns import Hosts, NetnsScheduler, unavailable
 
-TASK = {"builtin": "synthetic",
-        "synthetic": {"params": 1_000_000, "samples": 8192, "features": 8}}
+TASK = {"builtin": "synthetic", "synthetic": {"params": 1_000_000, "samples": 8192, "features": 8}}
 TARGET = 0.82
 EVERY = 16  # steps between snapshots (two bmuf/easgd blocks)
 BMUF = {"name": "bmuf", "tau": 8}
@@ -85,33 +90,52 @@ AUTO = "auto"  # `alchemist plan --auto`'s pick for this link, made before any r
 ALGOS[AUTO] = {"name": "sync"}  # replaced by the pick
 PLAN_TAU = "bmuf+plan-tau"  # bmuf+overlap+fp16 at the tau the plan picks (--tau auto)
 ALGOS[PLAN_TAU] = dict(ALGOS["bmuf+overlap+fp16"])
-DEFAULT = ["sync", "sync+fp16", "sync+powersgd2", "sync+powersgd4", "bmuf+fp16+tau16", PLAN_TAU,
-           "easgd+fp16+tau32", AUTO]
+DEFAULT = [
+    "sync",
+    "sync+fp16",
+    "sync+powersgd2",
+    "sync+powersgd4",
+    "bmuf+fp16+tau16",
+    PLAN_TAU,
+    "easgd+fp16+tau32",
+    AUTO,
+]
 
 
 def job(name: str, algo: dict, epochs: float) -> dict:
-    return dict(name=f"tta-{name.replace('+', '-')}", task=TASK, nodes=2, procs_per_node=1,
-                algorithm=algo,
-                hyper=dict(batch_size=64, lr=0.02, momentum=0.9, epochs=epochs, seed=0),
-                checkpoint={"every_steps": 1_000_000}, curve={"every_steps": EVERY},
-                data={"path": "data"}, max_restarts=0)
+    return dict(
+        name=f"tta-{name.replace('+', '-')}",
+        task=TASK,
+        nodes=2,
+        procs_per_node=1,
+        algorithm=algo,
+        hyper=dict(batch_size=64, lr=0.02, momentum=0.9, epochs=epochs, seed=0),
+        checkpoint={"every_steps": 1_000_000},
+        curve={"every_steps": EVERY},
+        data={"path": "data"},
+        max_restarts=0,
+    )
 
 
 def link_mbit(hosts: Hosts, megabytes: int = 4) -> float:
     """Measure the link once: host 0 sends `megabytes` to host 1."""
-    recv = ("import socket,time;s=socket.socket();s.bind(('%s',5001));s.listen();"
-            "c,_=s.accept();n=0;t=None\n"
-            "while True:\n b=c.recv(65536)\n if not b: break\n"
-            " t=t or time.perf_counter();n+=len(b)\n"
-            "print(n*8/(time.perf_counter()-t)/1e6)") % hosts[1].addr
-    send = ("import socket,time\nfor i in range(100):\n try: s=socket.create_connection("
-            "('%s',5001));break\n except OSError: time.sleep(0.05)\n"
-            "s.sendall(b'x'*%d);s.close()") % (hosts[1].addr, megabytes * 1_000_000)
-    rx = subprocess.Popen([*hosts[1].exec_prefix, sys.executable, "-c", recv],
-                          stdout=subprocess.PIPE, text=True)
+    recv = (
+        f"import socket,time;s=socket.socket();s.bind(('{hosts[1].addr}',5001));s.listen();"
+        "c,_=s.accept();n=0;t=None\n"
+        "while True:\n b=c.recv(65536)\n if not b: break\n"
+        " t=t or time.perf_counter();n+=len(b)\n"
+        "print(n*8/(time.perf_counter()-t)/1e6)"
+    )
+    send = (
+        "import socket,time\nfor i in range(100):\n try: s=socket.create_connection("
+        f"('{hosts[1].addr}',5001));break\n except OSError: time.sleep(0.05)\n"
+        f"s.sendall(b'x'*{megabytes * 1_000_000});s.close()"
+    )
+    rx = subprocess.Popen(
+        [*hosts[1].exec_prefix, sys.executable, "-c", recv], stdout=subprocess.PIPE, text=True
+    )
     subprocess.run([*hosts[0].exec_prefix, sys.executable, "-c", send], check=True, timeout=120)
     return float(rx.communicate(timeout=120)[0])
-
 
 
 def out_name(rate: float) -> str:
@@ -131,33 +155,55 @@ def plan_auto(root: Path, probe: Path, names: list[str], epochs: float) -> dict[
     os.environ["ALCHEMIST_HOME"] = str(root)
     spec_file = root / "tta-auto.yaml"
     spec_file.write_text(yaml.safe_dump(job("auto", {"name": "sync"}, epochs)))
-    args = argparse.Namespace(spec=str(spec_file), overrides=[], target=TARGET, link=None,
-                              link_probe=[probe], latency_us=50.0, workers_per_node=None,
-                              emulated=True, profile_steps=60, step_ms=None, model_mb=None)
-    picked = auto_plan(args, log=lambda m: print(m, flush=True),
-                       extra=[ALGOS[n] for n in names if n != AUTO])
+    args = argparse.Namespace(
+        spec=str(spec_file),
+        overrides=[],
+        target=TARGET,
+        link=None,
+        link_probe=[probe],
+        latency_us=50.0,
+        workers_per_node=None,
+        emulated=True,
+        profile_steps=60,
+        step_ms=None,
+        model_mb=None,
+    )
+    picked = auto_plan(args, log=lambda m: print(m, flush=True), extra=[ALGOS[n] for n in names if n != AUTO])
     ALGOS[AUTO] = dict(picked["pick"]["algorithm"])
-    print(f"auto pick: {picked['pick']['label']}, predicted {picked['pick']['time_to_target_s']:.1f} s; "
-          f"runner-up {picked['runner_up'] and picked['runner_up']['label']}", flush=True)
+    print(
+        f"auto pick: {picked['pick']['label']}, predicted {picked['pick']['time_to_target_s']:.1f} s; "
+        f"runner-up {picked['runner_up'] and picked['runner_up']['label']}",
+        flush=True,
+    )
     by_label = {e["label"]: e for e in picked.get("extra", [])}
     from alchemist_jobs.planner.auto import Candidate
 
     out = {n: by_label.get(Candidate(ALGOS[n]).label) for n in names if n != AUTO}
     out[AUTO] = picked["pick"]
-    out["_plan"] = {k: picked[k] for k in ("pick", "runner_up", "start_s", "convergence",
-                                           "calibration", "assumptions", "left_out")}
+    out["_plan"] = {
+        k: picked[k]
+        for k in ("pick", "runner_up", "start_s", "convergence", "calibration", "assumptions", "left_out")
+    }
     return out
 
 
-def plan_first(root: Path, names: list[str], epochs: float, rate: float,
-               auto: dict[str, dict]) -> dict[str, dict]:
+def plan_first(
+    root: Path, names: list[str], epochs: float, rate: float, auto: dict[str, dict]
+) -> dict[str, dict]:
     """The plan's step time for every variant, from a fresh link probe and profiles of two
     processes computing at once; sets the plan-tau variant's tau. Sync with compression
     (which the scaling model's profile does not take) and the auto pick: the auto plan's
     step time."""
     probe = RESULTS / f"{out_name(rate)}-probe.json"
-    cluster = cluster_facts(workers_per_node=1, link=None, latency_us=50.0, stack=None,
-                            runs_root=None, job_name="tta", probe=probe)
+    cluster = cluster_facts(
+        workers_per_node=1,
+        link=None,
+        latency_us=50.0,
+        stack=None,
+        runs_root=None,
+        job_name="tta",
+        probe=probe,
+    )
     profiles: dict[tuple, model.Profile] = {}
     out = {}
     for name in names:
@@ -176,11 +222,12 @@ def plan_first(root: Path, names: list[str], epochs: float, rate: float,
             a = model.Algorithm(a.name, model.choose_tau(prof, a, 2, cluster), a.overlap)
             ALGOS[name] = dict(algo, tau=a.tau)
         point = model.predict({2: prof}, [a], [2], cluster)[0]
-        out[name] = dict(tau=a.tau, step_s=point.step_s, compute_s=point.compute_s,
-                         exposed_s=point.exposed_s)
-        print(f"plan {name:>18}: tau {a.tau}, step {point.step_s * 1e3:.1f} ms "
-              f"(compute {point.compute_s * 1e3:.1f}, waited {point.exposed_s * 1e3:.1f})",
-              flush=True)
+        out[name] = dict(tau=a.tau, step_s=point.step_s, compute_s=point.compute_s, exposed_s=point.exposed_s)
+        print(
+            f"plan {name:>18}: tau {a.tau}, step {point.step_s * 1e3:.1f} ms "
+            f"(compute {point.compute_s * 1e3:.1f}, waited {point.exposed_s * 1e3:.1f})",
+            flush=True,
+        )
     return out
 
 
@@ -201,10 +248,16 @@ def main() -> None:
     ap.add_argument("--epochs", type=float, default=6)
     ap.add_argument("--rate", type=float, default=100, help="link limit, Mbit/s")
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--only", nargs="*", default=DEFAULT, choices=list(ALGOS),
-                    help="variants to run (sync first: the baseline)")
-    ap.add_argument("--replot", action="store_true",
-                    help="redraw the figure from the last run's JSON, running nothing")
+    ap.add_argument(
+        "--only",
+        nargs="*",
+        default=DEFAULT,
+        choices=list(ALGOS),
+        help="variants to run (sync first: the baseline)",
+    )
+    ap.add_argument(
+        "--replot", action="store_true", help="redraw the figure from the last run's JSON, running nothing"
+    )
     args = ap.parse_args()
     if args.replot:
         saved = json.loads((RESULTS / f"{out_name(args.rate)}.json").read_text())
@@ -235,10 +288,12 @@ def main() -> None:
                 o["steady_step_s"] = steady_window(RunDir(Path(o["run_dir"])))["step_s"]
                 runs[name].append(o)
                 load.append(os.getloadavg()[0])
-                print(f"[{rep + 1}/{args.repeats}] {name:>18}: accuracy {res['test_accuracy']:.4f}, "
-                      f"time to {TARGET}: {o['tta'] and round(o['tta'], 1)} s, wall "
-                      f"{res['wall_s']:.1f} s, snapshots {res['curve_snapshot_s']:.2f} s",
-                      flush=True)
+                print(
+                    f"[{rep + 1}/{args.repeats}] {name:>18}: accuracy {res['test_accuracy']:.4f}, "
+                    f"time to {TARGET}: {o['tta'] and round(o['tta'], 1)} s, wall "
+                    f"{res['wall_s']:.1f} s, snapshots {res['curve_snapshot_s']:.2f} s",
+                    flush=True,
+                )
 
     base = med([o["tta"] for o in runs.get("sync", [])])
     sync_meds = [med([o["tta"] for o in runs[n]]) for n in runs if n in SYNCS]
@@ -250,28 +305,37 @@ def main() -> None:
         acc = med([o["result"]["test_accuracy"] for o in os_])
         t = med(ttas)
         steps_s = med([o["workers"][0]["train_steps"] / o["workers"][0]["train_s"] for o in os_])
-        rows.append([name, round(acc, 4),
-                     None if sync_acc is None else round(100 * (acc - sync_acc), 2),
-                     None if t is None else round(t, 1), spread(ttas),
-                     None if (t is None or base is None) else round(base / t, 2),
-                     None if (t is None or best_sync is None) else round(best_sync / t, 2),
-                     round(med([o["result"]["communication"]["sent_bytes"] / o["result"]["steps"]
-                                for o in os_])),
-                     round(steps_s, 2),
-                     round(med([o["result"]["communication"]["seconds"] / o["result"]["steps"]
-                                for o in os_]) * 1e3, 1),
-                     None if med([o["link_use"] for o in os_]) is None
-                     else round(med([o["link_use"] for o in os_]), 2),
-                     round(med([o["result"]["curve_snapshot_s"] / o["result"]["wall_s"]
-                                for o in os_]) * 100, 2),
-                     ALGOS[name].get("tau", 1),
-                     None if plan[name]["step_s"] is None else round(plan[name]["step_s"] * 1e3, 1),
-                     round(med([o["steady_step_s"] for o in os_]) * 1e3, 1),
-                     None if plan[name]["step_s"] is None else
-                     f"{med([o['steady_step_s'] for o in os_]) / plan[name]['step_s'] - 1:+.1%}",
-                     None if not auto.get(name) else round(auto[name]["time_to_target_s"], 1),
-                     None if (not auto.get(name) or t is None) else
-                     f"{t / auto[name]['time_to_target_s'] - 1:+.1%}"])
+        rows.append(
+            [
+                name,
+                round(acc, 4),
+                None if sync_acc is None else round(100 * (acc - sync_acc), 2),
+                None if t is None else round(t, 1),
+                spread(ttas),
+                None if (t is None or base is None) else round(base / t, 2),
+                None if (t is None or best_sync is None) else round(best_sync / t, 2),
+                round(med([o["result"]["communication"]["sent_bytes"] / o["result"]["steps"] for o in os_])),
+                round(steps_s, 2),
+                round(
+                    med([o["result"]["communication"]["seconds"] / o["result"]["steps"] for o in os_]) * 1e3,
+                    1,
+                ),
+                None
+                if med([o["link_use"] for o in os_]) is None
+                else round(med([o["link_use"] for o in os_]), 2),
+                round(med([o["result"]["curve_snapshot_s"] / o["result"]["wall_s"] for o in os_]) * 100, 2),
+                ALGOS[name].get("tau", 1),
+                None if plan[name]["step_s"] is None else round(plan[name]["step_s"] * 1e3, 1),
+                round(med([o["steady_step_s"] for o in os_]) * 1e3, 1),
+                None
+                if plan[name]["step_s"] is None
+                else f"{med([o['steady_step_s'] for o in os_]) / plan[name]['step_s'] - 1:+.1%}",
+                None if not auto.get(name) else round(auto[name]["time_to_target_s"], 1),
+                None
+                if (not auto.get(name) or t is None)
+                else f"{t / auto[name]['time_to_target_s'] - 1:+.1%}",
+            ]
+        )
     pick = auto.get("_plan", {}).get("pick")
     runner = auto.get("_plan", {}).get("runner_up")
     write_markdown(
@@ -283,44 +347,91 @@ def main() -> None:
         f"epochs; bmuf and easgd exchange every tau steps (the table's column). Medians of "
         f"{args.repeats} runs each, run round-robin; load average (1 min) during the runs "
         f"{min(load):.1f} to {max(load):.1f} on {os.cpu_count()} CPUs."
-        + (f" `auto` is `alchemist plan --auto --target {TARGET}`'s pick for this link, made "
-           f"before any run: {pick['label']} (runner-up: {runner and runner['label']})."
-           if pick else ""),
-        ["variant", "final accuracy", "vs sync (points)", f"time to {TARGET} (s)",
-         "spread (s)", "speed-up vs sync", "speed-up vs best sync", "rank 0 bytes sent/step", "rank 0 steps/s",
-         "exposed comm/step (ms)", "link use", "snapshot cost (% of wall)", "tau",
-         "plan ms/step", "measured ms/step", "measured vs plan",
-         f"plan time to {TARGET} (s)", "measured vs plan time"], rows,
-        [f"time to {TARGET}: wall seconds from the workers' start, interpolated linearly "
-         f"between rank 0's snapshots (every {EVERY} steps) around the first crossing, "
-         "evaluated after the run; spread: min-max over the runs",
-         "bytes: ring all-reduce accounting for collectives, bytes on the wire for the "
-         "parameter server",
-         "exposed comm: what the steps waited for; link use: bytes sent over the seconds "
-         "communication was in flight (exposed + overlapped), over the measured capacity",
-         "snapshot cost: rank 0's seconds copying and writing snapshots, the only part of "
-         "the measurement on the training path",
-         "plan ms/step: `alchemist plan --emulated --link-probe` before the runs (a fresh "
-         "probe, profiles of two processes at once); measured: rank 0's steady-state step "
-         f"time, median; tau of {PLAN_TAU}: the plan's --tau auto choice; sync with "
-         "compression and auto: the auto plan's step time",
-         "speed-up vs best sync: the fastest sync variant's median time to target (plain, "
-         "fp16 or PowerSGD) over this one's",
-         f"plan time to {TARGET}: `alchemist plan --auto`'s prediction (start + steps to "
-         "target from its calibration runs x its step time for this link), for every variant "
-         "its convergence model covers; measured vs plan: the median against it"])
-    (RESULTS / f"{out_name(args.rate)}.json").write_text(json.dumps(dict(
-        link_mbit=measured, rate_mbit=args.rate, epochs=args.epochs, target=TARGET, plan=plan,
-        auto_plan=auto,
-        algorithms={n: ALGOS[n] for n in runs},
-        runs={n: [dict(tta=o["tta"], accuracy=o["result"]["test_accuracy"],
-                       wall_s=o["result"]["wall_s"], steady_step_s=o["steady_step_s"],
-                       link_use=o["link_use"], communication=o["result"]["communication"],
-                       steps=o["result"]["steps"], curve=o["curve"], run=o["run_dir"])
-                  for o in os_] for n, os_ in runs.items()}), indent=1) + "\n")
+        + (
+            f" `auto` is `alchemist plan --auto --target {TARGET}`'s pick for this link, made "
+            f"before any run: {pick['label']} (runner-up: {runner and runner['label']})."
+            if pick
+            else ""
+        ),
+        [
+            "variant",
+            "final accuracy",
+            "vs sync (points)",
+            f"time to {TARGET} (s)",
+            "spread (s)",
+            "speed-up vs sync",
+            "speed-up vs best sync",
+            "rank 0 bytes sent/step",
+            "rank 0 steps/s",
+            "exposed comm/step (ms)",
+            "link use",
+            "snapshot cost (% of wall)",
+            "tau",
+            "plan ms/step",
+            "measured ms/step",
+            "measured vs plan",
+            f"plan time to {TARGET} (s)",
+            "measured vs plan time",
+        ],
+        rows,
+        [
+            f"time to {TARGET}: wall seconds from the workers' start, interpolated linearly "
+            f"between rank 0's snapshots (every {EVERY} steps) around the first crossing, "
+            "evaluated after the run; spread: min-max over the runs",
+            "bytes: ring all-reduce accounting for collectives, bytes on the wire for the parameter server",
+            "exposed comm: what the steps waited for; link use: bytes sent over the seconds "
+            "communication was in flight (exposed + overlapped), over the measured capacity",
+            "snapshot cost: rank 0's seconds copying and writing snapshots, the only part of "
+            "the measurement on the training path",
+            "plan ms/step: `alchemist plan --emulated --link-probe` before the runs (a fresh "
+            "probe, profiles of two processes at once); measured: rank 0's steady-state step "
+            f"time, median; tau of {PLAN_TAU}: the plan's --tau auto choice; sync with "
+            "compression and auto: the auto plan's step time",
+            "speed-up vs best sync: the fastest sync variant's median time to target (plain, "
+            "fp16 or PowerSGD) over this one's",
+            f"plan time to {TARGET}: `alchemist plan --auto`'s prediction (start + steps to "
+            "target from its calibration runs x its step time for this link), for every variant "
+            "its convergence model covers; measured vs plan: the median against it",
+        ],
+    )
+    (RESULTS / f"{out_name(args.rate)}.json").write_text(
+        json.dumps(
+            dict(
+                link_mbit=measured,
+                rate_mbit=args.rate,
+                epochs=args.epochs,
+                target=TARGET,
+                plan=plan,
+                auto_plan=auto,
+                algorithms={n: ALGOS[n] for n in runs},
+                runs={
+                    n: [
+                        dict(
+                            tta=o["tta"],
+                            accuracy=o["result"]["test_accuracy"],
+                            wall_s=o["result"]["wall_s"],
+                            steady_step_s=o["steady_step_s"],
+                            link_use=o["link_use"],
+                            communication=o["result"]["communication"],
+                            steps=o["result"]["steps"],
+                            curve=o["curve"],
+                            run=o["run_dir"],
+                        )
+                        for o in os_
+                    ]
+                    for n, os_ in runs.items()
+                },
+            ),
+            indent=1,
+        )
+        + "\n"
+    )
 
-    plot({n: [dict(curve=o["curve"], tta=o["tta"]) for o in os_] for n, os_ in runs.items()},
-         args.rate, out_name(args.rate))
+    plot(
+        {n: [dict(curve=o["curve"], tta=o["tta"]) for o in os_] for n, os_ in runs.items()},
+        args.rate,
+        out_name(args.rate),
+    )
 
 
 def plot(runs: dict[str, list[dict]], rate: float, out: str = "two_host_tta") -> None:
@@ -329,12 +440,21 @@ def plot(runs: dict[str, list[dict]], rate: float, out: str = "two_host_tta") ->
     fig, ax = figure(1, 2, (13, 4.5))
     for i, (name, os_) in enumerate(runs.items()):
         for j, o in enumerate(os_):
-            ax[0][0].plot([p["wall_s"] for p in o["curve"]], [p["accuracy"] for p in o["curve"]],
-                          color=f"C{i}", lw=1, alpha=0.8, label=name if j == 0 else None)
+            ax[0][0].plot(
+                [p["wall_s"] for p in o["curve"]],
+                [p["accuracy"] for p in o["curve"]],
+                color=f"C{i}",
+                lw=1,
+                alpha=0.8,
+                label=name if j == 0 else None,
+            )
     ax[0][0].axhline(TARGET, color="grey", ls=":", lw=1)
     ax[0][0].set_xscale("log")
-    ax[0][0].set(xlabel="wall time (s, log scale)", ylabel="test accuracy",
-                 title=f"accuracy against time, {rate:g} Mbit/s link (every run)")
+    ax[0][0].set(
+        xlabel="wall time (s, log scale)",
+        ylabel="test accuracy",
+        title=f"accuracy against time, {rate:g} Mbit/s link (every run)",
+    )
     ax[0][0].legend(fontsize=8)
     names = list(runs)
     meds = [med([o["tta"] for o in runs[n]]) or 0 for n in names]
@@ -344,6 +464,7 @@ def plot(runs: dict[str, list[dict]], rate: float, out: str = "two_host_tta") ->
     ax[0][1].set(ylabel="seconds", title=f"time to {TARGET}: median and each run (0 = not reached)")
     ax[0][1].tick_params(axis="x", rotation=30)
     save_figure(fig, out)
+
 
 if __name__ == "__main__":
     main()
