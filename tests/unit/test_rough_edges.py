@@ -56,13 +56,6 @@ def test_a_stack_typo_names_the_checkouts_stacks_from_anywhere(capsys, home, els
 # --- stack list from an installed package ------------------------------------------------------
 
 
-def test_stack_list_outside_a_checkout_honours_alchemist_pulumi_dir(capsys, elsewhere, monkeypatch):
-    monkeypatch.setenv("ALCHEMIST_PULUMI_DIR", str(REPO))
-    assert cli.main(["stack", "list"]) == 0
-    rows = [line.split()[0] for line in capsys.readouterr().out.splitlines()[1:]]
-    assert rows == ["local", *SHIPPED]
-
-
 def test_stack_list_outside_a_checkout_lists_local(capsys, elsewhere):
     assert cli.main(["stack", "list", "--json"]) == 0
     cap = capsys.readouterr()
