@@ -24,7 +24,7 @@ def continue_stopped_workers() -> None:
     if getattr(close, "_alchemist", False):
         return
 
-    def close_and_continue(self, death_sig=None):
+    def close_and_continue(self: sh.SubprocessHandler, death_sig: signal.Signals | None = None) -> None:
         close(self, death_sig)
         try:
             os.killpg(self.proc.pid, signal.SIGCONT)
@@ -32,7 +32,8 @@ def continue_stopped_workers() -> None:
             pass
 
     close_and_continue._alchemist = True  # type: ignore[attr-defined]
-    sh.SubprocessHandler.close = close_and_continue
+    # torch's class, patched in this agent process on purpose (setattr: not a method of ours).
+    setattr(sh.SubprocessHandler, "close", close_and_continue)  # noqa: B010
 
 
 def cheap_rendezvous_event_names() -> None:

@@ -616,7 +616,7 @@ class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
             launcher_pid=os.getpid(),
             launcher_start=start_time(os.getpid()),
             workers=spec.world_size,
-            algorithm=spec.algorithm.name,  # type: ignore[attr-defined]  # spec.Algorithm: a union built at runtime, unreadable to mypy
+            algorithm=spec.algorithm.name,
             nodes=spec.nodes,
             agents=[],
             proc_starts={},
