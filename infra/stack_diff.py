@@ -42,16 +42,17 @@ ALLOWED: tuple[Allowed, ...] = (
             "only where the stack has an object store, opening its addresses and port (AWS: its VPC endpoints)"),
     *(Allowed("kubernetes:helm.sh/v4:Chart", "monitoring-kube-prometheus-stack",
               f"values.{component}.enabled",
-              "monitors only of the control-plane components the provider exposes (EKS and k3s "
-              "keep etcd, the scheduler and the controller manager out of reach; k3s kube-proxy "
-              "too): infra/monitoring.py HIDDEN_CONTROL_PLANE")
+              "monitors only of the control-plane components the provider exposes (a managed "
+              "control plane keeps etcd, the scheduler and the controller manager out of reach, or "
+              "one process runs them, kube-proxy "
+              "too): each provider's hidden_control_plane (infra/providers/registry.py)")
       for component in ("kubeEtcd", "kubeScheduler", "kubeControllerManager", "kubeProxy")),
     Allowed(*OUTPUT_KEY, "stack", "each stack's name"),
     Allowed(*OUTPUT_KEY, "provider", "the stack's provider (infra/providers/)"),
     Allowed(*OUTPUT_KEY, "kubeconfig", "each cluster's credentials"),
     Allowed(*OUTPUT_KEY, "teams[*].kubeconfig", "each team's own credential, where the provider gives one"),
     Allowed(*OUTPUT_KEY, "teams[*].object_store_prefix", "each team's part of the object store, where there is one"),
-    Allowed(*OUTPUT_KEY, "eks*", "each EKS cluster's name, region and endpoint"),
+    Allowed(*OUTPUT_KEY, "auth*", "how jobs reach each cluster: its name, region, address and CA"),
     Allowed(*OUTPUT_KEY, "shared_fs.kind", "EFS, FSx, NFS or hostPath behind the same PVC and path"),
     Allowed(*OUTPUT_KEY, "images*", "image references in each stack's registry"),
     Allowed(*OUTPUT_KEY, "gpu.per_node", "GPUs per node of each stack's hardware"),

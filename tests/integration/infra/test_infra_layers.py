@@ -79,6 +79,6 @@ def test_stack_diff_of_a_replica_is_clean(planted_root, monkeypatch, capsys):
     assert code == 0, captured.err + out
     assert "are identical: 0 difference(s)" in out
     assert (
-        '(allowed: each EKS cluster\'s name, region and endpoint) ~ stack output alchemist: eks.region: "us-west-2" -> "eu-west-1"'
-        in out
+        "(allowed: how jobs reach each cluster: its name, region, address and CA) ~ stack output alchemist: "
+        'auth.region: "us-west-2" -> "eu-west-1"' in out
     )
