@@ -104,22 +104,13 @@ def alertmanager_config(receivers: list[dict[str, Any]], route: dict[str, Any] |
     }
 
 
-# Control-plane components whose metrics a provider's cluster never exposes: EKS runs etcd, the
-# scheduler and the controller manager out of reach, and k3s runs them (and kube-proxy) inside
-# its own process, with no pods or ports the chart's Services could select. Each one's
-# ServiceMonitor, Service and alert rules render only while `<key>.enabled` (kube-prometheus-stack
-# 75.15.1 templates/exporters/*/servicemonitor.yaml and templates/prometheus/rules-1.14/); left
-# on, the `...Down` alerts (an `absent(up{...})`) fire for ever.
-HIDDEN_CONTROL_PLANE = {
-    "aws": ("kubeEtcd", "kubeScheduler", "kubeControllerManager"),
-    "onprem": ("kubeEtcd", "kubeScheduler", "kubeControllerManager", "kubeProxy"),
-}
-
-
-def prometheus_stack_values(alerts: Any = None, provider: str = "") -> dict[str, Any]:
+def prometheus_stack_values(alerts: Any = None, hidden_control_plane: tuple[str, ...] = ()) -> dict[str, Any]:
     """kube-prometheus-stack values: explicit selectors, Grafana pinned to 11.6, its sidecar on,
     no admission webhook (its certificate comes from a Helm hook, which helm.v4.Chart skips),
-    no monitors of control-plane components the provider does not expose."""
+    no monitors of control-plane components the provider does not expose (its
+    `hidden_control_plane`: each one's ServiceMonitor, Service and alert rules render only while
+    `<key>.enabled`, kube-prometheus-stack 75.15.1 templates/exporters/*/servicemonitor.yaml and
+    templates/prometheus/rules-1.14/; left on, the `...Down` alerts fire for ever)."""
     selector = {"matchLabels": dict(PROMETHEUS_SELECTOR)}
     values: dict[str, Any] = {
         "fullnameOverride": PROMETHEUS_RELEASE,
@@ -167,7 +158,7 @@ def prometheus_stack_values(alerts: Any = None, provider: str = "") -> dict[str,
             }
         },  # fmt: skip
     }
-    for component in HIDDEN_CONTROL_PLANE.get(provider, ()):
+    for component in hidden_control_plane:
         values[component] = {"enabled": False}
     if alerts is not None and alerts.receivers:
         values["alertmanager"] = {
@@ -289,7 +280,7 @@ class MonitoringArgs:
     # per team: the (uid, gid) owning its subtree (mode 0770): TensorBoard reads it as that team
     team_identities: dict[str, tuple[int, int]] = field(default_factory=dict)
     pull_secret: str | None = None  # the registry login in each team namespace, for TensorBoard's image
-    provider: str = ""  # the stack's provider: which control-plane monitors it can have
+    hidden_control_plane: tuple[str, ...] = ()  # the provider's control-plane components out of reach
 
 
 class Monitoring(pulumi.ComponentResource):
@@ -311,7 +302,7 @@ class Monitoring(pulumi.ComponentResource):
             version=pin.version,
             repository_opts={"repo": pin.repo},
             namespace=MONITORING_NAMESPACE,
-            values=prometheus_stack_values(args.alerts, args.provider),
+            values=prometheus_stack_values(args.alerts, args.hidden_control_plane),
             opts=pulumi.ResourceOptions(parent=self, depends_on=[*args.depends_on, self.grafana_secret]),
         )
         after_crds = pulumi.ResourceOptions(parent=self, depends_on=[self.chart])

@@ -100,7 +100,9 @@ def run(stack: str, monitoring_dir: Path, repo_root: Path = REPO_ROOT) -> None:
         ),
         opts=on_cluster,
     )
-    monitoring = _monitoring(cfg, monitoring_dir, images, platform, shared, registry, on_cluster)
+    monitoring = _monitoring(
+        cfg, monitoring_dir, images, platform, shared, registry, on_cluster, provider.hidden_control_plane
+    )
     pulumi.export(
         "alchemist",
         build_output(
@@ -117,7 +119,14 @@ def run(stack: str, monitoring_dir: Path, repo_root: Path = REPO_ROOT) -> None:
 
 
 def _monitoring(
-    cfg, monitoring_dir: Path, images, platform, shared, registry, on_cluster: pulumi.ResourceOptions
+    cfg,
+    monitoring_dir: Path,
+    images,
+    platform,
+    shared,
+    registry,
+    on_cluster: pulumi.ResourceOptions,
+    hidden_control_plane: tuple[str, ...],
 ):
     """The monitoring stack: each team's TensorBoard beside its claim, Grafana and the rules."""
     from infra.monitoring import Monitoring, MonitoringArgs
@@ -139,7 +148,7 @@ def _monitoring(
             },
             team_identities={t.name: cfg.identity(t.name) for t in cfg.teams},
             pull_secret=registry.pull_secret,
-            provider=cfg.provider,
+            hidden_control_plane=hidden_control_plane,
         ),
         opts=on_cluster,
     )

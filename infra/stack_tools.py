@@ -12,7 +12,7 @@ as `python -m infra.stack_tools COMMAND` in the checkout and never imports infra
               stdout {"where": {stack: its provider's words for `stack list`}}
 
 Deploy-time values are those only a stack's deployer can give (the network they deploy from,
-the k3s installer they reviewed): a shipped stack leaves them out, `pulumi up` demands them,
+the installer they reviewed; each provider lists its own): a shipped stack leaves them out, `pulumi up` demands them,
 and a replica's check or a read-only comparison takes a stand-in for them instead.
 """
 
@@ -22,35 +22,32 @@ import json
 import sys
 from typing import Any
 
+from infra.providers.registry import DeployTimeValue
 from infra.stack_diff import compare
 
-# section, key, stand-in, when the section needs it, how its deployer sets it
-DEPLOY_TIME = (
-    (
-        "alchemist:aws",
-        "publicAccessCidrs",
-        ["100.20.30.40/32"],
-        lambda section: section.get("endpointPublicAccess", True) is not False,
-        "pulumi config set --path 'alchemist:aws.publicAccessCidrs[0]' <cidr>",
-    ),
-    (
-        "alchemist:onprem",
-        "k3sInstallerSha256",
-        "0" * 64,
-        lambda section: True,
-        "pulumi config set --path 'alchemist:onprem.k3sInstallerSha256' <sha256 of install.sh>",
-    ),
-)
+
+def _deploy_time(config: dict[str, Any]) -> list[tuple[str, DeployTimeValue]]:
+    """(dotted key, its rule) of each deploy-time value the config's provider asks for."""
+    from infra.providers.registry import rules
+
+    try:
+        provider = rules(config.get("alchemist:provider", ""))
+    except KeyError:
+        return []  # the check names the unknown provider
+    section = config.get(f"alchemist:{provider.name}")
+    if not isinstance(section, dict):
+        return []
+    return [(f"alchemist:{provider.name}.{v.key}", v) for v in provider.deploy_time if v.needed(section)]
 
 
 def stand_ins(config: dict[str, Any]) -> dict[str, Any]:
     """{dotted key: stand-in} for each deploy-time value a stack's config leaves out."""
-    out = {}
-    for section, key, value, needed, _ in DEPLOY_TIME:
-        got = config.get(section)
-        if isinstance(got, dict) and key not in got and needed(got):
-            out[f"{section}.{key}"] = value
-    return out
+    section = config.get(f"alchemist:{config.get('alchemist:provider', '')}")
+    return {
+        dotted: v.stand_in
+        for dotted, v in _deploy_time(config)
+        if isinstance(section, dict) and v.key not in section
+    }
 
 
 def check(req: dict[str, Any]) -> dict[str, Any]:
@@ -61,9 +58,7 @@ def check(req: dict[str, Any]) -> dict[str, Any]:
     # so are the deploy-time values its deployer has yet to give.
     later = [k for k in left_out if k.split(":", 1)[1] in SECRET_KEYS]
     filled = stand_ins(config)
-    deploy_time = [
-        [k, how] for section, key, _, _, how in DEPLOY_TIME for k in filled if k == f"{section}.{key}"
-    ]
+    deploy_time = [[dotted, v.how] for dotted, v in _deploy_time(config) if dotted in filled]
     config = {k: dict(v) if isinstance(v, dict) else v for k, v in config.items()}
     for dotted, value in filled.items():
         section, key = dotted.split(".", 1)

@@ -9,8 +9,23 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+
+@dataclass(frozen=True)
+class DeployTimeValue:
+    """A key of the provider's own section that only a stack's deployer can give (the network
+    they deploy from, the installer they reviewed): a shipped stack leaves it out, `pulumi up`
+    demands it, and a replica's check or a read-only comparison takes `stand_in` for it
+    (infra/stack_tools.py)."""
+
+    key: str  # in `alchemist:<provider>`
+    stand_in: Any
+    how: str  # the command its deployer sets it with
+    needed: Callable[[dict[str, Any]], bool] = lambda section: True  # given the section
 
 
 class ProviderRules:
@@ -23,6 +38,10 @@ class ProviderRules:
     reads_ssh_key: bool = False  # alchemist:sshPrivateKey
     own_registry: str | None = None  # where it pushes images it hosts itself; None: images.registry
     iam: bool = False  # team IAM principals; an object store it creates, reached through IAM
+    # kube-prometheus-stack's control-plane components its clusters never expose (no monitors,
+    # no `...Down` alerts for them: infra/monitoring.py)
+    hidden_control_plane: tuple[str, ...] = ()
+    deploy_time: tuple[DeployTimeValue, ...] = ()  # what only a stack's deployer gives
 
     def describe(self, config: dict[str, Any]) -> str:
         """`alchemist stack list`'s WHERE AND WHAT of a stack of this provider, from its

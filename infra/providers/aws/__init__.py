@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from infra.providers import Provider
+from infra.providers.registry import DeployTimeValue
 
 if TYPE_CHECKING:
     from infra.cluster_facts import ClusterFacts
@@ -20,6 +21,16 @@ class AwsProvider(Provider):
     shared_fs_kinds = ("efs", "fsx-lustre")
     own_registry = "ECR repositories"
     iam = True
+    # EKS runs etcd, the scheduler and the controller manager out of reach
+    hidden_control_plane = ("kubeEtcd", "kubeScheduler", "kubeControllerManager")
+    deploy_time = (
+        DeployTimeValue(
+            "publicAccessCidrs",
+            ["100.20.30.40/32"],
+            "pulumi config set --path 'alchemist:aws.publicAccessCidrs[0]' <cidr>",
+            lambda section: section.get("endpointPublicAccess", True) is not False,
+        ),
+    )
 
     def describe(self, config: dict[str, Any]) -> str:
         aws = config.get("alchemist:aws") or {}

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from infra.providers import Provider
+from infra.providers.registry import DeployTimeValue
 
 if TYPE_CHECKING:
     from infra.cluster_facts import ClusterFacts
@@ -15,6 +16,16 @@ class OnpremProvider(Provider):
     name = "onprem"
     shared_fs_kinds = ("nfs",)
     reads_ssh_key = True
+    # k3s runs them (and kube-proxy) inside its own process, with no pods or ports the chart's
+    # Services could select
+    hidden_control_plane = ("kubeEtcd", "kubeScheduler", "kubeControllerManager", "kubeProxy")
+    deploy_time = (
+        DeployTimeValue(
+            "k3sInstallerSha256",
+            "0" * 64,
+            "pulumi config set --path 'alchemist:onprem.k3sInstallerSha256' <sha256 of install.sh>",
+        ),
+    )
 
     def describe(self, config: dict[str, Any]) -> str:
         hosts = (config.get("alchemist:onprem") or {}).get("hosts") or []

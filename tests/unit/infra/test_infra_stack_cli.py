@@ -55,3 +55,23 @@ def test_each_provider_describes_its_stacks_for_stack_list():
     where = describe({"configs": configs})["where"]
     assert where == {**{n: rules(c["alchemist:provider"]).describe(c) for n, c in configs.items() if n != "odd"},
                      "odd": "unknown provider 'gke'"}  # fmt: skip
+
+
+def test_deploy_time_values_are_each_providers_own():
+    """What a replica's check takes a stand-in for is its provider's `deploy_time` (infra/providers/)."""
+    from infra.providers.registry import rules
+    from infra.stack_tools import check, stand_ins
+
+    (cidrs,) = rules("aws").deploy_time
+    (installer,) = rules("onprem").deploy_time
+    assert stand_ins(stack_config("aws-us-west-2")) == {"alchemist:aws.publicAccessCidrs": cidrs.stand_in}
+    assert stand_ins(stack_config("onprem-lab")) == {
+        "alchemist:onprem.k3sInstallerSha256": installer.stand_in
+    }
+    assert stand_ins(stack_config("dev")) == {}
+    private = stack_config("aws-us-west-2")
+    private["alchemist:aws"] = {**private["alchemist:aws"], "endpointPublicAccess": False}
+    assert stand_ins(private) == {}  # no public endpoint: no CIDRs to give
+    assert check({"config": stack_config("onprem-lab")})["deploy_time"] == [
+        ["alchemist:onprem.k3sInstallerSha256", installer.how]
+    ]
