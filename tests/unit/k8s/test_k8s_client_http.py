@@ -6,7 +6,6 @@ JSON bodies come back through `_preload_content=False` as the backend expects.""
 
 from __future__ import annotations
 
-import base64
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -40,14 +39,23 @@ class _Recorder(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         body = json.loads(self.rfile.read(length)) if length else None
         # The API server decodes the path (`pod%3A9400` is `pod:9400`).
-        self.requests.append({"method": self.command, "path": unquote(url.path),
-                              "query": parse_qs(url.query), "body": body,
-                              "content_type": self.headers.get("Content-Type"),
-                              "auth": self.headers.get("Authorization"),
-                              "at": self.hooks["clock"]() if "clock" in self.hooks else None})
+        self.requests.append(
+            {
+                "method": self.command,
+                "path": unquote(url.path),
+                "query": parse_qs(url.query),
+                "body": body,
+                "content_type": self.headers.get("Content-Type"),
+                "auth": self.headers.get("Authorization"),
+                "at": self.hooks["clock"]() if "clock" in self.hooks else None,
+            }
+        )
         if url.path.endswith("/log"):
-            payload = self.log_payloads.pop(0) if self.log_payloads else \
-                b"[rank0]: first\n[rank1]: other\n[rank0]: second\n"
+            payload = (
+                self.log_payloads.pop(0)
+                if self.log_payloads
+                else b"[rank0]: first\n[rank1]: other\n[rank0]: second\n"
+            )
             # The client sends `True`; the API server parses booleans with Go's ParseBool.
             if parse_qs(url.query).get("timestamps", [""])[0].lower() == "true":
                 stamped = []  # as the kubelet: an RFC3339Nano stamp and a space, in order
@@ -61,8 +69,10 @@ class _Recorder(BaseHTTPRequestHandler):
         elif self.command == "GET" and url.path.endswith("/jobsets"):
             job = _JOB
             if len(self.requests) > 200:  # a follow that never reattaches: end the run
-                job = {**_JOB, "status": {"conditions": [
-                    {"type": "Failed", "status": "True", "reason": "TestGaveUp"}]}}
+                job = {
+                    **_JOB,
+                    "status": {"conditions": [{"type": "Failed", "status": "True", "reason": "TestGaveUp"}]},
+                }
             payload = json.dumps({"kind": "JobSetList", "items": [job]}).encode()
             ctype = "application/json"
         elif self.command == "GET" and url.path.endswith("/workloads"):
@@ -86,18 +96,33 @@ class _Recorder(BaseHTTPRequestHandler):
     do_GET = do_POST = do_PATCH = do_DELETE = _answer
 
 
-_JOB = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
-        "metadata": {"name": RUN, "namespace": "research", "uid": "js-uid",
-                     "creationTimestamp": "2026-01-01T12:00:00Z",
-                     "labels": {"alchemist.io/run": RUN, "alchemist.io/name": "digits"},
-                     "annotations": {"alchemist.io/workers": "2", "alchemist.io/nodes": "1",
-                                     "alchemist.io/procs-per-node": "2"}},
-        "spec": {"suspend": False}, "status": {"restarts": 0}}
-_POD = {"metadata": {"name": f"{RUN}-worker-0-0-abcde", "creationTimestamp": "2026-01-01T12:00:01Z",
-                     "annotations": {"batch.kubernetes.io/job-completion-index": "0"},
-                     "labels": {"alchemist.io/run": RUN,
-                                "jobset.sigs.k8s.io/replicatedjob-name": "worker"}},
-        "status": {"phase": "Running"}}
+_JOB = {
+    "apiVersion": "jobset.x-k8s.io/v1alpha2",
+    "kind": "JobSet",
+    "metadata": {
+        "name": RUN,
+        "namespace": "research",
+        "uid": "js-uid",
+        "creationTimestamp": "2026-01-01T12:00:00Z",
+        "labels": {"alchemist.io/run": RUN, "alchemist.io/name": "digits"},
+        "annotations": {
+            "alchemist.io/workers": "2",
+            "alchemist.io/nodes": "1",
+            "alchemist.io/procs-per-node": "2",
+        },
+    },
+    "spec": {"suspend": False},
+    "status": {"restarts": 0},
+}
+_POD = {
+    "metadata": {
+        "name": f"{RUN}-worker-0-0-abcde",
+        "creationTimestamp": "2026-01-01T12:00:01Z",
+        "annotations": {"batch.kubernetes.io/job-completion-index": "0"},
+        "labels": {"alchemist.io/run": RUN, "jobset.sigs.k8s.io/replicatedjob-name": "worker"},
+    },
+    "status": {"phase": "Running"},
+}
 
 
 @pytest.fixture
@@ -105,7 +130,8 @@ def api_server():
     _Recorder.requests, _Recorder.log_payloads, _Recorder.hooks = [], [], {}
     _Recorder.stamps = []
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    # A short poll: shutdown() waits for it (0.5 s by default, half of a unit test's second).
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     yield f"http://127.0.0.1:{server.server_address[1]}", _Recorder.requests
     server.shutdown()
 
@@ -115,7 +141,8 @@ def _out(url: str) -> StackOutput:
     data["kubeconfig"] = (
         "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {server: '" + url + "'}\n"
         "contexts:\n- name: c\n  context: {cluster: c, user: u}\ncurrent-context: c\n"
-        f"users:\n- name: u\n  user: {{token: {TOKEN}}}\n")
+        f"users:\n- name: u\n  user: {{token: {TOKEN}}}\n"
+    )
     return StackOutput.parse(data, "test")
 
 
@@ -132,8 +159,7 @@ def test_the_real_client_sends_what_the_api_server_expects(api_server):
         ("PATCH", f"/apis/networking.k8s.io/v1/namespaces/research/networkpolicies/{RUN}"),
     ]
     assert all(r["auth"] == f"Bearer {TOKEN}" for r in requests)
-    assert requests[2]["body"]["spec"]["replicatedJobs"][0]["template"]["spec"][
-        "completionMode"] == "Indexed"
+    assert requests[2]["body"]["spec"]["replicatedJobs"][0]["template"]["spec"]["completionMode"] == "Indexed"
     patch = requests[3]
     assert patch["content_type"] == "application/json-patch+json"
     assert patch["body"][0]["path"] == "/metadata/ownerReferences"
@@ -148,8 +174,7 @@ def test_the_real_client_sends_what_the_api_server_expects(api_server):
 
     requests.clear()
     sched.progress(sched.status(RUN))  # rank 0's pod log tail, through the API server
-    assert requests[-1]["path"] == \
-        f"/api/v1/namespaces/research/pods/{RUN}-worker-0-0-abcde/log"
+    assert requests[-1]["path"] == f"/api/v1/namespaces/research/pods/{RUN}-worker-0-0-abcde/log"
     assert requests[-1]["query"]["tailLines"] == ["200"]
 
     requests.clear()
@@ -160,8 +185,10 @@ def test_the_real_client_sends_what_the_api_server_expects(api_server):
         ("DELETE", f"/api/v1/namespaces/research/configmaps/{RUN}"),
     ]
     job_delete = next(r for r in requests if r["method"] == "DELETE")
-    assert job_delete["query"].get("propagationPolicy") == ["Background"] or \
-        (job_delete["body"] or {}).get("propagationPolicy") == "Background"
+    assert (
+        job_delete["query"].get("propagationPolicy") == ["Background"]
+        or (job_delete["body"] or {}).get("propagationPolicy") == "Background"
+    )
 
 
 def test_an_unreachable_cluster_is_one_line(tmp_path, run_cli):
@@ -179,77 +206,3 @@ def test_an_unreachable_cluster_is_one_line(tmp_path, run_cli):
     assert code == 1
     assert stderr == "error: stack dev: cannot reach the cluster (MaxRetryError)\n"
     assert TOKEN not in stdout + stderr
-
-
-class _Clock:
-    """time.monotonic for eks_auth: minutes pass when the test says so."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def test_every_eks_request_carries_a_fresh_bearer_token(api_server, monkeypatch, tmp_path):
-    """An EKS stack (no kubeconfig: a boto3-made token) through the REAL kubernetes 36.0.3
-    client. Upstream, kubernetes-client/python v36.0.3 kubernetes/client/configuration.py:
-    `auth_settings()` adds the Authorization header only when `api_key` already holds
-    'BearerToken' (or the legacy 'authorization'), and only then does
-    `get_api_key_with_prefix('BearerToken', alias='authorization')` call
-    `refresh_api_key_hook`; the prefix is looked up under 'BearerToken' only. So the token
-    must be seeded, and kept under 'BearerToken' with its prefix there.
-
-    A `logs --follow` that outlives a token: the log stream drops every few simulated
-    minutes while pod 0 still runs, the backend reattaches, and every request (including
-    those after 15 minutes) carries `Bearer k8s-aws-v1.` + a token made under 15 minutes
-    before it, and the token was renewed on the way."""
-    from alchemist_jobs.kubernetes import eks_auth
-
-    for var, value in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing"),
-                       ("AWS_CONFIG_FILE", str(tmp_path / "none")),
-                       ("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))):
-        monkeypatch.setenv(var, value)
-    for var in ("AWS_PROFILE", "AWS_SESSION_TOKEN"):
-        monkeypatch.delenv(var, raising=False)
-    clock = _Clock()
-    monkeypatch.setattr(eks_auth.time, "monotonic", clock)
-    made: list[float] = []  # when each token was made (two in one second are equal)
-    real_get_token = eks_auth.get_token
-
-    def get_token(*args):
-        made.append(clock.now)
-        return real_get_token(*args)  # real SigV4 presigning: no network needed
-
-    monkeypatch.setattr(eks_auth, "get_token", get_token)
-    import alchemist_jobs.kubernetes.scheduler as scheduler
-    monkeypatch.setattr(scheduler, "POLL_S", 0.0)
-
-    url, requests = api_server
-    data = stack("aws-us-west-2").output.model_dump(mode="json")
-    data["auth"] = {"method": "eks-token", "cluster": "alchemist-aws", "region": "us-west-2", "server": url,
-                    "certificate_authority": base64.b64encode(b"unused over http").decode()}
-    data.pop("kubeconfig", None)
-    sched = KubernetesScheduler(StackOutput.parse(data, "test"))
-
-    # Six stream drops, four simulated minutes apart: 24 minutes of following.
-    _Recorder.log_payloads = [f"[rank0]: line {i}\n".encode() for i in range(6)]
-
-    def minutes_pass() -> None:
-        clock.now += 4 * 60
-
-    _Recorder.hooks.update(on_log=minutes_pass, clock=clock)
-    lines = []
-    for line in sched.logs(RUN, rank=0, follow=True):
-        lines.append(line)
-        if len(lines) == 6:
-            break
-    assert lines == [f"line {i}\n" for i in range(6)]
-    assert requests, "no request reached the server"
-    for r in requests:
-        assert r["auth"] and r["auth"].startswith("Bearer k8s-aws-v1."), r["auth"]
-    assert len(made) >= 2, "the token was never renewed during a 24-minute follow"
-    # Each request went out with a token made less than 15 minutes before it.
-    for r in requests:
-        newest = max(t for t in made if t <= r["at"])
-        assert r["at"] - newest < eks_auth.TOKEN_LIFETIME_S

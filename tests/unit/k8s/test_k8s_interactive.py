@@ -4,16 +4,12 @@ a worker's."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
 
 from alchemist_jobs.errors import UserError
 from alchemist_jobs.kubernetes.interactive import session_name, session_pod
 from tests.k8s_stacks import stack
-from tests.unit.k8s.conftest import REPO, outputs
+from tests.unit.k8s.conftest import outputs
 
 
 @pytest.fixture
@@ -47,18 +43,23 @@ def test_the_session_pod_has_the_image_volume_environment_and_gpus():
     # NetworkPolicies select app.kubernetes.io/managed-by and alchemist.io/run.
     assert '--IdentityProvider.token="$JUPYTER_TOKEN"' in c["command"][2]
     token = next(e for e in c["env"] if e["name"] == "JUPYTER_TOKEN")
-    assert token == {"name": "JUPYTER_TOKEN", "valueFrom": {"secretKeyRef": {
-        "name": "alchemist-job-session-alice-token", "key": "token"}}}
+    assert token == {
+        "name": "JUPYTER_TOKEN",
+        "valueFrom": {"secretKeyRef": {"name": "alchemist-job-session-alice-token", "key": "token"}},
+    }
     labels = pod["metadata"]["labels"]
     assert "app.kubernetes.io/managed-by" not in labels and "alchemist.io/run" not in labels
     assert labels["kueue.x-k8s.io/queue-name"] == s.queue  # admitted by Kueue like jobs
     assert c["securityContext"]["allowPrivilegeEscalation"] is False
 
 
-@pytest.mark.parametrize("gpus,expected", [
-    (8, "--gpus 8: more than the 4 GPUs per node of stack aws-us-west-2; accepted: 0..4"),
-    (-1, "--gpus -1: accepted: 0..4"),
-])
+@pytest.mark.parametrize(
+    "gpus,expected",
+    [
+        (8, "--gpus 8: more than the 4 GPUs per node of stack aws-us-west-2; accepted: 0..4"),
+        (-1, "--gpus -1: accepted: 0..4"),
+    ],
+)
 def test_gpu_over_ask_is_one_line(gpus, expected):
     with pytest.raises(UserError, match=expected.replace(".", r"\.")):
         session_pod(stack("aws-us-west-2").output, "s", gpus=gpus)
@@ -69,15 +70,29 @@ def test_start_waits_until_running_and_prints_how_to_reach_it(fake, run_cli, use
         key = ("Pod", user)
         if method == "read_namespaced_pod" and key in f.objects:
             reads = sum(1 for m, _ in f.calls if m == "read_namespaced_pod")
-            f.objects[key]["status"] = {"phase": "Running"} if reads >= 4 else {
-                "phase": "Pending", "containerStatuses": [
-                    {"name": "session", "state": {"waiting": {"reason": "ContainerCreating"}}}]}
+            f.objects[key]["status"] = (
+                {"phase": "Running"}
+                if reads >= 4
+                else {
+                    "phase": "Pending",
+                    "containerStatuses": [
+                        {"name": "session", "state": {"waiting": {"reason": "ContainerCreating"}}}
+                    ],
+                }
+            )
+
     fake.on_call = on_call
-    code, out, err = run_cli("interactive", "--stack", "aws-us-west-2", "--outputs",
-                             outputs("aws-us-west-2"), "--gpus", "1")
+    code, out, err = run_cli(
+        "interactive", "--stack", "aws-us-west-2", "--outputs", outputs("aws-us-west-2"), "--gpus", "1"
+    )
     assert code == 0, err
-    assert fake.creates() == [("Secret", f"alchemist-job-{user.removeprefix('alchemist-')}-token"), ("Pod", user)]
-    token = fake.objects[("Secret", f"alchemist-job-{user.removeprefix('alchemist-')}-token")]["stringData"]["token"]
+    assert fake.creates() == [
+        ("Secret", f"alchemist-job-{user.removeprefix('alchemist-')}-token"),
+        ("Pod", user),
+    ]
+    token = fake.objects[("Secret", f"alchemist-job-{user.removeprefix('alchemist-')}-token")]["stringData"][
+        "token"
+    ]
     assert len(token) >= 32
     assert f"http://127.0.0.1:8888/lab?token={token}" in out  # printed once, here
     assert "pending: session: ContainerCreating" in err
@@ -86,40 +101,22 @@ def test_start_waits_until_running_and_prints_how_to_reach_it(fake, run_cli, use
     assert "aws eks update-kubeconfig --name alchemist-aws-us-west-2" in out
     # Asking again finds the running session and creates nothing.
     fake.calls.clear()
-    code, out, err = run_cli("interactive", "--stack", "aws-us-west-2", "--outputs",
-                             outputs("aws-us-west-2"))
+    code, out, err = run_cli("interactive", "--stack", "aws-us-west-2", "--outputs", outputs("aws-us-west-2"))
     assert code == 0 and fake.creates() == [] and "already there" in err
     assert token not in out + err
 
 
 def test_stop_deletes_the_session(fake, run_cli, user):
     fake.objects[("Pod", user)] = {"metadata": {"name": user, "namespace": "research"}}
-    code, out, err = run_cli("interactive", "--stack", "dev", "--outputs", outputs("dev"),
-                             "--stop")
+    code, out, err = run_cli("interactive", "--stack", "dev", "--outputs", outputs("dev"), "--stop")
     assert code == 0 and f"session {user} on stack dev: stopped" in out
-    assert fake.deletes() == [("Secret", f"alchemist-job-{user.removeprefix('alchemist-')}-token"), ("Pod", user)]
+    assert fake.deletes() == [
+        ("Secret", f"alchemist-job-{user.removeprefix('alchemist-')}-token"),
+        ("Pod", user),
+    ]
 
 
 def test_gpus_on_a_stack_without_gpus_creates_nothing(fake, run_cli, user):
-    code, out, err = run_cli("interactive", "--stack", "dev", "--outputs", outputs("dev"),
-                             "--gpus", "1")
+    code, out, err = run_cli("interactive", "--stack", "dev", "--outputs", outputs("dev"), "--gpus", "1")
     assert code == 2 and err.count("\n") == 1 and "which has no GPU nodes" in err
     assert fake.calls == []
-
-
-def test_local_interactive_is_a_shell_with_a_workers_environment(tmp_path):
-    home = tmp_path / "home"
-    script = ('echo "stack=$ALCHEMIST_STACK root=$ALCHEMIST_SHARED_ROOT '
-              'tcp=$TORCH_DISABLE_SHARE_RDZV_TCP_STORE"\n'
-              f'{sys.executable} -c "import alchemist_jobs.runtime.bootstrap; print(\'importable\')"\n'
-              "exit 3\n")
-    # No PYTHONPATH: the shell's python finds the package only through the worker's.
-    env = dict(os.environ, SHELL="/bin/sh", PYTHONPATH="")
-    cli = (f"import sys; sys.path.insert(0, {str(REPO)!r}); from alchemist_jobs.cli import main; "
-           f"sys.exit(main(['interactive', '--home', {str(home)!r}]))")
-    res = subprocess.run([sys.executable, "-c", cli], input=script, capture_output=True,
-                         text=True, env=env, cwd=tmp_path, timeout=120)
-    assert res.returncode == 3  # the shell's own exit status
-    assert f"stack=local root={home} tcp=1" in res.stdout
-    assert "importable" in res.stdout  # the package is on the worker's PYTHONPATH
-
