@@ -403,11 +403,13 @@ def build(
     run_id: str,
     code: CodeSnapshot | None = None,
     deps: JobLock | None = None,
+    launch: lp.LaunchPlan | None = None,
 ) -> list[dict]:
     """[ConfigMap, NetworkPolicy, JobSet] for one run; UserError if the stack cannot run it.
-    `deps`: the job's resolved packages (job_env.py), installed by `with_requirements`."""
+    `deps`: the job's resolved packages (job_env.py), installed by `with_requirements`.
+    `launch`: the run's plan on this stack, if made already (`plan`)."""
     check_fits(spec, stack)
-    run = plan(spec, stack, run_id)
+    run = launch or plan(spec, stack, run_id)
     workers, servers = run.workers, run.servers
     name, ns = run.name, stack.namespace
     labels = _labels(spec, run_id)
@@ -487,12 +489,12 @@ def build(
         },
     }
     if deps is not None:
-        with_requirements(config_map, jobset, deps, spec, stack)
+        with_requirements(config_map, jobset, deps, workers, stack)
     return [config_map, network_policy(spec, stack, run_id, name), jobset]
 
 
 def with_requirements(
-    config_map: dict, jobset: dict, deps: JobLock, spec: JobSpec, stack: StackOutput
+    config_map: dict, jobset: dict, deps: JobLock, workers: lp.Role, stack: StackOutput
 ) -> None:
     """The job's own packages on a cluster: the resolved lock travels in the ConfigMap, and
     an init container of each worker pod installs it once per lock into
@@ -505,9 +507,9 @@ def with_requirements(
     config_map["data"][REQUIREMENTS_KEY] = deps.text
     jobset["metadata"]["annotations"][REQUIREMENTS_ANNOTATION] = deps.sha256
     # pip inside the pod reads the same mirror settings the spec gives its workers.
-    pip_env = [{"name": k, "value": v} for k, v in spec.env.items() if k.startswith("PIP_")]
+    pip_env = [{"name": k, "value": v} for k, v in workers.env.items() if k.startswith("PIP_")]
     for rjob in jobset["spec"]["replicatedJobs"]:
-        if rjob["name"] != WORKER_RJOB:
+        if rjob["name"] != workers.name:
             continue  # parameter servers import no job code
         template = rjob["template"]["spec"]["template"]
         template["metadata"]["annotations"][REQUIREMENTS_ANNOTATION] = deps.sha256

@@ -27,6 +27,7 @@ from alchemist_jobs.kubernetes.api_checks import validate_for_api_server
 from alchemist_jobs.kubernetes.client import Cluster, ClusterError, Connector, NotFound
 from alchemist_jobs.kubernetes.code_assets import CodeSnapshot, pack
 from alchemist_jobs.kubernetes.job_state import newest_pods, parse_time, run_status
+from alchemist_jobs.launch_plan import LaunchPlan
 from alchemist_jobs.rundir import default_root, new_run_id
 from alchemist_jobs.runtime import framework_env
 from alchemist_jobs.scheduler import CANCELLED, Placement, Request, RunStatus, Scheduler
@@ -74,6 +75,8 @@ class KubeRequest(Request):
     manifests: list[dict]
     code: CodeSnapshot | None = None
     data_upload: Any = None  # (directory, s3 URI): a local data.source, pushed at submit
+    # What the manifests materialise (launch_plan.py): the roles a local run would start too.
+    plan: LaunchPlan | None = None
 
     @property
     def name(self) -> str:
@@ -81,10 +84,12 @@ class KubeRequest(Request):
 
     def describe(self) -> str:
         s = self.stack
-        servers = mf.parameter_servers(self.spec)
+        plan = self.plan or mf.plan(self.spec, s, self.run_id)
+        ps = plan.servers
+        servers = ps.replicas if ps else 0
         head = [
-            f"# run {self.run_id} on stack {s.stack}: {self.spec.nodes} pod(s) x "
-            f"{self.spec.procs_per_node} worker(s)"
+            f"# run {self.run_id} on stack {s.stack}: {plan.workers.replicas} pod(s) x "
+            f"{plan.workers.procs_per_replica} worker(s)"
             + (f" + {servers} parameter-server pod(s)" if servers else "")
             + f", namespace {s.namespace}, Kueue queue {s.queue}"
         ]
@@ -230,10 +235,17 @@ class KubernetesScheduler(Scheduler[KubeRequest, KubeHandle]):
         # The job's own packages, resolved here once (cached under the home) like a local run's.
         assert not isinstance(spec.requirements, str)  # parse_spec has read a file's lines
         deps = job_env.resolve(spec.requirements, default_root()) if spec.requirements else None
-        manifests = mf.build(spec, self.out, run_id, code, deps=deps)
+        plan = mf.plan(spec, self.out, run_id)
+        manifests = mf.build(spec, self.out, run_id, code, deps=deps, launch=plan)
         validate_for_api_server(manifests)  # what the API server would refuse, said now
         return KubeRequest(
-            run_id=run_id, stack=self.out, spec=spec, manifests=manifests, code=code, data_upload=upload
+            run_id=run_id,
+            stack=self.out,
+            spec=spec,
+            manifests=manifests,
+            code=code,
+            data_upload=upload,
+            plan=plan,
         )
 
     def schedule(self, request: KubeRequest, warm: Any = None) -> KubeHandle:
