@@ -11,8 +11,10 @@ of its own (`--jobs` imports the SDKs once and forks one child per stack); the t
 `alchemist stack diff` call this as a subprocess.
 
 The mocks stand in for the Pulumi engine and the cloud providers only: they answer each
-registration with the inputs plus the few outputs a real provider would compute (ids, ARNs,
-an EKS kubeconfig, a pushed image digest). Everything the program does runs for real.
+registration with the inputs plus the few outputs a real provider would compute (ids, a
+service account's token, a pushed image digest; a cloud's own, such as its ARNs or its managed
+cluster's kubeconfig, come from its provider's `RenderMocks`, `Provider.render_mocks`).
+Everything the program does runs for real.
 """
 
 from __future__ import annotations
@@ -34,12 +36,21 @@ from typing import Any
 import yaml
 from google.protobuf import json_format
 
+from infra import providers
+from infra.render_mocks import RenderMocks
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:  # the program imports alchemist_jobs (the contract's labels)
     sys.path.append(str(REPO_ROOT))
 SECRET = "[secret]"
 PLACEHOLDER = "rendered-without-the-pulumi-cli-{key}"
-ACCOUNT = "123456789012"
+DEFAULT_REGION = "us-east-1"  # a cloud resource's region when no explicit provider resource names one
+
+
+def provider_mocks() -> list[RenderMocks]:
+    """Every provider's mocks (infra/providers/)."""
+    found = (providers.get(name).render_mocks() for name in providers.names())
+    return [m for m in found if m is not None]
 
 
 def load_stack_config(path: Path, sets: dict[str, Any], secrets: dict[str, str]
@@ -162,10 +173,6 @@ def _refs_to_urns(value: Any) -> None:
             _refs_to_urns(item)
 
 
-def _fake_id(name: str, prefix: str) -> str:
-    return f"{prefix}-{hashlib.sha256(name.encode()).hexdigest()[:17]}"
-
-
 class Recorder:
     """Builds the mocks and a monitor that records every registration with its parent."""
 
@@ -175,10 +182,11 @@ class Recorder:
         from pulumi.runtime.mocks import MockMonitor
 
         self.resources: list[dict[str, Any]] = []
-        self.regions: dict[str, str] = {}  # aws provider URN -> region
-        # The AWS provider of the registration this thread is answering. The SDK registers
-        # resources from a thread pool, so a shared "last providers map" raced: a resource
-        # could be answered with another one's region (us-east-1 under load).
+        self.regions: dict[str, str] = {}  # explicit cloud provider resource's URN -> its region
+        self.clouds = {package: m for m in provider_mocks() for package in m.packages}
+        # The provider references of the registration this thread is answering. The SDK
+        # registers resources from a thread pool, so a shared "last providers map" raced: a
+        # resource could be answered with another one's region (the default under load).
         self._current = threading.local()
         recorder = self
 
@@ -208,92 +216,44 @@ class Recorder:
                         "additional_secret_outputs": list(request.additionalSecretOutputs),
                     })  # fmt: skip
                     _refs_to_urns(request.object)
-                    if request.type == "pulumi:providers:aws":
+                    if request.type.startswith("pulumi:providers:") and "region" in inputs:
                         recorder.regions[urn] = _jsonable(inputs.get("region", ""), "", [])
-                # A component (pulumi-eks) names its AWS provider in `providers`, a custom resource in `provider`.
-                recorder._current.aws = request.provider or dict(request.providers).get("aws")
+                # A component (pulumi-eks) names its cloud provider in `providers`, a custom resource in `provider`.
+                recorder._current.refs = [request.provider, *dict(request.providers).values()]
                 return super().RegisterResource(request)
 
         self.mocks = Mocks()
         self.monitor = Monitor(self.mocks)
 
     def _region(self, provider_ref: str | None) -> str:
-        """The region of the explicit AWS provider a resource uses (refs are `urn::id`)."""
+        """The region of the explicit cloud provider a resource uses (refs are `urn::id`)."""
         for urn, region in self.regions.items():
             if provider_ref and provider_ref.startswith(urn + "::"):
                 return region
-        return "us-east-1"
+        return DEFAULT_REGION
+
+    def _current_ref(self) -> str | None:
+        """The registration's own provider, else the first of its providers map with a region."""
+        own, *others = getattr(self._current, "refs", [None])
+        if own:
+            return own
+        return next((r for r in others if r and any(r.startswith(u + "::") for u in self.regions)), None)
 
     def new_resource(self, args: Any) -> tuple[str, dict[str, Any]]:
         """What a provider would answer: the inputs plus the outputs it computes."""
         t, name, inputs = args.typ, args.name, dict(args.inputs)
         out = dict(inputs)
         rid = f"{name}-id"
-        region = self._region(args.provider or getattr(self._current, "aws", None))
-        if t.startswith("aws:"):
-            service = t.split(":")[1].split("/")[0]
-            out.setdefault("arn", f"arn:aws:{service}:{region}:{ACCOUNT}:{name}")
-        if t == "aws:ec2/vpc:Vpc":
-            rid = _fake_id(name, "vpc")
-        elif t == "aws:ec2/subnet:Subnet":
-            rid = _fake_id(name, "subnet")
-        elif t == "aws:ec2/securityGroup:SecurityGroup":
-            rid = _fake_id(name, "sg")
-        elif t == "aws:efs/fileSystem:FileSystem":
-            rid = _fake_id(name, "fs")
-            out["dnsName"] = f"{rid}.efs.{region}.amazonaws.com"
-            out["arn"] = f"arn:aws:elasticfilesystem:{region}:{ACCOUNT}:file-system/{rid}"
-        elif t == "aws:fsx/lustreFileSystem:LustreFileSystem":
-            rid = _fake_id(name, "fs")
-            out.update(dnsName=f"{rid}.fsx.{region}.amazonaws.com", mountName="abcdefgh")
-        elif t == "aws:ecr/repository:Repository":
-            out.update(registryId=ACCOUNT,
-                       repositoryUrl=f"{ACCOUNT}.dkr.ecr.{region}.amazonaws.com/{inputs.get('name', name)}")  # fmt: skip
-        elif t == "aws:s3/bucket:Bucket":
-            # The provider names a bucket from bucketPrefix plus a unique 26-character suffix.
-            rid = (
-                inputs.get("bucket")
-                or inputs.get("bucketPrefix", "terraform-") + hashlib.sha256(name.encode()).hexdigest()[:26]
-            )
-            out.update(bucket=rid, arn=f"arn:aws:s3:::{rid}", region=region)
-        elif t == "aws:efs/accessPoint:AccessPoint":
-            rid = _fake_id(name, "fsap")
-            out["arn"] = f"arn:aws:elasticfilesystem:{region}:{ACCOUNT}:access-point/{rid}"
-        elif t == "aws:ec2/launchTemplate:LaunchTemplate":
-            rid = _fake_id(name, "lt")
-            out.update(latestVersion=1, defaultVersion=1)
-        elif t == "aws:ec2/placementGroup:PlacementGroup":
-            out.setdefault("name", name)
-        elif t == "kubernetes:core/v1:Secret" and inputs.get("type") == "kubernetes.io/service-account-token":
+        cloud = self.clouds.get(t.split(":", 1)[0])
+        if cloud is not None:
+            return cloud.new_resource(t, name, inputs, self._region(args.provider or self._current_ref()))
+        if t == "kubernetes:core/v1:Secret" and inputs.get("type") == "kubernetes.io/service-account-token":
             # the token controller fills in the ServiceAccount's token and the cluster's CA
             out["data"] = {
                 "token": base64.b64encode(b"mock-service-account-token").decode(),
                 "ca.crt": base64.b64encode(b"mock-cluster-ca").decode(),
                 "namespace": "",
             }
-        elif t == "aws:iam/role:Role":
-            out.update(arn=f"arn:aws:iam::{ACCOUNT}:role/{name}", name=name)
-        elif t == "eks:index:Cluster":
-            cluster = inputs.get("name", name)
-            endpoint = f"https://{hashlib.sha256(cluster.encode()).hexdigest()[:32].upper()}.gr7.{region}.eks.amazonaws.com"
-            kubeconfig = {
-                "apiVersion": "v1", "kind": "Config", "current-context": cluster,
-                "clusters": [{"name": cluster, "cluster": {
-                    "server": endpoint, "certificate-authority-data": "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCm1vY2sKLS0tLS1FTkQgQ0VSVElGSUNBVEUtLS0tLQo="}}],
-                "contexts": [{"name": cluster, "context": {"cluster": cluster, "user": cluster}}],
-                "users": [{"name": cluster, "user": {"exec": {
-                    "apiVersion": "client.authentication.k8s.io/v1beta1", "command": "aws",
-                    "args": ["eks", "get-token", "--cluster-name", cluster, "--region", region]}}}],
-            }  # fmt: skip
-            oidc = f"oidc.eks.{region}.amazonaws.com/id/{hashlib.sha256(cluster.encode()).hexdigest()[:32].upper()}"
-            out.update(
-                kubeconfig=kubeconfig,
-                kubeconfigJson=json.dumps(kubeconfig),
-                oidcProviderUrl=oidc,
-                oidcProviderArn=f"arn:aws:iam::{ACCOUNT}:oidc-provider/{oidc}",
-                clusterSecurityGroupId=_fake_id(cluster + "c", "sg"),
-                nodeSecurityGroupId=_fake_id(cluster + "n", "sg"),
-            )
         elif t in ("command:local:Command", "command:remote:Command"):
             out["stdout"] = self._command_stdout(name, inputs)
             out["stderr"] = ""
@@ -319,22 +279,10 @@ class Recorder:
         return ""
 
     def call(self, args: Any) -> dict[str, Any]:
-        if args.token == "aws:eks/getCluster:getCluster":  # the EKS-made cluster security group
-            name = args.args.get("name", "")
-            return {"name": name, "id": name, "vpcConfig": {
-                "clusterSecurityGroupId": _fake_id(name + "-eks", "sg"), "controlPlaneEgressMode": "",
-                "endpointPrivateAccess": True, "endpointPublicAccess": True, "publicAccessCidrs": [],
-                "securityGroupIds": [], "subnetIds": [], "vpcId": ""}}  # fmt: skip
-        if args.token == "aws:ecr/getAuthorizationToken:getAuthorizationToken":
-            region = self._region(args.provider)
-            return {
-                "userName": "AWS",
-                "password": "mock-ecr-password",
-                "authorizationToken": "QVdTOm1vY2stZWNyLXBhc3N3b3Jk",
-                "proxyEndpoint": f"https://{ACCOUNT}.dkr.ecr.{region}.amazonaws.com",
-                "expiresAt": "2099-01-01T00:00:00Z",
-                "id": region,
-            }
+        for cloud in dict.fromkeys(self.clouds.values()):
+            answer = cloud.call(args.token, dict(args.args), self._region(args.provider))
+            if answer is not None:
+                return answer
         return {}
 
 
@@ -383,16 +331,16 @@ def render(stack_file: Path, stack: str | None = None, sets: dict[str, Any] | No
 def _preload() -> None:
     """Import the SDK modules every render needs (most of a render's time) once, before forking."""
     for module in (
-        "pulumi", "pulumi_command.local", "pulumi_command.remote", "pulumi_eks",
+        "pulumi", "pulumi_command.local", "pulumi_command.remote",
         "pulumi_kubernetes.core.v1", "pulumi_kubernetes.apps.v1", "pulumi_kubernetes.rbac.v1",
         "pulumi_kubernetes.networking.v1", "pulumi_kubernetes.scheduling.v1", "pulumi_kubernetes.storage.v1",
         "pulumi_kubernetes.apiextensions", "pulumi_kubernetes.helm.v3", "pulumi_kubernetes.helm.v4",
-        "pulumi_aws.ec2", "pulumi_aws.iam", "pulumi_aws.efs", "pulumi_aws.fsx", "pulumi_aws.ecr", "pulumi_aws.kms",
-        "pulumi_aws.eks", "pulumi_kubernetes.batch.v1", "infra.providers.aws.cluster_addons",
-        "infra.program", "infra.providers.kind.cluster", "infra.providers.onprem.cluster", "infra.providers.aws.cluster", "infra.platform",
+        "pulumi_kubernetes.batch.v1",
+        "infra.program", "infra.providers.kind.cluster", "infra.providers.onprem.cluster", "infra.platform",
         "infra.gpu_operator", "infra.queueing", "infra.team_namespace", "infra.admission",
         "pulumi_kubernetes.admissionregistration.v1",
         "infra.shared_fs", "infra.monitoring", "infra.images", "infra.output",
+        *(module for mocks in provider_mocks() for module in mocks.preload),
     ):  # fmt: skip
         importlib.import_module(module)
 

@@ -22,14 +22,12 @@ import json
 import sys
 from typing import Any
 
-from infra.providers.registry import DeployTimeValue
+from infra.providers.registry import DeployTimeValue, rules
 from infra.stack_diff import compare
 
 
 def _deploy_time(config: dict[str, Any]) -> list[tuple[str, DeployTimeValue]]:
     """(dotted key, its rule) of each deploy-time value the config's provider asks for."""
-    from infra.providers.registry import rules
-
     try:
         provider = rules(config.get("alchemist:provider", ""))
     except KeyError:
@@ -90,8 +88,6 @@ def diff(req: dict[str, Any]) -> dict[str, Any]:
 
 def describe(req: dict[str, Any]) -> dict[str, Any]:
     """Each stack as its provider's package describes it (infra/providers/registry.py describe)."""
-    from infra.providers.registry import rules
-
     where = {}
     for name, config in req["configs"].items():
         provider = config.get("alchemist:provider")

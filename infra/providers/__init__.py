@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from infra.config import StackConfig
     from infra.object_store import ObjectStoreBackend
     from infra.object_store_network import StoreEgress
+    from infra.render_mocks import RenderMocks
     from infra.shared_fs import SharedFsBackend
 
 
@@ -43,6 +44,10 @@ class Provider(ProviderRules):
     def object_store_network(self, cfg: StackConfig, facts: ClusterFacts) -> StoreEgress | None:
         """Create what puts its object store on known addresses and return them; None: the
         config's S3-compatible endpoint, if any (infra/object_store_network.py store_egress)."""
+        return None
+
+    def render_mocks(self) -> RenderMocks | None:
+        """Its cloud's stand-in under infra/render.py's mocks, if its pieces need one."""
         return None
 
     def jobs_access(

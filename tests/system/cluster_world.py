@@ -24,7 +24,12 @@ JOB_SHAPES = list(SHAPES)
 
 # The cluster's DNS: CoreDNS keeps kube-dns's label on kind (kubeadm's addon), k3s
 # (manifests/coredns.yaml) and EKS (the coredns add-on).
-DNS = Pod("kube-system", "coredns-0", {"k8s-app": "kube-dns"}, ({"name": "dns", "containerPort": 53, "protocol": "UDP"},))
+DNS = Pod(
+    "kube-system",
+    "coredns-0",
+    {"k8s-app": "kube-dns"},
+    ({"name": "dns", "containerPort": 53, "protocol": "UDP"},),
+)
 
 
 def pods_of(job: Job) -> list[Pod]:
@@ -66,10 +71,12 @@ def store_addresses(platform: Platform) -> list[str]:
     if store is None:
         return []
     if store.endpoint is None:  # AWS: the endpoints' subnets, by the ids the engine gave them
-        from infra.render import _fake_id
+        from infra.render_mocks import fake_id as _fake_id
 
-        subnets = {_fake_id(r["name"], "subnet"): r["inputs"]["cidrBlock"]
-                   for r in platform.resources(":ec2/subnet:Subnet")}
+        subnets = {
+            _fake_id(r["name"], "subnet"): r["inputs"]["cidrBlock"]
+            for r in platform.resources(":ec2/subnet:Subnet")
+        }
         endpoints = [r["inputs"] for r in platform.resources(":ec2/vpcEndpoint:VpcEndpoint")]
         services = {e["serviceName"].rsplit(".", 1)[-1] for e in endpoints}
         assert {"s3", "sts"} <= services, services
@@ -123,8 +130,9 @@ def built(jobs: Callable[[str, str], Job | None], stack: str, shape: str) -> Job
         return None
 
 
-def make_worlds(platforms: dict[str, Platform], jobs: Callable[[str, str], Job | None],
-                tmp_path_factory: Any) -> Callable[[str], World]:
+def make_worlds(
+    platforms: dict[str, Platform], jobs: Callable[[str, str], Job | None], tmp_path_factory: Any
+) -> Callable[[str], World]:
     """worlds(stack) -> World, analyzed once per stack."""
     cache: dict[str, World] = {}
 
@@ -142,8 +150,10 @@ def make_worlds(platforms: dict[str, Platform], jobs: Callable[[str, str], Job |
         namespaces = [namespace(n["metadata"]["name"], n["metadata"].get("labels"))
                       for n in platform.kube_objects("Namespace")]  # fmt: skip
         namespaces.append(namespace("kube-system"))  # every cluster's own
-        policies = [*platform.kube_objects("NetworkPolicy"),
-                    *(m for j in [*submitted.values(), *theirs] if j for m in j.objects("NetworkPolicy"))]
+        policies = [
+            *platform.kube_objects("NetworkPolicy"),
+            *(m for j in [*submitted.values(), *theirs] if j for m in j.objects("NetworkPolicy")),
+        ]
         pods = [*(p for ps in runs.values() for p in ps), *(p for j in theirs for p in pods_of(j)),
                 session, prom, DNS]  # fmt: skip
         conn = analyze(policies, pods, namespaces, tmp_path_factory.mktemp(f"nca-{stack}"))

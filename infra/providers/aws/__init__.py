@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from infra.object_store import ObjectStoreBackend
     from infra.object_store_network import StoreEgress
     from infra.providers.aws.facts import AwsCloud
+    from infra.render_mocks import RenderMocks
     from infra.shared_fs import SharedFsBackend
 
 
@@ -67,6 +68,11 @@ class AwsProvider(Provider):
             aws_provider=net.aws_provider, region=net.region, vpc_id=net.vpc_id,
             vpc_cidr=cfg.aws.vpc_cidr, zones=list(cfg.aws.availability_zones)))  # fmt: skip
         return vpc_endpoint_egress(cfg.aws.vpc_cidr)
+
+    def render_mocks(self) -> RenderMocks:
+        from infra.providers.aws.render_mocks import AwsMocks  # only renders under the mocks load it
+
+        return AwsMocks()
 
     def jobs_access(
         self, cfg: StackConfig, facts: ClusterFacts, platform: Any, on_cluster: Any

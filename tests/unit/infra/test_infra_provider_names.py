@@ -46,7 +46,7 @@ LEFT = {
     "infra/policies.py": 30,
     "infra/program.py": 1,
     "infra/queueing.py": 3,
-    "infra/render.py": 71,
+    "infra/render.py": 3,
     "infra/shared_fs.py": 11,
     "infra/stack_diff.py": 7,
     "infra/versions.py": 28,
