@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 
 import yaml
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -27,6 +28,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 import infra.providers.registry as providers
+from alchemist_jobs.frameworks import FRAMEWORKS
 from infra.providers.aws.instance_types import efa_interfaces, group_efa
 from infra.versions import K3S_VERSIONS, KUBERNETES_VERSIONS, k3s_installer
 
@@ -271,6 +273,16 @@ class HostPathFs(_Model):
 SharedFs = Annotated[EfsFs | FsxLustreFs | NfsFs | HostPathFs, Field(discriminator="kind")]
 
 
+def _optional_framework(name: str) -> str:
+    """A framework the training image may add to torch: one of alchemist_jobs/frameworks.py's
+    FRAMEWORKS with an extra (its lock section and image build value), asked at each check."""
+    optional = [n for n, fw in FRAMEWORKS.items() if fw.extra]
+    if name not in optional:
+        shown = [repr(n) for n in optional]
+        raise ValueError(" or ".join([", ".join(shown[:-1]), shown[-1]] if len(shown) > 1 else shown))
+    return name
+
+
 class ImagesConfig(_Model):
     """Where the training and interactive images are pushed (ECR on AWS, kind's registry on dev)."""
 
@@ -280,7 +292,7 @@ class ImagesConfig(_Model):
         False,
         description="true when the registry speaks plain HTTP (k3s nodes are told so in registries.yaml)",
     )
-    frameworks: list[Literal["tensorflow", "jax"]] = Field(
+    frameworks: list[Annotated[str, AfterValidator(_optional_framework)]] = Field(
         default_factory=list,
         description="training frameworks besides torch in the training image: tensorflow, jax (docs/frameworks.md)",
     )

@@ -104,3 +104,22 @@ def test_bad_config_is_one_line(case):
 def test_shipped_configs_parse(name):
     cfg = parse(engine_config(name, {}))
     assert cfg.provider == stack_config(name)["alchemist:provider"]
+
+
+def test_the_images_frameworks_are_the_framework_registrys(monkeypatch):
+    """`alchemist:images.frameworks` accepts what alchemist_jobs/frameworks.py FRAMEWORKS holds
+    beyond torch (those with an extra), so a framework added there is accepted here too."""
+    from alchemist_jobs.frameworks import FRAMEWORKS, Framework
+
+    class Mxnet(Framework):
+        name = "mxnet"
+        module = "mxnet"
+        extra = "mxnet"
+
+    monkeypatch.setitem(FRAMEWORKS, "mxnet", Mxnet())
+    cfg = parse(engine_config("dev", {"alchemist:images": {"frameworks": ["jax", "mxnet"]}}))
+    assert cfg.images.frameworks == ["jax", "mxnet"]
+    with pytest.raises(StackConfigError) as e:
+        parse(engine_config("dev", {"alchemist:images": {"frameworks": ["torch"]}}), where=WHERE)
+    assert str(e.value) == (f"{WHERE}: alchemist:images.frameworks[0] = 'torch' is not accepted; "
+                            "accepted: 'tensorflow', 'jax' or 'mxnet'")  # fmt: skip
