@@ -87,11 +87,12 @@ def flatten(value: Any, path: str = "") -> dict[str, Any]:
 def in_layer(r: dict[str, Any], by_urn: dict[str, dict[str, Any]]) -> bool:
     """Whether the resource, or any component above it (Platform's own components), is a layer."""
     seen = set()
-    while r is not None and r["urn"] not in seen:
-        if r["type"] in LAYERS or r["types"][0] in LAYERS:
+    at: dict[str, Any] | None = r
+    while at is not None and at["urn"] not in seen:
+        if at["type"] in LAYERS or at["types"][0] in LAYERS:
             return True
-        seen.add(r["urn"])
-        r = by_urn.get(r.get("parent") or "")
+        seen.add(at["urn"])
+        at = by_urn.get(at.get("parent") or "")
     return False
 
 

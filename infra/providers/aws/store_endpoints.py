@@ -73,8 +73,8 @@ class StoreEndpoints(pulumi.ComponentResource):
                 private_dns_enabled=True,
                 # S3 offers a gateway endpoint too; without one, private DNS answers every
                 # resolver of the VPC (the pods' included), not only inbound ones.
-                **({"dns_options": {"private_dns_only_for_inbound_resolver_endpoint": False}}
-                   if service == "s3" else {}),
+                dns_options=(aws.ec2.VpcEndpointDnsOptionsArgs(private_dns_only_for_inbound_resolver_endpoint=False)
+                             if service == "s3" else None),
                 opts=on_aws,
             )
             for service in AWS_SERVICES

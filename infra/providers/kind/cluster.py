@@ -51,7 +51,7 @@ class KindCluster(pulumi.ComponentResource):
     def __init__(self, name: str, args: KindClusterArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("alchemist:infra:KindCluster", name, None, opts)
         cfg = args.cfg
-        kind_cfg = cfg.kind or KindConfig()
+        kind_cfg = cfg.kind or KindConfig.model_validate({})  # every key has a default
         child = pulumi.ResourceOptions(parent=self)
         cluster_name = f"alchemist-{args.stack}"
         registry_name = f"{cluster_name}-registry"
@@ -99,7 +99,7 @@ class KindCluster(pulumi.ComponentResource):
                 parent=self, depends_on=[self.cluster], additional_secret_outputs=["stdout"]
             ),
         )
-        self.kubeconfig = pulumi.Output.secret(kubeconfig_cmd.stdout)
+        self.kubeconfig: pulumi.Output[str] = pulumi.Output.secret(kubeconfig_cmd.stdout)
         self.provider = kubernetes.Provider(f"{name}-k8s", kubeconfig=self.kubeconfig, opts=child)
         self.facts = ClusterFacts(
             provider=self.provider,
