@@ -2,8 +2,10 @@
 
 Each policy's `check` takes one resource as the engine sees it (camelCase inputs) and returns
 the violations it finds, as sentences. `infra/policy/` wraps the same functions as a Pulumi
-policy pack for users with the CLI (`pulumi up --policy-pack infra/policy`). This module
-imports only the standard library, so the pack's own virtualenv needs nothing else.
+policy pack for users with the CLI (`pulumi up --policy-pack infra/policy`). A policy about a
+provider's own resources (its file systems' encryption, its nodes' metadata service, its
+firewalls) is that provider's check (`Provider.policy_checks`, in its package); this module and
+those checks import only the standard library, so the pack's own virtualenv needs nothing else.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import ipaddress
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from infra.providers.registry import names, rules
 
 # Set on a resource (tag) only when the stack config says `allowOpenEndpoints: true`.
 OPEN_ENDPOINTS_TAG = "alchemist.io/open-endpoints"
@@ -39,7 +43,8 @@ class Policy:
     check: Callable[[Resource], list[str]]
 
 
-def _get(obj: Any, *path: str, default: Any = None) -> Any:
+def get(obj: Any, *path: str, default: Any = None) -> Any:
+    """The value at `path` in nested mappings, or `default`."""
     for key in path:
         if not isinstance(obj, Mapping) or key not in obj:
             return default
@@ -47,131 +52,40 @@ def _get(obj: Any, *path: str, default: Any = None) -> Any:
     return obj
 
 
-def _is_world(cidr: Any) -> bool:
+def is_world(cidr: Any) -> bool:
     try:
         return ipaddress.ip_network(str(cidr), strict=False) in WORLD
     except ValueError:
         return False
 
 
-def _open_allowed(props: Mapping[str, Any]) -> bool:
+def open_allowed(props: Mapping[str, Any]) -> bool:
+    """The stack config allows this resource's endpoints open (its OPEN_ENDPOINTS_TAG)."""
     tags = props.get("tags") or {}
     return isinstance(tags, Mapping) and OPEN_ENDPOINTS_TAG in tags
 
 
-def _is_gpu_instance(instance_type: Any) -> bool:
-    family = str(instance_type).split(".")[0]
-    return len(family) >= 2 and family[0] in "gp" and family[1].isdigit()
+# --- what each provider checks: its own resources' part of a policy -------------------------
 
 
-# --- storage encrypted at rest ----------------------------------------------------------
+def provider_checks(policy: str) -> list[Callable[[Resource], list[str]]]:
+    """Every provider's checks of `policy` over its own resource types (`Provider.policy_checks`)."""
+    return [c for name in names() for c in rules(name).policy_checks().get(policy, ())]
 
 
-def check_storage_encrypted(r: Resource) -> list[str]:
-    p = r.props
-    if (
-        r.type in ("aws:efs/fileSystem:FileSystem", "aws:ebs/volume:Volume")
-        and p.get("encrypted") is not True
-    ):
-        return [f"{r.name}: {r.type.split(':')[-1]} must set encrypted: true"]
-    if r.type == "aws:ecr/repository:Repository":
-        for enc in p.get("encryptionConfigurations") or []:
-            if _get(enc, "encryptionType") not in (None, "AES256", "KMS", "KMS_DSSE"):
-                return [f"{r.name}: ECR repository encryption must be AES256 or KMS"]
-    if r.type == "eks:index:Cluster":
-        classes = p.get("storageClasses")
-        if isinstance(classes, Mapping):
-            bad = [n for n, sc in classes.items() if _get(sc, "encrypted") is not True]
-            if bad:
-                return [f"{r.name}: EBS storage classes {', '.join(sorted(bad))} must set encrypted: true"]
-    if r.type == "kubernetes:storage.k8s.io/v1:StorageClass" and p.get("provisioner") in (
-        "ebs.csi.aws.com", "kubernetes.io/aws-ebs"
-    ):  # fmt: skip
-        if str(_get(p, "parameters", "encrypted", default="")).lower() != "true":
-            return [f'{r.name}: EBS StorageClass must set parameters.encrypted: "true"']
-    if r.type == "aws:ec2/launchTemplate:LaunchTemplate":
-        for bdm in p.get("blockDeviceMappings") or []:
-            ebs = _get(bdm, "ebs") or {}
-            if str(ebs.get("encrypted", "")).lower() != "true":
-                return [f"{r.name}: launch template volumes must be encrypted"]
-    return []
+def _by_providers(policy: str) -> Callable[[Resource], list[str]]:
+    def check(r: Resource) -> list[str]:
+        return [message for c in provider_checks(policy) for message in c(r)]
+
+    return check
 
 
-# --- IMDSv2 on GPU nodes ------------------------------------------------------------------
-
-
-def _gpu_node_group(p: Mapping[str, Any]) -> bool:
-    ami = str(p.get("amiType") or "")
-    return (
-        p.get("gpu") is True
-        or "NVIDIA" in ami
-        or "GPU" in ami
-        or any(_is_gpu_instance(t) for t in (p.get("instanceTypes") or []))
-        or _is_gpu_instance(p.get("instanceType") or "")
-    )
-
-
-def check_imdsv2_on_gpu_nodes(r: Resource) -> list[str]:
-    p = r.props
-    if r.type in ("eks:index:ManagedNodeGroup", "eks:index:NodeGroupV2", "eks:index:NodeGroup"):
-        if _gpu_node_group(p) and p.get("launchTemplate") is None and p.get("enableIMDSv2") is not True:
-            return [f"{r.name}: GPU node group must set enableIMDSv2: true (instance metadata v2 only)"]
-    if r.type == "aws:eks/nodeGroup:NodeGroup" and _gpu_node_group(p) and p.get("launchTemplate") is None:
-        return [f"{r.name}: GPU node group needs a launch template with metadata httpTokens: required"]
-    if r.type in ("aws:ec2/launchTemplate:LaunchTemplate", "aws:ec2/instance:Instance"):
-        gpu = _is_gpu_instance(p.get("instanceType") or "") or _get(p, "tags", "alchemist.io/pool") == "gpu"
-        if gpu and _get(p, "metadataOptions", "httpTokens") != "required":
-            return [f"{r.name}: GPU instances must set metadataOptions.httpTokens: required"]
-    return []
-
-
-# --- no SSH or API endpoint open to the world ------------------------------------------
-
-
-def _rule_opens(rule: Mapping[str, Any]) -> list[str]:
-    """The guarded services an ingress rule opens to 0.0.0.0/0 or ::/0."""
-    cidrs = [*(rule.get("cidrBlocks") or []), *(rule.get("ipv6CidrBlocks") or [])]
-    cidrs += [c for c in (rule.get("cidrIpv4"), rule.get("cidrIpv6")) if c]
-    if not any(_is_world(c) for c in cidrs):
-        return []
-    protocol = str(rule.get("protocol", rule.get("ipProtocol", "tcp")))
-    lo, hi = rule.get("fromPort", 0), rule.get("toPort", 65535)
-    if protocol in ("-1", "all"):
-        lo, hi = 0, 65535
-    if protocol not in ("tcp", "6", "-1", "all"):
-        return []
-    return sorted({svc for port, svc in GUARDED_PORTS.items() if int(lo or 0) <= port <= int(hi or 65535)})
+check_storage_encrypted = _by_providers("storage-encrypted")
+check_imdsv2_on_gpu_nodes = _by_providers("imdsv2-on-gpu-nodes")
 
 
 def check_no_open_endpoints(r: Resource) -> list[str]:
-    p = r.props
-    if _open_allowed(p):
-        return []
-    if r.type == "eks:index:Cluster" or r.type == "aws:eks/cluster:Cluster":
-        vpc = p.get("vpcConfig") if r.type == "aws:eks/cluster:Cluster" else p
-        if _get(vpc, "endpointPublicAccess", default=True) is not False:
-            cidrs = _get(vpc, "publicAccessCidrs") or []
-            if not cidrs or any(_is_world(c) for c in cidrs):
-                return [f"{r.name}: public API endpoint open to 0.0.0.0/0; list publicAccessCidrs or set "
-                        "alchemist:allowOpenEndpoints: true"]  # fmt: skip
-    if r.type == "aws:ec2/securityGroup:SecurityGroup":
-        opened = sorted({s for rule in p.get("ingress") or [] for s in _rule_opens(rule)})
-        if opened:
-            return [f"{r.name}: security group opens {' and '.join(opened)} to 0.0.0.0/0"]
-    if r.type in (
-        "aws:ec2/securityGroupRule:SecurityGroupRule",
-        "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule",
-    ):
-        if r.type.endswith("SecurityGroupRule") and p.get("type") != "ingress":
-            return []
-        opened = _rule_opens(p)
-        if opened:
-            return [f"{r.name}: ingress rule opens {' and '.join(opened)} to 0.0.0.0/0"]
-    if r.type in ("eks:index:ManagedNodeGroup", "aws:eks/nodeGroup:NodeGroup"):
-        remote = p.get("remoteAccess")
-        if isinstance(remote, Mapping) and not remote.get("sourceSecurityGroupIds"):
-            return [f"{r.name}: node SSH (remoteAccess) without sourceSecurityGroupIds is open to 0.0.0.0/0"]
-    return []
+    return [] if open_allowed(r.props) else _by_providers("no-open-endpoints")(r)
 
 
 # --- Pod Security on team namespaces ------------------------------------------------------
@@ -180,12 +94,12 @@ def check_no_open_endpoints(r: Resource) -> list[str]:
 def check_team_pod_security(r: Resource) -> list[str]:
     if r.type != "kubernetes:core/v1:Namespace":
         return []
-    labels = _get(r.props, "metadata", "labels") or {}
+    labels = get(r.props, "metadata", "labels") or {}
     if TEAM_LABEL not in labels:
         return []
     level = labels.get("pod-security.kubernetes.io/enforce")
     if level not in ALLOWED_POD_SECURITY:
-        name = _get(r.props, "metadata", "name", default=r.name)
+        name = get(r.props, "metadata", "name", default=r.name)
         return [f"{name}: team namespace must enforce Pod Security restricted or baseline, not {level!r}"]
     return []
 
@@ -207,23 +121,24 @@ def check_no_privileged_job_pods(r: Resource) -> list[str]:
     path = WORKLOAD_TYPES.get(r.type)
     if path is None:
         return []
-    template = _get(r.props, *path) if r.type != "kubernetes:core/v1:Pod" else r.props
-    labels = _get(template, "metadata", "labels") or _get(r.props, "metadata", "labels") or {}
+    template = get(r.props, *path) if r.type != "kubernetes:core/v1:Pod" else r.props
+    labels = get(template, "metadata", "labels") or get(r.props, "metadata", "labels") or {}
     if labels.get(JOB_LABEL[0]) != JOB_LABEL[1]:
         return []
-    spec = _get(template, "spec") or {}
+    spec = get(template, "spec") or {}
     bad = [
         c.get("name", "?")
         for c in [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]
-        if _get(c, "securityContext", "privileged") is True
+        if get(c, "securityContext", "privileged") is True
     ]
     return [f"{r.name}: job pod containers {', '.join(bad)} must not be privileged"] if bad else []
 
 
 POLICIES: tuple[Policy, ...] = (
-    Policy("storage-encrypted", "Storage is encrypted at rest (EFS, EBS, ECR, storage classes).",
+    Policy("storage-encrypted", "Storage is encrypted at rest (file systems, volumes, registries, storage classes).",
            check_storage_encrypted),
-    Policy("imdsv2-on-gpu-nodes", "GPU nodes require instance metadata v2 (IMDSv2).", check_imdsv2_on_gpu_nodes),
+    Policy("imdsv2-on-gpu-nodes", "GPU nodes answer instance-metadata requests only with a session token (v2).",
+           check_imdsv2_on_gpu_nodes),
     Policy("no-open-endpoints", "No SSH or API endpoint is open to 0.0.0.0/0 unless the stack config allows it.",
            check_no_open_endpoints),
     Policy("team-pod-security", "Every team namespace enforces restricted or baseline Pod Security.",

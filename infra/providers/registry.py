@@ -43,6 +43,12 @@ class ProviderRules:
     hidden_control_plane: tuple[str, ...] = ()
     deploy_time: tuple[DeployTimeValue, ...] = ()  # what only a stack's deployer gives
 
+    def policy_checks(self) -> dict[str, tuple[Callable[[Any], list[str]], ...]]:
+        """Its checks of infra/policies.py's policies over its own resource types, by policy name:
+        each takes a `Resource` and returns the violations as sentences (standard library only:
+        the policy pack's virtualenv has nothing else)."""
+        return {}
+
     def describe(self, config: dict[str, Any]) -> str:
         """`alchemist stack list`'s WHERE AND WHAT of a stack of this provider, from its
         `alchemist:*` config as the stack file holds it (unchecked: a missing key reads `?`)."""

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from infra.providers import Provider
+from infra.providers.aws.policies import CHECKS
 from infra.providers.registry import DeployTimeValue
 
 if TYPE_CHECKING:
@@ -68,6 +70,9 @@ class AwsProvider(Provider):
             aws_provider=net.aws_provider, region=net.region, vpc_id=net.vpc_id,
             vpc_cidr=cfg.aws.vpc_cidr, zones=list(cfg.aws.availability_zones)))  # fmt: skip
         return vpc_endpoint_egress(cfg.aws.vpc_cidr)
+
+    def policy_checks(self) -> dict[str, tuple[Callable[[Any], list[str]], ...]]:
+        return CHECKS
 
     def render_mocks(self) -> RenderMocks:
         from infra.providers.aws.render_mocks import AwsMocks  # only renders under the mocks load it

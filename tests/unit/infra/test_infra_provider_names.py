@@ -43,7 +43,6 @@ LEFT = {
     "infra/object_store.py": 2,
     "infra/object_store_network.py": 6,
     "infra/output.py": 1,
-    "infra/policies.py": 30,
     "infra/program.py": 1,
     "infra/queueing.py": 3,
     "infra/render.py": 3,
