@@ -65,11 +65,16 @@ class TeamCredential(pulumi.ComponentResource):
         account = k8s.core.v1.ServiceAccount(
             f"{name}-sa", metadata={"name": SUBMITTER_ACCOUNT, "namespace": ns, "labels": MANAGED_BY},
             automount_service_account_token=False, opts=child)  # fmt: skip
+        binding: dict[str, Any] = {  # the API's own shape (the SDK's typed dicts spell keys in snake_case)
+            "metadata": {"name": SUBMITTER_ACCOUNT, "namespace": ns, "labels": MANAGED_BY},
+            "roleRef": {"apiGroup": RBAC, "kind": "Role", "name": SUBMITTER_ROLE},
+            "subjects": [{"kind": "ServiceAccount", "name": SUBMITTER_ACCOUNT, "namespace": ns}],
+        }
         k8s.rbac.v1.RoleBinding(
             f"{name}-binding",
-            metadata={"name": SUBMITTER_ACCOUNT, "namespace": ns, "labels": MANAGED_BY},
-            role_ref={"apiGroup": RBAC, "kind": "Role", "name": SUBMITTER_ROLE},
-            subjects=[{"kind": "ServiceAccount", "name": SUBMITTER_ACCOUNT, "namespace": ns}],
+            metadata=binding["metadata"],
+            role_ref=binding["roleRef"],
+            subjects=binding["subjects"],
             opts=child,
         )
         token = k8s.core.v1.Secret(
@@ -79,6 +84,7 @@ class TeamCredential(pulumi.ComponentResource):
             type="kubernetes.io/service-account-token",
             opts=pulumi.ResourceOptions(parent=self, depends_on=[account], additional_secret_outputs=["data"]),
         )  # fmt: skip
-        self.kubeconfig = pulumi.Output.secret(pulumi.Output.all(args.deployer_kubeconfig, token.data).apply(
-            lambda a: token_kubeconfig(a[0], a[1] or {}, ns)))  # fmt: skip
+        made: pulumi.Output[str] = pulumi.Output.all(args.deployer_kubeconfig, token.data).apply(
+            lambda a: token_kubeconfig(a[0], a[1] or {}, ns))  # fmt: skip
+        self.kubeconfig: pulumi.Output[str] = pulumi.Output.secret(made)
         self.register_outputs({"kubeconfig": self.kubeconfig})

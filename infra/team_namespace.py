@@ -233,38 +233,51 @@ class TeamNamespace(pulumi.ComponentResource):
         for key, role in (("role", submitter_role(ns)), ("debug-role", debug_role(ns))):
             k8s.rbac.v1.Role(f"{name}-{key}", metadata=role["metadata"], rules=role["rules"], opts=opts_in)
         # Only the submitter role is bound; `alchemist-debug` is bound by an admin, per person.
+        # The API's own shapes (the SDK's typed dicts spell keys in snake_case).
+        objects: dict[str, Any] = {
+            "binding": {
+                "metadata": {"name": "alchemist-job-submitters", "namespace": ns},
+                "roleRef": {"apiGroup": RBAC, "kind": "Role", "name": SUBMITTER_ROLE},
+                "subjects": [{"apiGroup": RBAC, "kind": "Group", "name": g} for g in groups],
+            },
+            "quota": {"metadata": {"name": "alchemist-team", "namespace": ns}, "spec": quota_spec(team, args.cohort)},
+            # Containers that set nothing still count against the quota at a sane size.
+            "limits": {
+                "metadata": {"name": "alchemist-defaults", "namespace": ns},
+                "spec": {"limits": [{"type": "Container", "defaultRequest": {"cpu": "500m", "memory": "1Gi"},
+                                     "default": {"memory": "4Gi"}}]},
+            },
+            "deny": {
+                "metadata": {"name": "default-deny", "namespace": ns},
+                "spec": {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]},
+            },
+        }  # fmt: skip
+        binding = objects["binding"]
         k8s.rbac.v1.RoleBinding(
             f"{name}-rolebinding",
-            metadata={"name": "alchemist-job-submitters", "namespace": ns},
-            role_ref={"apiGroup": RBAC, "kind": "Role", "name": SUBMITTER_ROLE},
-            subjects=[{"apiGroup": RBAC, "kind": "Group", "name": g} for g in groups],
+            metadata=binding["metadata"],
+            role_ref=binding["roleRef"],
+            subjects=binding["subjects"],
             opts=opts_in,
         )
         k8s.core.v1.ResourceQuota(
             f"{name}-quota",
-            metadata={"name": "alchemist-team", "namespace": ns},
-            spec=quota_spec(team, args.cohort),
+            metadata=objects["quota"]["metadata"],
+            spec=objects["quota"]["spec"],
             opts=opts_in,
         )
-        # Containers that set nothing still count against the quota at a sane size.
         k8s.core.v1.LimitRange(
             f"{name}-limits",
-            metadata={"name": "alchemist-defaults", "namespace": ns},
-            spec={
-                "limits": [
-                    {
-                        "type": "Container",
-                        "defaultRequest": {"cpu": "500m", "memory": "1Gi"},
-                        "default": {"memory": "4Gi"},
-                    }
-                ]
-            },  # fmt: skip
+            metadata=objects["limits"]["metadata"],
+            spec=objects["limits"]["spec"],
             opts=opts_in,
         )
         k8s.networking.v1.NetworkPolicy(
-            f"{name}-netpol-deny", metadata={"name": "default-deny", "namespace": ns},
-            spec={"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}, opts=opts_in,
-        )  # fmt: skip
+            f"{name}-netpol-deny",
+            metadata=objects["deny"]["metadata"],
+            spec=objects["deny"]["spec"],
+            opts=opts_in,
+        )
         jobs = job_network_policy(ns)
         k8s.networking.v1.NetworkPolicy(
             f"{name}-netpol-jobs", metadata=jobs["metadata"], spec=jobs["spec"], opts=opts_in
