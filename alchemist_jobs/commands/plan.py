@@ -25,6 +25,7 @@ from alchemist_jobs.commands.stack import complete_stack
 from alchemist_jobs.errors import UserError
 from alchemist_jobs.rundir import default_root, runs_root
 from alchemist_jobs.stack_kinds import kind_of
+from alchemist_jobs.worker_env import threads_per_worker
 
 EMULATED_MAX_WORKERS = 64  # --emulated runs this many profile processes at once, at most
 
@@ -449,7 +450,13 @@ def auto_plan(args: argparse.Namespace, log=None, extra: list[dict] | None = Non
     params = list(task.model.parameters())
     shape_list = tuple(tuple(p.shape) for p in params)
     shapes = auto.Shapes(
-        shape_list, params[0].element_size(), auto.measure_powersgd_local(shape_list, auto.POWERSGD_RANKS)
+        shape_list,
+        params[0].element_size(),
+        auto.measure_powersgd_local(
+            shape_list,
+            auto.POWERSGD_RANKS,
+            threads=threads_per_worker(spec.resources.cpu, spec.procs_per_node),
+        ),
     )
     runs = auto.calibrate(raw, spec, spec_dir, home, args.target, log=say)
     conv = convergence.fit(auto.observations(runs, args.target))

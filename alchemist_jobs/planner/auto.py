@@ -214,11 +214,24 @@ def step_time(
 
 
 def measure_powersgd_local(
-    shapes: tuple[tuple[int, ...], ...], ranks: Iterable[int], reps: int = 20
+    shapes: tuple[tuple[int, ...], ...], ranks: Iterable[int], reps: int = 20, threads: int = 1
 ) -> dict[int, float]:
     """Seconds of PowerSGD's local arithmetic per step at each rank: per compressed matrix M
     (with error feedback), P = M Q, orthonormalise P, Q = M^T P, M' = P Q^T, error = M - M'
-    (torch's powerSGD_hook does these between its all-reduces)."""
+    (torch's powerSGD_hook does these between its all-reduces). Timed with `threads`, the
+    threads a worker gets (worker_env.threads_per_worker): the planning process's own default
+    contends for every core."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        return _time_powersgd(shapes, ranks, reps)
+    finally:
+        torch.set_num_threads(before)
+
+
+def _time_powersgd(shapes: tuple[tuple[int, ...], ...], ranks: Iterable[int], reps: int) -> dict[int, float]:
     import torch
 
     out = {}
