@@ -165,10 +165,10 @@ class SharedFileSystem(pulumi.ComponentResource):
     def _claim(self, name: str, suffix: str, pv_name: str, namespace: str, pvc: str, source: dict[str, Any],
                capacity: str, pv_opts: pulumi.ResourceOptions, ns_res: Any) -> Any:  # fmt: skip
         """A static PV on `source` and the PVC bound to it (claimRef both ways: nobody else takes it)."""
-        pv = kubernetes.core.v1.PersistentVolume(
-            f"{name}-pv-{suffix}",
-            metadata={"name": pv_name, "labels": {"alchemist.io/shared-fs": self.kind}},
-            spec={
+        # The API's own shapes (the SDK's typed dicts spell keys in snake_case).
+        volume: dict[str, Any] = {
+            "metadata": {"name": pv_name, "labels": {"alchemist.io/shared-fs": self.kind}},
+            "spec": {
                 "capacity": {"storage": capacity},
                 "accessModes": ["ReadWriteMany"],
                 "persistentVolumeReclaimPolicy": "Retain",
@@ -176,17 +176,23 @@ class SharedFileSystem(pulumi.ComponentResource):
                 "claimRef": {"namespace": namespace, "name": pvc},
                 **source,
             },
-            opts=pv_opts,
-        )
-        return kubernetes.core.v1.PersistentVolumeClaim(
-            f"{name}-pvc-{suffix}",
-            metadata={"name": pvc, "namespace": namespace},
-            spec={
+        }
+        claim: dict[str, Any] = {
+            "metadata": {"name": pvc, "namespace": namespace},
+            "spec": {
                 "accessModes": ["ReadWriteMany"],
                 "storageClassName": SHARED_STORAGE_CLASS,
                 "volumeName": pv_name,
                 "resources": {"requests": {"storage": capacity}},
             },
+        }
+        pv = kubernetes.core.v1.PersistentVolume(
+            f"{name}-pv-{suffix}", metadata=volume["metadata"], spec=volume["spec"], opts=pv_opts
+        )
+        return kubernetes.core.v1.PersistentVolumeClaim(
+            f"{name}-pvc-{suffix}",
+            metadata=claim["metadata"],
+            spec=claim["spec"],
             opts=pulumi.ResourceOptions(
                 parent=self, depends_on=[pv, *([ns_res] if ns_res is not None else [])]
             ),
@@ -196,10 +202,9 @@ class SharedFileSystem(pulumi.ComponentResource):
         """A Job that mounts the root and gives each team's subtree its owner and mode."""
         if args.prepare_image is None:
             raise ValueError(f"shared file system {self.kind!r} needs an image for its prepare Job")
-        return kubernetes.batch.v1.Job(
-            f"{name}-prepare",
-            metadata={"name": "alchemist-shared-prepare", "namespace": PREPARE_NAMESPACE},
-            spec={
+        job: dict[str, Any] = {  # the API's own shape (the SDK's typed dicts spell keys in snake_case)
+            "metadata": {"name": "alchemist-shared-prepare", "namespace": PREPARE_NAMESPACE},
+            "spec": {
                 "backoffLimit": 3,
                 "template": {
                     "spec": {
@@ -227,7 +232,12 @@ class SharedFileSystem(pulumi.ComponentResource):
                         "volumes": [{"name": "fs", "persistentVolumeClaim": {"claimName": ROOT_PVC}}],
                     }
                 },
-            },  # fmt: skip
+            },
+        }  # fmt: skip
+        return kubernetes.batch.v1.Job(
+            f"{name}-prepare",
+            metadata=job["metadata"],
+            spec=job["spec"],
             opts=pulumi.ResourceOptions(
                 parent=self, depends_on=[self.storage_class, *args.pull_secret_ready]
             ),
