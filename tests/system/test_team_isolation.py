@@ -222,7 +222,7 @@ def test_efs_lets_a_client_mount_only_through_a_teams_access_point_over_tls(plat
     (policy,) = [json.loads(r["inputs"]["policy"]) for r in p.resources(":efs/fileSystemPolicy:FileSystemPolicy")]
     points = {r["inputs"]["rootDirectory"]["path"]: r for r in p.resources(":efs/accessPoint:AccessPoint")}
     assert {f"/teams/{t.name}" for t in p.output.teams} == set(points)
-    from infra.render import _fake_id
+    from infra.render_mocks import fake_id as _fake_id
 
     arns = [a for s in policy["Statement"] for a in (s.get("Condition", {}).get("StringEquals", {})
                                                       .get("elasticfilesystem:AccessPointArn") or [])]
