@@ -374,7 +374,7 @@ class StackConfig(_Model):
     teams: list[Team] = Field(min_length=1, description="a list of {name, quota: {gpu, cpu, memory}}")
     pod_security: Literal["restricted", "baseline", "privileged"] = "restricted"
     shared_fs: SharedFs = Field(description="{kind: efs|fsx-lustre|nfs|hostpath, ...}")
-    images: ImagesConfig = ImagesConfig()
+    images: ImagesConfig = Field(default_factory=lambda: ImagesConfig.model_validate({}))
     allow_open_endpoints: bool = Field(
         False, description="true only to let SSH or API endpoints accept 0.0.0.0/0"
     )
@@ -456,7 +456,7 @@ def parse(config: dict[str, str], secret_keys: set[str] | frozenset[str] = froze
 
 
 def _parse(config: dict[str, str], secret_keys: set[str]) -> StackConfig:
-    fields = {f.alias: f for f in StackConfig.model_fields.values()}
+    fields = {f.alias or n: f for n, f in StackConfig.model_fields.items()}  # aliases: camelCase
     data: dict[str, Any] = {}
     for full_key, raw in sorted(config.items()):
         ns, _, key = full_key.partition(":")
@@ -548,7 +548,7 @@ def _inner_model(annotation: Any) -> Any:
 
 def _aliases_at(loc: list[Any]) -> list[str]:
     model = _model_at(loc)
-    return [f.alias for f in model.model_fields.values()] if model else []
+    return [f.alias or n for n, f in model.model_fields.items()] if model else []
 
 
 def _describe(loc: list[Any]) -> str:
@@ -759,6 +759,7 @@ def _check_object_store(cfg: StackConfig) -> None:
                                "an access key id together with the secret "
                                "alchemist:objectStoreSecretKey, or neither")  # fmt: skip
     _check_team_keys(cfg)
+    assert store.endpoint is not None  # the loop above refuses a missing one
     if not store.cidrs and endpoint_address(store.endpoint) is None:
         raise StackConfigError(f"{key}.cidrs", None, f"the addresses {store.endpoint} resolves to "
                                "(CIDRs such as 10.20.0.9/32): job pods reach the store through a "
@@ -784,6 +785,7 @@ def _team_secret_keys(cfg: StackConfig) -> dict[str, SecretStr]:
 def _check_team_keys(cfg: StackConfig) -> None:
     """One key pair per team: a pair two teams hold reaches both teams' prefixes."""
     store, key = cfg.object_store, f"{NAMESPACE}:objectStoreTeamSecretKeys"
+    assert store is not None  # called for a stack with an objectStore section only
     own = _team_secret_keys(cfg)
     with_key = {t.name for t in cfg.teams if t.object_store_access_key_id is not None}
     for name in sorted(set(own) ^ with_key):
