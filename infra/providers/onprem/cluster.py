@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import functools
 from typing import Any
 
 import pulumi
@@ -196,12 +197,19 @@ def registry_facts(cfg: StackConfig) -> Registry:
 K3sClusterArgs = ClusterArgs
 
 
+def _team_kubeconfig_of(made: list[Any], team: str, api: str) -> str:
+    admin, credentials = made
+    return team_kubeconfig(admin, credentials, team, api)
+
+
 class K3sCluster(pulumi.ComponentResource):
     """k3s over SSH: servers first, then agents; GPU agents with the NVIDIA container runtime."""
 
     def __init__(self, name: str, args: K3sClusterArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("alchemist:infra:K3sCluster", name, None, opts)
         onprem: OnpremConfig = args.cfg.onprem  # type: ignore[assignment]
+        installer = onprem.k3s_installer_sha256
+        assert installer is not None  # config.parse refuses an onprem stack without it
         version = K3S_VERSIONS[args.cfg.kubernetes_version]
         key = args.cfg.ssh_private_key
         private_key = pulumi.Output.secret(key.get_secret_value()) if key else None
@@ -209,13 +217,14 @@ class K3sCluster(pulumi.ComponentResource):
         agents = [h for h in onprem.hosts if h.role == "agent"]
         api = onprem.api_address or servers[0].address
 
-        def connection(host: OnpremHost) -> dict[str, Any]:
-            conn: dict[str, Any] = {"host": host.address, "port": onprem.ssh_port, "user": onprem.ssh_user}
-            if private_key is not None:
-                conn["private_key"] = private_key  # otherwise the deployer's ssh-agent
-            if host.host_key:
-                conn["host_key"] = host.host_key
-            return conn
+        def connection(host: OnpremHost) -> command.remote.ConnectionArgs:
+            return command.remote.ConnectionArgs(
+                host=host.address,
+                port=onprem.ssh_port,
+                user=onprem.ssh_user,
+                private_key=private_key,  # None: the deployer's ssh-agent
+                host_key=host.host_key or None,
+            )
 
         first = servers[0]
         images = args.cfg.images
@@ -234,7 +243,7 @@ class K3sCluster(pulumi.ComponentResource):
                 first=True,
                 ha=len(servers) > 1,
                 registries=True,
-                installer_sha256=onprem.k3s_installer_sha256,
+                installer_sha256=installer,
             ),
             stdin=registries,
             delete="/usr/local/bin/k3s-uninstall.sh",
@@ -264,8 +273,10 @@ class K3sCluster(pulumi.ComponentResource):
                 f"{name}-{'' if i == 0 else team.name + '-'}team-credentials", connection(first),
                 team_credentials_script(team.name, team.groups or [f"alchemist:{team.name}"]),
             )  # fmt: skip
-            self.team_kubeconfigs[team.name] = pulumi.Output.secret(pulumi.Output.all(admin, team_cmd.stdout).apply(
-                lambda a, t=team.name: team_kubeconfig(a[0], a[1], t, api)))  # fmt: skip
+            made: pulumi.Output[str] = pulumi.Output.all(admin, team_cmd.stdout).apply(
+                functools.partial(_team_kubeconfig_of, team=team.name, api=api)
+            )
+            self.team_kubeconfigs[team.name] = pulumi.Output.secret(made)
         self.kubeconfig = self.team_kubeconfigs[args.cfg.default_team.name]
         self.provider = kubernetes.Provider(
             f"{name}-k8s", kubeconfig=admin, opts=pulumi.ResourceOptions(parent=self)
@@ -282,9 +293,11 @@ class K3sCluster(pulumi.ComponentResource):
         )
         self.register_outputs({"kubeconfig": self.kubeconfig, "api": api})
 
-    def _join(self, name: str, host: OnpremHost, conn: dict[str, Any], version: str, api: str,
+    def _join(self, name: str, host: OnpremHost, conn: command.remote.ConnectionArgs, version: str, api: str,
               onprem: OnpremConfig, stdin: pulumi.Output[str], token_cmd: Any) -> Any:  # fmt: skip
         """One more server or agent; a GPU agent gets the NVIDIA container toolkit first."""
+        installer = onprem.k3s_installer_sha256
+        assert installer is not None  # config.parse refuses an onprem stack without it
         deps: list[Any] = [token_cmd]
         if host.role == "server":
             create = server_script(
@@ -294,13 +307,11 @@ class K3sCluster(pulumi.ComponentResource):
                 first=False,
                 ha=True,
                 registries=True,
-                installer_sha256=onprem.k3s_installer_sha256,
+                installer_sha256=installer,
             )
             delete = "k3s-uninstall.sh"
         else:
-            create = agent_script(
-                version, host, api, registries=True, installer_sha256=onprem.k3s_installer_sha256
-            )
+            create = agent_script(version, host, api, registries=True, installer_sha256=installer)
             delete = "k3s-agent-uninstall.sh"
             if host.gpus:
                 deps.append(command.remote.Command(
@@ -318,7 +329,7 @@ class K3sCluster(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, depends_on=deps),
         )
 
-    def _read_secret(self, name: str, connection: dict[str, Any], create: str) -> Any:
+    def _read_secret(self, name: str, connection: command.remote.ConnectionArgs, create: str) -> Any:
         """A command on the first server whose output is a secret: never logged, secret in the state."""
         return command.remote.Command(
             name,
