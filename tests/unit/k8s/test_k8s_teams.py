@@ -61,7 +61,7 @@ def test_a_team_gets_its_own_prefix_and_credential_and_the_default_keeps_the_sta
     dev = _output("dev")
     assert dev.for_team("applied").kubeconfig == dev.kubeconfig
     aws = _output("aws-us-west-2")
-    assert aws.for_team("applied").eks == aws.eks and aws.for_team("applied").namespace == "applied"
+    assert aws.for_team("applied").auth == aws.auth and aws.for_team("applied").namespace == "applied"
 
 
 def test_the_secret_of_a_team_never_shows():
