@@ -51,7 +51,7 @@ CHARTS: dict[str, ChartPin] = {
     ),
 }
 # The cluster layer's other charts follow the cluster's Kubernetes minor or the EKS add-on
-# they serve: infra/cluster_versions.py (cluster-autoscaler per minor, the EFA device plugin).
+# they serve: the versions.py of that provider's package (cluster-autoscaler per minor, a device plugin).
 
 # Dashboards in monitoring/ are generated with grafana-foundation-sdk for Grafana 11.6, so
 # kube-prometheus-stack's Grafana is pinned to that minor instead of the chart's default.
@@ -61,7 +61,7 @@ GRAFANA_IMAGE_TAG = "11.6.3"
 # provider installs for them. kind: the images kind v0.31.0 pre-built (its release notes list
 # 1.31 to 1.35; 1.30 has none). k3s: releases of github.com/k3s-io/k3s (docs.k3s.io release
 # notes, v1.34.X and v1.35.X). 1.31 is left out: EKS offers it until 2026-11-26 only (the end of
-# its extended support, infra/cluster_versions.py), and k3s's last 1.31 release was in 2025-11.
+# its extended support, in that provider's versions.py), and k3s's last 1.31 release was in 2025-11.
 KUBERNETES_VERSIONS = ("1.32", "1.33", "1.34", "1.35")
 KIND_VERSION = "v0.31.0"
 KIND_NODE_IMAGES = {

@@ -22,13 +22,13 @@ from infra.cluster_facts import (
     ClusterFacts,
     Registry,
 )
-from infra.cluster_versions import EFA_DEVICE_PLUGIN_CHART, autoscaler_chart, eks_support_warning
 from infra.config import AwsConfig, GpuPool, NodePool, StackConfig
 from infra.policies import OPEN_ENDPOINTS_TAG
 from infra.providers.aws.cluster_addons import CloudIdentityAddon, CloudIdentityAddonArgs
 from infra.providers.aws.ecr import EcrRepositories
 from infra.providers.aws.facts import AUTOSCALER_RESOURCE_TAG, AwsCloud, AwsNetwork, EksFacts
 from infra.providers.aws.instance_types import ACCELERATOR_LABEL, gpu_model, group_efa_rdma_read
+from infra.providers.aws.versions import EFA_DEVICE_PLUGIN_CHART, autoscaler_chart, eks_support_warning
 from infra.versions import KUBERNETES_VERSIONS
 
 SYSTEM_AMI_TYPE = "AL2023_x86_64_STANDARD"

@@ -10,8 +10,8 @@ import pulumi_kubernetes as kubernetes
 import yaml
 
 from infra.cluster_facts import KIND_SHARED_PATH, SYSTEM_NODE_LABELS, ClusterArgs, ClusterFacts, Registry
-from infra.cluster_versions import kind_node_image
 from infra.config import KindConfig
+from infra.providers.kind.versions import kind_node_image
 from infra.versions import LOCAL_REGISTRY_IMAGE
 
 KindClusterArgs = ClusterArgs

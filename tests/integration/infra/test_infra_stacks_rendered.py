@@ -12,7 +12,7 @@ import pytest
 from infra_helpers import DEPLOYER_CIDR, KUBECONFIG, SHIPPED, one, resources, stack_config
 
 from alchemist_jobs.contract import MANAGED_BY_LABEL, StackOutput
-from infra.cluster_versions import autoscaler_chart
+from infra.providers.aws.versions import autoscaler_chart
 from infra.providers.aws.shared_fs import FSX_CSI_CHART
 from infra.versions import CHARTS, GRAFANA_IMAGE_TAG, K3S_VERSIONS, KIND_NODE_IMAGES
 

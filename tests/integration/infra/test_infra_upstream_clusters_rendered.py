@@ -19,7 +19,7 @@ from infra_helpers import SHIPPED, one, resources, stack_config
 from test_infra_config import engine_config
 from test_infra_upstream_clusters import AWS_STACKS, CHARTS_DATA
 
-from infra.cluster_versions import AUTOSCALER_CHARTS
+from infra.providers.aws.versions import AUTOSCALER_CHARTS
 from infra.config import parse
 
 CHART = "kubernetes:helm.sh/v4:Chart"
@@ -485,7 +485,7 @@ def test_no_efa_output_without_efa(renders):
 
 
 def test_dev_creates_kind_from_the_digest(renders):
-    from infra.cluster_versions import kind_node_image
+    from infra.providers.kind.versions import kind_node_image
 
     cmds = {c["name"]: c["inputs"] for c in resources(renders["dev"], "command:local:Command")}
     image = kind_node_image(stack_config("dev")["alchemist:kubernetesVersion"])

@@ -19,7 +19,7 @@ import yaml
 from infra_helpers import DEPLOYER_CIDR, SHIPPED, STACKS, stack_config
 from test_infra_config import engine_config
 
-from infra.cluster_versions import AUTOSCALER_CHARTS, autoscaler_chart
+from infra.providers.aws.versions import AUTOSCALER_CHARTS, autoscaler_chart
 from infra.config import StackConfigError, parse
 from infra.versions import K3S_VERSIONS, KUBERNETES_VERSIONS
 
@@ -217,7 +217,8 @@ CHOSEN_ON = "2026-12-01"
 @pytest.mark.parametrize("minor", KUBERNETES_VERSIONS)
 def test_every_supported_minor_has_a_build_on_every_provider(minor):
     """kind: a node image by digest; k3s: a release of that minor; EKS: still offered (not past extended support)."""
-    from infra.cluster_versions import EKS_STANDARD_SUPPORT_END, eks_extended_support_end, kind_node_image
+    from infra.providers.aws.versions import EKS_STANDARD_SUPPORT_END, eks_extended_support_end
+    from infra.providers.kind.versions import kind_node_image
     from infra.versions import K3S_VERSIONS, KIND_NODE_IMAGES
 
     assert re.fullmatch(rf"kindest/node:v{re.escape(minor)}\.\d+", KIND_NODE_IMAGES[minor])
@@ -231,8 +232,8 @@ def test_every_supported_minor_has_a_build_on_every_provider(minor):
 
 
 def test_kind_digests_are_exactly_the_pinned_images():
-    # one kind release's image list (infra/cluster_versions.py names it): no stale digest left behind
-    from infra.cluster_versions import KIND_NODE_DIGESTS
+    # one kind release's image list (infra/providers/kind/versions.py names it): no stale digest left behind
+    from infra.providers.kind.versions import KIND_NODE_DIGESTS
     from infra.versions import KIND_NODE_IMAGES, KUBERNETES_VERSIONS
 
     assert set(KIND_NODE_IMAGES) == set(KUBERNETES_VERSIONS) and set(KIND_NODE_DIGESTS) == set(
@@ -243,7 +244,7 @@ def test_kind_digests_are_exactly_the_pinned_images():
 def test_eks_extended_support_is_twelve_months_after_standard():
     # AWS EKS user guide, "Understand the Kubernetes version lifecycle on EKS": standard support
     # for 14 months, then extended support "for the next 12 months"
-    from infra.cluster_versions import eks_extended_support_end
+    from infra.providers.aws.versions import eks_extended_support_end
 
     assert (
         eks_extended_support_end("1.31") == "2026-11-26" and eks_extended_support_end("1.35") == "2028-03-27"
@@ -253,7 +254,7 @@ def test_eks_extended_support_is_twelve_months_after_standard():
 @pytest.mark.parametrize("name", SHIPPED)
 def test_shipped_stacks_run_a_minor_in_eks_standard_support(name):
     """The same minor on every stack (`alchemist stack diff`), and on EKS it is not on paid extended support."""
-    from infra.cluster_versions import EKS_STANDARD_SUPPORT_END, eks_support_warning
+    from infra.providers.aws.versions import EKS_STANDARD_SUPPORT_END, eks_support_warning
 
     minor = stack_config(name)["alchemist:kubernetesVersion"]
     assert minor in KUBERNETES_VERSIONS
@@ -281,7 +282,7 @@ def test_every_autoscaler_pin_was_read_upstream(minor):
 
 
 def test_a_minor_past_eks_standard_support_is_said_at_up():
-    from infra.cluster_versions import eks_support_warning
+    from infra.providers.aws.versions import eks_support_warning
 
     supported = ("1.33", "1.34", "1.35")
     line = eks_support_warning("1.31", "2026-12-01", supported)

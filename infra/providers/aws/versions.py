@@ -1,4 +1,4 @@
-"""Versions the cluster layer pins per Kubernetes minor: cluster-autoscaler charts, with their source.
+"""What the EKS cluster pins per Kubernetes minor: the cluster-autoscaler chart, the EFA device plugin, and EKS's support dates.
 
 The cluster autoscaler supports only the Kubernetes minor it was built for ("We recommend using
 Cluster Autoscaler with the Kubernetes control plane version for which it was meant",
@@ -10,7 +10,7 @@ https://github.com/kubernetes/autoscaler (Apache-2.0).
 
 from __future__ import annotations
 
-from infra.versions import KIND_NODE_IMAGES, ChartPin
+from infra.versions import ChartPin
 
 AUTOSCALER_REPO = "https://kubernetes.github.io/autoscaler"
 # Kubernetes minor -> (chart version, the chart's appVersion)
@@ -36,25 +36,6 @@ def autoscaler_chart(kubernetes_minor: str) -> ChartPin:
 # appVersion v0.5.20. Its one template is a DaemonSet (no Helm hooks: helm.v4.Chart is enough);
 # its values' supportedInstanceLabels restrict it to EFA instance types.
 EFA_DEVICE_PLUGIN_CHART = ChartPin("aws-efa-k8s-device-plugin", "v0.5.30", "https://aws.github.io/eks-charts")
-
-# kind node images by digest (a tag can be re-pushed; a digest cannot), for the builds in
-# infra/versions.py KIND_NODE_IMAGES. Source: the "Images pre-built for this release" list of the
-# kind v0.31.0 release notes (https://github.com/kubernetes-sigs/kind/releases/tag/v0.31.0); the
-# 1.35 digest is also kind v0.31.0's default, pkg/apis/config/defaults/image.go at tag v0.31.0.
-# Images of one release only: kind supports a node image with the kind release it was built for.
-KIND_NODE_DIGESTS = {
-    "kindest/node:v1.32.11": "sha256:5fc52d52a7b9574015299724bd68f183702956aa4a2116ae75a63cb574b35af8",
-    "kindest/node:v1.33.7": "sha256:d26ef333bdb2cbe9862a0f7c3803ecc7b4303d8cea8e814b481b09949d353040",
-    "kindest/node:v1.34.3": "sha256:08497ee19eace7b4b5348db5c6a1591d7752b164530a36f855cb0f2bdcbadd48",
-    "kindest/node:v1.35.0": "sha256:452d707d4862f52530247495d180205e029056831160e22870e37e3f6c1ac31f",
-}
-
-
-def kind_node_image(kubernetes_minor: str) -> str:
-    """The kind node image of this Kubernetes minor, pinned by digest."""
-    image = KIND_NODE_IMAGES[kubernetes_minor]
-    return f"{image}@{KIND_NODE_DIGESTS[image]}"
-
 
 # End of EKS standard support per Kubernetes minor (AWS EKS user guide, "Understand the
 # Kubernetes version lifecycle on EKS", release calendar, read 2026-12-01): after it a cluster
