@@ -360,13 +360,13 @@ def calibrate(
     """Run each calibration point once on the local stack (cached per job in the run home) and
     return {label: {curve, final_accuracy, start_s}}: a run's curve is kept, so a later plan
     for another target needs no run."""
-    from alchemist_jobs.local_backend import LocalScheduler
     from alchemist_jobs.runtime.curve import evaluate_snapshots
+    from alchemist_jobs.stacks import local_scheduler
 
     path = cache_dir(home) / f"{job_key(spec)}.json"
     cached = read_json(path) or {}
     runs: dict[str, Any] = dict(cached.get("runs", {}))
-    sched = LocalScheduler(home)
+    sched = local_scheduler(home)
     for c in calibration_candidates(spec):
         if c.label in runs:
             continue
