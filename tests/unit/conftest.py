@@ -28,9 +28,6 @@ def _refuse(call: str):
 
 @pytest.fixture(autouse=True)
 def _no_process_is_started(monkeypatch: pytest.MonkeyPatch):
-    if os.environ.get("ALCHEMIST_TEST_UNIT_GUARD") != "1":  # TRANSITION: unconditional once sorted
-        yield
-        return
     monkeypatch.setattr(subprocess.Popen, "_execute_child", _refuse("subprocess"))
     monkeypatch.setattr(_posixsubprocess, "fork_exec", _refuse("fork_exec"))
     for name in ("fork", "forkpty", "posix_spawn", "posix_spawnp", "system", "execv", "execve"):
