@@ -37,8 +37,15 @@ def test_outside_a_run_nothing_is_written_unless_a_directory_is_named(tmp_path, 
     assert (named.directory, named.every_steps, named.keep, named.resume) == (tmp_path, 100, 3, True)
 
 
-def test_the_helpers_are_package_attributes_that_import_no_framework():
+def test_the_helpers_are_package_attributes_that_import_no_framework(monkeypatch):
+    """The helpers are imported afresh with the frameworks made unimportable (a None entry in
+    sys.modules makes `import` raise): another test in this process may have imported them."""
     import alchemist_jobs
 
+    for name in ("tensorflow", "orbax", "orbax.checkpoint"):
+        monkeypatch.setitem(sys.modules, name, None)
+    for helper in ("tf_checkpoint", "jax_checkpoint"):
+        monkeypatch.delitem(sys.modules, f"alchemist_jobs.{helper}", raising=False)
+        monkeypatch.delattr(alchemist_jobs, helper, raising=False)
+
     assert alchemist_jobs.tf_checkpoint.manager and alchemist_jobs.jax_checkpoint.manager
-    assert not {"tensorflow", "orbax.checkpoint"} & set(sys.modules)
