@@ -776,6 +776,8 @@ class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
             tick()
         if not stopped:  # after a stop, SIGTERM is ours: it says nothing about the cause
             message = agents_message(handle.procs, codes)
+        if handle.servers is not None and not stopped and all(c == 0 for c in codes):
+            handle.servers.end(grace=CANCEL_GRACE_S)  # their final checkpoints and records
         if run.state().get("state") != CANCELLED:
             ok = all(c == 0 for c in codes) and not message
             outcome: dict = dict(restarts=_restarts(run))

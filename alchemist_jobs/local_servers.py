@@ -14,6 +14,7 @@ import shlex
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -157,6 +158,20 @@ class LocalServers:
             )
             self._spawn(k)
         return True
+
+    def end(self, grace: float) -> None:
+        """At a run's end: every worker said goodbye, so each server writes its final checkpoint
+        and record and exits by itself. Wait up to `grace` seconds for that, then stop the rest
+        (a SIGTERM sooner killed a server still writing, and its record kept no end)."""
+        deadline = time.monotonic() + grace
+        for p in self.procs:
+            if p is None:
+                continue
+            try:
+                p.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                break
+        self.stop(grace)
 
     def stop(self, grace: float = 5.0) -> None:
         stop_groups([p for p in self.procs if p is not None], grace)
