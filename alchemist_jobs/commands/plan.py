@@ -491,8 +491,10 @@ def auto_plan(args: argparse.Namespace, log=None, extra: list[dict] | None = Non
         assumptions=list(cluster.assumptions)
         + [
             "steps to target and final accuracy: "
-            + "log(steps) = b[family] + a[family] log2(tau) + c half + d overlap, least squares "
-            + f"over {len(runs)} calibration runs on this machine (rms {conv.rms_log:.2f} in log)",
+            + "log(steps) = base[family](tau) + half[family] + overlap[family], each family by "
+            + "least squares over its own calibration runs, piecewise linear in log2(tau) between "
+            + f"the taus they measured ({len(runs)} runs on this machine, rms {conv.rms_log:.2f} "
+            + "in log); a candidate outside them is not predicted",
             "step time: the scaling model over profiles of sync, bmuf and easgd; PowerSGD: its "
             "three all-reduces per bucket and its local arithmetic, all waited for",
         ],

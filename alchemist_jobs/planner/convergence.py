@@ -1,23 +1,32 @@
 """The convergence model behind `alchemist plan --auto`: steps to a target quality, and the
 final quality, as functions of the algorithm, tau, the wire precision and overlap.
 
-Calibrated from short measured runs (planner/auto.py runs them), fitted by least squares:
+Calibrated from short measured runs (planner/auto.py runs them), fitted by least squares,
+each family on its own runs:
 
-    log(steps_to_target) = b[family] + a[family] * log2(tau) + c * half + d * overlap
+    log(steps_to_target) = base[family](tau) + half[family] * half + overlap[family] * overlap
     final_accuracy       = the same form, without the log
 
 `family` is sync (plain or fp16/bf16 on the wire), powersgd-r<rank> (each rank its own), bmuf
 or easgd; `half` is 1 when the wire carries 16-bit values; `overlap` is 1 when a block
-algorithm applies each exchange one block late. A slope a[family] is fitted only where runs
-of that family at two or more taus exist; c and d only where runs with and without exist.
-What the runs did not vary, the model does not extrapolate: a candidate needing a term that
-was not fitted is not predicted (`predictable`).
+algorithm applies each exchange one block late. `base` is one value for the sync families;
+for bmuf and easgd it is piecewise linear in log2(tau) between the taus the runs measured
+(`@<tau>` terms: a candidate between two of them takes both, weighted by where it lies).
+
+Every term belongs to one family, because the families respond differently: overlap costs
+bmuf's block momentum more than it costs easgd, and a 16-bit wire rounds gradients in sync
+but parameters in the block algorithms. A model that shared those terms carried one
+family's loss to another's candidates that do not have it.
+
+What the runs did not vary, the model does not extrapolate: a candidate outside its family's
+measured taus, or needing a half/overlap term no pair of runs separates, is not predicted
+(`predictable`).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -47,78 +56,152 @@ class Observation:
 
 @dataclass(frozen=True)
 class Fit:
-    """The fitted terms, by name (b:<family>, a:<family>, half, overlap), for steps (in log)
-    and for final accuracy; `rms_log` is the steps fit's residual (0 with as many runs as
-    terms)."""
+    """The fitted terms by name (`<family>@<tau>` or `<family>` for the base, `half:<family>`,
+    `overlap:<family>`), for steps (in log) and for final accuracy; `taus` holds each block
+    family's measured taus (the interpolation's knots, for steps and for accuracy: the
+    accuracy fit also uses runs that never reached the target); `fixed` what every run of a
+    family shared (a half or overlap value no pair of runs varied: candidates must share
+    it). `rms_log` is the steps fit's residual (0 with as many runs as terms)."""
 
     steps: dict[str, float]
     accuracy: dict[str, float]
     rms_log: float
     runs: int
+    taus: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    fixed: dict[str, dict[str, bool]] = field(default_factory=dict)
+    step_taus: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    step_fixed: dict[str, dict[str, bool]] = field(default_factory=dict)
 
     def predictable(self, f: Features) -> bool:
-        return all(t in self.steps for t in _terms(f))
+        for coef, taus, fixed in (
+            (self.steps, self.step_taus, self.step_fixed),
+            (self.accuracy, self.taus, self.fixed),
+        ):
+            t = _terms(f, taus, fixed)
+            if t is None or not all(name in coef for name in t):
+                return False
+        return True
 
     def steps_to_target(self, f: Features) -> float:
-        return math.exp(sum(self.steps[t] * x for t, x in _terms(f).items()))
+        terms = _terms(f, self.step_taus, self.step_fixed)
+        assert terms is not None, f"{f} is not predictable"
+        return math.exp(sum(self.steps[t] * x for t, x in terms.items()))
 
     def final_accuracy(self, f: Features) -> float:
-        return sum(self.accuracy[t] * x for t, x in _terms(f).items())
+        terms = _terms(f, self.taus, self.fixed)
+        assert terms is not None, f"{f} is not predictable"
+        return sum(self.accuracy[t] * x for t, x in terms.items())
+
+    def why_not(self, f: Features) -> str:
+        """Why a candidate is not predicted, in a few words."""
+        for taus, fixed in ((self.step_taus, self.step_fixed), (self.taus, self.fixed)):
+            knots = taus.get(f.family, ())
+            if f.blocks and knots and not knots[0] <= f.tau <= knots[-1]:
+                return f"tau {f.tau} is outside the calibrated taus {knots[0]}-{knots[-1]}"
+            for name, value in fixed.get(f.family, {}).items():
+                if getattr(f, name) != value:
+                    return (
+                        f"no calibration run of {f.family} {'with' if getattr(f, name) else 'without'} {name}"
+                    )
+        return "the calibration runs fit no term for it (or never reached the target)"
 
 
-def _terms(f: Features) -> dict[str, float]:
-    """The model's terms for one candidate, with their values (zero-valued terms left out, so
-    a candidate at tau 1 or without a 16-bit wire needs no slope or half term)."""
-    out = {f"b:{f.family}": 1.0}
-    if f.blocks and f.tau > 1:
-        out[f"a:{f.family}"] = math.log2(f.tau)
-    if f.half:
-        out["half"] = 1.0
-    if f.overlap:
-        out["overlap"] = 1.0
+def _terms(
+    f: Features, taus: dict[str, tuple[int, ...]], fixed: dict[str, dict[str, bool]]
+) -> dict[str, float] | None:
+    """The model's terms for one candidate with their values (zero-valued ones left out), or
+    None where the model would extrapolate: a tau outside the family's knots, or a half or
+    overlap value the family's runs never had."""
+    out: dict[str, float] = {}
+    if f.blocks:
+        knots = taus.get(f.family, ())
+        if not knots or not knots[0] <= f.tau <= knots[-1]:
+            return None
+        if f.tau in knots:
+            out[f"{f.family}@{f.tau}"] = 1.0
+        else:
+            hi = next(i for i, t in enumerate(knots) if t > f.tau)
+            t0, t1 = knots[hi - 1], knots[hi]
+            w = (math.log2(f.tau) - math.log2(t0)) / (math.log2(t1) - math.log2(t0))
+            out[f"{f.family}@{t0}"], out[f"{f.family}@{t1}"] = 1.0 - w, w
+    else:
+        out[f.family] = 1.0
+    for name in ("half", "overlap"):
+        value = bool(getattr(f, name))
+        known = fixed.get(f.family, {})
+        if name in known:
+            if known[name] != value:
+                return None
+        elif value:
+            out[f"{name}:{f.family}"] = 1.0
     return out
 
 
 def fit(observations: list[Observation]) -> Fit:
-    """Least squares over the runs that reached the target (the accuracy fit over every run).
-    A family whose runs never reached the target gets no steps terms: it is not predicted."""
+    """Least squares, family by family: the steps over the runs that reached the target, the
+    accuracy over every run. A family whose runs never reached the target gets no steps
+    terms: it is not predicted."""
     reached = [o for o in observations if o.steps_to_target is not None and o.steps_to_target > 0]
-    steps = _solve(reached, [math.log(o.steps_to_target or 1.0) for o in reached])
-    accuracy = _solve(observations, [o.final_accuracy for o in observations])
+    step_taus, step_fixed = _layout(reached)
+    taus, fixed = _layout(observations)
+    steps = _solve(reached, [math.log(o.steps_to_target or 1.0) for o in reached], step_taus, step_fixed)
+    accuracy = _solve(observations, [o.final_accuracy for o in observations], taus, fixed)
     rms = 0.0
-    if reached:
-        resid = [
-            math.log(o.steps_to_target or 1.0)
-            - sum(steps.get(t, 0.0) * x for t, x in _terms(o.features).items())
-            for o in reached
-        ]
+    resid = []
+    for o in reached:
+        terms = _terms(o.features, step_taus, step_fixed)
+        if terms is not None and all(t in steps for t in terms):
+            resid.append(math.log(o.steps_to_target or 1.0) - sum(steps[t] * x for t, x in terms.items()))
+    if resid:
         rms = math.sqrt(sum(r * r for r in resid) / len(resid))
-    return Fit(steps=steps, accuracy=accuracy, rms_log=rms, runs=len(observations))
+    return Fit(
+        steps=steps,
+        accuracy=accuracy,
+        rms_log=rms,
+        runs=len(observations),
+        taus=taus,
+        fixed=fixed,
+        step_taus=step_taus,
+        step_fixed=step_fixed,
+    )
 
 
-def _solve(observations: list[Observation], y: list[float]) -> dict[str, float]:
-    """The terms the observations vary, least squares; a slope needs two taus of its family,
-    the half and overlap terms runs with and without."""
+def _layout(observations: list[Observation]) -> tuple[dict[str, tuple[int, ...]], dict[str, dict[str, bool]]]:
+    """Each block family's measured taus, and what every run of a family shared."""
     taus: dict[str, set[int]] = {}
+    seen: dict[str, dict[str, set[bool]]] = {}
     for o in observations:
-        taus.setdefault(o.features.family, set()).add(o.features.tau)
-    names: list[str] = []
-    for o in observations:
-        for t in _terms(o.features):
-            if t in names:
-                continue
-            if t.startswith("a:") and len(taus[t[2:]]) < 2:
-                continue
-            if t == "half" and all(o2.features.half for o2 in observations):
-                continue
-            if t == "overlap" and all(o2.features.overlap for o2 in observations):
-                continue
-            names.append(t)
-    if not names:
-        return {}
-    x = np.array([[_terms(o.features).get(t, 0.0) for t in names] for o in observations])
-    solution, *_ = np.linalg.lstsq(x, np.array(y), rcond=None)
-    # A term no run separates from the others (a rank-deficient design) is not trusted.
-    if np.linalg.matrix_rank(x) < len(names):
-        return {}
-    return {t: float(v) for t, v in zip(names, solution, strict=True)}
+        f = o.features
+        if f.blocks:
+            taus.setdefault(f.family, set()).add(f.tau)
+        for name in ("half", "overlap"):
+            seen.setdefault(f.family, {}).setdefault(name, set()).add(bool(getattr(f, name)))
+    fixed = {
+        family: {name: next(iter(values)) for name, values in by.items() if len(values) == 1}
+        for family, by in seen.items()
+    }
+    return {k: tuple(sorted(v)) for k, v in taus.items()}, fixed
+
+
+def _solve(
+    observations: list[Observation],
+    y: list[float],
+    taus: dict[str, tuple[int, ...]],
+    fixed: dict[str, dict[str, bool]],
+) -> dict[str, float]:
+    """Each family's terms by least squares over its own runs; a family whose runs do not
+    separate its terms (a rank-deficient design) gets none: it is not trusted."""
+    out: dict[str, float] = {}
+    by_family: dict[str, list[tuple[dict[str, float], float]]] = {}
+    for o, target in zip(observations, y, strict=True):
+        terms = _terms(o.features, taus, fixed)
+        if terms is not None:
+            by_family.setdefault(o.features.family, []).append((terms, target))
+    for rows in by_family.values():
+        names = sorted({t for terms, _ in rows for t in terms})
+        x = np.array([[terms.get(t, 0.0) for t in names] for terms, _ in rows])
+        if np.linalg.matrix_rank(x) < len(names):
+            continue
+        solution, *_ = np.linalg.lstsq(x, np.array([v for _, v in rows]), rcond=None)
+        out.update({t: float(v) for t, v in zip(names, solution, strict=True)})
+    return out
