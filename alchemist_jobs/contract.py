@@ -58,32 +58,47 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class SignedRequest(_Strict):
+    """A cloud API request the CLI presigns (botocore, SigV4) with the user's own identity; its
+    URL, base64url-encoded without padding after `token_prefix`, is the bearer token. The
+    cluster's authenticator replays the URL to learn who calls; the signed header (when named)
+    ties the token to one cluster."""
+
+    service: str  # botocore service name of the API the URL calls
+    operation: str  # botocore operation (the client's method name) the URL calls
+    header: str | None = None  # a header the signature covers, sent by the authenticator
+    header_value: str | None = None
+    token_prefix: str = ""  # put before the encoded URL
+    expires_s: int = Field(60, ge=1)  # how long the presigned URL is good for
+    token_lifetime_s: int = Field(900, ge=60)  # how long the cluster accepts a token
+
+
+class ClusterLookup(_Strict):
+    """A cloud API call (botocore) that answers the cluster's API server and base64 CA, for an
+    output that lacks them; the fields are dotted paths into its response."""
+
+    service: str
+    operation: str
+    params: dict[str, str] = {}
+    server_field: str
+    certificate_authority_field: str
+
+
 class ClusterAuth(_Strict):
     """How jobs reach the cluster when the output carries no kubeconfig: a short-lived token the
     CLI makes with the user's own identity. `method` names the way (a key of
     alchemist_jobs.kubernetes.auth's table, whose module makes the token); the provider's
-    package writes this section (its `jobs_access`)."""
+    package writes this section (its `jobs_access`), with what the method needs to know."""
 
-    method: Dns1123Label  # e.g. "eks-token"
+    method: Dns1123Label  # e.g. "presigned-request"
     cluster: str  # the cluster's name where its provider knows it (what the token is for)
+    label: str = "cluster"  # what the provider calls it, for messages ("<label> <cluster>")
     region: str | None = None  # where the provider's API for the cluster is
     server: str | None = None  # API server URL; the method looks it up when absent
     certificate_authority: str | None = None  # base64 CA data; looked up when absent
     kubeconfig_command: str | None = None  # what a person runs to get a kubeconfig of their own
-
-
-def _from_eks(eks: dict[str, Any]) -> dict[str, Any]:
-    """The `auth` of an output written before `auth` existed, which carried `eks` (an EKS
-    cluster's name, region, endpoint and CA) instead."""
-    name, region = eks.get("cluster_name"), eks.get("region")
-    return {
-        "method": "eks-token",
-        "cluster": name,
-        "region": region,
-        "server": eks.get("endpoint"),
-        "certificate_authority": eks.get("certificate_authority"),
-        "kubeconfig_command": f"aws eks update-kubeconfig --name {name} --region {region}",
-    }
+    request: SignedRequest | None = None  # presigned-request: what to sign
+    lookup: ClusterLookup | None = None  # how to find server and CA when absent
 
 
 class SharedFs(_Strict):
@@ -190,17 +205,6 @@ class StackOutput(_Strict):
     team: Dns1123Label | None = None
     teams: list[Team] = []
 
-    @model_validator(mode="before")
-    @classmethod
-    def _eks_is_an_older_auth(cls, data: Any) -> Any:
-        if isinstance(data, dict) and "eks" in data:
-            if "auth" in data:
-                raise ValueError("`eks` (written before `auth`) and `auth` together; accepted: one of them")
-            eks = data["eks"]
-            data = {k: v for k, v in data.items() if k != "eks"}
-            data["auth"] = _from_eks(eks) if isinstance(eks, dict) else eks
-        return data
-
     @model_validator(mode="after")
     def _teams_agree(self) -> StackOutput:
         if not self.teams:
@@ -262,6 +266,15 @@ class StackOutput(_Strict):
         except ValidationError as e:
             err = e.errors()[0]
             where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+            if err["type"] == "extra_forbidden":  # a field of another version of the contract
+                stack = data.get("stack") if isinstance(data, dict) else None
+                stack = stack if isinstance(stack, str) and 0 < len(stack) <= 63 else "STACK"
+                raise UserError(
+                    f"{source}: stack output `alchemist` has `{where}`, which this alchemist's "
+                    "contract does not have (the output was written by another version); accepted: "
+                    f"the output as this version writes it: run `pulumi up -s {stack}` "
+                    "to refresh it"
+                ) from None
             raise UserError(
                 f"{source}: stack output `alchemist` breaks the contract at {where}: {err['msg']}"
             ) from None

@@ -2,9 +2,10 @@
 
 A `kubeconfig` (secret) is used as it is. Otherwise the output's `auth` (alchemist_jobs.contract
 ClusterAuth, written by the provider's package) names a `method`, and the function this table
-gives for it fills a `kubernetes` client Configuration with a token it makes itself: `eks-token`
-in eks_auth (boto3, imported on first use). A provider whose jobs reach its clusters another
-way adds its method here and writes that name in its output.
+gives for it fills a `kubernetes` client Configuration with a token it makes itself:
+`presigned-request` in presigned_token (a cloud API request the provider describes, presigned
+with boto3, imported on first use). A provider whose jobs reach its clusters another way adds
+its method here and writes that name in its output.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ def from_kubeconfig(out: StackOutput, cfg: Any) -> None:
 # auth.method -> "module:function" filling a Configuration, imported on first use (boto3 only
 # where a stack needs it)
 METHODS: dict[str, str] = {
-    "eks-token": "alchemist_jobs.kubernetes.eks_auth:configure",
+    "presigned-request": "alchemist_jobs.kubernetes.presigned_token:configure",
 }
 
 
@@ -72,7 +73,8 @@ def credentials(out: StackOutput) -> Any:
             known = ", ".join(repr(m) for m in METHODS)
             raise UserError(
                 f"stack {out.stack}: auth.method = {out.auth.method!r} is not known to this alchemist; "
-                f"accepted: {known} (or a kubeconfig)"
+                f"accepted: {known} (or a kubeconfig; run `pulumi up -s {out.stack}` to refresh an output "
+                "written by another version)"
             )
         module, _, name = METHODS[out.auth.method].partition(":")
         method = getattr(importlib.import_module(module), name)

@@ -93,7 +93,7 @@ def _api_reason(e: Any) -> str:
 
 
 def connect(out: StackOutput) -> Cluster:
-    """A client for the stack's cluster. Imports `kubernetes` (and boto3 on EKS) only now."""
+    """A client for the stack's cluster. Imports `kubernetes` (and boto3 where the stack's auth presigns a request) only now."""
     try:
         from kubernetes import client
     except ImportError:

@@ -60,6 +60,6 @@ def in_cluster_output(stack: str, path: Path | None) -> Any:
         raise UserError(f"--outputs {path}: cannot read it as JSON ({type(e).__name__})") from None
     if not isinstance(data, dict):
         raise UserError(f"--outputs {path}: accepted: a JSON object (a stack output)")
-    data = {k: v for k, v in data.items() if k not in ("kubeconfig", "auth", "eks")}  # eks: an older auth
+    data = {k: v for k, v in data.items() if k not in ("kubeconfig", "auth")}
     data["kubeconfig"] = in_cluster_kubeconfig()
     return StackOutput.parse(data, str(path))

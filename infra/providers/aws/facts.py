@@ -7,6 +7,8 @@ from typing import Any
 
 import pulumi
 
+from infra.providers.aws.auth import cluster_auth
+
 # The cluster autoscaler's AWS template node (what it believes a node of a group at zero will
 # have) advertises only cpu, memory, nvidia.com/gpu and pods, plus a resource per tag
 # `<this prefix><resource>: <quantity>` on the ASG or, for EKS managed node groups, on the node
@@ -40,7 +42,7 @@ class AwsCloud:
 @dataclass
 class EksFacts:
     """How jobs reach an EKS cluster: a token each user signs with boto3 for the cluster's name
-    (alchemist_jobs/kubernetes/eks_auth.py), its address and CA, as Pulumi inputs."""
+    (infra/providers/aws/auth.py), its address and CA, as Pulumi inputs."""
 
     cluster_name: str
     region: str
@@ -48,13 +50,5 @@ class EksFacts:
     certificate_authority: pulumi.Input[str] | None = None
 
     def output(self) -> dict[str, pulumi.Input[str]]:
-        """The stack output's `auth` (alchemist_jobs.contract.ClusterAuth, method `eks-token`)."""
-        auth: dict[str, pulumi.Input[str] | None] = {
-            "method": "eks-token",
-            "cluster": self.cluster_name,
-            "region": self.region,
-            "server": self.endpoint,
-            "certificate_authority": self.certificate_authority,
-            "kubeconfig_command": f"aws eks update-kubeconfig --name {self.cluster_name} --region {self.region}",
-        }
-        return {k: v for k, v in auth.items() if v is not None}
+        """The stack output's `auth` (alchemist_jobs.contract.ClusterAuth; infra/providers/aws/auth.py)."""
+        return cluster_auth(self.cluster_name, self.region, self.endpoint, self.certificate_authority)

@@ -12,8 +12,8 @@ import pytest
 from infra_helpers import DEPLOYER_CIDR, KUBECONFIG, SHIPPED, one, resources, stack_config
 
 from alchemist_jobs.contract import MANAGED_BY_LABEL, StackOutput
-from infra.providers.aws.versions import autoscaler_chart
 from infra.providers.aws.shared_fs import FSX_CSI_CHART
+from infra.providers.aws.versions import autoscaler_chart
 from infra.versions import CHARTS, GRAFANA_IMAGE_TAG, K3S_VERSIONS, KIND_NODE_IMAGES
 
 CHART = "kubernetes:helm.sh/v4:Chart"
@@ -45,7 +45,8 @@ def test_output_is_the_contract(renders, name):
     if parsed.provider == "aws":
         assert "kubeconfig" not in out
         region = config["alchemist:aws"]["region"]
-        assert out["auth"]["method"] == "eks-token"
+        assert out["auth"]["method"] == "presigned-request"
+        assert out["auth"]["request"]["header_value"] == f"alchemist-{name}"  # the token's cluster
         assert out["auth"]["cluster"] == f"alchemist-{name}" and out["auth"]["region"] == region
         assert out["auth"]["server"].endswith(f".{region}.eks.amazonaws.com")
         assert out["auth"]["certificate_authority"]

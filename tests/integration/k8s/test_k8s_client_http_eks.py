@@ -13,7 +13,7 @@ from tests.unit.k8s.test_k8s_client_http import RUN, _Recorder, api_server  # no
 
 
 class _Clock:
-    """time.monotonic for eks_auth: minutes pass when the test says so."""
+    """time.monotonic for presigned_token: minutes pass when the test says so."""
 
     def __init__(self) -> None:
         self.now = 1000.0
@@ -35,7 +35,8 @@ def test_every_eks_request_carries_a_fresh_bearer_token(api_server, monkeypatch,
     minutes while pod 0 still runs, the backend reattaches, and every request (including
     those after 15 minutes) carries `Bearer k8s-aws-v1.` + a token made under 15 minutes
     before it, and the token was renewed on the way."""
-    from alchemist_jobs.kubernetes import eks_auth
+    from alchemist_jobs.kubernetes import presigned_token
+    from infra.providers.aws.auth import TOKEN_LIFETIME_S, cluster_auth
 
     for var, value in (
         ("AWS_ACCESS_KEY_ID", "testing"),
@@ -47,28 +48,24 @@ def test_every_eks_request_carries_a_fresh_bearer_token(api_server, monkeypatch,
     for var in ("AWS_PROFILE", "AWS_SESSION_TOKEN"):
         monkeypatch.delenv(var, raising=False)
     clock = _Clock()
-    monkeypatch.setattr(eks_auth.time, "monotonic", clock)
+    monkeypatch.setattr(presigned_token.time, "monotonic", clock)
     made: list[float] = []  # when each token was made (two in one second are equal)
-    real_get_token = eks_auth.get_token
+    real_get_token = presigned_token.get_token
 
     def get_token(*args):
         made.append(clock.now)
         return real_get_token(*args)  # real SigV4 presigning: no network needed
 
-    monkeypatch.setattr(eks_auth, "get_token", get_token)
+    monkeypatch.setattr(presigned_token, "get_token", get_token)
     import alchemist_jobs.kubernetes.scheduler as scheduler
 
     monkeypatch.setattr(scheduler, "POLL_S", 0.0)
 
     url, requests = api_server
     data = stack("aws-us-west-2").output.model_dump(mode="json")
-    data["auth"] = {
-        "method": "eks-token",
-        "cluster": "alchemist-aws",
-        "region": "us-west-2",
-        "server": url,
-        "certificate_authority": base64.b64encode(b"unused over http").decode(),
-    }
+    data["auth"] = cluster_auth(
+        "alchemist-aws", "us-west-2", url, base64.b64encode(b"unused over http").decode()
+    )
     data.pop("kubeconfig", None)
     sched = KubernetesScheduler(StackOutput.parse(data, "test"))
 
@@ -92,4 +89,4 @@ def test_every_eks_request_carries_a_fresh_bearer_token(api_server, monkeypatch,
     # Each request went out with a token made less than 15 minutes before it.
     for r in requests:
         newest = max(t for t in made if t <= r["at"])
-        assert r["at"] - newest < eks_auth.TOKEN_LIFETIME_S
+        assert r["at"] - newest < TOKEN_LIFETIME_S

@@ -1,6 +1,6 @@
 """The contract's neutral credential description (`auth`), both ways: what the AWS provider
-exports is what the jobs half reads and signs a token for, and an output written before `auth`
-(with `eks`) still reads as the same `auth`."""
+exports is what the jobs half reads and signs a token for, and an output written by an older
+version (with `eks`, or the `eks-token` method) is one line telling to refresh it."""
 
 from __future__ import annotations
 
@@ -10,16 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from alchemist_jobs.contract import ClusterAuth, StackOutput
+from alchemist_jobs.contract import StackOutput
 from alchemist_jobs.errors import UserError
-from alchemist_jobs.kubernetes import eks_auth
+from alchemist_jobs.kubernetes import presigned_token
 from alchemist_jobs.kubernetes.auth import credentials
 from infra.cluster_facts import ClusterFacts, Registry
 from infra.providers import get
+from infra.providers.aws.auth import TOKEN_PREFIX
 from infra.providers.aws.facts import AwsCloud, AwsNetwork, EksFacts
 
-# `pulumi stack output alchemist` of an AWS stack as the program wrote it before `auth` existed
-OLD_OUTPUT = Path(__file__).resolve().parents[2] / "fixtures" / "stack_outputs" / "aws-us-west-2.json"
+# `pulumi stack output alchemist` of an AWS stack as the program writes it
+OUTPUT = Path(__file__).resolve().parents[2] / "fixtures" / "stack_outputs" / "aws-us-west-2.json"
 SERVER = "https://0A1B2C3D4E5F60718293A4B5C6D7E8F9.gr7.us-west-2.eks.amazonaws.com"
 CA = base64.b64encode(b"FAKE-EKS-CA").decode()
 
@@ -33,8 +34,8 @@ def _facts(eks: EksFacts) -> ClusterFacts:
                         cloud=AwsCloud(network=net, eks=eks))  # fmt: skip
 
 
-def _old_output() -> dict:
-    return json.loads(OLD_OUTPUT.read_text())
+def _output() -> dict:
+    return json.loads(OUTPUT.read_text())
 
 
 def test_the_aws_providers_access_is_an_auth_the_jobs_half_signs_a_token_for(monkeypatch):
@@ -44,44 +45,58 @@ def test_the_aws_providers_access_is_an_auth_the_jobs_half_signs_a_token_for(mon
                    certificate_authority=CA)  # fmt: skip
     access = get("aws").jobs_access(None, _facts(eks), None, None)  # type: ignore[arg-type]
     assert set(access) == {"auth"}
-    data = {k: v for k, v in _old_output().items() if k != "eks"} | access
+    data = _output() | access
     out = StackOutput.parse(data, "test")
-    assert out.auth == ClusterAuth(
-        method="eks-token", cluster="alchemist-aws-us-west-2", region="us-west-2", server=SERVER,
-        certificate_authority=CA,
-        kubeconfig_command="aws eks update-kubeconfig --name alchemist-aws-us-west-2 --region us-west-2",
+    assert out.auth is not None and out.auth.method == "presigned-request"
+    assert (out.auth.cluster, out.auth.region, out.auth.server, out.auth.certificate_authority) == (
+        "alchemist-aws-us-west-2", "us-west-2", SERVER, CA,
     )  # fmt: skip
     cfg = credentials(out)
     assert cfg.host == SERVER and Path(cfg.ssl_ca_cert).read_bytes() == b"FAKE-EKS-CA"
     token = cfg.api_key["BearerToken"]
-    url = eks_auth.decode_token(token)
+    url = presigned_token.decode_token(token, TOKEN_PREFIX)
     assert "sts.us-west-2.amazonaws.com" in url and "x-k8s-aws-id" in url
 
 
-def test_an_output_written_with_eks_reads_as_the_same_auth():
-    old = _old_output()
-    assert "eks" in old and "auth" not in old
-    out = StackOutput.parse(old, "test")
-    eks = old["eks"]
-    new = EksFacts(eks["cluster_name"], eks["region"], eks["endpoint"], eks["certificate_authority"]).output()
-    assert out.auth == ClusterAuth.model_validate(new)
-    assert "eks" not in out.model_dump()
+# An output as the program wrote it before `auth` existed: `eks` where `auth` is now.
+OLD_EKS = {
+    "cluster_name": "alchemist-aws-us-west-2",
+    "region": "us-west-2",
+    "endpoint": SERVER,
+    "certificate_authority": CA,
+}
 
 
-def test_an_output_with_both_eks_and_auth_is_one_line():
-    data = _old_output() | {"auth": {"method": "eks-token", "cluster": "x"}}
+def test_an_output_written_with_eks_is_one_line_telling_to_refresh_it():
+    old = {k: v for k, v in _output().items() if k != "auth"} | {"eks": OLD_EKS}
     with pytest.raises(UserError) as e:
-        StackOutput.parse(data, "stack aws-us-west-2")
-    assert str(e.value) == ("stack aws-us-west-2: stack output `alchemist` breaks the contract at (top level): "
-                            "Value error, `eks` (written before `auth`) and `auth` together; accepted: one of them")  # fmt: skip
+        StackOutput.parse(old, "stack aws-us-west-2")
+    assert str(e.value) == (
+        "stack aws-us-west-2: stack output `alchemist` has `eks`, which this alchemist's contract does not "
+        "have (the output was written by another version); accepted: the output as this version writes it: "
+        "run `pulumi up -s aws-us-west-2` to refresh it"
+    )
+
+
+def test_an_output_written_with_the_eks_token_method_is_one_line_telling_to_refresh_it():
+    old = _output() | {
+        "auth": {"method": "eks-token", "cluster": "alchemist-aws-us-west-2", "region": "us-west-2"}
+    }
+    out = StackOutput.parse(old, "test")
+    with pytest.raises(UserError) as e:
+        credentials(out)
+    assert str(e.value) == (
+        "stack aws-us-west-2: auth.method = 'eks-token' is not known to this alchemist; accepted: "
+        "'presigned-request' (or a kubeconfig; run `pulumi up -s aws-us-west-2` to refresh an output "
+        "written by another version)"
+    )
 
 
 def test_an_unknown_auth_method_is_one_line_naming_the_known_ones():
-    data = {k: v for k, v in _old_output().items() if k != "eks"} | {
-        "auth": {"method": "gke-token", "cluster": "x"}
-    }
+    data = _output() | {"auth": {"method": "gke-token", "cluster": "x"}}
     out = StackOutput.parse(data, "test")
     with pytest.raises(UserError) as e:
         credentials(out)
     assert str(e.value) == (f"stack {out.stack}: auth.method = 'gke-token' is not known to this alchemist; "
-                            "accepted: 'eks-token' (or a kubeconfig)")  # fmt: skip
+                            "accepted: 'presigned-request' (or a kubeconfig; run `pulumi up -s aws-us-west-2` "
+                            "to refresh an output written by another version)")  # fmt: skip

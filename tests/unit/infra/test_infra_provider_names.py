@@ -13,11 +13,11 @@ provider name with them instead.
 Where they still appear is listed below, file by file, with the count as it stands: a file may
 only go down (lower its line when it does), a file not listed may name none. The left-over
 places are issue 40.1's remaining work, except these, which the job half needs whatever the
-platform's layout: `alchemist_jobs/kubernetes/eks_auth.py` (the `eks-token` method: the CLI
-signs an EKS token itself, and the job package may not import infra), the job half's EFA
+platform's layout: the job half's EFA
 support (`runtime/nccl_net.py`, `kubernetes/manifests.py`, `planner/`: a GPU node's EFA
-devices and aws-ofi-nccl are hardware a job configures NCCL for), and `contract.py`'s reading
-of an output written with `eks` before `auth`.
+devices and aws-ofi-nccl are hardware a job configures NCCL for). The cluster's auth is data the
+provider writes into the contract (`infra/providers/aws/auth.py`): the jobs half presigns
+whatever request it is told to.
 """
 
 from __future__ import annotations
@@ -51,15 +51,11 @@ LEFT = {
     "alchemist_jobs/commands/data.py": 1,
     "alchemist_jobs/commands/plan.py": 2,
     "alchemist_jobs/commands/stack.py": 13,
-    "alchemist_jobs/contract.py": 37,
+    "alchemist_jobs/contract.py": 18,
     "alchemist_jobs/data/pods.py": 3,
     "alchemist_jobs/data/s3.py": 3,
     "alchemist_jobs/environment.py": 4,
-    "alchemist_jobs/kubernetes/__init__.py": 1,
-    "alchemist_jobs/kubernetes/auth.py": 2,
-    "alchemist_jobs/kubernetes/client.py": 1,
     "alchemist_jobs/kubernetes/code_assets.py": 1,
-    "alchemist_jobs/kubernetes/eks_auth.py": 27,
     "alchemist_jobs/kubernetes/manifests.py": 22,
     "alchemist_jobs/kubernetes/pod_setup.py": 3,
     "alchemist_jobs/launch_plan.py": 1,
@@ -68,7 +64,6 @@ LEFT = {
     "alchemist_jobs/runtime/bootstrap.py": 1,
     "alchemist_jobs/runtime/nccl_net.py": 6,
     "alchemist_jobs/ui/backends.py": 2,
-    "alchemist_jobs/ui/incluster.py": 2,
     "alchemist_jobs/ui/models.py": 2,
 }
 

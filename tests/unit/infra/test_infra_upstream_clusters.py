@@ -19,8 +19,8 @@ import yaml
 from infra_helpers import DEPLOYER_CIDR, SHIPPED, STACKS, stack_config
 from test_infra_config import engine_config
 
-from infra.providers.aws.versions import AUTOSCALER_CHARTS, autoscaler_chart
 from infra.config import StackConfigError, parse
+from infra.providers.aws.versions import AUTOSCALER_CHARTS, autoscaler_chart
 from infra.versions import K3S_VERSIONS, KUBERNETES_VERSIONS
 
 AWS_STACKS = [n for n in SHIPPED if n.startswith("aws-")]
@@ -298,14 +298,12 @@ def test_cluster_facts_eks_is_typed_like_the_contract():
     from infra.providers.aws.facts import EksFacts
 
     facts = EksFacts(cluster_name="c", region="us-west-2", endpoint="https://x", certificate_authority="Y2E=")
-    assert ClusterAuth.model_validate(facts.output()) == ClusterAuth(
-        method="eks-token",
-        cluster="c",
-        region="us-west-2",
-        server="https://x",
-        certificate_authority="Y2E=",
-        kubeconfig_command="aws eks update-kubeconfig --name c --region us-west-2",
-    )
+    auth = ClusterAuth.model_validate(facts.output())
+    assert (auth.method, auth.label, auth.cluster, auth.region, auth.server, auth.certificate_authority) == (
+        "presigned-request", "EKS cluster", "c", "us-west-2", "https://x", "Y2E="
+    )  # fmt: skip
+    assert auth.kubeconfig_command == "aws eks update-kubeconfig --name c --region us-west-2"
+    assert auth.request is not None and (auth.request.service, auth.request.header_value) == ("sts", "c")
     assert facts.output().keys() >= {"method", "cluster", "region"}
 
 

@@ -41,7 +41,7 @@ def test_outputs_file_alone_needs_no_pulumi(monkeypatch, tmp_path):
     [
         (lambda d: d.pop("queue"), "breaks the contract at queue: Field required"),
         (lambda d: d["shared_fs"].update(kind="s3"), "breaks the contract at shared_fs.kind"),
-        (lambda d: d.update(colour="blue"), "breaks the contract at colour"),
+        (lambda d: d.update(colour="blue"), "has `colour`, which this alchemist's contract does not have"),
         (lambda d: d.pop("kubeconfig"), "has neither `kubeconfig` nor `auth`"),
         # Fields that become object names or label values in a job's manifests: refused where
         # they are read, naming the outputs file and the field, not later as a bad JobSet label.
