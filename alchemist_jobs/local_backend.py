@@ -1,4 +1,6 @@
-"""The `local` stack: a job runs as torchrun agents and their worker processes on this machine.
+"""The `local` stack: a job runs as torchrun agents and their worker processes on this machine
+(a TensorFlow or JAX job on one node: one light agent, light_agent.py, with torchrun's
+contract for its workers and no torch).
 
 One torchrun agent per node (`nodes` > 1 simulates several nodes; their c10d rendezvous is a
 file store in the run's private directory, which no other account can open), each starting `procs_per_node` workers through the bootstrap. torchrun gives the
@@ -93,6 +95,7 @@ if TYPE_CHECKING:
 
 CANCEL_GRACE_S = 10.0
 AGENT_MODULE = "alchemist_jobs.agent"  # torch.distributed.run with its stores bound
+LIGHT_AGENT_MODULE = "alchemist_jobs.light_agent"  # one node of TF/JAX workers, without torch
 _PKG_PARENT = str(Path(alchemist_jobs.__file__).resolve().parent.parent)
 
 
@@ -376,6 +379,13 @@ def check_framework(spec: JobSpec) -> None:
         )
 
 
+def uses_light_agent(spec: JobSpec) -> bool:
+    """A TensorFlow or JAX job on one node starts its workers through light_agent.py (no torch,
+    no rendezvous); torch jobs, and several simulated nodes (whose agents meet in torchrun's
+    c10d rendezvous), through torchrun's agent."""
+    return spec.task.framework in ("tensorflow", "jax") and spec.nodes == 1
+
+
 @dataclass
 class LocalProcess:
     """One torchrun agent (one simulated node)."""
@@ -549,20 +559,32 @@ class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
         devices = _node_devices(spec)
         procs = []
         rdzv_conf = "store_type=file" + (",join_timeout=120" if workers.replicas > 1 else "")
+        light = uses_light_agent(spec)
         for node in range(workers.replicas):
-            argv = [
-                sys.executable,
-                "-m",
-                AGENT_MODULE,
-                f"--nnodes={workers.replicas}",
-                f"--nproc-per-node={workers.procs_per_replica}",
-                f"--max-restarts={workers.max_restarts}",
-                "--rdzv-backend=c10d",
-                f"--rdzv-id={plan.run_id}",
-                f"--rdzv-endpoint={os.path.join(stores, store_bind.RENDEZVOUS_FILE)}",
-                f"--rdzv-conf={rdzv_conf}",
-                "--local-addr=127.0.0.1",
-            ]
+            if light:  # one node: no rendezvous to hold
+                argv = [
+                    sys.executable,
+                    "-m",
+                    LIGHT_AGENT_MODULE,
+                    f"--nproc-per-node={workers.procs_per_replica}",
+                    f"--max-restarts={workers.max_restarts}",
+                    f"--run-id={plan.run_id}",
+                    "--local-addr=127.0.0.1",
+                ]
+            else:
+                argv = [
+                    sys.executable,
+                    "-m",
+                    AGENT_MODULE,
+                    f"--nnodes={workers.replicas}",
+                    f"--nproc-per-node={workers.procs_per_replica}",
+                    f"--max-restarts={workers.max_restarts}",
+                    "--rdzv-backend=c10d",
+                    f"--rdzv-id={plan.run_id}",
+                    f"--rdzv-endpoint={os.path.join(stores, store_bind.RENDEZVOUS_FILE)}",
+                    f"--rdzv-conf={rdzv_conf}",
+                    "--local-addr=127.0.0.1",
+                ]
             argv += ["-m", workers.module, *workers.args]
             host = socket.gethostname()
             env = {

@@ -490,7 +490,7 @@ def _warm_agent(args: argparse.Namespace):
         if early is not None:
             early.discard()
         return None
-    return early or warm_agent.WarmAgent()
+    return early or warm_agent.WarmAgent([str(args.spec), *args.overrides])  # its guess: may_need_torch
 
 
 class _StopRequest:

@@ -74,7 +74,7 @@ def test_the_early_agent_interpreter_starts_only_for_a_local_run(argv, wanted, m
     from alchemist_jobs import warm_agent
 
     started = []
-    monkeypatch.setattr(warm_agent, "WarmAgent", lambda: started.append(1) or object())
+    monkeypatch.setattr(warm_agent, "WarmAgent", lambda argv=None: started.append(argv) or object())
     monkeypatch.delenv("ALCHEMIST_WARM_AGENT", raising=False)
     warm_agent.start_early(argv[1:])
     assert bool(started) == wanted and (warm_agent.take_early() is not None) == wanted
