@@ -126,14 +126,18 @@ class Images(_Strict):
     pull_secret: str | None = None
 
 
-class Efa(_Strict):
-    """AWS Elastic Fabric Adapter devices on the GPU nodes, for multi-node NCCL."""
+class Fabric(_Strict):
+    """A fast network between the GPU nodes, for multi-node NCCL: devices a device plugin offers
+    as an extended resource, reached through an NCCL network plugin. The provider's package
+    describes it; the job half asks for its devices and sets what it says, nothing more."""
 
-    resource: str = "vpc.amazonaws.com/efa"  # extended resource of the EFA device plugin
-    per_node: int = Field(ge=1)  # EFA interfaces of the GPU instance type
-    # The devices do RDMA read (GPUDirect RDMA: p4d, p5...); g5/g6 EFA does not, and libfabric
-    # aborts a process that asks for device RDMA there (FI_EFA_USE_DEVICE_RDMA=1).
-    rdma_read: bool = False
+    name: str = Field(min_length=1)  # what the provider calls it, for messages
+    resource: str  # the devices' extended resource; a GPU worker asks for every one of the node
+    per_node: int = Field(ge=1)  # devices of every GPU node
+    gbit_per_device: float = Field(gt=0)  # nominal; what the planner takes a node's link to be
+    # What NCCL and its network plugin need in a GPU worker (the plugin's library, its
+    # transport's settings); the worker then checks that the plugin loads (runtime/nccl_net.py).
+    nccl_env: dict[str, str] = {}
 
 
 class Gpu(_Strict):
@@ -143,7 +147,7 @@ class Gpu(_Strict):
     node_selector: dict[str, LabelValue] = {}
     tolerations: list[dict[str, Any]] = []
     per_node: int = Field(0, ge=0)  # GPUs on the largest GPU node; 0 means no GPU nodes
-    efa: Efa | None = None  # present when the GPU nodes have EFA devices
+    fabric: Fabric | None = None  # present when the GPU nodes have a network fabric
 
 
 PREFIX = r"^([a-z0-9][-a-z0-9]*/)?$"  # a team's part of the object store: `<team>/`

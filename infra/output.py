@@ -7,10 +7,11 @@ from typing import Any
 
 import pulumi
 
-from infra.cluster import EFA_RESOURCE, GPU_RESOURCE, GPU_TOLERATIONS, ClusterFacts
+from infra.cluster import GPU_RESOURCE, GPU_TOLERATIONS, ClusterFacts
 from infra.config import StackConfig
 from infra.labels import MOUNT_PATH, SCRAPE_LABELS, SHARED_PVC
 from infra.object_store import team_prefix
+from infra.providers import get
 
 TEAM_KUBECONFIGS = "team_kubeconfigs"  # jobs_access's key: team -> its own kubeconfig (secret)
 
@@ -26,6 +27,7 @@ def build_output(stack: str, cfg: StackConfig, facts: ClusterFacts, images: Mapp
     own = access.pop(TEAM_KUBECONFIGS, None) or {}
     team = cfg.default_team
     uid, gid = cfg.identity(team.name)
+    fabric = get(cfg.provider).network_fabric(facts)  # the GPU nodes' network, in its words
     out: dict[str, Any] = {
         "stack": stack,
         "provider": cfg.provider,
@@ -49,17 +51,7 @@ def build_output(stack: str, cfg: StackConfig, facts: ClusterFacts, images: Mapp
             "node_selector": dict(facts.gpu_node_labels),
             "tolerations": [dict(t) for t in GPU_TOLERATIONS],
             "per_node": facts.gpus_per_node,
-            **(
-                {
-                    "efa": {
-                        "resource": EFA_RESOURCE,
-                        "per_node": facts.efa_per_node,
-                        "rdma_read": facts.efa_rdma_read,
-                    }
-                }
-                if facts.efa_per_node
-                else {}
-            ),
+            **({"fabric": fabric} if fabric else {}),
         },
         "monitoring": {**monitoring_urls, "pod_monitor_labels": dict(SCRAPE_LABELS)},
     }

@@ -57,7 +57,7 @@ ALLOWED: tuple[Allowed, ...] = (
     Allowed(*OUTPUT_KEY, "images*", "image references in each stack's registry"),
     Allowed(*OUTPUT_KEY, "gpu.per_node", "GPUs per node of each stack's hardware"),
     Allowed(*OUTPUT_KEY, "object_store*", "each stack's own bucket (AWS), its S3-compatible endpoint, or none"),
-    Allowed(*OUTPUT_KEY, "gpu.efa*", "EFA devices of each stack's GPU instance type, where it has them"),
+    Allowed(*OUTPUT_KEY, "gpu.fabric*", "the network fabric of each stack's GPU nodes, where they have one"),
 )  # fmt: skip
 
 

@@ -241,33 +241,22 @@ def ps_command(servers: lp.Role) -> list[str]:
     return ["/bin/sh", "-c", script]
 
 
-def _efa_env(spec: JobSpec, stack: StackOutput) -> dict[str, str]:
-    """NCCL over EFA through the aws-ofi-nccl plugin (the AWS EFA user guide): libfabric's
-    efa provider, GPUDirect RDMA exactly where the stack says the devices do RDMA read
-    (`gpu.efa.rdma_read`: libfabric aborts when told to use it on g5/g6), fork safety for DataLoader
-    workers, and the plugin by the one library name every aws-ofi-nccl build installs
-    (`libnccl-net-ofi.so`, its src/Makefile.am). The net's name is not set here: it
-    changed between plugin versions ("AWS Libfabric", then "Libfabric" from v1.16.0), and a
-    name no plugin has makes NCCL fail every communicator ("Failed to initialize any NET
-    plugin", nccl src/plugin/net.cc). The worker reads it from the plugin it finds, and
-    stops with one line when there is none (runtime/nccl_net.py)."""
-    if not (spec.resources.gpu and stack.gpu.efa):
+def _fabric_env(spec: JobSpec, stack: StackOutput) -> dict[str, str]:
+    """What the stack's network fabric says NCCL needs (`gpu.fabric.nccl_env`, the provider's
+    words), in GPU pods, and the worker told to check that NCCL's network plugin loads before
+    NCCL starts (runtime/nccl_net.py: without it NCCL would fall back to TCP without a word)."""
+    fabric = stack.gpu.fabric
+    if not (spec.resources.gpu and fabric):
         return {}
-    rdma = "1" if stack.gpu.efa.rdma_read else "0"
-    return {
-        "FI_PROVIDER": "efa",
-        "FI_EFA_USE_DEVICE_RDMA": rdma,
-        "FI_EFA_FORK_SAFE": "1",
-        "NCCL_NET_PLUGIN": "ofi",
-        E.NCCL_NET_PLUGIN.name: "required",
-    }
+    return {**fabric.nccl_env, E.NCCL_NET_PLUGIN.name: "required"}
 
 
 def target(spec: JobSpec, stack: StackOutput, run_id: str) -> lp.Target:
     """What this stack tells the launch plan: the shared file system's mount, the pods' stable
     host names (JobSet's `<name>-<replicatedJob>-0-<index>.<name>`), shard k of the parameter
     servers on PS_BASE_PORT + k, workers printing to the pod log (prefixed with the rank) and
-    serving metrics from METRICS_BASE_PORT, and NCCL's EFA settings where the stack has EFA."""
+    serving metrics from METRICS_BASE_PORT, and NCCL's settings where the stack has a network
+    fabric."""
     name = object_name(run_id)
     root, run_dir = shared_paths(stack, run_id)
     return lp.Target(
@@ -279,7 +268,7 @@ def target(spec: JobSpec, stack: StackOutput, run_id: str) -> lp.Target:
         metrics_port=METRICS_BASE_PORT,
         log_to_console=True,
         log_prefix_template=LOG_PREFIX_TEMPLATE,
-        extra_env=_efa_env(spec, stack),
+        extra_env=_fabric_env(spec, stack),
     )
 
 
@@ -360,7 +349,7 @@ def security_contexts(uid: int = RUN_AS_UID, gid: int = RUN_AS_UID) -> tuple[dic
     return pod, container
 
 
-def resources(cpu: float, memory: str, gpus: int, stack: StackOutput, efa: bool = False) -> dict:
+def resources(cpu: float, memory: str, gpus: int, stack: StackOutput, fabric: bool = False) -> dict:
     requests: dict[str, Any] = {"cpu": _cpu(cpu), "memory": memory}
     # Memory limit = request: a worker that outgrows it is stopped, not its neighbours. No
     # CPU limit: throttling a collective stalls every worker.
@@ -368,9 +357,9 @@ def resources(cpu: float, memory: str, gpus: int, stack: StackOutput, efa: bool 
     if gpus:
         requests[stack.gpu.resource] = gpus
         limits[stack.gpu.resource] = gpus
-        if efa and stack.gpu.efa:  # every EFA interface of the node: NCCL uses them all
-            requests[stack.gpu.efa.resource] = stack.gpu.efa.per_node
-            limits[stack.gpu.efa.resource] = stack.gpu.efa.per_node
+        if fabric and stack.gpu.fabric:  # every fabric device of the node: NCCL uses them all
+            requests[stack.gpu.fabric.resource] = stack.gpu.fabric.per_node
+            limits[stack.gpu.fabric.resource] = stack.gpu.fabric.per_node
     return {"requests": requests, "limits": limits}
 
 
@@ -675,7 +664,7 @@ def _worker_pod(
         "env": _env(workers, stack),
         "terminationMessagePath": TERMINATION_LOG,
         "ports": _ports(workers),
-        "resources": resources(size.cpu, size.memory, size.gpus, stack, efa=True),
+        "resources": resources(size.cpu, size.memory, size.gpus, stack, fabric=True),
         "securityContext": security_contexts()[1],
         "volumeMounts": _mounts(workers),
     }

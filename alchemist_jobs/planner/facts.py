@@ -4,8 +4,8 @@ past runs.
 Precedence, each choice said in the plan's assumptions: a `--link` flag (a nominal rate, of
 which TCP/IP headers leave 94% for data); else a `--link-probe` result (timed gloo
 all-reduces between nodes of the target, planner/probe.py: bandwidth and per-message
-latency as the collective gets them, used as measured); else the stack's EFA devices
-(100 Gbit/s each, AWS's figure for p4d/p5 EFA interfaces); else the communication bandwidth
+latency as the collective gets them, used as measured); else the stack's network fabric
+(its devices per node at the nominal rate its provider gives, `gpu.fabric`); else the communication bandwidth
 measured by past runs of the same job on this stack (bytes and seconds that every worker
 records in result.json, the same figures the metric contract exports; a local run's loopback
 is no link between nodes and is refused as one); else the plan refuses, naming the flag,
@@ -29,7 +29,6 @@ from alchemist_jobs.stack_kinds import kind_of
 
 _RATE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(k|m|g)bit\s*$", re.IGNORECASE)
 _UNIT = {"k": 1e3, "m": 1e6, "g": 1e9}
-EFA_GBIT_PER_DEVICE = 100.0  # AWS: p4d.24xlarge 4 x 100 Gbit/s, p5.48xlarge 32 x 100 Gbit/s
 # Payload per wire byte of TCP/IPv4 over Ethernet at MTU 1500: 1448 bytes of data in a frame of
 # 1538 (header 66 + preamble/gap 24). A nominal link rate delivers this share as data.
 LINK_EFFICIENCY = 1448 / 1538
@@ -132,12 +131,12 @@ def cluster_facts(
     elif link is not None:
         rate = parse_rate(link) * LINK_EFFICIENCY
         notes.append(f"each node sends at {link} (--link){nominal}")
-    elif stack is not None and getattr(stack.gpu, "efa", None) is not None:
-        gbit = stack.gpu.efa.per_node * EFA_GBIT_PER_DEVICE
+    elif stack is not None and (fabric := getattr(stack.gpu, "fabric", None)) is not None:
+        gbit = fabric.per_node * fabric.gbit_per_device
         rate = gbit * 1e9 / 8 * LINK_EFFICIENCY
         notes.append(
-            f"each node sends at {gbit:g} Gbit/s: {stack.gpu.efa.per_node} EFA "
-            f"device(s) of {EFA_GBIT_PER_DEVICE:g} Gbit/s (stack {stack.stack}){nominal}"
+            f"each node sends at {gbit:g} Gbit/s: {fabric.per_node} {fabric.name} "
+            f"device(s) of {fabric.gbit_per_device:g} Gbit/s (stack {stack.stack}){nominal}"
         )
     else:
         measured = measured_bandwidth(runs_root, job_name) if runs_root else None
@@ -151,7 +150,7 @@ def cluster_facts(
                 )
         if measured is None:
             where = (
-                f"stack {stack.stack} exports no EFA devices"
+                f"stack {stack.stack} exports no network fabric"
                 if stack
                 else f"no past multi-worker sync run of {job_name!r} measured one"
             )

@@ -109,7 +109,7 @@ def main(argv: list[str]) -> int:
     if framework == "torch":
         store_bind.apply()
 
-    try:  # an EFA pod without NCCL's net plugin would train over TCP without a word
+    try:  # a network-fabric pod without NCCL's net plugin would train over TCP without a word
         plugin = nccl_net.require()
     except nccl_net.NetPluginError as e:  # a restart gets the same image: fail the run
         return config_error.fail(str(e))

@@ -1,11 +1,11 @@
 """NCCL's network plugin, looked for the way NCCL looks for it, before NCCL starts.
 
-Without a plugin NCCL silently falls back to TCP, many times slower on EFA nodes. A worker
-whose pod asks for one (`ALCHEMIST_NCCL_NET_PLUGIN=required`: GPU pods of stacks with
-`gpu.efa`) finds it first, stops with one line when it is missing, and pins `NCCL_NET` to the
+Without a plugin NCCL silently falls back to TCP, many times slower on a fabric's nodes. A
+worker whose pod asks for one (`ALCHEMIST_NCCL_NET_PLUGIN=required`: GPU pods of stacks with
+`gpu.fabric`) finds it first, stops with one line when it is missing, and pins `NCCL_NET` to the
 plugin's own net name so NCCL fails loudly rather than falls back. The search follows NCCL
 2.29.7's src/plugin/net.cc and plugin_open.cc (library names, `ncclNetPlugin_v11`..`_v6`
-symbols); the net's name is read from the plugin because aws-ofi-nccl changed it in v1.16.0.
+symbols); the net's name is read from the plugin because plugins change it between versions.
 """
 
 from __future__ import annotations
@@ -84,10 +84,10 @@ def require(environ: MutableMapping[str, str] | None = None) -> NetPlugin | None
     plugin, tried = find(env)
     if plugin is None:
         raise NetPluginError(
-            "gpu.efa: this stack's GPU nodes have EFA, but the image has no NCCL net plugin "
-            f"({'; '.join(tried) or 'nothing to try'}), so NCCL would use TCP sockets; use an "
-            "image built with `images/build --torch cuda --efa` (docs/images.md), or set "
-            "env.NCCL_NET_PLUGIN=none in the spec to run over TCP"
+            "gpu.fabric: this stack's GPU nodes have a network fabric that NCCL reaches through a "
+            f"net plugin, but the image has none ({'; '.join(tried) or 'nothing to try'}), so NCCL "
+            "would use TCP sockets; use an image built with the fabric's libraries "
+            "(docs/images.md), or set env.NCCL_NET_PLUGIN=none in the spec to run over TCP"
         )
     env.setdefault("NCCL_NET", plugin.name)
     return plugin

@@ -491,7 +491,8 @@ def _cluster_facts(out: Any) -> m.StackFacts:
         queue=out.queue,
         gpu_resource=out.gpu.resource,
         gpus_per_node=out.gpu.per_node,
-        efa_per_node=out.gpu.efa.per_node if out.gpu.efa else 0,
+        fabric=out.gpu.fabric.name if out.gpu.fabric else None,
+        fabric_per_node=out.gpu.fabric.per_node if out.gpu.fabric else 0,
         shared_fs={
             "kind": fs.kind,
             "mount_path": fs.mount_path,
@@ -505,6 +506,7 @@ def _cluster_facts(out: Any) -> m.StackFacts:
             grafana=out.monitoring.grafana_url,
             tensorboard=out.monitoring.tensorboard_url,
         ),
-        eks_cluster=out.auth.cluster if out.auth else None,
+        cluster=out.auth.cluster if out.auth else None,
+        cluster_label=out.auth.label if out.auth else None,
         region=out.auth.region if out.auth else None,
     )

@@ -193,16 +193,20 @@ class StackFacts(BaseModel):
     """A stack as its `alchemist` output describes it; never its kubeconfig or a token."""
 
     name: str
-    provider: str = Field(description="local, kind, onprem, existing or aws")
+    provider: str = Field(description="the stack's infra provider (`local` for this machine)")
     namespace: str | None = None
     queue: str | None = None
     gpu_resource: str | None = None
     gpus_per_node: int = 0
-    efa_per_node: int = 0
+    fabric: str | None = Field(
+        default=None, description="the GPU nodes' network fabric, as its provider calls it"
+    )
+    fabric_per_node: int = 0
     shared_fs: dict[str, str] = Field(
         default_factory=dict, description="kind, mount path, PVC (or local directory)"
     )
     images: dict[str, str] = {}
     monitoring: Links = Field(default_factory=Links)
-    eks_cluster: str | None = None
+    cluster: str | None = Field(default=None, description="the cluster's name, where its provider gives one")
+    cluster_label: str | None = Field(default=None, description="what its provider calls the cluster")
     region: str | None = None

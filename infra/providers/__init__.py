@@ -50,6 +50,11 @@ class Provider(ProviderRules):
         """Its cloud's stand-in under infra/render.py's mocks, if its pieces need one."""
         return None
 
+    def network_fabric(self, facts: ClusterFacts) -> dict[str, Any] | None:
+        """The stack output's `gpu.fabric` (alchemist_jobs.contract.Fabric): the GPU nodes'
+        fast network for NCCL, described in the provider's own words; None: they have none."""
+        return None
+
     def jobs_access(
         self, cfg: StackConfig, facts: ClusterFacts, platform: Any, on_cluster: Any
     ) -> dict[str, Any]:

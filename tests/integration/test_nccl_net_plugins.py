@@ -88,7 +88,7 @@ def test_an_efa_worker_without_the_plugin_stops_with_one_line_before_the_script(
     assert done.returncode == CONFIG_ERROR_EXIT_CODE, done.stderr
     lines = [ln for ln in done.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1, done.stderr
-    assert lines[0].startswith("alchemist: gpu.efa:")
+    assert lines[0].startswith("alchemist: gpu.fabric:")
     assert "libnccl-net-ofi.so: not found" in lines[0] and "NCCL_NET_PLUGIN=none" in lines[0]
     assert message.read_text() == f"rank 0: {lines[0].removeprefix('alchemist: ')}\n"
     assert not (tmp_path / "ran.txt").exists()

@@ -15,26 +15,52 @@ from typing import Any
 
 import pytest
 import yaml
-from system_tier import ALL_SHAPES, EXAMPLES, STACK_NAMES, Job, Platform
-from infra_helpers import stack_config
-from kueue_model import (QUEUE_LABEL, ClusterQueue, PodSet, admit, admitted_pod_spec, excluded_prefixes,
-                         manager_config, pod_requests, potential_available, quantity, workload_pod_sets)
 from helm_names import releases
-from node_groups import NodeGroup, eks_nodes, eks_template_node, existing_nodes, k3s_nodes, kind_nodes, why_not
+from infra_helpers import stack_config
+from kueue_model import (
+    QUEUE_LABEL,
+    ClusterQueue,
+    PodSet,
+    admit,
+    admitted_pod_spec,
+    excluded_prefixes,
+    manager_config,
+    pod_requests,
+    potential_available,
+    quantity,
+    workload_pod_sets,
+)
 from node_fit import daemon_pods, new_node
+from node_groups import (
+    NodeGroup,
+    eks_nodes,
+    eks_template_node,
+    existing_nodes,
+    k3s_nodes,
+    kind_nodes,
+    why_not,
+)
+from system_tier import ALL_SHAPES, EXAMPLES, STACK_NAMES, Job, Platform
 
 from alchemist_jobs.spec import parse_spec
 
 
 def _async_gpu(cpu: float, memory: str):
     """Asynchronous training on GPU workers (2 nodes, every GPU of a node) with 2 servers."""
+
     def make(out) -> dict[str, Any] | None:
         if not out.gpu.per_node:
             return None
-        return {"name": "async-gpu", "task": {"builtin": "digits"}, "nodes": 2,
-                "procs_per_node": out.gpu.per_node, "hyper": {"epochs": 1},
-                "resources": {"cpu": cpu, "memory": memory, "gpu": out.gpu.per_node},
-                "algorithm": {"name": "async", "servers": 2}}
+        return {
+            "name": "async-gpu",
+            "task": {"builtin": "digits"},
+            "nodes": 2,
+            "procs_per_node": out.gpu.per_node,
+            "hyper": {"epochs": 1},
+            "resources": {"cpu": cpu, "memory": memory, "gpu": out.gpu.per_node},
+            "algorithm": {"name": "async", "servers": 2},
+        }
+
     return make
 
 
@@ -75,19 +101,26 @@ def kueue_values(platform: Platform) -> dict[str, Any]:
     return chart["inputs"]["values"]
 
 
-def queueing(platform: Platform) -> tuple[dict[str, ClusterQueue], dict[str, dict], dict[str, str], list[str]]:
+def queueing(
+    platform: Platform,
+) -> tuple[dict[str, ClusterQueue], dict[str, dict], dict[str, str], list[str]]:
     """(ClusterQueues, ResourceFlavor specs, LocalQueue (namespace/name) -> ClusterQueue, excluded prefixes)."""
     cqs = {o["metadata"]["name"]: ClusterQueue.of(o) for o in platform.kube_objects("ClusterQueue")}
     flavors = {o["metadata"]["name"]: o.get("spec") or {} for o in platform.kube_objects("ResourceFlavor")}
-    lqs = {f"{o['metadata']['namespace']}/{o['metadata']['name']}": o["spec"]["clusterQueue"]
-           for o in platform.kube_objects("LocalQueue")}
+    lqs = {
+        f"{o['metadata']['namespace']}/{o['metadata']['name']}": o["spec"]["clusterQueue"]
+        for o in platform.kube_objects("LocalQueue")
+    }
     return cqs, flavors, lqs, excluded_prefixes(manager_config(kueue_values(platform)))
 
 
 def workloads(job: Job) -> list[dict[str, Any]]:
     """The job's objects Kueue manages: those that name a queue."""
-    return [m for m in job.manifests if m["kind"] in ("JobSet", "Job", "Pod")
-            and QUEUE_LABEL in (m["metadata"].get("labels") or {})]
+    return [
+        m
+        for m in job.manifests
+        if m["kind"] in ("JobSet", "Job", "Pod") and QUEUE_LABEL in (m["metadata"].get("labels") or {})
+    ]
 
 
 def admit_job(platform: Platform, job: Job, excluded: list[str] | None = None):
@@ -99,7 +132,9 @@ def admit_job(platform: Platform, job: Job, excluded: list[str] | None = None):
         cq = cqs[lqs[f"{ns}/{queue}"]]
         cohort = [q for q in cqs.values() if cq.cohort and q.cohort == cq.cohort] or [cq]
         pod_sets = workload_pod_sets(wl)
-        out.append((pod_sets, admit(pod_sets, cq, cohort, flavors, prefixes if excluded is None else excluded)))
+        out.append(
+            (pod_sets, admit(pod_sets, cq, cohort, flavors, prefixes if excluded is None else excluded))
+        )
     return out
 
 
@@ -112,16 +147,25 @@ def node_groups(platform: Platform) -> list[NodeGroup]:
     if provider == "aws":
         return [template for template, _ in eks_groups(platform)]
     if provider == "onprem":
-        scripts = [r["inputs"]["create"] for r in platform.resources("command:remote:Command")
-                   if "--node-name" in str(r["inputs"].get("create"))]
+        scripts = [
+            r["inputs"]["create"]
+            for r in platform.resources("command:remote:Command")
+            if "--node-name" in str(r["inputs"].get("create"))
+        ]
         return k3s_nodes(scripts, stack_config(platform.name)["alchemist:onprem"]["hosts"])
     if provider == "kind":
-        (config,) = [r["inputs"]["stdin"] for r in platform.resources("command:local:Command")
-                     if "kind: Cluster" in str(r["inputs"].get("stdin"))]  # `kind create cluster --config -`
+        (config,) = [
+            r["inputs"]["stdin"]
+            for r in platform.resources("command:local:Command")
+            if "kind: Cluster" in str(r["inputs"].get("stdin"))
+        ]  # `kind create cluster --config -`
         return kind_nodes(config)
     assert provider == "existing", provider
     (operator,) = releases(platform.render, "gpu-operator")
-    values = {k: operator.value(k) for k in ("nfd.enabled", "node-feature-discovery.worker.config.sources.pci.deviceLabelFields")}
+    values = {
+        k: operator.value(k)
+        for k in ("nfd.enabled", "node-feature-discovery.worker.config.sources.pci.deviceLabelFields")
+    }
     return existing_nodes(platform.output.gpu.per_node, values)
 
 
@@ -130,13 +174,20 @@ def eks_groups(platform: Platform) -> list[tuple[NodeGroup, NodeGroup]]:
     cfg = stack_config(platform.name)
     aws = cfg["alchemist:aws"]
     (cluster,) = platform.resources("eks:index:Cluster")
-    efa = platform.output.gpu.efa.per_node if platform.output.gpu.efa else 0
+    efa = platform.output.gpu.fabric.per_node if platform.output.gpu.fabric else 0
     out = []
     for r in platform.resources(":ManagedNodeGroup"):
         mng = {**r["inputs"], "_name": r["name"]}
-        template = eks_template_node(mng, cluster["inputs"]["name"], aws["region"], aws["availabilityZones"][0],
-                                     str(cfg["alchemist:kubernetesVersion"]))
-        out.append((template, eks_nodes(mng, template, efa if template.allocatable.get("nvidia.com/gpu") else 0)))
+        template = eks_template_node(
+            mng,
+            cluster["inputs"]["name"],
+            aws["region"],
+            aws["availabilityZones"][0],
+            str(cfg["alchemist:kubernetesVersion"]),
+        )
+        out.append(
+            (template, eks_nodes(mng, template, efa if template.allocatable.get("nvidia.com/gpu") else 0))
+        )
     return out
 
 
@@ -165,7 +216,10 @@ def test_the_kueue_model_refuses_what_kueue_refuses(platforms, job_of):
     aws = platforms["aws-us-west-2"]
     job = job_of("aws-us-west-2", "gpu")
     ((_, refused),) = admit_job(aws, job, excluded=[])
-    assert not refused.admitted and refused.reason == "resource vpc.amazonaws.com/efa unavailable in ClusterQueue"
+    assert (
+        not refused.admitted
+        and refused.reason == "resource vpc.amazonaws.com/efa unavailable in ClusterQueue"
+    )
     ((pod_sets, ok),) = admit_job(aws, job)
     assert ok.flavors["worker"] == {"cpu": "default", "memory": "default", "nvidia.com/gpu": "gpu"}
 
@@ -187,7 +241,9 @@ def test_kueue_leaves_only_the_efa_devices_out_of_quota(platforms):
     for name, platform in platforms.items():
         prefixes = excluded_prefixes(manager_config(kueue_values(platform)))
         assert prefixes == ["vpc.amazonaws.com/"], (name, prefixes)
-        covered = {r for cq in queueing(platform)[0].values() for rg in cq.groups for r in rg["coveredResources"]}
+        covered = {
+            r for cq in queueing(platform)[0].values() for rg in cq.groups for r in rg["coveredResources"]
+        }
         assert not any(r.startswith(p) for r in covered for p in prefixes), name
 
 
@@ -211,14 +267,18 @@ def test_every_pod_fits_a_node_group(platforms, job_of, stack, shape):
         groups = [[g] for g in node_groups(platform)]
     assert groups
     flavors = queueing(platforms[stack])[1]
-    pods = [(ps.name, admitted_pod_spec(ps, admission.flavors.get(ps.name, {}), flavors))
-            for pod_sets, admission in admit_job(platforms[stack], job) for ps in pod_sets]
+    pods = [
+        (ps.name, admitted_pod_spec(ps, admission.flavors.get(ps.name, {}), flavors))
+        for pod_sets, admission in admit_job(platforms[stack], job)
+        for ps in pod_sets
+    ]
     if not workloads(job):  # not managed by Kueue: the pods as written
         pods = [(n, copy.deepcopy(t["spec"])) for n, t in job.pod_templates()]
     for name, spec in pods:
         reasons = {views[0].name: [why_not(spec, v) for v in views] for views in groups}
-        assert any(r == [None] * len(r) for r in reasons.values()), \
+        assert any(r == [None] * len(r) for r in reasons.values()), (
             f"{stack}/{shape}: pod {name} fits no node group (template, node): {reasons}"
+        )
 
 
 def test_the_gpu_node_group_template_advertises_what_gpu_pods_ask_for(platforms, job_of):
@@ -229,15 +289,20 @@ def test_the_gpu_node_group_template_advertises_what_gpu_pods_ask_for(platforms,
         groups = node_groups(platform)
         (gpu,) = [g for g in groups if g.labels.get("alchemist.io/pool") == "gpu"]
         assert gpu.min_size == 0
-        efa = platform.output.gpu.efa
+        efa = platform.output.gpu.fabric
         assert efa is not None and gpu.allocatable["vpc.amazonaws.com/efa"] == efa.per_node
         assert gpu.allocatable["nvidia.com/gpu"] == platform.output.gpu.per_node
         assert {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"} in gpu.taints
         ((pod_sets, admission),) = admit_job(platform, job_of(stack, "gpu"))
         spec = admitted_pod_spec(pod_sets[0], admission.flavors["worker"], queueing(platform)[1])
         assert why_not(spec, gpu) is None
-        untagged = NodeGroup(gpu.name, 0, gpu.labels, gpu.taints,
-                             {k: v for k, v in gpu.allocatable.items() if k != "vpc.amazonaws.com/efa"})
+        untagged = NodeGroup(
+            gpu.name,
+            0,
+            gpu.labels,
+            gpu.taints,
+            {k: v for k, v in gpu.allocatable.items() if k != "vpc.amazonaws.com/efa"},
+        )
         assert why_not(spec, untagged) == "Insufficient vpc.amazonaws.com/efa (1 > 0)"
         no_toleration = {**spec, "tolerations": []}
         assert why_not(no_toleration, gpu).startswith("untolerated taint nvidia.com/gpu")
@@ -250,7 +315,9 @@ def test_parameter_servers_are_sized_and_placed_on_their_own(platforms, job_of):
     fit the GPU nodes (the system nodes are too small: 2 vCPUs less what the kubelet keeps)."""
     job = job_of("aws-us-west-2", "async-gpu-big")
     (jobset,) = job.objects("JobSet")
-    rjobs = {rj["name"]: rj["template"]["spec"]["template"]["spec"] for rj in jobset["spec"]["replicatedJobs"]}
+    rjobs = {
+        rj["name"]: rj["template"]["spec"]["template"]["spec"] for rj in jobset["spec"]["replicatedJobs"]
+    }
     worker, ps = rjobs["worker"]["containers"][0], rjobs["ps"]["containers"][0]
     assert worker["resources"]["requests"]["cpu"] == "40"
     assert ps["resources"]["requests"] == {"cpu": "2", "memory": "4096Mi"}
@@ -269,7 +336,9 @@ def test_yaml_of_the_kueue_config_is_what_the_chart_gets(platforms):
     from infra.queueing import kueue_manager_config
 
     for platform in platforms.values():
-        assert manager_config(kueue_values(platform)) == yaml.safe_load(yaml.safe_dump(kueue_manager_config()))
+        assert manager_config(kueue_values(platform)) == yaml.safe_load(
+            yaml.safe_dump(kueue_manager_config())
+        )
 
 
 # --- the namespace's ResourceQuota --------------------------------------------------------------
@@ -289,9 +358,19 @@ def test_yaml_of_the_kueue_config_is_what_the_chart_gets(platforms):
 #   such as `persistentvolumeclaims`, are not a pod's) and `Constraints` (a quota on cpu or
 #   memory refuses a pod with a container that sets neither request nor limit for it).
 
-POD_QUOTA_KEYS = {"pods", "count/pods", *(f"{p}{r}" for p in ("", "requests.", "limits.")
-                                           for r in ("cpu", "memory", "ephemeral-storage"))}
-MUST_SPECIFY = {"cpu", "memory", "requests.cpu", "requests.memory", "limits.cpu", "limits.memory"}  # validationSet
+POD_QUOTA_KEYS = {
+    "pods",
+    "count/pods",
+    *(f"{p}{r}" for p in ("", "requests.", "limits.") for r in ("cpu", "memory", "ephemeral-storage")),
+}
+MUST_SPECIFY = {
+    "cpu",
+    "memory",
+    "requests.cpu",
+    "requests.memory",
+    "limits.cpu",
+    "limits.memory",
+}  # validationSet
 
 
 def is_native(name: str) -> bool:
@@ -301,8 +380,11 @@ def is_native(name: str) -> bool:
 
 def judged_by_pod_quota(key: str) -> bool:
     """pods.go MatchingResources."""
-    return (key in POD_QUOTA_KEYS or key.startswith(("hugepages-", "requests.hugepages-"))
-            or (not is_native(key) and key.startswith("requests.")))
+    return (
+        key in POD_QUOTA_KEYS
+        or key.startswith(("hugepages-", "requests.hugepages-"))
+        or (not is_native(key) and key.startswith("requests."))
+    )
 
 
 def quota_usage(requests: dict[str, Any], limits: dict[str, Any]) -> dict[str, Any]:
@@ -357,7 +439,9 @@ def pod_limits(spec: dict[str, Any]) -> dict[str, Any]:
     return total
 
 
-def quota_refusals(quotas: list[dict], limit_ranges: list[dict], pods: list[tuple[str, int, dict]]) -> list[str]:
+def quota_refusals(
+    quotas: list[dict], limit_ranges: list[dict], pods: list[tuple[str, int, dict]]
+) -> list[str]:
     """Why the API server refuses some of `pods` ((name, count, spec), all at once in an
     otherwise empty namespace) under `quotas`; [] when every pod is let in."""
     out = []
@@ -368,31 +452,43 @@ def quota_refusals(quotas: list[dict], limit_ranges: list[dict], pods: list[tupl
             spec, missing = defaulted(raw, limit_ranges), {}
             for c in _containers(spec):
                 res = c.get("resources") or {}
-                have = quota_usage({k: quantity(v) for k, v in (res.get("requests") or {}).items()},
-                                   {k: quantity(v) for k, v in (res.get("limits") or {}).items()})
+                have = quota_usage(
+                    {k: quantity(v) for k, v in (res.get("requests") or {}).items()},
+                    {k: quantity(v) for k, v in (res.get("limits") or {}).items()},
+                )
                 for r in required - set(have):
                     missing.setdefault(r, []).append(c["name"])
             if missing:
-                out.append(f"pod {name}: failed quota: {q['metadata']['name']}: must specify "
-                           + "; ".join(f"{r} for: {','.join(sorted(missing[r]))}" for r in sorted(missing)))
+                out.append(
+                    f"pod {name}: failed quota: {q['metadata']['name']}: must specify "
+                    + "; ".join(f"{r} for: {','.join(sorted(missing[r]))}" for r in sorted(missing))
+                )
             usage = quota_usage(pod_requests(spec), pod_limits(spec))
             for k in hard:
                 used[k] += usage.get(k, 0) * count
-        out += [f"exceeded quota: {q['metadata']['name']}, requested: {k}={used[k]}, limited: {k}={hard[k]}"
-                for k in hard if used[k] > hard[k]]
+        out += [
+            f"exceeded quota: {q['metadata']['name']}, requested: {k}={used[k]}, limited: {k}={hard[k]}"
+            for k in hard
+            if used[k] > hard[k]
+        ]
     return out
 
 
 def namespace_guards(platform: Platform, namespace: str) -> tuple[list[dict], list[dict]]:
     """The namespace's ResourceQuotas and LimitRanges, as rendered."""
-    return tuple([o for o in platform.kube_objects(kind) if o["metadata"]["namespace"] == namespace]
-                 for kind in ("ResourceQuota", "LimitRange"))  # type: ignore[return-value]
+    return tuple(
+        [o for o in platform.kube_objects(kind) if o["metadata"]["namespace"] == namespace]
+        for kind in ("ResourceQuota", "LimitRange")
+    )  # type: ignore[return-value]
 
 
 def job_pods(platform: Platform, job: Job) -> list[tuple[str, int, dict]]:
     """Every pod of the job's workloads as Kueue admits them, with its count."""
-    return [(ps.name, ps.count, ps.template["spec"]) for pod_sets, _ in admit_job(platform, job, excluded=[])
-            for ps in pod_sets]
+    return [
+        (ps.name, ps.count, ps.template["spec"])
+        for pod_sets, _ in admit_job(platform, job, excluded=[])
+        for ps in pod_sets
+    ]
 
 
 def test_the_namespace_quota_lets_in_every_pod_kueue_admits(platforms, job_of):
@@ -431,16 +527,21 @@ def test_the_namespace_quota_is_the_most_kueue_admits_the_team(platforms):
             cohort = [q for q in cqs.values() if cq.cohort and q.cohort == cq.cohort] or [cq]
             most: dict[str, Any] = {}
             for flavor, resource in cq.quotas:
-                most[f"requests.{resource}"] = (most.get(f"requests.{resource}", 0)
-                                                + potential_available(cq, cohort, (flavor, resource)))
+                most[f"requests.{resource}"] = most.get(f"requests.{resource}", 0) + potential_available(
+                    cq, cohort, (flavor, resource)
+                )
             (quota,), _ = namespace_guards(platform, ns)
             hard = {k: quantity(v) for k, v in quota["spec"]["hard"].items()}
             assert {k: v for k, v in hard.items() if k.startswith("requests.")} == most, (name, ns)
             assert hard["persistentvolumeclaims"] == 20, (name, ns)
     # by hand from stacks/Pulumi.onprem-lab.yaml: research 12 GPUs + applied 4, 96 + 32 CPUs, 768Gi + 256Gi
     (lab,), _ = namespace_guards(platforms["onprem-lab"], "research")
-    assert lab["spec"]["hard"] == {"requests.cpu": "128", "requests.memory": "1Ti",
-                                   "requests.nvidia.com/gpu": "16", "persistentvolumeclaims": "20"}
+    assert lab["spec"]["hard"] == {
+        "requests.cpu": "128",
+        "requests.memory": "1Ti",
+        "requests.nvidia.com/gpu": "16",
+        "persistentvolumeclaims": "20",
+    }
 
 
 def test_the_quota_port_refuses_what_the_api_server_refuses(platforms, job_of):
@@ -454,19 +555,30 @@ def test_the_quota_port_refuses_what_the_api_server_refuses(platforms, job_of):
     assert (count, pod_requests(spec)["nvidia.com/gpu"]) == (2, 8)
     assert quota_refusals(quotas, limit_ranges, [(worker, count, spec)]) == []
     assert quota_refusals(quotas, limit_ranges, [(worker, count + 1, spec)]) == [
-        "exceeded quota: alchemist-team, requested: requests.nvidia.com/gpu=24, limited: requests.nvidia.com/gpu=16"]
+        "exceeded quota: alchemist-team, requested: requests.nvidia.com/gpu=24, limited: requests.nvidia.com/gpu=16"
+    ]
     bare = {"containers": [{"name": "main", "image": "x"}]}
     assert quota_refusals(quotas, [], [("bare", 1, bare)]) == [
-        "pod bare: failed quota: alchemist-team: must specify requests.cpu for: main; requests.memory for: main"]
+        "pod bare: failed quota: alchemist-team: must specify requests.cpu for: main; requests.memory for: main"
+    ]
     assert quota_refusals(quotas, limit_ranges, [("bare", 1, bare)]) == []
-    limited = {"metadata": {"name": "l"}, "spec": {"hard": {"limits.memory": "4Gi", "requests.example.com/dev": "1"}}}
+    limited = {
+        "metadata": {"name": "l"},
+        "spec": {"hard": {"limits.memory": "4Gi", "requests.example.com/dev": "1"}},
+    }
     assert quota_refusals([limited], limit_ranges, [("bare", 1, bare)]) == []  # the LimitRange's 4Gi limit
-    two = {"containers": [{"name": "a", "image": "x", "resources": {"limits": {"example.com/dev": "1"}}},
-                          {"name": "b", "image": "x"}]}
+    two = {
+        "containers": [
+            {"name": "a", "image": "x", "resources": {"limits": {"example.com/dev": "1"}}},
+            {"name": "b", "image": "x"},
+        ]
+    }
     assert quota_refusals([limited], limit_ranges, [("two", 1, two)]) == [
-        "exceeded quota: l, requested: limits.memory=8589934592, limited: limits.memory=4294967296"]
+        "exceeded quota: l, requested: limits.memory=8589934592, limited: limits.memory=4294967296"
+    ]
     assert quota_refusals([limited], limit_ranges, [("two", 2, two)])[-1].endswith(
-        "requested: requests.example.com/dev=2, limited: requests.example.com/dev=1")
+        "requested: requests.example.com/dev=2, limited: requests.example.com/dev=1"
+    )
 
 
 def test_a_running_eks_node_has_less_than_the_template_promises(platforms):
@@ -476,8 +588,17 @@ def test_a_running_eks_node_has_less_than_the_template_promises(platforms):
     from kueue_model import quantity
 
     groups = {t.labels["alchemist.io/pool"]: n for t, n in eks_groups(platforms["aws-us-west-2"])}
-    assert groups["system"].allocatable == {"pods": 29, "cpu": quantity("1930m"), "memory": quantity("7518Mi")}
-    assert groups["gpu"].allocatable == {"pods": 737, "cpu": quantity("47810m"), "memory": quantity("188146Mi"),
-                                         "nvidia.com/gpu": 4, "vpc.amazonaws.com/efa": 1}
+    assert groups["system"].allocatable == {
+        "pods": 29,
+        "cpu": quantity("1930m"),
+        "memory": quantity("7518Mi"),
+    }
+    assert groups["gpu"].allocatable == {
+        "pods": 737,
+        "cpu": quantity("47810m"),
+        "memory": quantity("188146Mi"),
+        "nvidia.com/gpu": 4,
+        "vpc.amazonaws.com/efa": 1,
+    }
     whole = {"containers": [{"resources": {"requests": {"cpu": "2", "memory": "1Gi"}}}]}
     assert why_not(whole, groups["system"]) == "Insufficient cpu (2 > 1.930)"

@@ -12,10 +12,8 @@ from fastapi.testclient import TestClient
 
 from alchemist_jobs.contract import PROGRESS_LINE_PREFIX
 from alchemist_jobs.spec import shown_source
-
 from alchemist_jobs.ui import security
-from tests.ui.conftest import (AUTH, EXAMPLES, KUBECONFIG_SECRET, REPO, TEST_TOKEN, TOKEN_SECRET,
-                               cli, make_app)
+from tests.ui.conftest import AUTH, EXAMPLES, KUBECONFIG_SECRET, REPO, TEST_TOKEN, TOKEN_SECRET, cli, make_app
 
 LOCAL = "http://127.0.0.1:8740"
 CHANGE = {security.CSRF_HEADER: security.CSRF_VALUE}
@@ -72,14 +70,20 @@ def test_the_server_is_ready_once_the_runs_are_read(tmp_path, monkeypatch):
             out = real(self, *args)
             reads.append("list" if method.startswith("list") else args[0])
             return out
+
         monkeypatch.setattr(LocalScheduler, method, call)
 
     for method in ("list", "list_json", "status"):
         if hasattr(LocalScheduler, method):
             counted(method)
     ready: list[list[str]] = []
-    app = create_app(Backends(["local"], home=tmp_path, spec_dir=REPO), TEST_TOKEN, "127.0.0.1",
-                     8740, on_started=lambda: ready.append(list(reads)))
+    app = create_app(
+        Backends(["local"], home=tmp_path, spec_dir=REPO),
+        TEST_TOKEN,
+        "127.0.0.1",
+        8740,
+        on_started=lambda: ready.append(list(reads)),
+    )
     with TestClient(app, base_url=LOCAL, headers=AUTH) as c:
         body = c.get("/api/v1/runs").json()
     assert body["total"] == 40
@@ -109,8 +113,7 @@ def test_metrics_come_from_the_runs_tensorboard_events(client, finished_home):
     got = dict(s["loss"])
     assert len(want) >= 2 and set(want) <= {int(k) for k in got}
     assert all(got[float(k)] == pytest.approx(v, rel=1e-6) for k, v in want.items())
-    assert [p[1] for p in s["accuracy"]] == pytest.approx(
-        [e.value for e in acc.Scalars("test/accuracy")])
+    assert [p[1] for p in s["accuracy"]] == pytest.approx([e.value for e in acc.Scalars("test/accuracy")])
     assert s["throughput"]
 
 
@@ -155,9 +158,24 @@ def test_cancel_of_a_finished_run_changes_nothing(client, finished_home):
 # --- ids -----------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("bad", ["..", "...", "-x", "A1", "digits*", "dig%3Fts", "[d]igits",
-                                 "a" * 81, "a b", "%2e%2e", "..%2f..%2fetc", "digits%00",
-                                 "..%5c.."])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "..",
+        "...",
+        "-x",
+        "A1",
+        "digits*",
+        "dig%3Fts",
+        "[d]igits",
+        "a" * 81,
+        "a b",
+        "%2e%2e",
+        "..%2f..%2fetc",
+        "digits%00",
+        "..%5c..",
+    ],
+)
 @pytest.mark.parametrize("tail", ["", "/metrics", "/logs"])
 def test_bad_and_traversal_run_ids_are_refused(client, bad, tail):
     r = client.get(f"/api/v1/stacks/local/runs/{bad}{tail}")
@@ -193,8 +211,11 @@ def test_a_bad_spec_gets_the_clis_one_line_error(client, tmp_path, finished_home
     proc = cli("run", str(tmp_path / "bad.yaml"), "--dry-run", home=finished_home[0])
     assert proc.returncode == 2
     # the CLI names the file as errors show one (its end, where the path is long)
-    cli_line = proc.stderr.strip().removeprefix("error: ").replace(shown_source(str(tmp_path / "bad.yaml")),
-                                                                   "bad.yaml")
+    cli_line = (
+        proc.stderr.strip()
+        .removeprefix("error: ")
+        .replace(shown_source(str(tmp_path / "bad.yaml")), "bad.yaml")
+    )
     for path in ("/api/v1/check", "/api/v1/runs"):
         r = client.post(path, json={"spec": bad, "filename": "bad.yaml"}, headers=CHANGE)
         assert r.status_code == 400 and one_line(r) == cli_line
@@ -221,7 +242,9 @@ def test_submit_runs_a_local_job_to_the_end(tmp_path):
         run_id = r.json()["run_id"]
         deadline = time.time() + 600  # a deadline for failure, not a measurement
         while (d := c.get(f"/api/v1/stacks/local/runs/{run_id}").json())["state"] in (
-                "pending", "running") and time.time() < deadline:
+            "pending",
+            "running",
+        ) and time.time() < deadline:
             time.sleep(0.2)
     assert d["state"] == "succeeded" and d["result"]["steps"] > 0
     assert d["owner"] and [k["state"] for k in d["ranks"]] == ["finished", "finished"]
@@ -261,7 +284,11 @@ def test_a_cluster_runs_ranks_and_live_charts_come_from_its_pods(cluster_client,
     assert d["state"] == "running"
     # 2 nodes x 2 processes: ranks 0-1 on pod 0, ranks 2-3 on pod 1
     assert [(k["rank"], k["node"]) for k in d["ranks"]] == [
-        (0, pods[0]), (1, pods[0]), (2, pods[1]), (3, pods[1])]
+        (0, pods[0]),
+        (1, pods[0]),
+        (2, pods[1]),
+        (3, pods[1]),
+    ]
     # rank 0's progress lines in its pod log, read through the API server (pods/log: the
     # platform's NetworkPolicies keep the API server's pod proxy off job pods)
     path = f"/api/v1/stacks/dev/runs/{run_id}/metrics"
@@ -301,23 +328,37 @@ def test_no_response_holds_a_secret(cluster_client, fake, finished_home):
     run_id = r.json()["run_id"]
     fake.add_pod(run_id, 0, log="hello\n")
     bodies = [r.text, cluster_client.get("/api/v1/openapi.json").text]
-    for path in ["/api/v1/stacks", "/api/v1/runs", f"/api/v1/stacks/dev/runs/{run_id}",
-                 f"/api/v1/stacks/dev/runs/{run_id}/metrics",
-                 f"/api/v1/stacks/dev/runs/{run_id}/logs",
-                 f"/api/v1/stacks/local/runs/{local_run}",
-                 "/api/v1/stacks/aws-us-west-2/runs/x", "/", "/static/app.js"]:
+    for path in [
+        "/api/v1/stacks",
+        "/api/v1/runs",
+        f"/api/v1/stacks/dev/runs/{run_id}",
+        f"/api/v1/stacks/dev/runs/{run_id}/metrics",
+        f"/api/v1/stacks/dev/runs/{run_id}/logs",
+        f"/api/v1/stacks/local/runs/{local_run}",
+        "/api/v1/stacks/aws-us-west-2/runs/x",
+        "/",
+        "/static/app.js",
+    ]:
         bodies.append(cluster_client.get(path).text)
     for stack in ("dev", "local"):
-        bodies.append(cluster_client.post("/api/v1/check", json={"stack": stack, "spec": DIGITS},
-                                          headers=CHANGE).text)
-    bodies.append(cluster_client.post(f"/api/v1/stacks/dev/runs/{run_id}/cancel",
-                                      headers=CHANGE).text)
+        bodies.append(
+            cluster_client.post("/api/v1/check", json={"stack": stack, "spec": DIGITS}, headers=CHANGE).text
+        )
+    bodies.append(cluster_client.post(f"/api/v1/stacks/dev/runs/{run_id}/cancel", headers=CHANGE).text)
     facts = {s["name"]: s for s in cluster_client.get("/api/v1/stacks").json()}
     assert facts["dev"]["provider"] == "kind" and facts["dev"]["queue"]
-    assert facts["aws-us-west-2"]["eks_cluster"]
+    # the cluster and its fabric in the provider's own words (the contract's auth.label, gpu.fabric.name)
+    aws = facts["aws-us-west-2"]
+    assert (aws["cluster_label"], aws["cluster"], aws["region"]) == (
+        "EKS cluster",
+        "alchemist-aws-us-west-2",
+        "us-west-2",
+    )
+    assert (aws["fabric"], aws["fabric_per_node"]) == ("EFA", 1)
+    assert facts["dev"]["cluster"] is None and facts["dev"]["fabric"] is None
     for body in bodies:
         assert KUBECONFIG_SECRET not in body and TOKEN_SECRET not in body
-        assert "kubeconfig" not in body.lower().replace("kubeconfigs", "") or body.startswith("{\"openapi")
+        assert "kubeconfig" not in body.lower().replace("kubeconfigs", "") or body.startswith('{"openapi')
 
 
 # --- the gate: token, origin, host, body size ----------------------------------------------------
@@ -335,16 +376,24 @@ def test_beyond_loopback_every_api_call_needs_the_token(exposed, finished_home):
     c, token = exposed
     _, run_id = finished_home
     wrong = "x" * len(token)
-    calls = [("get", "/api/v1/stacks"), ("get", "/api/v1/runs"),
-             ("get", f"/api/v1/stacks/local/runs/{run_id}"),
-             ("get", f"/api/v1/stacks/local/runs/{run_id}/metrics"),
-             ("get", f"/api/v1/stacks/local/runs/{run_id}/logs"),
-             ("get", "/api/v1/openapi.json"),
-             ("post", f"/api/v1/stacks/local/runs/{run_id}/cancel"),
-             ("post", "/api/v1/check"), ("post", "/api/v1/runs")]
+    calls = [
+        ("get", "/api/v1/stacks"),
+        ("get", "/api/v1/runs"),
+        ("get", f"/api/v1/stacks/local/runs/{run_id}"),
+        ("get", f"/api/v1/stacks/local/runs/{run_id}/metrics"),
+        ("get", f"/api/v1/stacks/local/runs/{run_id}/logs"),
+        ("get", "/api/v1/openapi.json"),
+        ("post", f"/api/v1/stacks/local/runs/{run_id}/cancel"),
+        ("post", "/api/v1/check"),
+        ("post", "/api/v1/runs"),
+    ]
     for method, path in calls:
-        for auth in ({}, {"Authorization": f"Bearer {wrong}"}, {"Authorization": token},
-                     {"Authorization": f"Bearer {token[:-1]}"}):
+        for auth in (
+            {},
+            {"Authorization": f"Bearer {wrong}"},
+            {"Authorization": token},
+            {"Authorization": f"Bearer {token[:-1]}"},
+        ):
             r = getattr(c, method)(path, headers={**auth, **CHANGE})
             assert r.status_code == 401, (method, path, auth)
             assert token not in r.text and "token" in one_line(r)
@@ -361,9 +410,13 @@ def test_on_loopback_too_every_api_call_needs_the_token(finished_home):
     _, run_id = finished_home
     app, _ = make_app(finished_home[0])
     with TestClient(app, base_url=LOCAL) as c:
-        for method, path in [("get", "/api/v1/runs"), ("get", "/api/v1/stacks"),
-                             ("get", f"/api/v1/stacks/local/runs/{run_id}/logs"),
-                             ("post", "/api/v1/runs"), ("post", "/api/v1/check")]:
+        for method, path in [
+            ("get", "/api/v1/runs"),
+            ("get", "/api/v1/stacks"),
+            ("get", f"/api/v1/stacks/local/runs/{run_id}/logs"),
+            ("post", "/api/v1/runs"),
+            ("post", "/api/v1/check"),
+        ]:
             r = getattr(c, method)(path, headers=CHANGE)
             assert r.status_code == 401 and "token" in one_line(r), (method, path)
         assert c.get("/api/v1/runs", headers=AUTH).json()["total"] == 1
@@ -413,8 +466,13 @@ def test_a_loopback_bind_answers_only_its_own_host_names(client):
     assert client.get("/api/v1/runs", headers={"Host": "localhost:8740"}).status_code == 200
     # kubectl port-forward 9000:8740 to the in-cluster dashboard
     assert client.get("/api/v1/runs", headers={"Host": "127.0.0.1:9000"}).status_code == 200
-    for host in ("evil.example:8740", "127.0.0.1.evil.example:8740", "evil.example",
-                 "[::1].evil.example", ""):
+    for host in (
+        "evil.example:8740",
+        "127.0.0.1.evil.example:8740",
+        "evil.example",
+        "[::1].evil.example",
+        "",
+    ):
         r = client.get("/api/v1/runs", headers={"Host": host})
         assert r.status_code == 421 and "runs" not in r.json()
 
@@ -428,11 +486,11 @@ def test_oversized_bodies_are_refused(client):
         for _ in range(80):
             yield b"x" * 1024
 
-    r = client.post("/api/v1/check", content=chunks(),
-                    headers={**CHANGE, "Content-Type": "application/json"})
+    r = client.post("/api/v1/check", content=chunks(), headers={**CHANGE, "Content-Type": "application/json"})
     assert r.status_code == 413
-    r = client.post("/api/v1/check", content=b"{not json", headers={
-        **CHANGE, "Content-Type": "application/json"})
+    r = client.post(
+        "/api/v1/check", content=b"{not json", headers={**CHANGE, "Content-Type": "application/json"}
+    )
     assert r.status_code == 400
     one_line(r)
 
@@ -447,29 +505,40 @@ def test_security_headers_on_every_answer(client):
 def test_the_openapi_schema_lists_every_endpoint(client):
     paths = client.get("/api/v1/openapi.json").json()["paths"]
     assert set(paths) == {
-        "/api/v1/stacks", "/api/v1/runs", "/api/v1/check", "/api/v1/session",
-        "/api/v1/stacks/{stack}/runs/{run_id}", "/api/v1/stacks/{stack}/runs/{run_id}/metrics",
+        "/api/v1/stacks",
+        "/api/v1/runs",
+        "/api/v1/check",
+        "/api/v1/session",
+        "/api/v1/stacks/{stack}/runs/{run_id}",
+        "/api/v1/stacks/{stack}/runs/{run_id}/metrics",
         "/api/v1/stacks/{stack}/runs/{run_id}/logs",
-        "/api/v1/stacks/{stack}/runs/{run_id}/cancel"}
+        "/api/v1/stacks/{stack}/runs/{run_id}/cancel",
+    }
 
 
 def test_the_page_loads_nothing_from_elsewhere():
     static = REPO / "alchemist_jobs" / "ui" / "static"
     for f in static.iterdir():
         text = f.read_text()
-        assert "http://" not in text.replace("http://www.w3.org/2000/svg", "") and \
-            "https://" not in text, f.name
+        assert "http://" not in text.replace("http://www.w3.org/2000/svg", "") and "https://" not in text, (
+            f.name
+        )
 
 
 # --- the command ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("args, field", [
-    (["--stack", "no such"], "--stack"), (["--port", "70000"], "--port"),
-    (["--outputs", "dev"], "--outputs"), (["--stack", "dev", "--outputs", "dev=/nonexistent.json"],
-                                          "--outputs"),
-    (["--host", "no.such.host.invalid"], "--host"),
-    (["--tensorboard-url", "javascript:alert(1)"], "--tensorboard-url")])
+@pytest.mark.parametrize(
+    "args, field",
+    [
+        (["--stack", "no such"], "--stack"),
+        (["--port", "70000"], "--port"),
+        (["--outputs", "dev"], "--outputs"),
+        (["--stack", "dev", "--outputs", "dev=/nonexistent.json"], "--outputs"),
+        (["--host", "no.such.host.invalid"], "--host"),
+        (["--tensorboard-url", "javascript:alert(1)"], "--tensorboard-url"),
+    ],
+)
 def test_bad_flags_are_one_line_and_exit_2(tmp_path, args, field):
     proc = cli("ui", "--home", str(tmp_path), *args, home=tmp_path, timeout=120)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
@@ -477,13 +546,20 @@ def test_bad_flags_are_one_line_and_exit_2(tmp_path, args, field):
 
 
 def test_the_cli_does_not_load_the_web_stack_for_other_commands():
-    code = ("import sys; from alchemist_jobs.cli import build_parser; build_parser(None); "
-            "print(sorted(m for m in ('fastapi', 'uvicorn', 'starlette') if m in sys.modules))")
+    code = (
+        "import sys; from alchemist_jobs.cli import build_parser; build_parser(None); "
+        "print(sorted(m for m in ('fastapi', 'uvicorn', 'starlette') if m in sys.modules))"
+    )
     import subprocess
     import sys
 
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         cwd=REPO, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
+    )
     assert out.stdout.strip() == "[]", out.stderr
 
 
@@ -496,18 +572,22 @@ def test_stopping_the_dashboard_cancels_the_local_runs_it_started(tmp_path):
     server = UiServer(tmp_path)
     try:
         spec = DIGITS.replace("epochs: 10", "epochs: 400")
-        r = httpx.post(f"{server.url}api/v1/runs", json={"spec": spec},
-                       headers={**CHANGE, **server.auth}, timeout=120)
+        r = httpx.post(
+            f"{server.url}api/v1/runs", json={"spec": spec}, headers={**CHANGE, **server.auth}, timeout=120
+        )
         assert r.status_code == 201, r.text
         run_dir = tmp_path / "runs" / r.json()["run_id"]
         deadline = time.time() + 600  # a deadline for failure, not a measurement
-        while len(list((run_dir / "workers").glob("rank-*.json"))) < 2 or \
-                not (run_dir / "progress.json").exists():
+        while (
+            len(list((run_dir / "workers").glob("rank-*.json"))) < 2
+            or not (run_dir / "progress.json").exists()
+        ):
             assert time.time() < deadline and server.proc.poll() is None
             time.sleep(0.2)
         state = json.loads((run_dir / "run.json").read_text())
-        pids = state["agents"] + [json.loads(p.read_text())["pid"]
-                                  for p in (run_dir / "workers").glob("rank-*.json")]
+        pids = state["agents"] + [
+            json.loads(p.read_text())["pid"] for p in (run_dir / "workers").glob("rank-*.json")
+        ]
         assert all(alive(p) for p in pids)
     finally:
         assert server.stop() == 0

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from alchemist_jobs import cli
+from alchemist_jobs.errors import UserError
 from alchemist_jobs.planner import facts, model
 
 MB = 1_000_000
@@ -280,3 +281,29 @@ def test_script_tasks_need_their_cost_given(capsys, tmp_path, monkeypatch):
     plan = json.loads(capsys.readouterr().out)
     assert [p["nodes"] for p in plan["points"]] == [1, 2]
     assert plan["profile"]["exchange_bytes"] == 100 * MB
+
+
+def test_the_link_is_the_stacks_fabric_as_its_provider_describes_it():
+    """A stack with a network fabric (here the AWS provider's EFA, 100 Gbit/s a device by its own
+    description) gives the link between nodes; the planner knows no fabric by name."""
+    from alchemist_jobs.contract import StackOutput
+    from infra.providers.aws.fabric import network_fabric
+    from tests.k8s_stacks import stack
+
+    data = stack("aws-us-west-2").output.model_dump(mode="json")
+    data["gpu"]["fabric"] = network_fabric(per_node=4, rdma_read=True)
+    out = StackOutput.parse(data, "test")
+    c = facts.cluster_facts(
+        workers_per_node=1, link=None, latency_us=50.0, stack=out, runs_root=None, job_name="j"
+    )
+    assert c.link_bytes_per_s == 4 * 100e9 / 8 * facts.LINK_EFFICIENCY
+    assert any(
+        n.startswith("each node sends at 400 Gbit/s: 4 EFA device(s) of 100 Gbit/s (stack aws-us-west-2)")
+        for n in c.assumptions
+    ), c.assumptions
+    data["gpu"].pop("fabric")
+    with pytest.raises(UserError, match="stack aws-us-west-2 exports no network fabric"):
+        facts.cluster_facts(
+            workers_per_node=1, link=None, latency_us=50.0, stack=StackOutput.parse(data, "t"),
+            runs_root=None, job_name="j",
+        )  # fmt: skip

@@ -454,9 +454,9 @@ async function showStacks() {
   document.getElementById("stacks").replaceChildren(...stacks.map((s) => {
     const rows = [["provider", s.provider], ["namespace", s.namespace], ["queue", s.queue],
       ["GPUs per node", s.gpus_per_node + (s.gpu_resource ? ` (${s.gpu_resource})` : "")],
-      ["EFA per node", s.efa_per_node || null],
+      [(s.fabric || "fabric") + " per node", s.fabric_per_node || null],
       ["shared FS", Object.entries(s.shared_fs).map(([k, v]) => `${k}=${v}`).join(", ")],
-      ["EKS cluster", s.eks_cluster ? `${s.eks_cluster} (${s.region})` : null],
+      [s.cluster_label || "cluster", s.cluster ? `${s.cluster}` + (s.region ? ` (${s.region})` : "") : null],
       ...Object.entries(s.images).map(([k, v]) => ["image " + k, v]),
       ...Object.entries(s.monitoring).filter(([, v]) => v).map(([k, v]) => [k, v])];
     const dl = el("dl");

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from infra.providers import Provider
+from infra.providers.aws.fabric import network_fabric
 from infra.providers.aws.policies import CHECKS
 from infra.providers.registry import DeployTimeValue
 
@@ -78,6 +79,10 @@ class AwsProvider(Provider):
         from infra.providers.aws.render_mocks import AwsMocks  # only renders under the mocks load it
 
         return AwsMocks()
+
+    def network_fabric(self, facts: ClusterFacts) -> dict[str, Any] | None:
+        """EFA, where the GPU instance type has it (infra/providers/aws/fabric.py)."""
+        return network_fabric(facts.efa_per_node, facts.efa_rdma_read)
 
     def jobs_access(
         self, cfg: StackConfig, facts: ClusterFacts, platform: Any, on_cluster: Any

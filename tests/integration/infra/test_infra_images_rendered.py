@@ -58,7 +58,7 @@ def test_stacks_with_gpu_nodes_build_torchs_cuda_build_and_with_efa_the_efa_soft
     for stack, build_args in expected.items():
         out = renders[stack]["outputs"]["alchemist"]
         assert (out["gpu"]["per_node"] > 0) == (build_args is not None), stack
-        assert ("efa" in out["gpu"]) == ("EFA=1" in (build_args or "")), stack
+        assert ("fabric" in out["gpu"]) == ("EFA=1" in (build_args or "")), stack
         train = next(
             c["inputs"]
             for c in resources(renders[stack], "command:local:Command")

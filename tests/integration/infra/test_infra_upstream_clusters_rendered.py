@@ -19,8 +19,8 @@ from infra_helpers import SHIPPED, one, resources, stack_config
 from test_infra_config import engine_config
 from test_infra_upstream_clusters import AWS_STACKS, CHARTS_DATA
 
-from infra.providers.aws.versions import AUTOSCALER_CHARTS
 from infra.config import parse
+from infra.providers.aws.versions import AUTOSCALER_CHARTS
 
 CHART = "kubernetes:helm.sh/v4:Chart"
 
@@ -468,11 +468,9 @@ def test_efa_rdma_read_only_where_the_instance_type_has_it(renders):
     assert not group_efa_rdma_read(["p4d.24xlarge", "g5.12xlarge"]) and not group_efa_rdma_read([])
     assert not group_efa_rdma_read(["p4d.xlarge"])  # not an EFA type
     r = renders["p4d"]
-    assert r["outputs"]["alchemist"]["gpu"]["efa"] == {
-        "resource": "vpc.amazonaws.com/efa",
-        "per_node": 4,
-        "rdma_read": True,
-    }
+    fabric = r["outputs"]["alchemist"]["gpu"]["fabric"]
+    assert (fabric["resource"], fabric["per_node"]) == ("vpc.amazonaws.com/efa", 4)
+    assert fabric["nccl_env"]["FI_EFA_USE_DEVICE_RDMA"] == "1"
     gpu_group = one(r, "eks:index:ManagedNodeGroup", "cluster-gpu-nodes")["inputs"]
     assert gpu_group["tags"] == {
         "k8s.io/cluster-autoscaler/node-template/resources/vpc.amazonaws.com/efa": "4"
@@ -480,8 +478,8 @@ def test_efa_rdma_read_only_where_the_instance_type_has_it(renders):
 
 
 def test_no_efa_output_without_efa(renders):
-    assert "efa" not in renders["onprem-lab"]["outputs"]["alchemist"]["gpu"]
-    assert "efa" not in renders["dev"]["outputs"]["alchemist"]["gpu"]
+    assert "fabric" not in renders["onprem-lab"]["outputs"]["alchemist"]["gpu"]
+    assert "fabric" not in renders["dev"]["outputs"]["alchemist"]["gpu"]
 
 
 def test_dev_creates_kind_from_the_digest(renders):
@@ -535,8 +533,8 @@ def test_cluster_charts_set_only_keys_their_pinned_version_has(renders, name):
 
 def test_joining_node_writes_registries_yaml_and_token_from_stdin(tmp_path):
     """Run an agent's own setup steps (before the installer) with stdin as the program sends it."""
-    from infra.config import OnpremHost
     from infra.providers.onprem.cluster import TOKEN_FILE, agent_script, registries_yaml
+    from infra.providers.onprem.config import OnpremHost
 
     script = agent_script("v1.35.0+k3s1", OnpremHost(name="a", address="10.0.0.2", role="agent"), "10.0.0.1",
                           registries=True, installer_sha256="ab" * 32)  # fmt: skip
@@ -572,8 +570,8 @@ def test_the_installer_runs_only_when_its_digest_matches(tmp_path, role):
     with the k3s flags; any other bytes stop the command before they run, in one line."""
     import hashlib
 
-    from infra.config import OnpremHost
     from infra.providers.onprem.cluster import agent_script, server_script
+    from infra.providers.onprem.config import OnpremHost
 
     ran = tmp_path / "ran"
     installer = f'#!/bin/sh\necho "$INSTALL_K3S_VERSION $*" > {ran}\n'

@@ -100,3 +100,18 @@ def test_an_unknown_auth_method_is_one_line_naming_the_known_ones():
     assert str(e.value) == (f"stack {out.stack}: auth.method = 'gke-token' is not known to this alchemist; "
                             "accepted: 'presigned-request' (or a kubeconfig; run `pulumi up -s aws-us-west-2` "
                             "to refresh an output written by another version)")  # fmt: skip
+
+
+def test_the_aws_providers_fabric_is_the_contracts_fabric():
+    """What the AWS provider says of EFA nodes is a `gpu.fabric` the jobs half reads; without EFA
+    the output has none (other providers say nothing)."""
+    from dataclasses import replace
+
+    from alchemist_jobs.contract import Fabric
+
+    facts = replace(_facts(EksFacts("c", "us-west-2")), efa_per_node=4, efa_rdma_read=True)
+    fabric = Fabric.model_validate(get("aws").network_fabric(facts))
+    assert (fabric.resource, fabric.per_node, fabric.gbit_per_device) == ("vpc.amazonaws.com/efa", 4, 100.0)
+    assert fabric.nccl_env["FI_EFA_USE_DEVICE_RDMA"] == "1" and fabric.nccl_env["NCCL_NET_PLUGIN"] == "ofi"
+    assert get("aws").network_fabric(replace(facts, efa_per_node=0)) is None
+    assert get("kind").network_fabric(facts) is None

@@ -12,12 +12,10 @@ provider name with them instead.
 
 Where they still appear is listed below, file by file, with the count as it stands: a file may
 only go down (lower its line when it does), a file not listed may name none. The left-over
-places are issue 40.1's remaining work, except these, which the job half needs whatever the
-platform's layout: the job half's EFA
-support (`runtime/nccl_net.py`, `kubernetes/manifests.py`, `planner/`: a GPU node's EFA
-devices and aws-ofi-nccl are hardware a job configures NCCL for). The cluster's auth is data the
-provider writes into the contract (`infra/providers/aws/auth.py`): the jobs half presigns
-whatever request it is told to.
+places are issue 40.1's remaining work. What the job half needs of a provider is data the
+provider writes into the contract: how to reach the cluster (`auth`: the request the CLI
+presigns, `infra/providers/aws/auth.py`) and the GPU nodes' network fabric (`gpu.fabric`: its
+devices, bandwidth and NCCL settings, `infra/providers/aws/fabric.py`).
 """
 
 from __future__ import annotations
@@ -36,35 +34,27 @@ IMPORTS = re.compile(r"^\s*(?:import|from)\s+pulumi_(?:aws|eks)\b", re.M)
 # file -> provider words it still holds (only ever lower)
 LEFT = {
     "infra/cluster_facts.py": 8,
-    "infra/config.py": 73,
     "infra/gpu_operator.py": 6,
     "infra/images.py": 6,
     "infra/object_store.py": 2,
     "infra/object_store_network.py": 6,
-    "infra/output.py": 1,
     "infra/program.py": 1,
     "infra/queueing.py": 3,
     "infra/render.py": 3,
     "infra/shared_fs.py": 11,
-    "infra/stack_diff.py": 7,
-    "infra/versions.py": 28,
+    "infra/stack_diff.py": 5,
     "alchemist_jobs/commands/data.py": 1,
     "alchemist_jobs/commands/plan.py": 2,
     "alchemist_jobs/commands/stack.py": 13,
-    "alchemist_jobs/contract.py": 18,
+    "alchemist_jobs/contract.py": 8,
     "alchemist_jobs/data/pods.py": 3,
     "alchemist_jobs/data/s3.py": 3,
     "alchemist_jobs/environment.py": 4,
     "alchemist_jobs/kubernetes/code_assets.py": 1,
-    "alchemist_jobs/kubernetes/manifests.py": 22,
     "alchemist_jobs/kubernetes/pod_setup.py": 3,
     "alchemist_jobs/launch_plan.py": 1,
-    "alchemist_jobs/planner/facts.py": 9,
     "alchemist_jobs/planner/model.py": 1,
     "alchemist_jobs/runtime/bootstrap.py": 1,
-    "alchemist_jobs/runtime/nccl_net.py": 6,
-    "alchemist_jobs/ui/backends.py": 2,
-    "alchemist_jobs/ui/models.py": 2,
 }
 
 

@@ -163,32 +163,24 @@ def test_one_spec_differs_between_stacks_only_in_stack_fields(spec_name, overrid
         cur = rendered[other]
         differing = {p for p in base.keys() | cur.keys() if base.get(p) != cur.get(p)}
         assert differing, f"{names[0]} and {other} render identically: stack fields are lost"
-        efa = {n for n in (names[0], other) if stack(n).output.gpu.efa and overrides}
+        fabrics = [f for n in (names[0], other) if (f := stack(n).output.gpu.fabric) and overrides]
+        devices = {f.resource for f in fabrics}
         stray = sorted(
-            p
-            for p in differing
-            if not _allowed(p) and ".env." not in p and not (efa and "vpc.amazonaws.com/efa" in p)
+            p for p in differing if not _allowed(p) and ".env." not in p and not any(d in p for d in devices)
         )
         assert not stray, f"{names[0]} vs {other}: non-stack fields differ: {stray}"
-        # Environments, by name: ALCHEMIST_STACK is the one value that differs, plus NCCL's
-        # EFA settings where one of the stacks has EFA on its GPU nodes (a stack fact too).
+        # Environments, by name: ALCHEMIST_STACK is the one value that differs, plus what the
+        # network fabric says NCCL needs where one of the stacks has one (a stack fact too).
         for prefix in {p.split(".env.")[0] for p in base.keys() | cur.keys() if ".env." in p}:
             env_a, env_b = _env_at(base, prefix), _env_at(cur, prefix)
             changed = {k for k in env_a.keys() | env_b.keys() if env_a.get(k) != env_b.get(k)}
-            expected = {"ALCHEMIST_STACK"} | (set(EFA_ENV) if efa else set())
+            expected = {"ALCHEMIST_STACK"} | {k for f in fabrics for k in f.nccl_env}
+            expected |= {"ALCHEMIST_NCCL_NET_PLUGIN"} if fabrics else set()
             assert changed <= expected and "ALCHEMIST_STACK" in changed, (prefix, changed)
-        # EFA devices exist only where the stack says the GPU nodes have them.
-        if not efa:
-            assert not any("vpc.amazonaws.com/efa" in p for p in differing)
-
-
-EFA_ENV = (
-    "FI_PROVIDER",
-    "FI_EFA_USE_DEVICE_RDMA",
-    "FI_EFA_FORK_SAFE",
-    "NCCL_NET_PLUGIN",
-    "ALCHEMIST_NCCL_NET_PLUGIN",
-)
+        # Fabric devices exist only where the stack says the GPU nodes have them.
+        if not fabrics:
+            every = {f.resource for s in stack_outputs() if (f := s.output.gpu.fabric)}
+            assert every and not any(d in p for d in every for p in differing)
 
 
 def _env_at(flat: dict, prefix: str) -> dict:
@@ -331,38 +323,64 @@ def test_secret_env_is_a_secret_key_reference_never_a_value(tmp_path):
         _render(stack("dev"), spec_path)
 
 
-def test_efa_devices_and_nccl_environment_where_the_stack_has_efa():
-    data = stack("aws-us-west-2").output.model_dump(mode="json")
-    data["gpu"]["efa"] = {"resource": "vpc.amazonaws.com/efa", "per_node": 4}
+def _gpu_worker(data: dict) -> dict:
     from alchemist_jobs.contract import StackOutput
 
     class _S:
         output = StackOutput.parse(data, "test")
 
-    gpu = _job(_render(_S, EXAMPLES / "digits.yaml", ["resources.gpu=1", "procs_per_node=1"]))
-    train = gpu["spec"]["template"]["spec"]["containers"][0]
+    job = _job(_render(_S, EXAMPLES / "digits.yaml", ["resources.gpu=1", "procs_per_node=1"]))
+    return job["spec"]["template"]["spec"]["containers"][0]
+
+
+def test_the_fabric_the_aws_provider_describes_gives_efa_devices_and_nccl_settings():
+    """The AWS provider's EFA, as its package writes it into the contract: the pod asks for
+    every device and sets what NCCL over aws-ofi-nccl needs (the AWS EFA user guide)."""
+    from infra.providers.aws.fabric import network_fabric
+
+    data = stack("aws-us-west-2").output.model_dump(mode="json")
+    data["gpu"]["fabric"] = network_fabric(per_node=4, rdma_read=False)
+    train = _gpu_worker(data)
     assert train["resources"]["requests"]["vpc.amazonaws.com/efa"] == 4
     assert train["resources"]["limits"]["vpc.amazonaws.com/efa"] == 4
     env = _env(train)
     # The stack says whether the devices do RDMA read; without it (g5/g6) libfabric aborts
     # a process told to use device RDMA (issue 23.6).
     assert env["FI_PROVIDER"] == "efa" and env["FI_EFA_USE_DEVICE_RDMA"] == "0"
-    data["gpu"]["efa"]["rdma_read"] = True
-
-    class _P4d:
-        output = StackOutput.parse(data, "test")
-
-    p4d = _job(_render(_P4d, EXAMPLES / "digits.yaml", ["resources.gpu=1", "procs_per_node=1"]))
-    assert _env(p4d["spec"]["template"]["spec"]["containers"][0])["FI_EFA_USE_DEVICE_RDMA"] == "1"
+    data["gpu"]["fabric"] = network_fabric(per_node=4, rdma_read=True)
+    assert _env(_gpu_worker(data))["FI_EFA_USE_DEVICE_RDMA"] == "1"
     # The plugin by the library name every aws-ofi-nccl build installs (its src/Makefile.am),
     # checked by the worker (tests/unit/test_nccl_net.py). No NCCL_NET: a name the plugin
     # does not have ("AWS Libfabric" against v1.16.0 and later, whose NVIDIA net is
     # "Libfabric") makes NCCL fail every communicator (nccl v2.29.7 src/plugin/net.cc).
     assert env["NCCL_NET_PLUGIN"] == "ofi" and env["ALCHEMIST_NCCL_NET_PLUGIN"] == "required"
     assert "NCCL_NET" not in env
+    from alchemist_jobs.contract import StackOutput
+
+    class _S:
+        output = StackOutput.parse(data, "test")
+
     cpu = _job(_render(_S, EXAMPLES / "digits.yaml"))["spec"]["template"]["spec"]
     assert "vpc.amazonaws.com/efa" not in cpu["containers"][0]["resources"]["requests"]
     assert "FI_PROVIDER" not in _env(cpu["containers"][0])
+
+
+def test_any_providers_fabric_is_taken_as_it_is_described():
+    """The job half knows no fabric: another provider's devices and NCCL settings reach the pod
+    just as written."""
+    data = stack("aws-us-west-2").output.model_dump(mode="json")
+    data["gpu"]["fabric"] = {
+        "name": "IB",
+        "resource": "example.com/rdma-hca",
+        "per_node": 8,
+        "gbit_per_device": 400,
+        "nccl_env": {"NCCL_IB_HCA": "mlx5", "NCCL_NET_PLUGIN": "none-of-yours"},
+    }
+    train = _gpu_worker(data)
+    assert train["resources"]["requests"]["example.com/rdma-hca"] == 8
+    env = _env(train)
+    assert env["NCCL_IB_HCA"] == "mlx5" and env["NCCL_NET_PLUGIN"] == "none-of-yours"
+    assert env["ALCHEMIST_NCCL_NET_PLUGIN"] == "required" and "FI_PROVIDER" not in env
 
 
 def test_pods_run_as_the_teams_identity():
