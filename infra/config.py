@@ -11,7 +11,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import re
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, Literal, Union, cast, get_args
 from urllib.parse import urlsplit
 
 import yaml
@@ -22,6 +22,7 @@ from pydantic import (
     Field,
     SecretStr,
     ValidationError,
+    create_model,
     field_validator,
     model_validator,
 )
@@ -29,8 +30,7 @@ from pydantic.alias_generators import to_camel
 
 import infra.providers.registry as providers
 from alchemist_jobs.frameworks import FRAMEWORKS
-from infra.providers.aws.instance_types import efa_interfaces, group_efa
-from infra.versions import K3S_VERSIONS, KUBERNETES_VERSIONS, k3s_installer
+from infra.versions import KUBERNETES_VERSIONS
 
 NAMESPACE = "alchemist"
 # Keys whose values are secrets: they must be set with `pulumi config set --secret`, and no
@@ -52,10 +52,6 @@ SYSTEM_NAMESPACES = (
 DnsLabel = Annotated[str, Field(pattern=r"^[a-z]([-a-z0-9]{0,30}[a-z0-9])?$")]
 Quantity = Annotated[str, Field(pattern=r"^[1-9][0-9]*(Mi|Gi|Ti)$")]
 Size = Annotated[int, Field(ge=0, le=1000)]
-IAM_PRINCIPAL = r"^arn:aws(-[a-z]+)*:iam::[0-9]{12}:(role|user)/[\w+=,.@/-]+$"
-# Networks no deployer can come from (RFC 5737 documentation ranges and the like): a public
-# API endpoint open only to them is unreachable, and `pulumi up` times out after the cluster.
-NOT_A_DEPLOYER_NETWORK = "a public network you deploy from, such as your egress address/32"
 
 
 class StackConfigError(Exception):
@@ -81,11 +77,13 @@ def _show(key: str, value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-class _Model(BaseModel):
+class ConfigModel(BaseModel):
+    """A part of the stack config: camelCase keys, no unknown ones, frozen (providers' sections too)."""
+
     model_config = ConfigDict(extra="forbid", frozen=True, alias_generator=to_camel, populate_by_name=True)
 
 
-class Quota(_Model):
+class Quota(ConfigModel):
     """What one team's jobs may use at once: Kueue nominal quota and the namespace's ResourceQuota."""
 
     gpu: Size = Field(description="GPUs (nvidia.com/gpu), an integer >= 0")
@@ -93,7 +91,7 @@ class Quota(_Model):
     memory: Quantity = Field(description="memory as a quantity such as 256Gi")
 
 
-class Team(_Model):
+class Team(ConfigModel):
     """A team: its namespace, LocalQueue and ClusterQueue all carry this name."""
 
     name: DnsLabel = Field(description="a DNS label such as research (lower case, digits, '-')")
@@ -109,55 +107,15 @@ class Team(_Model):
     gid: Annotated[int, Field(ge=1000, le=2**31 - 1)] | None = Field(
         None, description="POSIX gid of the team's job pods and subtree (default: the uid)"
     )
-    principals: list[Annotated[str, Field(pattern=IAM_PRINCIPAL)]] = Field(
+    principals: list[str] = Field(
         default_factory=list,
-        description="IAM role or user ARNs (arn:aws:iam::<account>:role/<name>) that submit for the team (aws only)",
+        description="the provider's own identities (its principals) that submit for the team, where it has them",
     )
     object_store_access_key_id: str | None = Field(
         None,
         min_length=1,
-        description="the team's own access key id on the S3-compatible service (not aws), which the service's "
+        description="the team's own access key id on the S3-compatible service (not a provider's own store), which the service's "
         "admin restricts to the prefix <team>/; its secret key in alchemist:objectStoreTeamSecretKeys",
-    )
-
-
-class KindConfig(_Model):
-    """A kind cluster on the user's Docker (stack `dev`)."""
-
-    workers: Annotated[int, Field(ge=0, le=8)] = 1
-    registry_port: Annotated[int, Field(ge=1024, le=65535)] = 5001
-    shared_dir: str = Field("~/.alchemist/kind-shared", description="host directory shared as /shared")
-
-
-class OnpremHost(_Model):
-    """One machine k3s is installed on over SSH."""
-
-    name: DnsLabel = Field(description="node name, a DNS label")
-    address: str = Field(min_length=1, description="IP address or DNS name reachable over SSH")
-    role: Literal["server", "agent"] = Field(description="'server' or 'agent'")
-    gpus: Size = Field(0, description="GPUs on this host; > 0 makes it a GPU agent")
-    host_key: str | None = Field(
-        None,
-        pattern=r"^(ssh-ed25519|ecdsa-sha2-nistp(256|384|521)|ssh-rsa) [A-Za-z0-9+/]+={0,3}$",
-        description="the host's public SSH key, such as 'ssh-ed25519 AAAA...' (ssh-keyscan -t ed25519 HOST)",
-    )
-
-
-class OnpremConfig(_Model):
-    """k3s over SSH on a list of hosts; GPU hosts join as agents with the NVIDIA runtime."""
-
-    ssh_user: str = Field(min_length=1, description="the SSH user (needs passwordless sudo)")
-    ssh_port: Annotated[int, Field(ge=1, le=65535)] = 22
-    hosts: list[OnpremHost] = Field(min_length=1, description="a list of {name, address, role, gpus}")
-    api_address: str | None = Field(None, description="address clients use for the API server")
-    gpu_driver: Literal["host", "operator"] = Field(
-        "host", description="'host' (driver preinstalled) or 'operator' (GPU Operator installs it)"
-    )
-    k3s_installer_sha256: str | None = Field(
-        None,
-        pattern=r"^[0-9a-f]{64}$",
-        alias="k3sInstallerSha256",
-        description="the sha256 of k3s's install.sh at the pinned release, 64 lowercase hex digits",
     )
 
 
@@ -169,108 +127,24 @@ LABEL_VALUE = r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$"
 GPU_PRESENT_LABELS = {"nvidia.com/gpu.present": "true"}
 
 
-class ExistingConfig(_Model):
-    """A cluster a team already runs, reached with the `kubeconfig` secret."""
+class SharedFsConfig(ConfigModel):
+    """A shared file system's section; `kind` picks the model (`nfs`, `hostpath`, or a provider's own)."""
 
-    gpus_per_node: Size = 0
-    gpu_driver: Literal["host", "operator"] = "host"
-    container_toolkit: Literal["host", "operator"] = "operator"
-    gpu_node_selector: dict[str, str] = Field(
-        default_factory=lambda: dict(GPU_PRESENT_LABELS),
-        description="the labels the cluster's GPU nodes carry; GPU pods and Kueue's gpu flavor select them",
-    )
-
-    @field_validator("gpu_node_selector")
-    @classmethod
-    def _node_labels(cls, v: dict[str, str]) -> dict[str, str]:
-        bad = [f"{k}: {val}" for k, val in v.items()
-               if len(k) > 317 or not re.match(LABEL_KEY, k) or not re.match(LABEL_VALUE, val)]  # fmt: skip
-        if not v or bad:
-            raise ValueError(
-                "at least one node label `key: value` (a label key such as nvidia.com/gpu.present, "
-                "a value of up to 63 letters, digits, '-', '_', '.')"
-            )
-        return v
+    kind: str
 
 
-class NodePool(_Model):
-    """An EKS managed node group's instance type and autoscaling bounds."""
-
-    instance_type: str = Field(min_length=1)
-    min_size: Size = 1
-    max_size: Annotated[int, Field(ge=1, le=1000)] = 3
-    desired_size: Size = 1
-
-
-class GpuPool(_Model):
-    """The GPU managed node group: NVIDIA AMI, tainted for GPU work, scaled by the autoscaler."""
-
-    instance_types: list[Annotated[str, Field(pattern=r"^(g|p)[0-9][a-z0-9-]*\.[0-9a-z]+$")]] = Field(
-        min_length=1, description="GPU instance types such as g5.12xlarge or p4d.24xlarge"
-    )
-    ami_type: str = Field("AL2023_x86_64_NVIDIA", description="AL2023_x86_64_NVIDIA")
-    gpus_per_node: Annotated[int, Field(ge=1, le=16)] = Field(description="GPUs per node, 1 to 16")
-    min_size: Size = 0
-    max_size: Annotated[int, Field(ge=1, le=1000)] = 2
-    desired_size: Size = 0
-    disk_size_gib: Annotated[int, Field(ge=50, le=16384)] = Field(200, alias="diskSizeGiB")
-    capacity_type: Literal["ON_DEMAND", "SPOT"] = "ON_DEMAND"
-    require_imdsv2: bool = Field(True, description="true (policy imdsv2-on-gpu-nodes requires it)")
-    efa: bool | None = Field(
-        None,
-        description="true, false, or unset: on when every instance type has EFA (infra/providers/aws/instance_types.py)",
-    )
-
-    @property
-    def efa_interfaces(self) -> int:
-        """EFA interfaces each GPU node gets: 0 when EFA is off or a type lacks it."""
-        return 0 if self.efa is False else group_efa(list(self.instance_types))
-
-
-class AwsConfig(_Model):
-    """VPC + EKS (pulumi-eks) with a system and a GPU managed node group."""
-
-    region: str = Field(
-        pattern=r"^[a-z]{2}(-gov)?-[a-z]+-[0-9]$", description="an AWS region such as us-west-2"
-    )
-    availability_zones: list[str] = Field(
-        min_length=2, max_length=6, description="2 to 6 zones of the region"
-    )
-    vpc_cidr: ipaddress.IPv4Network = Field(description="an IPv4 /16 to /20 such as 10.40.0.0/16")
-    endpoint_public_access: bool = True
-    public_access_cidrs: list[ipaddress.IPv4Network] = Field(
-        default_factory=list, description="networks allowed to reach the public API endpoint"
-    )
-    system_nodes: NodePool = NodePool(instance_type="m6i.large", min_size=2, max_size=4, desired_size=2)
-    gpu_nodes: GpuPool = Field(description="{instanceTypes, gpusPerNode, minSize, maxSize, ...}")
-
-
-class EfsFs(_Model):
-    kind: Literal["efs"]
-    encrypted: bool = Field(True, description="true (policy storage-encrypted requires it)")
-    throughput_mode: Literal["elastic", "bursting"] = "elastic"
-
-
-class FsxLustreFs(_Model):
-    kind: Literal["fsx-lustre"]
-    storage_capacity_gib: Annotated[int, Field(ge=1200, le=100800, multiple_of=1200)] = Field(
-        1200, alias="storageCapacityGiB"
-    )
-    deployment_type: Literal["SCRATCH_2", "PERSISTENT_2"] = "SCRATCH_2"
-    per_unit_storage_throughput: Literal[125, 250, 500, 1000] = 250
-
-
-class NfsFs(_Model):
+class NfsFs(SharedFsConfig):
     kind: Literal["nfs"]
     server: str = Field(min_length=1, description="the NFS server's address")
     share: str = Field(pattern=r"^/", description="the exported path, such as /export/alchemist")
 
 
-class HostPathFs(_Model):
+class HostPathFs(SharedFsConfig):
     kind: Literal["hostpath"]
 
 
-SharedFs = Annotated[EfsFs | FsxLustreFs | NfsFs | HostPathFs, Field(discriminator="kind")]
+# The kinds every provider may offer; a provider adds its own (ProviderRules.shared_fs_models).
+NEUTRAL_SHARED_FS: tuple[type[SharedFsConfig], ...] = (NfsFs, HostPathFs)
 
 
 def _optional_framework(name: str) -> str:
@@ -283,14 +157,14 @@ def _optional_framework(name: str) -> str:
     return name
 
 
-class ImagesConfig(_Model):
-    """Where the training and interactive images are pushed (ECR on AWS, kind's registry on dev)."""
+class ImagesConfig(ConfigModel):
+    """Where the training and interactive images are pushed (a registry of the provider's own, or `registry`)."""
 
     registry: str | None = Field(None, description="a registry/prefix such as registry.lab:5000/alchemist")
     registry_user: str | None = None
     registry_insecure: bool = Field(
         False,
-        description="true when the registry speaks plain HTTP (k3s nodes are told so in registries.yaml)",
+        description="true when the registry speaks plain HTTP (the cluster's nodes are told so where the provider configures them)",
     )
     frameworks: list[Annotated[str, AfterValidator(_optional_framework)]] = Field(
         default_factory=list,
@@ -305,7 +179,7 @@ ALERTMANAGER_INTEGRATIONS = tuple(f"{k}_configs" for k in (
     "rocketchat", "slack", "sns", "telegram", "victorops", "webex", "webhook", "wechat"))  # fmt: skip
 
 
-class AlertmanagerConfig(_Model):
+class AlertmanagerConfig(ConfigModel):
     """Where alerts go. Without this key they go nowhere (the chart's `null` receiver): they
     show in Alertmanager and Grafana only."""
 
@@ -339,9 +213,10 @@ class AlertmanagerConfig(_Model):
         return self
 
 
-class ObjectStoreConfig(_Model):
-    """Object storage for datasets (infra/object_store.py). On AWS the stack creates the bucket
-    (`bucket` optionally names it); elsewhere these name an existing S3-compatible service."""
+class ObjectStoreConfig(ConfigModel):
+    """Object storage for datasets (infra/object_store.py). Where the provider has a store of its
+    own the stack creates the bucket (`bucket` optionally names it); elsewhere these name an
+    existing S3-compatible service."""
 
     endpoint: str | None = Field(
         None,
@@ -364,8 +239,9 @@ class ObjectStoreConfig(_Model):
     )
 
 
-class StackConfig(_Model):
-    """All `alchemist:*` keys of one stack."""
+class StackConfig(ConfigModel):
+    """All `alchemist:*` keys of one stack. `parse` checks them with a subclass that adds each
+    provider's own section (`alchemist:<section>`) and shared-FS kinds (`stack_model`)."""
 
     provider: str = Field(description="a provider of infra/providers/")
     kubernetes_version: Literal[KUBERNETES_VERSIONS] = Field(  # type: ignore[valid-type]
@@ -373,15 +249,11 @@ class StackConfig(_Model):
     )
     teams: list[Team] = Field(min_length=1, description="a list of {name, quota: {gpu, cpu, memory}}")
     pod_security: Literal["restricted", "baseline", "privileged"] = "restricted"
-    shared_fs: SharedFs = Field(description="{kind: efs|fsx-lustre|nfs|hostpath, ...}")
+    shared_fs: SharedFsConfig = Field(description="{kind: ..., ...}")
     images: ImagesConfig = Field(default_factory=lambda: ImagesConfig.model_validate({}))
     allow_open_endpoints: bool = Field(
         False, description="true only to let SSH or API endpoints accept 0.0.0.0/0"
     )
-    kind: KindConfig | None = None
-    onprem: OnpremConfig | None = None
-    existing: ExistingConfig | None = None
-    aws: AwsConfig | None = None
     kubeconfig: SecretStr | None = None
     ssh_private_key: SecretStr | None = None
     registry_password: SecretStr | None = None
@@ -400,12 +272,18 @@ class StackConfig(_Model):
         return value
 
     @property
+    def section(self) -> BaseModel | None:
+        """The provider's own section (`alchemist:<its section>`), if the stack has one."""
+        key = providers.rules(self.provider).section
+        return cast(BaseModel | None, getattr(self, key, None)) if key else None
+
+    @property
     def default_team(self) -> Team:
         """Jobs go to the first team unless they name another."""
         return self.teams[0]
 
     def object_store_keys(self) -> dict[str, tuple[str, SecretStr]]:
-        """Each team's S3 key pair on a non-AWS store: its own, else the stack's (at most one team
+        """Each team's S3 key pair on a store the stack does not create: its own, else the stack's (at most one team
         may have the stack's: _check_object_store); teams without either get none."""
         own = _team_secret_keys(self)
         out = {}
@@ -455,8 +333,36 @@ def parse(config: dict[str, str], secret_keys: set[str] | frozenset[str] = froze
         raise
 
 
+def shared_fs_models() -> tuple[type[SharedFsConfig], ...]:
+    """Every sharedFs kind's model: the providers' own (by provider name), then nfs and hostpath."""
+    own = [m for n in providers.names() for m in providers.rules(n).shared_fs_models]
+    return (*own, *NEUTRAL_SHARED_FS)
+
+
+def _kind(model: type[BaseModel]) -> str:
+    return str(get_args(model.model_fields["kind"].annotation)[0])
+
+
+def stack_model() -> type[StackConfig]:
+    """StackConfig with the registered providers' sections and shared-FS kinds, asked at each call
+    (a provider registered after this module was imported counts too)."""
+    kinds = shared_fs_models()
+    sections = {
+        rules.section: (rules.config_model | None, None)
+        for rules in (providers.rules(n) for n in providers.names())
+        if rules.section and rules.config_model is not None
+    }
+    fs_description = "{kind: " + "|".join(_kind(m) for m in kinds) + ", ...}"
+    union = Annotated[Union[kinds], Field(discriminator="kind")]  # type: ignore[valid-type]  # noqa: UP007
+    model = create_model(
+        "StackConfig", __base__=StackConfig, shared_fs=(union, Field(description=fs_description)), **sections
+    )  # type: ignore[call-overload]
+    return cast(type[StackConfig], model)
+
+
 def _parse(config: dict[str, str], secret_keys: set[str]) -> StackConfig:
-    fields = {f.alias or n: f for n, f in StackConfig.model_fields.items()}  # aliases: camelCase
+    model = stack_model()
+    fields = {f.alias or n: f for n, f in model.model_fields.items()}  # aliases: camelCase
     data: dict[str, Any] = {}
     for full_key, raw in sorted(config.items()):
         ns, _, key = full_key.partition(":")
@@ -476,9 +382,9 @@ def _parse(config: dict[str, str], secret_keys: set[str]) -> StackConfig:
                                    + ", ".join(SECRET_KEYS) + " are secrets")  # fmt: skip
         data[key] = _decode(full_key, raw) if key not in SECRET_KEYS else raw
     try:
-        cfg = StackConfig.model_validate(data)
+        cfg = model.model_validate(data)
     except ValidationError as e:
-        raise _one_line(e) from None
+        raise _one_line(e, model) from None
     _check_consistency(cfg)
     return cfg
 
@@ -493,44 +399,47 @@ def _decode(key: str, raw: Any) -> Any:
     return raw
 
 
-def _one_line(e: ValidationError) -> StackConfigError:
+def _one_line(e: ValidationError, model: type[StackConfig]) -> StackConfigError:
     err = e.errors(include_url=False)[0]
     loc = [p for p in err["loc"]]
     # A discriminated union puts the tag in the location (sharedFs.nfs.server): drop it.
+    kinds = {_kind(m): m for m in shared_fs_models()}
     clean: list[str] = []
     for i, p in enumerate(loc):
-        if i and loc[i - 1] == "sharedFs" and p in ("efs", "fsx-lustre", "nfs", "hostpath"):
+        if i and loc[i - 1] == "sharedFs" and p in kinds:
             continue
         clean.append(f"[{p}]" if isinstance(p, int) else str(p))
     key = f"{NAMESPACE}:" + ".".join(clean).replace(".[", "[")
     kind = err["type"]
     if kind == "missing":
-        return StackConfigError(key, None, _describe(loc), missing=True)
+        return StackConfigError(key, None, _describe(loc, model), missing=True)
     if kind == "extra_forbidden":
-        return StackConfigError(key, None, ", ".join(_aliases_at(loc[:-1])), unknown=True)
+        return StackConfigError(key, None, ", ".join(_aliases_at(loc[:-1], model)), unknown=True)
     if kind == "union_tag_invalid":
         tags = err.get("ctx", {}).get("expected_tags", "")
         return StackConfigError(key + ".kind", err["input"].get("kind"), f"one of {tags}")
     if kind == "union_tag_not_found":
-        return StackConfigError(key + ".kind", None, "efs, fsx-lustre, nfs or hostpath", missing=True)
+        tags = list(kinds)
+        return StackConfigError(key + ".kind", None, f"{', '.join(tags[:-1])} or {tags[-1]}", missing=True)
     msg = err["msg"]
-    if kind == "string_pattern_mismatch" and _describe(loc) != _NO_DESCRIPTION:
-        msg = _describe(loc)
+    if kind == "string_pattern_mismatch" and _describe(loc, model) != _NO_DESCRIPTION:
+        msg = _describe(loc, model)
     for prefix in ("Input should be ", "Value error, "):
         if msg.startswith(prefix):
             msg = msg[len(prefix) :]
     return StackConfigError(key, err.get("input"), msg)
 
 
-def _model_at(loc: list[Any]) -> type[BaseModel] | None:
-    model: Any = StackConfig
+def _model_at(loc: list[Any], top: type[StackConfig]) -> type[BaseModel] | None:
+    kinds = {_kind(m): m for m in shared_fs_models()}
+    model: Any = top
     for p in loc:
         if isinstance(p, int) or model is None:
             continue
         field = next((f for f in model.model_fields.values() if f.alias == p), None)
         if field is None:
             # a discriminated-union tag such as "nfs"
-            model = {"efs": EfsFs, "fsx-lustre": FsxLustreFs, "nfs": NfsFs, "hostpath": HostPathFs}.get(p)
+            model = kinds.get(p)
             continue
         model = _inner_model(field.annotation)
     return model
@@ -546,13 +455,13 @@ def _inner_model(annotation: Any) -> Any:
     return None
 
 
-def _aliases_at(loc: list[Any]) -> list[str]:
-    model = _model_at(loc)
+def _aliases_at(loc: list[Any], top: type[StackConfig]) -> list[str]:
+    model = _model_at(loc, top)
     return [f.alias or n for n, f in model.model_fields.items()] if model else []
 
 
-def _describe(loc: list[Any]) -> str:
-    model = _model_at(loc[:-1])
+def _describe(loc: list[Any], top: type[StackConfig]) -> str:
+    model = _model_at(loc[:-1], top)
     if model is not None:
         for f in model.model_fields.values():
             if f.alias == loc[-1] and f.description:
@@ -561,8 +470,6 @@ def _describe(loc: list[Any]) -> str:
 
 
 _NO_DESCRIPTION = "a value (see docs/infra.md)"
-# The providers' own sections of the config (each checked against `provider`).
-PROVIDER_SECTIONS = ("kind", "onprem", "existing", "aws")
 
 
 def _choices(values: list[str]) -> str:
@@ -581,8 +488,9 @@ def _check_consistency(cfg: StackConfig) -> None:
     ns = NAMESPACE
     provider = cfg.provider
     rules = providers.rules(provider)
-    for section in PROVIDER_SECTIONS:
-        present = getattr(cfg, section) is not None
+    sections = [r.section for r in map(providers.rules, providers.names()) if r.section and r.config_model]
+    for section in sections:
+        present = getattr(cfg, section, None) is not None
         if section == provider and not present and rules.section_required:
             raise StackConfigError(f"{ns}:{section}", None,
                                    f"provider {provider!r} needs an `{section}` section", missing=True)  # fmt: skip
@@ -634,10 +542,7 @@ def _check_consistency(cfg: StackConfig) -> None:
             raise StackConfigError(f"{ns}:teams[{i}].name", name, "a name no other team has")
     _check_identities(cfg)
     _check_object_store(cfg)
-    if cfg.onprem is not None:
-        _check_onprem(cfg.onprem, cfg.kubernetes_version)
-    if cfg.aws is not None:
-        _check_aws(cfg.aws)
+    rules.check_config(cfg)
 
 
 def _check_identities(cfg: StackConfig) -> None:
@@ -652,58 +557,11 @@ def _check_identities(cfg: StackConfig) -> None:
         if team.principals and not providers.rules(cfg.provider).iam:
             raise StackConfigError(f"{NAMESPACE}:teams[{i}].principals", team.principals,
                                    f"IAM principals only with {_providers_with('iam')} (elsewhere: groups)")  # fmt: skip
-
-
-def _check_onprem(onprem: OnpremConfig, kubernetes_minor: str) -> None:
-    if onprem.k3s_installer_sha256 is None:
-        # The deployer states which installer they read; a shipped stack cannot say it for them.
-        url = k3s_installer(K3S_VERSIONS[kubernetes_minor])
-        raise StackConfigError(f"{NAMESPACE}:onprem.k3sInstallerSha256", None,
-                               f"the sha256 of the k3s installer you reviewed, as `curl -sfL {url} | sha256sum` "
-                               f"prints it, set with `pulumi config set --path '{NAMESPACE}:onprem.k3sInstallerSha256' "
-                               "<digest>`", missing=True)  # fmt: skip
-    key = f"{NAMESPACE}:onprem.hosts"
-    if not any(h.role == "server" for h in onprem.hosts):
-        raise StackConfigError(key, [h.name for h in onprem.hosts], "at least one host with role 'server'")
-    seen: set[str] = set()
-    for i, h in enumerate(onprem.hosts):
-        if h.gpus and h.role != "agent":
-            raise StackConfigError(f"{key}[{i}].role", h.role, "'agent' for a GPU host (gpus > 0)")
-        if h.name in seen or h.address in seen:
-            raise StackConfigError(f"{key}[{i}]", h.name, "a name and address no other host has")
-        if h.host_key is None:
-            # Without it the first connection trusts whoever answers, and gets the k3s token.
-            raise StackConfigError(f"{key}[{i}].hostKey", None,
-                                   "the host's public SSH key, such as the line `ssh-keyscan -t ed25519 "
-                                   f"{h.address}` prints after the address", missing=True)  # fmt: skip
-        seen.update((h.name, h.address))
-
-
-def _check_aws(aws: AwsConfig) -> None:
-    key = f"{NAMESPACE}:aws"
-    for i, zone in enumerate(aws.availability_zones):
-        if not (zone.startswith(aws.region) and len(zone) == len(aws.region) + 1):
-            raise StackConfigError(f"{key}.availabilityZones[{i}]", zone,
-                                   f"a zone of {aws.region}, such as {aws.region}a")  # fmt: skip
-    if not 16 <= aws.vpc_cidr.prefixlen <= 20:
-        raise StackConfigError(f"{key}.vpcCidr", str(aws.vpc_cidr), "a /16 to /20 network")
-    if aws.endpoint_public_access and not aws.public_access_cidrs:
-        raise StackConfigError(f"{key}.publicAccessCidrs", None,
-                               f"{NOT_A_DEPLOYER_NETWORK}, set by the deployer with `pulumi config set --path "
-                               f"'{key}.publicAccessCidrs[0]' <cidr>` (or endpointPublicAccess: false)",
-                               missing=True)  # fmt: skip
-    for i, cidr in enumerate(aws.public_access_cidrs):
-        if cidr.prefixlen and not cidr.is_global:  # 0.0.0.0/0 is judged by policy no-open-endpoints
-            raise StackConfigError(f"{key}.publicAccessCidrs[{i}]", str(cidr),
-                                   f"{NOT_A_DEPLOYER_NETWORK} ({cidr} is private or reserved for "
-                                   "documentation: nobody can reach the API from it)")  # fmt: skip
-    _check_gpu_pool(aws)
-    for pool_key, pool in (("systemNodes", aws.system_nodes), ("gpuNodes", aws.gpu_nodes)):
-        if not pool.min_size <= pool.desired_size <= pool.max_size:
-            raise StackConfigError(f"{key}.{pool_key}",
-                                   {"minSize": pool.min_size, "desiredSize": pool.desired_size,
-                                    "maxSize": pool.max_size},
-                                   "minSize <= desiredSize <= maxSize")  # fmt: skip
+        pattern = providers.rules(cfg.provider).principal_pattern
+        for j, principal in enumerate(team.principals):
+            if pattern is not None and not re.match(pattern, principal):
+                raise StackConfigError(f"{NAMESPACE}:teams[{i}].principals[{j}]", principal,
+                                       providers.rules(cfg.provider).principals_accepted)  # fmt: skip
 
 
 def endpoint_address(endpoint: str) -> str | None:
@@ -815,25 +673,6 @@ def _check_team_keys(cfg: StackConfig) -> None:
                 f"a key no other team holds (team {seen[kid]!r} has it)",
             )
         seen[kid] = t.name
-
-
-def _check_gpu_pool(aws: AwsConfig) -> None:
-    key = f"{NAMESPACE}:aws.gpuNodes"
-    gpu = aws.gpu_nodes
-    if gpu.ami_type != "AL2023_x86_64_NVIDIA":
-        # Bottlerocket's NVIDIA variant runs its own device plugin and toolkit; the GPU Operator
-        # would run a second set on the same nodes.
-        raise StackConfigError(f"{key}.amiType", gpu.ami_type,
-                               "AL2023_x86_64_NVIDIA (the GPU Operator manages the device plugin, "
-                               "DCGM and feature discovery; Bottlerocket's NVIDIA AMI runs its own)")  # fmt: skip
-    if gpu.efa:
-        for i, t in enumerate(gpu.instance_types):
-            if not efa_interfaces(t):
-                raise StackConfigError(
-                    f"{key}.instanceTypes[{i}]",
-                    t,
-                    "an EFA instance type with efa: true (see infra/providers/aws/instance_types.py)",
-                )
 
 
 def cluster_entry(deployer_kubeconfig: str) -> dict[str, Any]:

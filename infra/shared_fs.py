@@ -28,7 +28,7 @@ import pulumi
 import pulumi_kubernetes as kubernetes
 
 from infra.cluster import KIND_SHARED_PATH
-from infra.config import EfsFs, FsxLustreFs, HostPathFs, NfsFs
+from infra.config import HostPathFs, NfsFs, SharedFsConfig
 from infra.labels import SHARED_PVC, SHARED_STORAGE_CLASS
 from infra.versions import CHARTS
 
@@ -74,7 +74,7 @@ class SharedFsBackend(Protocol):
 
 @dataclass
 class SharedFileSystemArgs:
-    fs: EfsFs | FsxLustreFs | NfsFs | HostPathFs
+    fs: SharedFsConfig  # nfs, hostpath, or a kind of the provider's own (its backend makes it)
     namespaces: dict[str, Any]  # team name -> Namespace resource: each gets its own subtree
     identities: dict[str, tuple[int, int]]  # team name -> (uid, gid) owning its subtree
     root_namespaces: dict[str, Any] = field(

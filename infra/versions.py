@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from urllib.parse import quote
 
 
 @dataclass(frozen=True)
@@ -40,53 +39,20 @@ CHARTS: dict[str, ChartPin] = {
         "v4.11.0",
         "https://raw.githubusercontent.com/kubernetes-csi/csi-driver-nfs/master/charts",
     ),
-    # Installed with helm.v3.Release: the chart relies on Helm hooks, which helm.v4.Chart skips.
-    "aws-efs-csi-driver": ChartPin(
-        "aws-efs-csi-driver", "3.2.1", "https://kubernetes-sigs.github.io/aws-efs-csi-driver"
-    ),
-    # Read at tag helm-chart-aws-fsx-csi-driver-1.17.0 of kubernetes-sigs/aws-fsx-csi-driver
-    # (appVersion 1.9.0); no template there is a Helm hook, so helm.v4.Chart installs all of it.
-    "aws-fsx-csi-driver": ChartPin(
-        "aws-fsx-csi-driver", "1.17.0", "https://kubernetes-sigs.github.io/aws-fsx-csi-driver"
-    ),
 }
-# The cluster layer's other charts follow the cluster's Kubernetes minor or the EKS add-on
-# they serve: the versions.py of that provider's package (cluster-autoscaler per minor, a device plugin).
+# A provider's own charts (its cluster's add-ons, its file systems' CSI drivers) and the
+# Kubernetes builds it installs per minor are pinned in the versions.py of its package
+# (infra/providers/<name>/versions.py): one place per pin.
 
 # Dashboards in monitoring/ are generated with grafana-foundation-sdk for Grafana 11.6, so
 # kube-prometheus-stack's Grafana is pinned to that minor instead of the chart's default.
 GRAFANA_IMAGE_TAG = "11.6.3"
 
-# Kubernetes minors every provider and kubernetes-validate support, with the build each
-# provider installs for them. kind: the images kind v0.31.0 pre-built (its release notes list
-# 1.31 to 1.35; 1.30 has none). k3s: releases of github.com/k3s-io/k3s (docs.k3s.io release
-# notes, v1.34.X and v1.35.X). 1.31 is left out: EKS offers it until 2026-11-26 only (the end of
-# its extended support, in that provider's versions.py), and k3s's last 1.31 release was in 2025-11.
+# Kubernetes minors every provider and kubernetes-validate support. Each provider's versions.py
+# names the build it installs for each (a node image, a release) and where it found it; a minor
+# is left out here when a provider no longer offers it for long or has no current build of it
+# (1.31: see the providers' versions.py).
 KUBERNETES_VERSIONS = ("1.32", "1.33", "1.34", "1.35")
-KIND_VERSION = "v0.31.0"
-KIND_NODE_IMAGES = {
-    "1.32": "kindest/node:v1.32.11",
-    "1.33": "kindest/node:v1.33.7",
-    "1.34": "kindest/node:v1.34.3",
-    "1.35": "kindest/node:v1.35.0",
-}
-K3S_VERSIONS = {
-    "1.32": "v1.32.5+k3s1",
-    "1.33": "v1.33.1+k3s1",
-    "1.34": "v1.34.3+k3s1",
-    "1.35": "v1.35.0+k3s1",
-}
-
-
-def k3s_installer(version: str) -> str:
-    """The install script of exactly this k3s release (not whatever get.k3s.io serves today)."""
-    return f"https://raw.githubusercontent.com/k3s-io/k3s/{quote(version)}/install.sh"
-
-
-NVIDIA_CONTAINER_TOOLKIT_VERSION = "1.17.8-1"
-
-# The registry kind pulls from on a laptop (the documented kind local-registry recipe).
-LOCAL_REGISTRY_IMAGE = "registry:2.8.3"
 
 # Base image of the training and interactive images (a build argument; override to use a
 # CUDA base): torch's CUDA wheels bring their own CUDA libraries, so a slim Python suffices.

@@ -42,6 +42,20 @@ class ProviderRules:
     # no `...Down` alerts for them: infra/monitoring.py)
     hidden_control_plane: tuple[str, ...] = ()
     deploy_time: tuple[DeployTimeValue, ...] = ()  # what only a stack's deployer gives
+    # Its own section of the stack config, `alchemist:<section>`, and the pydantic model that
+    # section is parsed with (infra/providers/<name>/config.py); none: it reads no section.
+    section: str | None = None
+    config_model: Any = None
+    # The models of the sharedFs kinds it adds to nfs and hostpath (a `kind` Literal each)
+    shared_fs_models: tuple[Any, ...] = ()
+    # What a team's `principals` must match with it (a regular expression), and the line an
+    # error shows for one that does not; None: it has no principals of its own (`iam`)
+    principal_pattern: str | None = None
+    principals_accepted: str = ""
+
+    def check_config(self, cfg: Any) -> None:
+        """Its rules across its section's keys (and the rest of the parsed config) that the
+        section's model cannot state alone: raises infra.config.StackConfigError."""
 
     def policy_checks(self) -> dict[str, tuple[Callable[[Any], list[str]], ...]]:
         """Its checks of infra/policies.py's policies over its own resource types, by policy name:

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from infra.providers import Provider
+from infra.providers.aws import config
 from infra.providers.aws.fabric import network_fabric
 from infra.providers.aws.policies import CHECKS
 from infra.providers.registry import DeployTimeValue
@@ -23,6 +24,11 @@ if TYPE_CHECKING:
 class AwsProvider(Provider):
     name = "aws"
     shared_fs_kinds = ("efs", "fsx-lustre")
+    section = config.SECTION
+    config_model = config.AwsConfig
+    shared_fs_models = (config.EfsFs, config.FsxLustreFs)
+    principal_pattern = config.IAM_PRINCIPAL
+    principals_accepted = config.IAM_PRINCIPAL_ACCEPTED
     own_registry = "ECR repositories"
     iam = True
     # EKS runs etcd, the scheduler and the controller manager out of reach
@@ -41,6 +47,9 @@ class AwsProvider(Provider):
         gpu = aws.get("gpuNodes") or {}
         types = ",".join(gpu.get("instanceTypes", []))
         return f"{aws.get('region', '?')}, GPU nodes {types} x0..{gpu.get('maxSize', '?')}"
+
+    def check_config(self, cfg: StackConfig) -> None:
+        config.check(cfg)
 
     def cluster(self, stack: str, cfg: StackConfig) -> ClusterFacts:
         from infra.providers.aws.cluster import EksCluster, EksClusterArgs
@@ -65,12 +74,12 @@ class AwsProvider(Provider):
             vpc_endpoint_egress,
         )
 
-        assert cfg.aws is not None  # checked by config.parse
+        section = config.aws_config(cfg)
         net = _cloud(facts).network
         StoreEndpoints("object-store-endpoints", StoreEndpointsArgs(
             aws_provider=net.aws_provider, region=net.region, vpc_id=net.vpc_id,
-            vpc_cidr=cfg.aws.vpc_cidr, zones=list(cfg.aws.availability_zones)))  # fmt: skip
-        return vpc_endpoint_egress(cfg.aws.vpc_cidr)
+            vpc_cidr=section.vpc_cidr, zones=list(section.availability_zones)))  # fmt: skip
+        return vpc_endpoint_egress(section.vpc_cidr)
 
     def policy_checks(self) -> dict[str, tuple[Callable[[Any], list[str]], ...]]:
         return CHECKS

@@ -22,9 +22,10 @@ from infra.cluster_facts import (
     ClusterFacts,
     Registry,
 )
-from infra.config import AwsConfig, GpuPool, NodePool, StackConfig
+from infra.config import StackConfig
 from infra.policies import OPEN_ENDPOINTS_TAG
 from infra.providers.aws.cluster_addons import CloudIdentityAddon, CloudIdentityAddonArgs
+from infra.providers.aws.config import AwsConfig, GpuPool, NodePool, aws_config
 from infra.providers.aws.ecr import EcrRepositories
 from infra.providers.aws.facts import AUTOSCALER_RESOURCE_TAG, AwsCloud, AwsNetwork, EksFacts
 from infra.providers.aws.instance_types import ACCELERATOR_LABEL, gpu_model, group_efa_rdma_read
@@ -86,7 +87,7 @@ class EksCluster(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: EksClusterArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("alchemist:infra:EksCluster", name, None, opts)
-        cfg: AwsConfig = args.cfg.aws  # type: ignore[assignment]
+        cfg = aws_config(args.cfg)
         cluster_name = f"alchemist-{args.stack}"
         warning = eks_support_warning(
             args.cfg.kubernetes_version, datetime.date.today().isoformat(), KUBERNETES_VERSIONS
@@ -179,7 +180,7 @@ class EksCluster(pulumi.ComponentResource):
     def _control_plane(self, name: str, cluster_name: str, args: EksClusterArgs, vpc_id: pulumi.Input[str],
                        private_ids: list[Any], public_ids: list[Any], on_aws: pulumi.ResourceOptions) -> Any:  # fmt: skip
         """EKS (pulumi-eks): API-only authentication, KMS-encrypted secrets, the CNI's policy agent on."""
-        cfg: AwsConfig = args.cfg.aws  # type: ignore[assignment]
+        cfg = aws_config(args.cfg)
         secrets_key = aws.kms.Key(
             f"{name}-secrets-key",
             description=f"{cluster_name}: envelope encryption of Kubernetes secrets",
@@ -445,7 +446,7 @@ class EksCluster(pulumi.ComponentResource):
 
     def _autoscaler(self, name: str, cluster_name: str, cfg: StackConfig) -> None:
         """Cluster autoscaler of the cluster's minor (IRSA) so the GPU group scales from zero."""
-        aws_cfg: AwsConfig = cfg.aws  # type: ignore[assignment]
+        aws_cfg = aws_config(cfg)
         CloudIdentityAddon(
             f"{name}-autoscaler",
             CloudIdentityAddonArgs(

@@ -10,15 +10,15 @@ from typing import Any
 import pulumi
 import pulumi_aws as aws
 
-from infra.config import EfsFs, FsxLustreFs
 from infra.providers.aws.cluster_addons import CloudIdentityAddon, CloudIdentityAddonArgs
+from infra.providers.aws.config import EfsFs, FsxLustreFs
 from infra.providers.aws.facts import AwsNetwork
+from infra.providers.aws.versions import EFS_CSI_CHART, FSX_CSI_CHART
 from infra.shared_fs import NOMINAL_CAPACITY, TEAM_DIR_MODE, SharedFsVolumes, team_path
-from infra.versions import CHARTS, ChartPin
+from infra.versions import ChartPin
 
 EFS_DRIVER = "efs.csi.aws.com"
 FSX_DRIVER = "fsx.csi.aws.com"
-FSX_CSI_CHART = CHARTS["aws-fsx-csi-driver"]
 
 
 def efs_policy(file_system_arn: str, access_point_arns: list[str]) -> str:
@@ -121,7 +121,7 @@ class AwsSharedFs:
             for i, subnet in enumerate(net.private_subnet_ids)
         ]
         # templates/csidriver.yaml of this chart is a Helm hook, which helm.v4.Chart skips
-        driver = self._csi_driver(f"{name}-efs-csi", net, "efs-csi-controller-sa", CHARTS["aws-efs-csi-driver"],
+        driver = self._csi_driver(f"{name}-efs-csi", net, "efs-csi-controller-sa", EFS_CSI_CHART,
                                   "arn:aws:iam::aws:policy/service-role/AmazonEFSCSIDriverPolicy",
                                   helm_hooks=True, depends_on=list(self.mount_targets))  # fmt: skip
         # One access point per team: EFS makes /teams/<team> owned by the team's uid:gid on

@@ -1,4 +1,4 @@
-"""What the EKS cluster pins per Kubernetes minor: the cluster-autoscaler chart, the EFA device plugin, and EKS's support dates.
+"""What the AWS provider pins: its file systems' CSI driver charts, and per Kubernetes minor the EKS cluster's cluster-autoscaler chart, the EFA device plugin, and EKS's support dates.
 
 The cluster autoscaler supports only the Kubernetes minor it was built for ("We recommend using
 Cluster Autoscaler with the Kubernetes control plane version for which it was meant",
@@ -11,6 +11,19 @@ https://github.com/kubernetes/autoscaler (Apache-2.0).
 from __future__ import annotations
 
 from infra.versions import ChartPin
+
+# The CSI drivers of the shared file systems this provider adds (infra/providers/aws/shared_fs.py).
+# Installed with helm.v3.Release: the chart relies on Helm hooks, which helm.v4.Chart skips.
+EFS_CSI_CHART = ChartPin(
+    "aws-efs-csi-driver", "3.2.1", "https://kubernetes-sigs.github.io/aws-efs-csi-driver"
+)
+# Read at tag helm-chart-aws-fsx-csi-driver-1.17.0 of kubernetes-sigs/aws-fsx-csi-driver
+# (appVersion 1.9.0); no template there is a Helm hook, so helm.v4.Chart installs all of it.
+FSX_CSI_CHART = ChartPin(
+    "aws-fsx-csi-driver", "1.17.0", "https://kubernetes-sigs.github.io/aws-fsx-csi-driver"
+)
+# The charts above by key (infra/versions.py CHARTS holds the charts every stack installs).
+CHARTS: dict[str, ChartPin] = {"aws-efs-csi-driver": EFS_CSI_CHART, "aws-fsx-csi-driver": FSX_CSI_CHART}
 
 AUTOSCALER_REPO = "https://kubernetes.github.io/autoscaler"
 # Kubernetes minor -> (chart version, the chart's appVersion)
@@ -37,7 +50,8 @@ def autoscaler_chart(kubernetes_minor: str) -> ChartPin:
 # its values' supportedInstanceLabels restrict it to EFA instance types.
 EFA_DEVICE_PLUGIN_CHART = ChartPin("aws-efa-k8s-device-plugin", "v0.5.30", "https://aws.github.io/eks-charts")
 
-# End of EKS standard support per Kubernetes minor (AWS EKS user guide, "Understand the
+# End of EKS standard support per Kubernetes minor (why infra/versions.py KUBERNETES_VERSIONS
+# leaves 1.31 out: EKS offers it until 2026-11-26 only, the end of its extended support) (AWS EKS user guide, "Understand the
 # Kubernetes version lifecycle on EKS", release calendar, read 2026-12-01): after it a cluster
 # runs on paid extended support ($0.60 instead of $0.10 per cluster-hour) for 12 months,
 # then is upgraded by AWS.

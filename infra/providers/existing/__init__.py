@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from infra.providers import Provider
+from infra.providers.existing.config import ExistingConfig
 
 if TYPE_CHECKING:
     from infra.cluster_facts import ClusterFacts
@@ -15,6 +16,8 @@ class ExistingProvider(Provider):
     name = "existing"
     shared_fs_kinds = ("nfs",)
     reads_kubeconfig = True
+    section = "existing"
+    config_model = ExistingConfig
 
     def describe(self, config: dict[str, Any]) -> str:
         return "an existing cluster (kubeconfig secret)"

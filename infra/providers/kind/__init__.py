@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from infra.providers import Provider
+from infra.providers.kind.config import KindConfig
 
 if TYPE_CHECKING:
     from infra.cluster_facts import ClusterFacts
@@ -14,6 +15,8 @@ if TYPE_CHECKING:
 class KindProvider(Provider):
     name = "kind"
     shared_fs_kinds = ("hostpath",)
+    section = "kind"
+    config_model = KindConfig
     section_required = False  # every `alchemist:kind` key has a default
     own_registry = "kind's local registry"
 

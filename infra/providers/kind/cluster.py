@@ -10,9 +10,8 @@ import pulumi_kubernetes as kubernetes
 import yaml
 
 from infra.cluster_facts import KIND_SHARED_PATH, SYSTEM_NODE_LABELS, ClusterArgs, ClusterFacts, Registry
-from infra.config import KindConfig
-from infra.providers.kind.versions import kind_node_image
-from infra.versions import LOCAL_REGISTRY_IMAGE
+from infra.providers.kind.config import kind_section
+from infra.providers.kind.versions import LOCAL_REGISTRY_IMAGE, kind_node_image
 
 KindClusterArgs = ClusterArgs
 
@@ -51,7 +50,7 @@ class KindCluster(pulumi.ComponentResource):
     def __init__(self, name: str, args: KindClusterArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("alchemist:infra:KindCluster", name, None, opts)
         cfg = args.cfg
-        kind_cfg = cfg.kind or KindConfig.model_validate({})  # every key has a default
+        kind_cfg = kind_section(cfg)
         child = pulumi.ResourceOptions(parent=self)
         cluster_name = f"alchemist-{args.stack}"
         registry_name = f"{cluster_name}-registry"

@@ -1,11 +1,19 @@
-"""The kind node images by digest, per Kubernetes minor."""
+"""What the kind provider pins: kind's release, its node images by digest per Kubernetes minor, its local registry."""
 
 from __future__ import annotations
 
-from infra.versions import KIND_NODE_IMAGES
+# The node images kind v0.31.0 pre-built (its release notes list 1.31 to 1.35; 1.30 has none),
+# for the minors of infra/versions.py KUBERNETES_VERSIONS.
+KIND_VERSION = "v0.31.0"
+KIND_NODE_IMAGES = {
+    "1.32": "kindest/node:v1.32.11",
+    "1.33": "kindest/node:v1.33.7",
+    "1.34": "kindest/node:v1.34.3",
+    "1.35": "kindest/node:v1.35.0",
+}
 
 # kind node images by digest (a tag can be re-pushed; a digest cannot), for the builds in
-# infra/versions.py KIND_NODE_IMAGES. Source: the "Images pre-built for this release" list of the
+# KIND_NODE_IMAGES above. Source: the "Images pre-built for this release" list of the
 # kind v0.31.0 release notes (https://github.com/kubernetes-sigs/kind/releases/tag/v0.31.0); the
 # 1.35 digest is also kind v0.31.0's default, pkg/apis/config/defaults/image.go at tag v0.31.0.
 # Images of one release only: kind supports a node image with the kind release it was built for.
@@ -21,3 +29,7 @@ def kind_node_image(kubernetes_minor: str) -> str:
     """The kind node image of this Kubernetes minor, pinned by digest."""
     image = KIND_NODE_IMAGES[kubernetes_minor]
     return f"{image}@{KIND_NODE_DIGESTS[image]}"
+
+
+# The registry kind pulls from on a laptop (the documented kind local-registry recipe).
+LOCAL_REGISTRY_IMAGE = "registry:2.8.3"

@@ -19,8 +19,10 @@ from infra.cluster_facts import (
     ClusterFacts,
     Registry,
 )
-from infra.config import OnpremConfig, OnpremHost, StackConfig
-from infra.versions import K3S_VERSIONS, NVIDIA_CONTAINER_TOOLKIT_VERSION, k3s_installer
+from infra.config import StackConfig
+from infra.providers.existing.config import existing_config
+from infra.providers.onprem.config import OnpremConfig, OnpremHost, onprem_config
+from infra.providers.onprem.versions import K3S_VERSIONS, NVIDIA_CONTAINER_TOOLKIT_VERSION, k3s_installer
 
 
 def _labels(labels: dict[str, str]) -> str:
@@ -207,7 +209,7 @@ class K3sCluster(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: K3sClusterArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("alchemist:infra:K3sCluster", name, None, opts)
-        onprem: OnpremConfig = args.cfg.onprem  # type: ignore[assignment]
+        onprem = onprem_config(args.cfg)
         installer = onprem.k3s_installer_sha256
         assert installer is not None  # config.parse refuses an onprem stack without it
         version = K3S_VERSIONS[args.cfg.kubernetes_version]
@@ -350,7 +352,7 @@ class ExistingCluster(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: ExistingClusterArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("alchemist:infra:ExistingCluster", name, None, opts)
-        existing = args.cfg.existing
+        existing = existing_config(args.cfg)
         assert existing is not None and args.cfg.kubeconfig is not None  # checked by config.parse
         self.kubeconfig = pulumi.Output.secret(args.cfg.kubeconfig.get_secret_value())
         self.provider = kubernetes.Provider(

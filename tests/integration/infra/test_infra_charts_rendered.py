@@ -10,8 +10,9 @@ import yaml
 from chart_data import FIXTURES, chart_data, chart_name, rendered_hooks, unknown_keys
 from infra_helpers import SHIPPED, resources
 
+from infra import providers
 from infra.stack_diff import in_layer
-from infra.versions import CHARTS as PINS
+from infra.versions import CHARTS
 
 CHART = "kubernetes:helm.sh/v4:Chart"
 
@@ -54,9 +55,27 @@ def test_every_values_key_exists_in_the_pinned_chart(renders, name):
         assert unknown_keys(chart_data(chart, version), values) == [], f"{res}: keys not in {chart} {version}"
 
 
+def provider_pins():
+    """Every provider's own chart pins (the CHARTS of infra/providers/<name>/versions.py, if any)."""
+    import importlib
+
+    pins = {}
+    for name in providers.names():
+        try:
+            versions = importlib.import_module(f"infra.providers.{name}.versions")
+        except ModuleNotFoundError:
+            continue
+        pins.update(getattr(versions, "CHARTS", {}))
+    return pins
+
+
+PINS = {**CHARTS, **provider_pins()}
+
+
 def test_every_pin_in_versions_is_a_chart_some_stack_installs(renders):
-    """One source of truth: infra/versions.py CHARTS holds no pin the program does not install
-    (it said aws-fsx-csi-driver 1.7.0 while infra/shared_fs.py installed 1.17.0)."""
+    """One source of truth: infra/versions.py CHARTS and the providers' own CHARTS hold no pin the
+    program does not install (it said aws-fsx-csi-driver 1.7.0 while the FSx driver installed 1.17.0)."""
+    assert {"aws-efs-csi-driver", "aws-fsx-csi-driver"} <= set(PINS)  # the providers' pins are seen
     installed = {
         (chart_name(r["inputs"]["chart"]), r["inputs"]["version"])
         for name in STACKS

@@ -13,8 +13,10 @@ from infra_helpers import DEPLOYER_CIDR, KUBECONFIG, SHIPPED, one, resources, st
 
 from alchemist_jobs.contract import MANAGED_BY_LABEL, StackOutput
 from infra.providers.aws.shared_fs import FSX_CSI_CHART
-from infra.providers.aws.versions import autoscaler_chart
-from infra.versions import CHARTS, GRAFANA_IMAGE_TAG, K3S_VERSIONS, KIND_NODE_IMAGES
+from infra.providers.aws.versions import EFS_CSI_CHART, autoscaler_chart
+from infra.providers.kind.versions import KIND_NODE_IMAGES
+from infra.providers.onprem.versions import K3S_VERSIONS
+from infra.versions import CHARTS, GRAFANA_IMAGE_TAG
 
 CHART = "kubernetes:helm.sh/v4:Chart"
 
@@ -372,7 +374,7 @@ def test_efs_encrypted_with_mount_targets_and_csi_driver(renders, name):
     ]  # v3: the chart has hooks
     assert (release["chart"], release["version"]) == (
         "aws-efs-csi-driver",
-        CHARTS["aws-efs-csi-driver"].version,
+        EFS_CSI_CHART.version,
     )
     assert release["values"]["node"]["tolerations"] == [{"operator": "Exists"}]  # mounts on GPU nodes too
     sa = release["values"]["controller"]["serviceAccount"]

@@ -123,3 +123,66 @@ def test_the_images_frameworks_are_the_framework_registrys(monkeypatch):
         parse(engine_config("dev", {"alchemist:images": {"frameworks": ["torch"]}}), where=WHERE)
     assert str(e.value) == (f"{WHERE}: alchemist:images.frameworks[0] = 'torch' is not accepted; "
                             "accepted: 'tensorflow', 'jax' or 'mxnet'")  # fmt: skip
+
+
+def test_a_provider_brings_its_own_section_and_shared_fs_kind(monkeypatch):
+    """A provider's config section and sharedFs kinds come from the provider (its model, through
+    the registry), not from infra/config.py: one registered here is parsed, checked and refused
+    in the same one-line way as the shipped ones."""
+    from typing import Literal
+
+    from infra.config import ConfigModel, SharedFsConfig
+    from infra.providers import Provider, registry
+
+    class VaultSection(ConfigModel):
+        racks: int = 1
+
+    class VaultFs(SharedFsConfig):
+        kind: Literal["vaultfs"]
+        tier: Literal["hot", "cold"] = "hot"
+
+    class Vault(Provider):
+        name = "vault"
+        section = "vault"
+        config_model = VaultSection
+        shared_fs_models = (VaultFs,)
+        shared_fs_kinds = ("vaultfs",)
+        own_registry = "the vault's registry"
+
+        def check_config(self, cfg):
+            if cfg.section is not None and cfg.section.racks > 8:
+                raise StackConfigError("alchemist:vault.racks", cfg.section.racks, "at most 8 racks")
+
+    monkeypatch.setattr(registry, "_registered", dict(registry._registered))
+    registry.register(Vault())
+    config = {k: v for k, v in engine_config("dev", {}).items() if k != "alchemist:kind"}
+    config |= {
+        "alchemist:provider": "vault",
+        "alchemist:sharedFs": pulumi_value({"kind": "vaultfs", "tier": "cold"}),
+    }
+    cfg = parse({**config, "alchemist:vault": pulumi_value({"racks": 3})})
+    assert isinstance(cfg.section, VaultSection) and cfg.section.racks == 3
+    assert isinstance(cfg.shared_fs, VaultFs) and cfg.shared_fs.tier == "cold"
+    bad = {
+        "alchemist:vault": ({"racks": "many"}, "alchemist:vault.racks = 'many' is not accepted; accepted: a valid integer"),
+        "alchemist:sharedFs": ({"kind": "vaultfs", "tier": "warm"}, "alchemist:sharedFs.tier = 'warm' is not accepted"),
+    }  # fmt: skip
+    for key, (value, expected) in bad.items():
+        with pytest.raises(StackConfigError) as e:
+            parse({**config, key: pulumi_value(value)})
+        assert str(e.value).startswith(expected), str(e.value)
+    with pytest.raises(StackConfigError) as e:
+        parse({**config, "alchemist:vault": pulumi_value({"racks": 9})})
+    assert str(e.value) == "alchemist:vault.racks = 9 is not accepted; accepted: at most 8 racks"
+    # the other providers' sections and kinds still belong to them only
+    with pytest.raises(StackConfigError) as e:
+        parse({**engine_config("dev", {}), "alchemist:sharedFs": pulumi_value({"kind": "vaultfs"})})
+    assert (
+        str(e.value)
+        == "alchemist:sharedFs.kind = 'vaultfs' is not accepted; accepted: hostpath with provider 'kind'"
+    )
+    with pytest.raises(StackConfigError) as e:
+        parse({**engine_config("dev", {}), "alchemist:vault": pulumi_value({"racks": 1})})
+    assert str(e.value).startswith(
+        "alchemist:vault = '{...}' is not accepted; accepted: only the `kind` section"
+    )

@@ -21,7 +21,8 @@ from test_infra_config import engine_config
 
 from infra.config import StackConfigError, parse
 from infra.providers.aws.versions import AUTOSCALER_CHARTS, autoscaler_chart
-from infra.versions import K3S_VERSIONS, KUBERNETES_VERSIONS
+from infra.providers.onprem.versions import K3S_VERSIONS
+from infra.versions import KUBERNETES_VERSIONS
 
 AWS_STACKS = [n for n in SHIPPED if n.startswith("aws-")]
 
@@ -218,8 +219,7 @@ CHOSEN_ON = "2026-12-01"
 def test_every_supported_minor_has_a_build_on_every_provider(minor):
     """kind: a node image by digest; k3s: a release of that minor; EKS: still offered (not past extended support)."""
     from infra.providers.aws.versions import EKS_STANDARD_SUPPORT_END, eks_extended_support_end
-    from infra.providers.kind.versions import kind_node_image
-    from infra.versions import K3S_VERSIONS, KIND_NODE_IMAGES
+    from infra.providers.kind.versions import KIND_NODE_IMAGES, kind_node_image
 
     assert re.fullmatch(rf"kindest/node:v{re.escape(minor)}\.\d+", KIND_NODE_IMAGES[minor])
     assert re.fullmatch(re.escape(KIND_NODE_IMAGES[minor]) + r"@sha256:[0-9a-f]{64}", kind_node_image(minor))
@@ -233,8 +233,7 @@ def test_every_supported_minor_has_a_build_on_every_provider(minor):
 
 def test_kind_digests_are_exactly_the_pinned_images():
     # one kind release's image list (infra/providers/kind/versions.py names it): no stale digest left behind
-    from infra.providers.kind.versions import KIND_NODE_DIGESTS
-    from infra.versions import KIND_NODE_IMAGES, KUBERNETES_VERSIONS
+    from infra.providers.kind.versions import KIND_NODE_DIGESTS, KIND_NODE_IMAGES
 
     assert set(KIND_NODE_IMAGES) == set(KUBERNETES_VERSIONS) and set(KIND_NODE_DIGESTS) == set(
         KIND_NODE_IMAGES.values()
