@@ -7,7 +7,7 @@ The kubeconfig is a `SecretStr`, so printing or logging a parsed output never sh
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 
@@ -19,8 +19,6 @@ from alchemist_jobs.errors import UserError
 # refused JobSet later.
 Dns1123Label = Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)]
 LabelValue = Annotated[str, Field(pattern=r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$", max_length=63)]
-
-SHARED_FS_KINDS = ("efs", "fsx-lustre", "nfs", "hostpath")
 
 # Labels every job pod carries. The platform's PodMonitor and NetworkPolicy select on them,
 # so they are part of the contract (the stack exports the scrape label in
@@ -43,8 +41,8 @@ PROGRESS_LINE_PREFIX = "alchemist-progress "
 
 
 # Datasets (docs/datasets.md). On stacks with an object store, the platform creates in every
-# job namespace the ServiceAccount JOB_SERVICE_ACCOUNT (on AWS bound to an IAM role that may
-# read and write the bucket) and, where the store takes access keys, the Secret
+# job namespace the ServiceAccount JOB_SERVICE_ACCOUNT (where the store is the provider's own,
+# bound to a cloud identity that may read and write the bucket) and, where the store takes access keys, the Secret
 # OBJECT_STORE_SECRET holding AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY.
 JOB_SERVICE_ACCOUNT = "alchemist-job"
 OBJECT_STORE_SECRET = JOB_SECRET_PREFIX + "object-store"  # pods may read it (admission)
@@ -104,12 +102,14 @@ class ClusterAuth(_Strict):
 class SharedFs(_Strict):
     """A POSIX path every pod sees: a ReadWriteMany PVC in the job namespace.
 
-    The PVC's root is the team's own subtree of the file system (an EFS access point, an NFS
+    The PVC's root is the team's own subtree of the file system (an access point, an NFS
     subdirectory...), owned by `uid`:`gid`; job pods run as that identity, so they can write
     there and nowhere else.
     """
 
-    kind: Literal["efs", "fsx-lustre", "nfs", "hostpath"]
+    # which file system, as the stack config names it (its provider's sharedFs kinds: nfs,
+    # hostpath...); jobs mount the PVC whatever it is, so this is only shown
+    kind: Dns1123Label
     pvc: str
     mount_path: str = Field(pattern=r"^/")
     uid: int = Field(1000, ge=1, description="POSIX user job pods run as; owns the PVC root")
@@ -156,15 +156,16 @@ PREFIX = r"^([a-z0-9][-a-z0-9]*/)?$"  # a team's part of the object store: `<tea
 class ObjectStore(_Strict):
     """An S3-compatible bucket where datasets live (`alchemist data push`, `data.source: s3://`).
 
-    On AWS the endpoint is absent (boto3's regional default) and pods reach the bucket through
-    the job service account's IAM role; elsewhere it is the URL of an S3-compatible service
+    Where the store is the provider's own, the endpoint may be absent (boto3's regional default)
+    and pods reach the bucket through the job service account's cloud identity; elsewhere it is the URL of an S3-compatible service
     (MinIO, Ceph RGW) named in the stack config.
     """
 
     endpoint: str | None = Field(None, pattern=r"^https?://")
     bucket: str = Field(min_length=3, max_length=63)
     region: str = "us-east-1"
-    # The team's own part of the bucket: on AWS its role reads and writes only keys under it.
+    # The team's own part of the bucket: where the provider gives the team its own identity, it
+    # reads and writes only keys under it.
     prefix: str = Field("", pattern=PREFIX)
 
 

@@ -121,7 +121,10 @@ CONFIG_ERROR_FILE = _var(
     "CONFIG_ERROR_FILE", _path, BACKEND, "where a worker writes the one line of a configuration error"
 )
 NCCL_NET_PLUGIN = _var(
-    "NCCL_NET_PLUGIN", str, BACKEND, "`required`: the pod's NCCL network plugin must load (EFA nodes)"
+    "NCCL_NET_PLUGIN",
+    str,
+    BACKEND,
+    "`required`: the pod's NCCL network plugin must load (a network fabric's nodes)",
 )
 DATA_CACHE = _var("DATA_CACHE", _path, BACKEND, "the node-local data-set cache's mount")
 DATA_CACHE_LIMIT = _var(
@@ -184,7 +187,9 @@ OBJECT_STORE = _var(
 # --- the training image ------------------------------------------------------------------------
 TORCH_BUILD = _var("TORCH_BUILD", str, IMAGE, "the torch build in the image: cpu or cuda")
 FRAMEWORKS = _var("FRAMEWORKS", str, IMAGE, "the optional frameworks in the image")
-EFA = _var("EFA", str, IMAGE, "1: the image holds the EFA installer's libraries")
+FABRIC_LIBRARIES = _var(
+    "FABRIC_LIBRARIES", str, IMAGE, "1: the image holds a network fabric's libraries and NCCL's net plugin"
+)
 
 # --- fault injection (tests and benchmarks) -----------------------------------------------------
 FAULT_STALL_AT_STEP = _var(

@@ -126,7 +126,7 @@ class Target:
     pythonpath: str | None = None
     config_error_file: str | None = None
     job_site: str | None = None
-    # Stack facts as variables, after the worker's own (NCCL's EFA settings, a local metrics
+    # Stack facts as variables, after the worker's own (NCCL's network-fabric settings, a local metrics
     # bind address): before the framework's and the job's.
     extra_env: Mapping[str, str] = field(default_factory=dict)
 

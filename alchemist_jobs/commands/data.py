@@ -46,7 +46,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "upload a directory as a named dataset (resumable)",
         [
             "alchemist data push ./imagenet --name imagenet",
-            "alchemist data push ./digits --stack aws-us-west-2 --quiet",
+            "alchemist data push ./digits --stack prod-us --quiet",
         ],
     )
     p.add_argument("dir", type=Path, metavar="DIR")

@@ -73,7 +73,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "predict speed-up and efficiency at N nodes before paying for them",
         [
             "alchemist plan examples/digits.yaml --nodes 1,2,4,8 --algorithms sync,bmuf --link 25gbit",
-            "alchemist plan examples/digits.yaml --stack aws-us-west-2 --json",
+            "alchemist plan examples/digits.yaml --stack prod-us --json",
         ],
         description=__doc__,
     )
@@ -87,7 +87,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="override a spec field, as for `alchemist run`",
     )
     p.add_argument(
-        "--stack", default=None, help="take GPUs per node and EFA links from this stack's output"
+        "--stack",
+        default=None,
+        help="take GPUs per node and its network fabric's links from this stack's output",
     ).completer = complete_stack  # type: ignore[attr-defined]  # argcomplete reads it; argparse stubs lack it
     p.add_argument(
         "--outputs",

@@ -29,7 +29,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         subparsers,
         "stack",
         "list, replicate and compare Pulumi stacks (stacks/)",
-        ["alchemist stack list", "alchemist stack diff aws-us-west-2 aws-eu-west-1"],
+        ["alchemist stack list", "alchemist stack diff prod-us prod-eu"],
         description=__doc__.splitlines()[0],
     )
     stack.add_argument("--root", type=Path, help="repository root (default: the one holding Pulumi.yaml)")
@@ -56,9 +56,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "replicate",
         "write stacks/Pulumi.DST.yaml from SRC with overrides",
         [
-            "alchemist stack replicate aws-us-west-2 aws-eu-central-1 --set "
-            "aws.region=eu-central-1 --set "
-            "aws.availabilityZones=[eu-central-1a,eu-central-1b,eu-central-1c]"
+            "alchemist stack replicate dev dev-2 --set kubernetesVersion=1.35",
+            "alchemist stack replicate prod-us prod-eu --set SECTION.region=eu-central-1",
         ],
     )
     p.add_argument(
@@ -75,7 +74,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="override a key, e.g. aws.region=eu-west-1 or aws.availabilityZones=[eu-west-1a,eu-west-1b]",
+        help="override a key (namespace `alchemist:` implied), e.g. kubernetesVersion=1.35, or a key "
+        "of the provider's section (SECTION, as named in the SRC file) such as SECTION.region=eu-west-1",
     )
     p.add_argument("--force", action="store_true", help="overwrite DST if it exists")
     p.set_defaults(func=cmd_replicate)
@@ -84,7 +84,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         sub,
         "diff",
         "how two stacks' platforms differ (exit 1 if they do)",
-        ["alchemist stack diff aws-us-west-2 aws-eu-west-1", "alchemist stack diff dev onprem-lab --all"],
+        ["alchemist stack diff prod-us prod-eu", "alchemist stack diff dev prod-us --all"],
     )
     p.add_argument(
         "--root",
@@ -259,7 +259,7 @@ def _secure_keys(value: Any, key: str) -> list[str]:
 
 
 def _set_path(config: dict[str, Any], dotted: str, value: Any) -> None:
-    """Set `aws.gpuNodes.maxSize` (namespace `alchemist:` implied) in a stack's config."""
+    """Set `section.key.sub` (namespace `alchemist:` implied) in a stack's config."""
     head, *rest = dotted.split(".")
     key = head if ":" in head else f"alchemist:{head}"
     if not rest:
@@ -291,7 +291,7 @@ def cmd_replicate(args: argparse.Namespace) -> int:
     for item in args.sets:
         key, sep, raw = item.partition("=")
         if not sep or not key:
-            raise UserError(f"--set {item!r}: accepted: KEY=VALUE such as aws.region=eu-west-1")
+            raise UserError(f"--set {item!r}: accepted: KEY=VALUE such as kubernetesVersion=1.35")
         _set_path(config, key, yaml.safe_load(raw) if raw else "")
         overridden.add(key if ":" in key.split(".")[0] else f"alchemist:{key}")
     # Encrypted values belong to SRC's secrets provider: they cannot be copied, only set anew.

@@ -8,8 +8,8 @@ template; this module only says what datasets need):
     env_from       the Secret OBJECT_STORE_SECRET (optional) where the store takes keys
     volumes        the node cache volume `dataset-cache`
     volume_mounts  it, at CACHE_MOUNT
-    service_account  JOB_SERVICE_ACCOUNT where the stack has an object store (on AWS its
-                   IRSA role is what lets the pod read the bucket)
+    service_account  JOB_SERVICE_ACCOUNT where the stack has an object store (where the store is
+                   the provider's own, its cloud identity is what lets the pod read the bucket)
 
 The cache volume is a hostPath (`host_path`, shared by every job on the node) where the
 namespace's Pod Security admits one, else an emptyDir (shared by the pod's workers only):
@@ -90,7 +90,7 @@ def plan_local_source(spec: JobSpec, stack: StackOutput) -> tuple[JobSpec, tuple
     root = Path(source)
     identity = listing_identity(root, local_listing(root))  # by content, not names and times
     digest = hashlib.sha256(identity.encode()).hexdigest()[:32]
-    # under the team's prefix: on AWS its role reaches no other key (contract ObjectStore.prefix)
+    # under the team's prefix: the team's own identity reaches no other key (contract ObjectStore.prefix)
     uri = S3Uri(stack.object_store.bucket, f"{stack.object_store.prefix}{RUN_UPLOADS}{digest}/")
     resolved = spec.model_copy(deep=True)
     resolved.data.source = str(uri)

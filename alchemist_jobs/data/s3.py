@@ -1,8 +1,9 @@
 """S3 access for datasets through boto3 (imported lazily) and its transfer manager: list, download, verify.
 
 Any S3-compatible service works: the endpoint is the stack's `object_store.endpoint`, or
-boto3's own `AWS_ENDPOINT_URL` / `AWS_ENDPOINT_URL_S3`, or AWS itself. Credentials come from
-boto3's usual chain (environment, IRSA or Pod Identity on EKS, a profile).
+boto3's own `AWS_ENDPOINT_URL` / `AWS_ENDPOINT_URL_S3`, or boto3's regional default. Credentials
+come from boto3's usual chain (environment, a web identity token a service account projects, a
+profile).
 """
 
 from __future__ import annotations

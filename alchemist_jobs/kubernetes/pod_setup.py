@@ -123,12 +123,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         write_spec(RunDir(args.run_dir), args.spec.read_text())
     except PermissionError as e:
-        # A shared volume whose root is not the job identity's (an EFS/FSx root without an
+        # A shared volume whose root is not the job identity's (a file system's root without an
         # access point, an NFS export owned by root): say which path and which uid, once.
         raise SystemExit(
             f"pod_setup: cannot write {e.filename or args.run_dir}: permission denied "
             f"for uid {os.getuid()} gid {os.getgid()}; the shared volume must be "
-            "writable by the job's uid (an EFS access point or an export owned by it)"
+            "writable by the job's uid (an access point or an export owned by it)"
         ) from None
     print(f"pod_setup: run directory {args.run_dir} ready", flush=True)
     if args.code is not None:

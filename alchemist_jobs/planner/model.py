@@ -43,7 +43,7 @@ class Cluster:
     """The target's shape and links."""
 
     workers_per_node: int
-    link_bytes_per_s: float  # what one node can send to the others (NIC, EFA, or a tc limit)
+    link_bytes_per_s: float  # what one node can send to the others (NIC, network fabric, or a tc limit)
     latency_s: float = 50e-6  # one message between nodes
     node_bytes_per_s: float = 100e9  # between workers of one node (NVLink-class default)
     compute_scale: float = 1.0  # >1: compute slower than the profile measured it

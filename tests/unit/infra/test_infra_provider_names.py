@@ -43,18 +43,7 @@ LEFT = {
     "infra/render.py": 3,
     "infra/shared_fs.py": 11,
     "infra/stack_diff.py": 5,
-    "alchemist_jobs/commands/data.py": 1,
-    "alchemist_jobs/commands/plan.py": 2,
-    "alchemist_jobs/commands/stack.py": 13,
-    "alchemist_jobs/contract.py": 8,
-    "alchemist_jobs/data/pods.py": 3,
-    "alchemist_jobs/data/s3.py": 3,
-    "alchemist_jobs/environment.py": 4,
     "alchemist_jobs/kubernetes/code_assets.py": 1,
-    "alchemist_jobs/kubernetes/pod_setup.py": 3,
-    "alchemist_jobs/launch_plan.py": 1,
-    "alchemist_jobs/planner/model.py": 1,
-    "alchemist_jobs/runtime/bootstrap.py": 1,
 }
 
 

@@ -40,7 +40,8 @@ def test_outputs_file_alone_needs_no_pulumi(monkeypatch, tmp_path):
     "mutate,expected",
     [
         (lambda d: d.pop("queue"), "breaks the contract at queue: Field required"),
-        (lambda d: d["shared_fs"].update(kind="s3"), "breaks the contract at shared_fs.kind"),
+        # the provider names its file system (jobs mount the PVC whatever it is): a name, no sentence
+        (lambda d: d["shared_fs"].update(kind="an S3 bucket"), "breaks the contract at shared_fs.kind"),
         (lambda d: d.update(colour="blue"), "has `colour`, which this alchemist's contract does not have"),
         (lambda d: d.pop("kubeconfig"), "has neither `kubeconfig` nor `auth`"),
         # Fields that become object names or label values in a job's manifests: refused where
