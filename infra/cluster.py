@@ -6,7 +6,6 @@ Which component a stack gets is its provider's choice (infra/providers/).
 from __future__ import annotations
 
 from infra.cluster_facts import (  # noqa: F401  (re-exported: the rest of the program imports them here)
-    EFA_RESOURCE,
     GPU_NODE_LABELS,
     GPU_RESOURCE,
     GPU_TAINT,

@@ -18,7 +18,6 @@ SYSTEM_NODE_LABELS = {"alchemist.io/pool": "system"}
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}
 GPU_TOLERATIONS = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
 GPU_RESOURCE = "nvidia.com/gpu"
-EFA_RESOURCE = "vpc.amazonaws.com/efa"  # extended resource of the EFA device plugin
 # Where every kind node mounts the host's shared directory; the hostPath PV points here.
 KIND_SHARED_PATH = "/var/alchemist/shared"
 
@@ -78,15 +77,18 @@ class ClusterFacts:
     toolkit_by_operator: bool
     registry: Registry
     cloud: Any = None  # the provider's own facts, read by its package only
-    efa_per_node: int = 0  # EFA interfaces of every GPU node; 0 when EFA is off
-    efa_rdma_read: bool = (
-        False  # every GPU node's EFA devices do RDMA read (infra/providers/aws/instance_types.py)
-    )
+    # The GPU nodes' network fabric (a provider's own high-speed interconnect between nodes, which
+    # NCCL reaches through a plugin): its devices on every GPU node (0: none), whether they do RDMA
+    # read, and the training image's build arguments that add what NCCL needs to use it. The
+    # provider describes it to jobs (Provider.network_fabric) and its device plugin advertises it.
+    fabric_per_node: int = 0
+    fabric_rdma_read: bool = False
+    fabric_build_args: dict[str, str] = field(default_factory=dict)
     # The labels every GPU node carries: the node selector of GPU pods (stack output `gpu`) and
     # the node labels of Kueue's `gpu` flavor. The platform's own GPU nodes get GPU_NODE_LABELS;
     # an `existing` cluster's are whatever its config says (by default the GPU Operator's).
     gpu_node_labels: dict[str, str] = field(default_factory=lambda: dict(GPU_NODE_LABELS))
     # Each team's own kubeconfig (secret), where the cluster gives each team its own credential
-    # (k3s: a client certificate per team); `kubeconfig` is then the default team's.
+    # (a client certificate per team, say); `kubeconfig` is then the default team's.
     team_kubeconfigs: dict[str, pulumi.Output[str]] = field(default_factory=dict)
     depends_on: list[Any] = field(default_factory=list)  # what k8s resources must wait for

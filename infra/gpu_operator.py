@@ -30,19 +30,18 @@ def gpu_operator_values(driver: bool, toolkit: bool) -> dict[str, Any]:
         # (release notes 25.10.0): the device plugin then hands GPUs to the container runtime as
         # CDI devices (DEVICE_LIST_STRATEGY "cdi-annotations,cdi-cri": transformDevicePluginCtrForCDI),
         # relying on CDI support in the node's runtime, which the operator configures only where
-        # it manages the toolkit (transformToolkitCtrForCDI). On the shipped stacks the toolkit is
-        # the node's: the EKS AL2023 NVIDIA AMI and the k3s GPU agents run containerd with
-        # `nvidia` as the default runtime (awslabs/amazon-eks-ami
-        # nodeadm/internal/containerd/runtime_config_nvidia.go; `--default-runtime nvidia` in
-        # infra/providers/onprem/cluster.py). With CDI off the device plugin keeps its `envvar` strategy
+        # it manages the toolkit (transformToolkitCtrForCDI). Where a provider says the toolkit is
+        # the node's (ClusterFacts.toolkit_by_operator false), its GPU nodes run containerd with
+        # `nvidia` as the default runtime (each provider's cluster module says how: its node image,
+        # or the runtime it installs). With CDI off the device plugin keeps its `envvar` strategy
         # (assets/state-device-plugin/0500_daemonset.yaml) and that runtime injects the GPUs
         # named in NVIDIA_VISIBLE_DEVICES, the path those nodes are set up for; an
         # operator-managed toolkit (`existing` clusters) keeps `nvidia` as the default runtime,
         # as under v25.3.
         "cdi": {"enabled": False},
-        # The driver, where the operator installs it (on-prem `gpuDriver: operator`), is the
-        # release's default: 580.105.08 at v25.10.1 (was 570.148.08 at v25.3.2). The EKS AMI and
-        # hosts with `gpuDriver: host` bring their own; the validator then checks the host's.
+        # The driver, where the operator installs it (ClusterFacts.gpu_driver_by_operator), is the
+        # release's default: 580.105.08 at v25.10.1 (was 570.148.08 at v25.3.2). Elsewhere the
+        # node image or the host brings its own; the validator then checks the host's.
         # One ClusterPolicy drives every GPU node (the chart's driver.nvidiaDriverCRD.enabled,
         # for per-OS driver settings, stays false): a stack's GPU nodes share one OS and driver source.
         "driver": {"enabled": driver},

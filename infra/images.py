@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -42,15 +42,16 @@ class ImagesArgs:
     repo_root: Path
     version: str  # the package version (the tag's first part comes from image_context)
     gpu_nodes: bool = False  # the cluster has GPU nodes: torch's CUDA build (TORCH_BUILD=cuda)
-    efa: bool = False  # its GPU nodes have EFA: libfabric and aws-ofi-nccl in the image (EFA=1)
+    # what the GPU nodes' network fabric needs in the training image (ClusterFacts.fabric_build_args)
+    fabric_build_args: dict[str, str] = field(default_factory=dict)
     frameworks: tuple[str, ...] = ()  # images.frameworks: TensorFlow, JAX (FRAMEWORKS=...)
 
     def train_build_args(self) -> dict[str, str]:
         """The training image's build arguments (images/Dockerfile.train); the tags of both
         images are hashed with them, as images/build does."""
         out = {"TORCH_BUILD": "cuda"} if self.gpu_nodes else {}
-        if self.gpu_nodes and self.efa:
-            out["EFA"] = "1"
+        if self.gpu_nodes:
+            out.update(self.fabric_build_args)
         if self.frameworks:  # one spelling per set, as images/build writes it
             out["FRAMEWORKS"] = ",".join(sorted(set(self.frameworks)))
         return out

@@ -1,6 +1,6 @@
 """Object storage for datasets: a store the provider creates (its `ObjectStoreBackend`), or an existing S3-compatible service.
 
-A provider with a store of its own (the AWS provider's bucket, `infra/providers/aws/object_store.py`)
+A provider with a store of its own (`Provider.object_store_backend`, in the provider's package)
 creates it through the backend, which reaches each team's prefix (`<team>/`) by the provider's
 own identities, annotated on the team's job ServiceAccount. Otherwise: the endpoint and
 bucket named in `alchemist:objectStore`, the ServiceAccount `alchemist-job` (which the team

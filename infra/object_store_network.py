@@ -1,4 +1,4 @@
-"""How job pods reach the object store: the addresses a platform NetworkPolicy opens to them (on AWS, the VPC endpoints behind them: infra/providers/aws/store_endpoints.py).
+"""How job pods reach the object store: the addresses a platform NetworkPolicy opens to them (a provider's own store: whatever its package puts them behind).
 
 Staging (`data.source: s3://...`) runs in the job pod, and a team namespace denies all egress
 but DNS. So each team namespace gets one more platform policy, `alchemist-object-store`
@@ -6,11 +6,9 @@ but DNS. So each team namespace gets one more platform policy, `alchemist-object
 else. A NetworkPolicy matches addresses, never host names, so the store must sit on known
 addresses:
 
-- AWS: S3's and STS's public addresses are many and change. The stack instead puts
-  interface VPC endpoints for S3 and STS (IRSA's AssumeRoleWithWebIdentity) in subnets of
-  their own, carved from a block of the VPC no node, pod or load balancer uses, with private
-  DNS on: `s3.<region>.amazonaws.com` and `sts.<region>.amazonaws.com` resolve there inside
-  the VPC. The policy opens that block on 443: the pods reach the endpoints, not the world.
+- A provider's own store (`Provider.object_store_network`): a cloud's public addresses are
+  many and change, so the provider puts the store's endpoints on addresses of the cluster's
+  own network and returns them; the policy opens those, not the world (its package says how).
 - Elsewhere: the S3-compatible service's endpoint, by address (`objectStore.cidrs`, or the
   endpoint itself when it is an IP address), on the endpoint URL's port.
 

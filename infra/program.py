@@ -43,7 +43,7 @@ def run(stack: str, monitoring_dir: Path, repo_root: Path = REPO_ROOT) -> None:
     images = Images(
         "images",
         ImagesArgs(stack=stack, registry=facts.registry, repo_root=repo_root, version=__version__,
-                   gpu_nodes=facts.gpus_per_node > 0, efa=facts.efa_per_node > 0,
+                   gpu_nodes=facts.gpus_per_node > 0, fabric_build_args=facts.fabric_build_args,
                    frameworks=tuple(cfg.images.frameworks)),
         opts=pulumi.ResourceOptions(depends_on=facts.registry.ready),
     )  # fmt: skip

@@ -9,7 +9,8 @@ import pulumi
 import pulumi_kubernetes as kubernetes
 import yaml
 
-from infra.cluster import EFA_RESOURCE, GPU_NODE_LABELS, GPU_RESOURCE, GPU_TOLERATIONS
+from infra import providers
+from infra.cluster import GPU_NODE_LABELS, GPU_RESOURCE, GPU_TOLERATIONS
 from infra.config import Team
 from infra.labels import (
     JOBSET_NAMESPACE,
@@ -25,12 +26,18 @@ KUEUE_API = "kueue.x-k8s.io/v1beta1"
 # How long an admitted job may take until every pod is ready (a GPU node scale-up plus a big
 # image pull) before Kueue evicts and requeues it; pod 0 may start 15 minutes late.
 PODS_READY_TIMEOUT = "20m"
+
+
 # Resources Kueue leaves out of a workload's requests: a request for a resource no
 # ClusterQueue covers is never admitted ("resource ... unavailable in ClusterQueue",
-# pkg/scheduler/flavorassigner/flavorassigner.go at v0.13.4). EFA interfaces
-# (vpc.amazonaws.com/efa) are a device of the GPU node a pod already holds, not a quota to
-# share: the node's capacity guards them (pkg/workload/workload.go dropExcludedResources).
-EXCLUDED_RESOURCE_PREFIXES = [EFA_RESOURCE.split("/", 1)[0] + "/"]
+# pkg/scheduler/flavorassigner/flavorassigner.go at v0.13.4). A provider's network-fabric
+# devices (ProviderRules.fabric_resource) are a device of the GPU node a pod already holds, not a
+# quota to share: the node's capacity guards them (pkg/workload/workload.go dropExcludedResources).
+# Every provider's are left out on every stack, so one Kueue configuration fits all.
+def excluded_resource_prefixes() -> list[str]:
+    """The API groups of every provider's fabric resource, as Kueue's excludeResourcePrefixes."""
+    found = (providers.rules(n).fabric_resource for n in providers.names())
+    return sorted({r.split("/", 1)[0] + "/" for r in found if r})
 
 
 def kueue_manager_config() -> dict[str, Any]:
@@ -66,7 +73,7 @@ def kueue_manager_config() -> dict[str, Any]:
         # Only team namespaces hold jobs Kueue manages; system pods are never gated.
         "managedJobsNamespaceSelector": {"matchExpressions": [{"key": TEAM_LABEL, "operator": "Exists"}]},
         "integrations": {"frameworks": ["batch/job", "jobset.x-k8s.io/jobset", "pod"]},
-        "resources": {"excludeResourcePrefixes": list(EXCLUDED_RESOURCE_PREFIXES)},
+        "resources": {"excludeResourcePrefixes": excluded_resource_prefixes()},
         # A job's pods start together or not at all: an admitted workload whose pods are not
         # all ready in time is evicted and requeued, so a half-started group never holds GPUs.
         # blockAdmission stays off: one job waiting for a GPU scale-up must not stall every

@@ -24,6 +24,7 @@ import asyncio
 import base64
 import hashlib
 import importlib
+import importlib.util
 import json
 import os
 import sys
@@ -80,7 +81,7 @@ def load_stack_config(path: Path, sets: dict[str, Any], secrets: dict[str, str]
 
 
 def set_path(config: dict[str, Any], dotted: str, value: Any) -> None:
-    """Set `alchemist:aws.gpuNodes.maxSize` in a stack's config; a None value removes the key."""
+    """Set a dotted key (`alchemist:<section>.a.b`) in a stack's config; a None value removes the key."""
     head, *rest = dotted.split(".")
     node: Any = config
     for part in [head, *rest][:-1]:
@@ -218,7 +219,7 @@ class Recorder:
                     _refs_to_urns(request.object)
                     if request.type.startswith("pulumi:providers:") and "region" in inputs:
                         recorder.regions[urn] = _jsonable(inputs.get("region", ""), "", [])
-                # A component (pulumi-eks) names its cloud provider in `providers`, a custom resource in `provider`.
+                # A component (a cloud SDK's own) names its cloud provider in `providers`, a custom resource in `provider`.
                 recorder._current.refs = [request.provider, *dict(request.providers).values()]
                 return super().RegisterResource(request)
 
@@ -328,6 +329,18 @@ def render(stack_file: Path, stack: str | None = None, sets: dict[str, Any] | No
     return result
 
 
+def _provider_clusters() -> list[str]:
+    """The cluster module of every provider package that has one (`infra/providers/<name>/cluster.py`)."""
+    found = []
+    for name in providers.names():
+        try:
+            if importlib.util.find_spec(f"{providers.__name__}.{name}.cluster") is not None:
+                found.append(f"{providers.__name__}.{name}.cluster")
+        except ModuleNotFoundError:  # a provider registered from outside the package
+            continue
+    return found
+
+
 def _preload() -> None:
     """Import the SDK modules every render needs (most of a render's time) once, before forking."""
     for module in (
@@ -336,7 +349,7 @@ def _preload() -> None:
         "pulumi_kubernetes.networking.v1", "pulumi_kubernetes.scheduling.v1", "pulumi_kubernetes.storage.v1",
         "pulumi_kubernetes.apiextensions", "pulumi_kubernetes.helm.v3", "pulumi_kubernetes.helm.v4",
         "pulumi_kubernetes.batch.v1",
-        "infra.program", "infra.providers.kind.cluster", "infra.providers.onprem.cluster", "infra.platform",
+        "infra.program", *_provider_clusters(), "infra.platform",
         "infra.gpu_operator", "infra.queueing", "infra.team_namespace", "infra.admission",
         "pulumi_kubernetes.admissionregistration.v1",
         "infra.shared_fs", "infra.monitoring", "infra.images", "infra.output",

@@ -1,19 +1,21 @@
-"""One POSIX file system every job pod sees at /shared: a provider's own (EFS or FSx for Lustre on AWS, infra/providers/aws/shared_fs.py), NFS, or hostPath on kind.
+"""One POSIX file system every job pod sees at /shared: a provider's own (its `SharedFsBackend`, in its package), NFS, or hostPath on kind.
 
 Whatever the backend, it ends the same way: a StorageClass `alchemist-shared` and, in every
 team namespace, a ReadWriteMany PVC `alchemist-shared` bound to a static PV on that team's
-own subtree `/teams/<team>`, owned by the team's uid:gid (mode 2770; 0770 on EFS), so a team's jobs can
-write there and see nothing of another team's. How the subtree gets its owner:
+own subtree `/teams/<team>`, owned by the team's uid:gid (mode 2770, or what the file system
+itself sets), so a team's jobs can write there and see nothing of another team's. How the
+subtree gets its owner:
 
-- EFS: an access point per team (rootDirectory /teams/<team> created with creationInfo,
-  posixUser = the team's identity, enforced by EFS for every call); volumeHandle `fs::fsap`.
-- FSx for Lustre, NFS, hostPath: a one-off Job (`prepare`) mounts the root as root and makes
-  each `/teams/<team>` with the team's owner and mode 2770 (or, on an NFS export with
-  root_squash, finds it made so by the server's admin, and otherwise names the commands
-  for them); the team's PV then mounts only that
-  subdirectory (Lustre `dns@tcp:/mountname/teams/<team>`, csi-driver-nfs `subDir`, a
-  hostPath below the shared directory). Lustre and NFS do not enforce an identity per mount
-  as EFS access points do: ownership and mode keep teams apart, with pods run as the team uid.
+- A file system that confines each team itself (`SharedFsVolumes.per_team_identity`: a
+  mount point per team that acts as the team's identity for every call): the backend makes
+  one per team; no prepare Job.
+- Any other (NFS, hostPath, a provider's own without that): a one-off Job (`prepare`) mounts
+  the root as root and makes each `/teams/<team>` with the team's owner and mode 2770 (or, on
+  an NFS export with root_squash, finds it made so by the server's admin, and otherwise names
+  the commands for them); the team's PV then mounts only that subdirectory (csi-driver-nfs
+  `subDir`, a hostPath below the shared directory, the backend's own path). Such a file system
+  does not enforce an identity per mount: ownership and mode keep teams apart, with pods run
+  as the team uid.
 
 The monitoring namespace (TensorBoard) gets the root, read-only.
 """
@@ -44,7 +46,9 @@ ROOT_PVC = "alchemist-shared-root"  # the prepare Job's view of the whole file s
 PREPARE_NAMESPACE = "kube-system"
 
 NFS_DRIVER = "nfs.csi.k8s.io"
-NOMINAL_CAPACITY = "1Ti"  # EFS and NFS are not sized by the claim; Kubernetes needs a number
+NOMINAL_CAPACITY = (
+    "1Ti"  # NFS (and elastic file systems) are not sized by the claim; Kubernetes needs a number
+)
 
 
 @dataclass
@@ -55,8 +59,8 @@ class SharedFsVolumes:
     source: Callable[[str | None], dict[str, Any]]  # team (None: the root) -> the PV's source
     capacity: str  # the PVs' nominal capacity
     driver: Any  # what the StorageClass waits for (its CSI driver), or None
-    # The file system itself confines each team to its subtree as the team's identity (EFS
-    # access points): no prepare Job and no root PV.
+    # The file system itself confines each team to its subtree as the team's identity (a
+    # mount point per team that acts as that identity): no prepare Job and no root PV.
     per_team_identity: bool = False
 
 

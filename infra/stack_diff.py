@@ -30,7 +30,7 @@ class Allowed:
 # layers must be identical on every stack.
 ALLOWED: tuple[Allowed, ...] = (
     Allowed("kubernetes:helm.sh/v4:Chart", "platform-gpu-operator", "values.driver.enabled",
-            "the EKS NVIDIA AMI and on-prem hosts bring the driver; elsewhere the operator installs it"),
+            "a provider's node image or hosts bring the driver; elsewhere the operator installs it"),
     Allowed("kubernetes:helm.sh/v4:Chart", "platform-gpu-operator", "values.toolkit.enabled",
             "the container runtime is configured by the AMI or at cluster creation, or by the operator"),
     Allowed("kubernetes:kueue.x-k8s.io/v1beta1:ClusterQueue", "*", "spec.resourceGroups[*].flavors[*].resources[*].nominalQuota",
@@ -39,7 +39,7 @@ ALLOWED: tuple[Allowed, ...] = (
     Allowed("kubernetes:apps/v1:StatefulSet", "monitoring-tensorboard-*", "spec.template.spec.containers[*].image",
             "the same image, pushed to each stack's own registry"),
     Allowed("kubernetes:networking.k8s.io/v1:NetworkPolicy", "platform-team-*-netpol-object-store", "*",
-            "only where the stack has an object store, opening its addresses and port (AWS: its VPC endpoints)"),
+            "only where the stack has an object store, opening its addresses and port (a provider's own store: the endpoints it puts it behind)"),
     *(Allowed("kubernetes:helm.sh/v4:Chart", "monitoring-kube-prometheus-stack",
               f"values.{component}.enabled",
               "monitors only of the control-plane components the provider exposes (a managed "
@@ -53,10 +53,10 @@ ALLOWED: tuple[Allowed, ...] = (
     Allowed(*OUTPUT_KEY, "teams[*].kubeconfig", "each team's own credential, where the provider gives one"),
     Allowed(*OUTPUT_KEY, "teams[*].object_store_prefix", "each team's part of the object store, where there is one"),
     Allowed(*OUTPUT_KEY, "auth*", "how jobs reach each cluster: its name, region, address and CA"),
-    Allowed(*OUTPUT_KEY, "shared_fs.kind", "EFS, FSx, NFS or hostPath behind the same PVC and path"),
+    Allowed(*OUTPUT_KEY, "shared_fs.kind", "a provider's own file system, NFS or hostPath behind the same PVC and path"),
     Allowed(*OUTPUT_KEY, "images*", "image references in each stack's registry"),
     Allowed(*OUTPUT_KEY, "gpu.per_node", "GPUs per node of each stack's hardware"),
-    Allowed(*OUTPUT_KEY, "object_store*", "each stack's own bucket (AWS), its S3-compatible endpoint, or none"),
+    Allowed(*OUTPUT_KEY, "object_store*", "each stack's own bucket (a provider's own store), its S3-compatible endpoint, or none"),
     Allowed(*OUTPUT_KEY, "gpu.fabric*", "the network fabric of each stack's GPU nodes, where they have one"),
 )  # fmt: skip
 

@@ -52,6 +52,9 @@ class ProviderRules:
     # error shows for one that does not; None: it has no principals of its own (`iam`)
     principal_pattern: str | None = None
     principals_accepted: str = ""
+    # The extended resource its GPU nodes' network-fabric devices are advertised as (a device
+    # of a node a pod already holds, which Kueue leaves out of quotas: infra/queueing.py)
+    fabric_resource: str | None = None
 
     def check_config(self, cfg: Any) -> None:
         """Its rules across its section's keys (and the rest of the parsed config) that the

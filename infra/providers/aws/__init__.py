@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from infra.providers import Provider
 from infra.providers.aws import config
-from infra.providers.aws.fabric import network_fabric
+from infra.providers.aws.fabric import EFA_RESOURCE, network_fabric
 from infra.providers.aws.policies import CHECKS
 from infra.providers.registry import DeployTimeValue
 
@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 class AwsProvider(Provider):
     name = "aws"
     shared_fs_kinds = ("efs", "fsx-lustre")
+    fabric_resource = EFA_RESOURCE
     section = config.SECTION
     config_model = config.AwsConfig
     shared_fs_models = (config.EfsFs, config.FsxLustreFs)
@@ -91,7 +92,7 @@ class AwsProvider(Provider):
 
     def network_fabric(self, facts: ClusterFacts) -> dict[str, Any] | None:
         """EFA, where the GPU instance type has it (infra/providers/aws/fabric.py)."""
-        return network_fabric(facts.efa_per_node, facts.efa_rdma_read)
+        return network_fabric(facts.fabric_per_node, facts.fabric_rdma_read)
 
     def jobs_access(
         self, cfg: StackConfig, facts: ClusterFacts, platform: Any, on_cluster: Any

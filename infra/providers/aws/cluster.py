@@ -13,7 +13,6 @@ import pulumi_eks as eks
 import pulumi_kubernetes as kubernetes
 
 from infra.cluster_facts import (
-    EFA_RESOURCE,
     GPU_NODE_LABELS,
     GPU_TAINT,
     GPU_TOLERATIONS,
@@ -27,6 +26,7 @@ from infra.policies import OPEN_ENDPOINTS_TAG
 from infra.providers.aws.cluster_addons import CloudIdentityAddon, CloudIdentityAddonArgs
 from infra.providers.aws.config import AwsConfig, GpuPool, NodePool, aws_config
 from infra.providers.aws.ecr import EcrRepositories
+from infra.providers.aws.fabric import EFA_RESOURCE, IMAGE_BUILD_ARGS
 from infra.providers.aws.facts import AUTOSCALER_RESOURCE_TAG, AwsCloud, AwsNetwork, EksFacts
 from infra.providers.aws.instance_types import ACCELERATOR_LABEL, gpu_model, group_efa_rdma_read
 from infra.providers.aws.versions import EFA_DEVICE_PLUGIN_CHART, autoscaler_chart, eks_support_warning
@@ -127,11 +127,14 @@ class EksCluster(pulumi.ComponentResource):
             provider=self.provider,
             kubeconfig=None,
             gpus_per_node=gpu.gpus_per_node,
+            # The AL2023 NVIDIA AMI brings the driver and runs containerd with `nvidia` as the
+            # default runtime (awslabs/amazon-eks-ami nodeadm/internal/containerd/runtime_config_nvidia.go).
             gpu_driver_by_operator=False,
             toolkit_by_operator=False,
             registry=Registry(prefix="", host="", hosted=EcrRepositories(self.aws_provider)),
-            efa_per_node=gpu.efa_interfaces,
-            efa_rdma_read=bool(gpu.efa_interfaces) and group_efa_rdma_read(list(gpu.instance_types)),
+            fabric_per_node=gpu.efa_interfaces,
+            fabric_rdma_read=bool(gpu.efa_interfaces) and group_efa_rdma_read(list(gpu.instance_types)),
+            fabric_build_args=dict(IMAGE_BUILD_ARGS) if gpu.efa_interfaces else {},
             cloud=AwsCloud(
                 network=AwsNetwork(
                     aws_provider=self.aws_provider,

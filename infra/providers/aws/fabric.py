@@ -18,6 +18,8 @@ from typing import Any
 EFA_RESOURCE = "vpc.amazonaws.com/efa"  # extended resource of the EFA device plugin
 # AWS's figure per EFA interface: p4d.24xlarge 4 x 100 Gbit/s, p5.48xlarge 32 x 100 Gbit/s
 EFA_GBIT_PER_DEVICE = 100.0
+# What the training image needs for EFA (images/Dockerfile.train: libfabric and aws-ofi-nccl)
+IMAGE_BUILD_ARGS = {"EFA": "1"}
 
 
 def network_fabric(per_node: int, rdma_read: bool) -> dict[str, Any] | None:

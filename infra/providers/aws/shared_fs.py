@@ -1,6 +1,13 @@
 """AWS's shared file systems: EFS (an access point per team) or FSx for Lustre, each with its
 CSI driver acting as its own IAM role; `infra/shared_fs.py` makes the rest (StorageClass, PVs,
-PVCs, the prepare Job) from what `AwsSharedFs.volumes` returns."""
+PVCs, the prepare Job) from what `AwsSharedFs.volumes` returns.
+
+- EFS: an access point per team (rootDirectory /teams/<team> created with creationInfo, mode
+  0770, posixUser = the team's identity, enforced by EFS for every call); volumeHandle
+  `fs::fsap`; no prepare Job.
+- FSx for Lustre: the prepare Job makes each team's subtree; the team's PV mounts only
+  `dns@tcp:/mountname/teams/<team>`. Lustre does not enforce an identity per mount: ownership
+  and mode keep teams apart, with pods run as the team uid."""
 
 from __future__ import annotations
 

@@ -109,9 +109,9 @@ def test_the_aws_providers_fabric_is_the_contracts_fabric():
 
     from alchemist_jobs.contract import Fabric
 
-    facts = replace(_facts(EksFacts("c", "us-west-2")), efa_per_node=4, efa_rdma_read=True)
+    facts = replace(_facts(EksFacts("c", "us-west-2")), fabric_per_node=4, fabric_rdma_read=True)
     fabric = Fabric.model_validate(get("aws").network_fabric(facts))
     assert (fabric.resource, fabric.per_node, fabric.gbit_per_device) == ("vpc.amazonaws.com/efa", 4, 100.0)
     assert fabric.nccl_env["FI_EFA_USE_DEVICE_RDMA"] == "1" and fabric.nccl_env["NCCL_NET_PLUGIN"] == "ofi"
-    assert get("aws").network_fabric(replace(facts, efa_per_node=0)) is None
+    assert get("aws").network_fabric(replace(facts, fabric_per_node=0)) is None
     assert get("kind").network_fabric(facts) is None
