@@ -18,6 +18,10 @@ from alchemist_jobs.contract import ClusterAuth, ClusterLookup, SignedRequest, S
 from alchemist_jobs.errors import UserError
 from alchemist_jobs.kubernetes.auth import private_file
 
+# The requests the CLI presigns for a cluster. The token goes to whatever server the output
+# names, so only a request that tells an authenticator who calls and gives nothing else away:
+# a presigned GetSessionToken, say, would hand that server the user's temporary credentials.
+SIGNABLE = (("sts", "get_caller_identity"),)
 CREDENTIALS = (
     "credentials boto3 can find (AWS_PROFILE, AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, SSO, an instance role)"
 )
@@ -34,7 +38,7 @@ def _signing_client(
     header = request.header
     if header is None:
         return client
-    event = _operation_name(client, request)
+    event = client.meta.method_to_api_mapping[request.operation]  # GetCallerIdentity
     prefix = client.meta.service_model.service_id.hyphenize()
 
     # The operation has no such parameter: carry the header's value from the call's params to
@@ -52,19 +56,6 @@ def _signing_client(
     return client
 
 
-def _operation_name(client: Any, request: SignedRequest) -> str:
-    """The API's name for the client method `request.operation` (get_caller_identity ->
-    GetCallerIdentity), a UserError when the service has no such operation."""
-    names = {v: k for k, v in client.meta.method_to_api_mapping.items()}
-    by_method = client.meta.method_to_api_mapping.get(request.operation)
-    if by_method is None and request.operation not in names:
-        raise UserError(
-            f"auth.request.operation = {request.operation!r}: service {request.service!r} has no such "
-            "operation; accepted: one of its client's methods"
-        )
-    return by_method or request.operation
-
-
 def presigned_url(
     request: SignedRequest, region: str, session: Any = None, endpoint_url: str | None = None
 ) -> str:
@@ -80,6 +71,12 @@ def get_token(auth: ClusterAuth, region: str, session: Any = None, endpoint_url:
     from botocore.exceptions import BotoCoreError, NoCredentialsError
 
     assert auth.request is not None  # configure() checks it
+    request = auth.request
+    if (request.service, request.operation) not in SIGNABLE:
+        raise UserError(
+            f"auth.request = {request.service}.{request.operation}: not a request this alchemist "
+            f"presigns for a cluster; accepted: {', '.join(f'{s}.{o}' for s, o in SIGNABLE)}"
+        )
     try:
         url = presigned_url(auth.request, region, session, endpoint_url)
     except NoCredentialsError:
@@ -119,6 +116,10 @@ def describe_cluster(
     import boto3
     from botocore.exceptions import BotoCoreError, ClientError
 
+    if not lookup.operation.startswith("describe_"):  # it runs with the user's credentials
+        raise UserError(
+            f"auth.lookup.operation = {lookup.operation!r}: not a read; accepted: a describe_* operation"
+        )
     session = session or boto3.session.Session()
     where = f"{auth.label} {auth.cluster} ({region})"
     try:

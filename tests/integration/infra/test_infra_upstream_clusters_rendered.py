@@ -430,7 +430,8 @@ def test_efa_nodes_get_interfaces_one_zone_and_the_device_plugin(renders, name):
     r = renders[name]
     out = r["outputs"]["alchemist"]["gpu"]
     # g5.12xlarge: one EFA, without RDMA read
-    assert out["efa"] == {"resource": "vpc.amazonaws.com/efa", "per_node": 1, "rdma_read": False}
+    assert (out["fabric"]["resource"], out["fabric"]["per_node"]) == ("vpc.amazonaws.com/efa", 1)
+    assert out["fabric"]["nccl_env"]["FI_EFA_USE_DEVICE_RDMA"] == "0"
     # the autoscaler's template node of the group (at zero) advertises it (issue 23.3)
     gpu_group = one(r, "eks:index:ManagedNodeGroup", "cluster-gpu-nodes")["inputs"]
     assert gpu_group["tags"] == {

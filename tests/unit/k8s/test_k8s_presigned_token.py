@@ -70,13 +70,33 @@ def test_the_token_renews_itself(monkeypatch):
     assert t.value() == "t2"
 
 
-def test_an_operation_the_service_lacks_is_one_line():
-    auth = eks_auth().model_copy(
-        update={"request": eks_auth().request.model_copy(update={"operation": "get_nothing"})}  # type: ignore[union-attr]
+def test_an_output_cannot_have_the_cli_presign_a_request_that_gives_credentials_away():
+    """The token goes to whatever server the output names. A presigned STS GetSessionToken URL
+    would hand that server the user's temporary credentials (it needs no parameters), so the
+    CLI presigns only requests that tell an authenticator who calls and nothing more."""
+    auth = eks_auth()
+    assert auth.request is not None
+    bad = auth.model_copy(
+        update={"request": auth.request.model_copy(update={"operation": "get_session_token"})}
     )
     with pytest.raises(UserError) as e:
-        presigned_token.get_token(auth, "us-west-2", _session())
+        presigned_token.get_token(bad, "us-west-2", _session())
     assert str(e.value) == (
-        "auth.request.operation = 'get_nothing': service 'sts' has no such operation; "
-        "accepted: one of its client's methods"
+        "auth.request = sts.get_session_token: not a request this alchemist presigns for a cluster; "
+        "accepted: sts.get_caller_identity"
+    )
+
+
+def test_an_output_cannot_have_the_cli_call_anything_but_a_describe_for_its_address():
+    """`auth.lookup` runs with the user's credentials: only a read (`describe_*`), never a call
+    that changes something."""
+    auth = eks_auth()
+    assert auth.lookup is not None
+    bad = auth.lookup.model_copy(
+        update={"service": "iam", "operation": "create_user", "params": {"UserName": "x"}}
+    )
+    with pytest.raises(UserError) as e:
+        presigned_token.describe_cluster(auth, bad, "us-west-2", _session())
+    assert str(e.value) == (
+        "auth.lookup.operation = 'create_user': not a read; accepted: a describe_* operation"
     )
