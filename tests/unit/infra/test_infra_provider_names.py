@@ -15,7 +15,9 @@ only go down (lower its line when it does), a file not listed may name none. The
 places are issue 40.1's remaining work. What the job half needs of a provider is data the
 provider writes into the contract: how to reach the cluster (`auth`: the request the CLI
 presigns, `infra/providers/aws/auth.py`) and the GPU nodes' network fabric (`gpu.fabric`: its
-devices, bandwidth and NCCL settings, `infra/providers/aws/fabric.py`).
+devices, bandwidth and NCCL settings, `infra/providers/aws/fabric.py`). The one word the job
+half keeps is `.aws/` in `kubernetes/code_assets.py`: a credential directory a code snapshot
+must never ship, listed as `.azure/` and `.config/gcloud/` are.
 """
 
 from __future__ import annotations
