@@ -62,8 +62,8 @@ class SignedRequest(_Strict):
     cluster's authenticator replays the URL to learn who calls; the signed header (when named)
     ties the token to one cluster."""
 
-    service: str  # botocore service name of the API the URL calls
-    operation: str  # botocore operation (the client's method name) the URL calls
+    service: str = Field(max_length=64)  # botocore service name of the API the URL calls
+    operation: str = Field(max_length=64)  # botocore operation (the client's method name) the URL calls
     header: str | None = None  # a header the signature covers, sent by the authenticator
     header_value: str | None = None
     token_prefix: str = ""  # put before the encoded URL
@@ -75,8 +75,8 @@ class ClusterLookup(_Strict):
     """A cloud API call (botocore) that answers the cluster's API server and base64 CA, for an
     output that lacks them; the fields are dotted paths into its response."""
 
-    service: str
-    operation: str
+    service: str = Field(max_length=64)
+    operation: str = Field(max_length=64)
     params: dict[str, str] = {}
     server_field: str
     certificate_authority_field: str
@@ -90,7 +90,7 @@ class ClusterAuth(_Strict):
 
     method: Dns1123Label  # e.g. "presigned-request"
     cluster: str  # the cluster's name where its provider knows it (what the token is for)
-    label: str = "cluster"  # what the provider calls it, for messages ("<label> <cluster>")
+    label: str = Field(default="cluster", max_length=40)  # what its provider calls it, for messages
     region: str | None = None  # where the provider's API for the cluster is
     server: str | None = None  # API server URL; the method looks it up when absent
     certificate_authority: str | None = None  # base64 CA data; looked up when absent
@@ -131,7 +131,7 @@ class Fabric(_Strict):
     as an extended resource, reached through an NCCL network plugin. The provider's package
     describes it; the job half asks for its devices and sets what it says, nothing more."""
 
-    name: str = Field(min_length=1)  # what the provider calls it, for messages
+    name: str = Field(min_length=1, max_length=40)  # what the provider calls it, for messages
     resource: str  # the devices' extended resource; a GPU worker asks for every one of the node
     per_node: int = Field(ge=1)  # devices of every GPU node
     gbit_per_device: float = Field(gt=0)  # nominal; what the planner takes a node's link to be
