@@ -32,19 +32,18 @@ def _deploy_time(config: dict[str, Any]) -> list[tuple[str, DeployTimeValue]]:
         provider = rules(config.get("alchemist:provider", ""))
     except KeyError:
         return []  # the check names the unknown provider
-    section = config.get(f"alchemist:{provider.name}")
-    if not isinstance(section, dict):
+    section = config.get(f"alchemist:{provider.section}")
+    if provider.section is None or not isinstance(section, dict):
         return []
-    return [(f"alchemist:{provider.name}.{v.key}", v) for v in provider.deploy_time if v.needed(section)]
+    return [(f"alchemist:{provider.section}.{v.key}", v) for v in provider.deploy_time if v.needed(section)]
 
 
 def stand_ins(config: dict[str, Any]) -> dict[str, Any]:
     """{dotted key: stand-in} for each deploy-time value a stack's config leaves out."""
-    section = config.get(f"alchemist:{config.get('alchemist:provider', '')}")
     return {
         dotted: v.stand_in
         for dotted, v in _deploy_time(config)
-        if isinstance(section, dict) and v.key not in section
+        if v.key not in config[dotted.split(".", 1)[0]]
     }
 
 

@@ -22,7 +22,7 @@ class DeployTimeValue:
     demands it, and a replica's check or a read-only comparison takes `stand_in` for it
     (infra/stack_tools.py)."""
 
-    key: str  # in `alchemist:<provider>`
+    key: str  # in the provider's own section, `alchemist:<section>`
     stand_in: Any
     how: str  # the command its deployer sets it with
     needed: Callable[[dict[str, Any]], bool] = lambda section: True  # given the section
@@ -33,7 +33,7 @@ class ProviderRules:
 
     name: str = ""
     shared_fs_kinds: tuple[str, ...] = ()  # the sharedFs kinds it can give every pod
-    section_required: bool = True  # it needs an `alchemist:<name>` section
+    section_required: bool = True  # it needs its `alchemist:<section>` section
     reads_kubeconfig: bool = False  # alchemist:kubeconfig (the deployer's)
     reads_ssh_key: bool = False  # alchemist:sshPrivateKey
     own_registry: str | None = None  # where it pushes images it hosts itself; None: images.registry
