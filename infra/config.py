@@ -347,17 +347,17 @@ def stack_model() -> type[StackConfig]:
     """StackConfig with the registered providers' sections and shared-FS kinds, asked at each call
     (a provider registered after this module was imported counts too)."""
     kinds = shared_fs_models()
-    sections = {
+    sections: dict[str, Any] = {
         rules.section: (rules.config_model | None, None)
         for rules in (providers.rules(n) for n in providers.names())
         if rules.section and rules.config_model is not None
     }
     fs_description = "{kind: " + "|".join(_kind(m) for m in kinds) + ", ...}"
+    # A union of the models the registry holds now: a type made at run time, which no static
+    # checker can see (hence the ignore); pydantic picks the model by `kind`.
     union = Annotated[Union[kinds], Field(discriminator="kind")]  # type: ignore[valid-type]  # noqa: UP007
-    model = create_model(
-        "StackConfig", __base__=StackConfig, shared_fs=(union, Field(description=fs_description)), **sections
-    )  # type: ignore[call-overload]
-    return cast(type[StackConfig], model)
+    shared_fs: Any = (union, Field(description=fs_description))
+    return create_model("StackConfig", __base__=StackConfig, shared_fs=shared_fs, **sections)
 
 
 def _parse(config: dict[str, str], secret_keys: set[str]) -> StackConfig:
