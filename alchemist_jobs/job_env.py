@@ -37,10 +37,7 @@ import tempfile
 import time
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
-
-from packaging.requirements import InvalidRequirement, Requirement
 
 from alchemist_jobs import environment as E
 from alchemist_jobs.errors import UserError, shown
@@ -101,6 +98,8 @@ def platform_lock(path: Path | None = None) -> PlatformLock:
     try:
         text = path.read_text()
     except FileNotFoundError:
+        from importlib import metadata
+
         text = "# --- section: runtime ---\n" + "".join(
             sorted(
                 f"{d.metadata['Name']}=={d.version}\n" for d in metadata.distributions() if d.metadata["Name"]
@@ -173,6 +172,10 @@ def check_requirement(text: str, where: str) -> str:
             f"{where}: {shown(text)}: options do not go in requirements; accepted: "
             f"{accepted} (point pip at a mirror with PIP_INDEX_URL or PIP_FIND_LINKS)"
         )
+    # packaging and importlib.metadata are imported where used: every worker's bootstrap and
+    # the CLI import this module, and a job without requirements never needs them.
+    from packaging.requirements import InvalidRequirement, Requirement
+
     try:
         req = Requirement(text)
     except InvalidRequirement:
@@ -186,6 +189,8 @@ def check_requirement(text: str, where: str) -> str:
 
 def _moves_a_pin(requirements: list[str], platform: PlatformLock) -> None:
     """A requirement on a platform package that its pin does not satisfy: one line, no pip."""
+    from packaging.requirements import Requirement
+
     for text in requirements:
         req = Requirement(text)
         pin = platform.pins.get(canonical(req.name))
@@ -297,6 +302,10 @@ def lock_text(requirements: list[str], platform: PlatformLock, installs: list[di
 def _beyond_runtime(installs: list[dict], platform: PlatformLock) -> list[str]:
     """Platform packages the job's packages need, directly or through each other, that are
     pinned outside the runtime section: this Python has them, a training image does not."""
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+
     env = {"extra": ""}
     todo = [r for item in installs for r in item["metadata"].get("requires_dist") or []]
     seen: set[str] = {canonical(i["metadata"]["name"]) for i in installs}
