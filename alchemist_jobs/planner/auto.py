@@ -48,20 +48,17 @@ CURVE_EVERY = 8  # calibration runs: steps between snapshots (the resolution of 
 # overlap (its half and overlap terms); sync plain and fp16, PowerSGD at each rank: 16 runs
 # for 16 terms (planner/convergence.py). Tau 4 is left uncalibrated, and so unpredicted: an
 # exchange every 4 steps is the slow end of the grid on any link the block algorithms are for.
+_BLOCK_CALIBRATION: tuple[dict[str, Any], ...] = (
+    *({"tau": tau, "exchange_dtype": "fp16"} for tau in (8, 16, 32, 64)),
+    {"tau": 16},
+    {"tau": 16, "exchange_dtype": "fp16", "overlap": True},
+)
 CALIBRATION: tuple[dict[str, Any], ...] = (
     {"name": "sync"},
     {"name": "sync", "compression": "fp16"},
     {"name": "sync", "compression": "powersgd", "powersgd_rank": 2},
     {"name": "sync", "compression": "powersgd", "powersgd_rank": 4},
-    *(
-        {"name": name, **a}
-        for name in ("bmuf", "easgd")
-        for a in (
-            *({"tau": tau, "exchange_dtype": "fp16"} for tau in (8, 16, 32, 64)),
-            {"tau": 16},
-            {"tau": 16, "exchange_dtype": "fp16", "overlap": True},
-        )
-    ),
+    *({"name": name, **a} for name in ("bmuf", "easgd") for a in _BLOCK_CALIBRATION),
 )
 
 
