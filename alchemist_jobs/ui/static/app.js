@@ -362,6 +362,8 @@ function drawChart(svg, points, opts = {}) {
   svg.setAttribute("viewBox", `0 0 ${W} ${H}`);
   svg.setAttribute("data-points", String(points.length));
   svg.setAttribute("data-last", points.length ? String(points[points.length - 1][1]) : "");
+  // the newest point's step: it moves on when the count, thinned at the server's cap, stays
+  svg.setAttribute("data-last-step", points.length ? String(points[points.length - 1][0]) : "");
   const ns = "http://www.w3.org/2000/svg";
   const mk = (tag, attrs, text) => {
     const e = document.createElementNS(ns, tag);
