@@ -184,6 +184,7 @@ def summary(pairs: list[dict]) -> dict:
         "cpu_ratio": round(med["alchemist_cpu_s"] / med["hand_cpu_s"], 3),
         "cpu_overhead_s": round(statistics.median(p["alchemist_cpu_s"] - p["hand_cpu_s"] for p in pairs), 2),
         "pair_wall_ratios": [round(p["alchemist_s"] / p["hand_s"], 3) for p in pairs],
+        "median_pair_wall_ratio": round(statistics.median(p["alchemist_s"] / p["hand_s"] for p in pairs), 3),
         "pairs": pairs,
     }
 
@@ -194,14 +195,16 @@ def table(result: dict) -> str:
         f"# bench/framework_start.py: {result['repeats']} pairs per script, {result['cpus']} CPUs, "
         f"load average {result['load_before']:.1f} before and {result['load_after']:.1f} after",
         "",
-        "| script | hand s | alchemist s | wall ratio | overhead s | RSS ratio | CPU s hand / alchemist |",
-        "|---|---|---|---|---|---|---|",
+        "| script | hand s | alchemist s | wall ratio | median pair ratio | overhead s | RSS ratio "
+        "| CPU s hand / alchemist |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for name in SCRIPTS:
         if name in result:
             r = result[name]
             lines.append(
                 f"| {name} | {r['median_hand_s']} | {r['median_alchemist_s']} | {r['wall_ratio']} | "
+                f"{r.get('median_pair_wall_ratio')} | "
                 f"{r['overhead_s']} | {r['rss_ratio']} | {r['median_hand_cpu_s']} / {r['median_alchemist_cpu_s']} |"
             )
     lines += [
