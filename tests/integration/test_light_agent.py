@@ -223,3 +223,51 @@ def test_a_failed_rank_is_the_run_s_root_cause_after_its_restarts(home, tmp_path
     assert st["failure"]["rank"] == 1 and st["failure"]["exit_code"] == 1, st["failure"]
     assert "ValueError: shard 7 is truncated" in st["failure"]["summary"], st["failure"]
     assert no_process_of(run) == []
+
+
+SUM = """
+import os, sys, jax, jax.numpy as jnp, numpy as np
+from pathlib import Path
+from jax.sharding import NamedSharding, PartitionSpec as P
+jax.distributed.initialize()
+me = jax.process_index()
+mesh = jax.make_mesh((jax.device_count(),), ("w",))
+x = jax.make_array_from_process_local_data(NamedSharding(mesh, P("w")), np.array([me + 1.0], np.float32))
+total = float(jax.jit(jnp.sum, out_shardings=NamedSharding(mesh, P()))(x))
+Path(os.environ["OUT_DIR"], f"sum-{me}").write_text(f"{jax.process_count()} {total} {'torch' in sys.modules}")
+"""
+
+
+def test_several_simulated_nodes_keep_torchrun_s_agents(home, tmp_path):
+    """nodes > 1 meet in torchrun's rendezvous; the early interpreter, which skipped torch's
+    import for a JAX spec, imports it itself as node 0's agent."""
+    (tmp_path / "sum.py").write_text(SUM)
+    (tmp_path / "job.yaml").write_text(
+        "name: nodes\ntask: {script: sum.py, framework: jax}\nnodes: 2\nprocs_per_node: 1\n"
+        "max_restarts: 0\nenv: {JAX_PLATFORMS: cpu}\n"
+    )
+    out = tmp_path / "out"
+    out.mkdir()
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "alchemist_jobs",
+            "run",
+            str(tmp_path / "job.yaml"),
+            "--quiet",
+            "--set",
+            f"env.OUT_DIR={out}",
+        ],
+        cwd=REPO,
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert sorted(p.read_text() for p in out.glob("sum-*")) == ["2 3.0 False"] * 2
+    run = only_run(home)
+    assert (run.stores / "rendezvous").stat().st_size > 0  # the agents' c10d rendezvous was held
+    assert "light_agent" not in run.agent_log(0).read_text() + run.agent_log(1).read_text()
+    assert no_process_of(run) == []
