@@ -98,7 +98,7 @@ def platform_lock(path: Path | None = None) -> PlatformLock:
     try:
         text = path.read_text()
     except FileNotFoundError:
-        from importlib import metadata
+        from importlib import metadata  # start-up: a lock file is normally there
 
         text = "# --- section: runtime ---\n" + "".join(
             sorted(
@@ -174,7 +174,7 @@ def check_requirement(text: str, where: str) -> str:
         )
     # packaging and importlib.metadata are imported where used: every worker's bootstrap and
     # the CLI import this module, and a job without requirements never needs them.
-    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.requirements import InvalidRequirement, Requirement  # start-up: see above
 
     try:
         req = Requirement(text)
@@ -189,7 +189,7 @@ def check_requirement(text: str, where: str) -> str:
 
 def _moves_a_pin(requirements: list[str], platform: PlatformLock) -> None:
     """A requirement on a platform package that its pin does not satisfy: one line, no pip."""
-    from packaging.requirements import Requirement
+    from packaging.requirements import Requirement  # start-up: only a job with requirements
 
     for text in requirements:
         req = Requirement(text)
@@ -302,9 +302,9 @@ def lock_text(requirements: list[str], platform: PlatformLock, installs: list[di
 def _beyond_runtime(installs: list[dict], platform: PlatformLock) -> list[str]:
     """Platform packages the job's packages need, directly or through each other, that are
     pinned outside the runtime section: this Python has them, a training image does not."""
-    from importlib import metadata
+    from importlib import metadata  # start-up: only a job with requirements
 
-    from packaging.requirements import Requirement
+    from packaging.requirements import Requirement  # start-up: only a job with requirements
 
     env = {"extra": ""}
     todo = [r for item in installs for r in item["metadata"].get("requires_dist") or []]
