@@ -2,24 +2,26 @@
 final quality, as functions of the algorithm, tau, the wire precision and overlap.
 
 Calibrated from short measured runs (planner/auto.py runs them), fitted by least squares,
-each family on its own runs:
+each group on its own runs:
 
-    log(steps_to_target) = base[family](tau) + half[family] * half + overlap[family] * overlap
+    log(steps_to_target) = base[group](tau) + half[group] * half
     final_accuracy       = the same form, without the log
 
-`family` is sync (plain or fp16/bf16 on the wire), powersgd-r<rank> (each rank its own), bmuf
-or easgd; `half` is 1 when the wire carries 16-bit values; `overlap` is 1 when a block
-algorithm applies each exchange one block late. `base` is one value for the sync families;
-for bmuf and easgd it is piecewise linear in log2(tau) between the taus the runs measured
-(`@<tau>` terms: a candidate between two of them takes both, weighted by where it lies).
+`group` is the family (sync plain or fp16/bf16 on the wire, powersgd-r<rank> with each rank
+its own, bmuf or easgd), and for bmuf and easgd with `overlap` (each exchange applied one
+block late) a group of its own: bmuf+overlap, easgd+overlap. `half` is 1 when the wire carries
+16-bit values. `base` is one value for the sync families; for the block groups it is piecewise
+linear in log2(tau) between the taus the runs measured (`@<tau>` terms: a candidate between
+two of them takes both, weighted by where it lies).
 
-Every term belongs to one family, because the families respond differently: overlap costs
-bmuf's block momentum more than it costs easgd, and a 16-bit wire rounds gradients in sync
-but parameters in the block algorithms. A model that shared those terms carried one
-family's loss to another's candidates that do not have it.
+Every term belongs to one group, because they respond differently: overlap costs bmuf's
+block momentum far more than easgd, and more at some taus than at others (bmuf with overlap
+lost 4.5 points at tau 16 and 0.5 at tau 39 in the same job), and a 16-bit wire rounds
+gradients in sync but parameters in the block algorithms. A model that shared those terms
+carried one family's loss to another's candidates that do not have it.
 
-What the runs did not vary, the model does not extrapolate: a candidate outside its family's
-measured taus, or needing a half/overlap term no pair of runs separates, is not predicted
+What the runs did not vary, the model does not extrapolate: a candidate outside its group's
+measured taus, or needing a half term no pair of runs separates, is not predicted
 (`predictable`).
 """
 
@@ -44,6 +46,11 @@ class Features:
     def blocks(self) -> bool:
         return self.family in ("bmuf", "easgd")
 
+    @property
+    def group(self) -> str:
+        """The model's unit: the family, a block family with overlap a group of its own."""
+        return f"{self.family}+overlap" if self.blocks and self.overlap else self.family
+
 
 @dataclass(frozen=True)
 class Observation:
@@ -56,12 +63,12 @@ class Observation:
 
 @dataclass(frozen=True)
 class Fit:
-    """The fitted terms by name (`<family>@<tau>` or `<family>` for the base, `half:<family>`,
-    `overlap:<family>`), for steps (in log) and for final accuracy; `taus` holds each block
-    family's measured taus (the interpolation's knots, for steps and for accuracy: the
-    accuracy fit also uses runs that never reached the target); `fixed` what every run of a
-    family shared (a half or overlap value no pair of runs varied: candidates must share
-    it). `rms_log` is the steps fit's residual (0 with as many runs as terms)."""
+    """The fitted terms by name (`<group>@<tau>` or `<group>` for the base, `half:<group>`),
+    for steps (in log) and for final accuracy; `taus` holds each block group's measured taus
+    (the interpolation's knots; `step_taus` those of the runs that reached the target, the
+    accuracy fit also uses the others); `fixed` what every run of a group shared (a half
+    value no pair of runs varied: candidates must share it). `rms_log` is the steps fit's
+    residual (0 with as many runs as terms)."""
 
     steps: dict[str, float]
     accuracy: dict[str, float]
@@ -95,13 +102,13 @@ class Fit:
     def why_not(self, f: Features) -> str:
         """Why a candidate is not predicted, in a few words."""
         for taus, fixed in ((self.step_taus, self.step_fixed), (self.taus, self.fixed)):
-            knots = taus.get(f.family, ())
+            knots = taus.get(f.group, ())
             if f.blocks and knots and not knots[0] <= f.tau <= knots[-1]:
                 return f"tau {f.tau} is outside the calibrated taus {knots[0]}-{knots[-1]}"
-            for name, value in fixed.get(f.family, {}).items():
+            for name, value in fixed.get(f.group, {}).items():
                 if getattr(f, name) != value:
                     return (
-                        f"no calibration run of {f.family} {'with' if getattr(f, name) else 'without'} {name}"
+                        f"no calibration run of {f.group} {'with' if getattr(f, name) else 'without'} {name}"
                     )
         return "the calibration runs fit no term for it (or never reached the target)"
 
@@ -110,36 +117,35 @@ def _terms(
     f: Features, taus: dict[str, tuple[int, ...]], fixed: dict[str, dict[str, bool]]
 ) -> dict[str, float] | None:
     """The model's terms for one candidate with their values (zero-valued ones left out), or
-    None where the model would extrapolate: a tau outside the family's knots, or a half or
-    overlap value the family's runs never had."""
+    None where the model would extrapolate: a tau outside the group's knots, or a half value
+    the group's runs never had."""
+    g = f.group
     out: dict[str, float] = {}
     if f.blocks:
-        knots = taus.get(f.family, ())
+        knots = taus.get(g, ())
         if not knots or not knots[0] <= f.tau <= knots[-1]:
             return None
         if f.tau in knots:
-            out[f"{f.family}@{f.tau}"] = 1.0
+            out[f"{g}@{f.tau}"] = 1.0
         else:
             hi = next(i for i, t in enumerate(knots) if t > f.tau)
             t0, t1 = knots[hi - 1], knots[hi]
             w = (math.log2(f.tau) - math.log2(t0)) / (math.log2(t1) - math.log2(t0))
-            out[f"{f.family}@{t0}"], out[f"{f.family}@{t1}"] = 1.0 - w, w
+            out[f"{g}@{t0}"], out[f"{g}@{t1}"] = 1.0 - w, w
     else:
-        out[f.family] = 1.0
-    for name in ("half", "overlap"):
-        value = bool(getattr(f, name))
-        known = fixed.get(f.family, {})
-        if name in known:
-            if known[name] != value:
-                return None
-        elif value:
-            out[f"{name}:{f.family}"] = 1.0
+        out[g] = 1.0
+    known = fixed.get(g, {})
+    if "half" in known:
+        if known["half"] != f.half:
+            return None
+    elif f.half:
+        out[f"half:{g}"] = 1.0
     return out
 
 
 def fit(observations: list[Observation]) -> Fit:
-    """Least squares, family by family: the steps over the runs that reached the target, the
-    accuracy over every run. A family whose runs never reached the target gets no steps
+    """Least squares, group by group: the steps over the runs that reached the target, the
+    accuracy over every run. A group whose runs never reached the target gets no steps
     terms: it is not predicted."""
     reached = [o for o in observations if o.steps_to_target is not None and o.steps_to_target > 0]
     step_taus, step_fixed = _layout(reached)
@@ -167,19 +173,15 @@ def fit(observations: list[Observation]) -> Fit:
 
 
 def _layout(observations: list[Observation]) -> tuple[dict[str, tuple[int, ...]], dict[str, dict[str, bool]]]:
-    """Each block family's measured taus, and what every run of a family shared."""
+    """Each block group's measured taus, and what every run of a group shared."""
     taus: dict[str, set[int]] = {}
-    seen: dict[str, dict[str, set[bool]]] = {}
+    seen: dict[str, set[bool]] = {}
     for o in observations:
         f = o.features
         if f.blocks:
-            taus.setdefault(f.family, set()).add(f.tau)
-        for name in ("half", "overlap"):
-            seen.setdefault(f.family, {}).setdefault(name, set()).add(bool(getattr(f, name)))
-    fixed = {
-        family: {name: next(iter(values)) for name, values in by.items() if len(values) == 1}
-        for family, by in seen.items()
-    }
+            taus.setdefault(f.group, set()).add(f.tau)
+        seen.setdefault(f.group, set()).add(f.half)
+    fixed = {g: {"half": next(iter(values))} for g, values in seen.items() if len(values) == 1}
     return {k: tuple(sorted(v)) for k, v in taus.items()}, fixed
 
 
@@ -189,15 +191,15 @@ def _solve(
     taus: dict[str, tuple[int, ...]],
     fixed: dict[str, dict[str, bool]],
 ) -> dict[str, float]:
-    """Each family's terms by least squares over its own runs; a family whose runs do not
+    """Each group's terms by least squares over its own runs; a group whose runs do not
     separate its terms (a rank-deficient design) gets none: it is not trusted."""
     out: dict[str, float] = {}
-    by_family: dict[str, list[tuple[dict[str, float], float]]] = {}
+    by_group: dict[str, list[tuple[dict[str, float], float]]] = {}
     for o, target in zip(observations, y, strict=True):
         terms = _terms(o.features, taus, fixed)
         if terms is not None:
-            by_family.setdefault(o.features.family, []).append((terms, target))
-    for rows in by_family.values():
+            by_group.setdefault(o.features.group, []).append((terms, target))
+    for rows in by_group.values():
         names = sorted({t for terms, _ in rows for t in terms})
         x = np.array([[terms.get(t, 0.0) for t in names] for terms, _ in rows])
         if np.linalg.matrix_rank(x) < len(names):
