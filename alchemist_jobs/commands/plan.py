@@ -16,7 +16,6 @@ import dataclasses
 import json
 import math
 import shlex
-import statistics
 import sys
 from pathlib import Path
 
@@ -462,10 +461,13 @@ def auto_plan(args: argparse.Namespace, log=None, extra: list[dict] | None = Non
     )
     runs = auto.calibrate(raw, spec, spec_dir, home, args.target, log=say)
     conv = convergence.fit(auto.observations(runs, args.target))
-    # Before the first step: the calibration runs' start (median), plus the model's first
-    # broadcast over the link (DDP and the block algorithms start every worker from rank 0's).
+    # Before the first step: the calibration runs' start (auto.start_estimate), plus the
+    # model's first broadcast over the link (DDP and the block algorithms start every worker
+    # from rank 0's).
     model_bytes = profiles["sync"].exchange_bytes
-    start_s = statistics.median(r["start_s"] for r in runs.values()) + model_bytes / cluster.link_bytes_per_s
+    start_s = (
+        auto.start_estimate([r["start_s"] for r in runs.values()]) + model_bytes / cluster.link_bytes_per_s
+    )
     cands = auto.candidates(spec)
     ranked, left_out = auto.rank_choices(
         cands, conv, lambda c: auto.step_time(c, profiles, nodes, cluster, shapes), start_s

@@ -351,6 +351,17 @@ def start_offset(points: list[dict[str, Any]]) -> float:
     return max(0.0, my - slope * mx)
 
 
+def start_estimate(starts: list[float]) -> float:
+    """Seconds before the first step, from the calibration runs' starts: their lower quartile.
+    The runs share this machine with whatever else runs on it, and load only ever adds to a
+    start (22 runs of one job started in 0.8 to 3.9 s as other work came and went); the job's
+    own start, on the machines it will run on, is what the quicker runs saw. A median moved
+    with however many runs the load happened to slow."""
+    if len(starts) < 2:
+        return starts[0] if starts else 0.0
+    return statistics.quantiles(starts, n=4, method="inclusive")[0]
+
+
 def calibrate(
     raw: dict[str, Any],
     spec: JobSpec,
