@@ -161,25 +161,6 @@ class Group:
         return all(p.returncode is not None for p in self.procs.values())
 
 
-def new_round(directory: str) -> int:
-    """The round's store: the last round's files gone, a fresh MASTER_PORT whose file did not
-    exist yet (store_bind.new_round's contract, without torch's get_free_port)."""
-    for name in os.listdir(directory):
-        if name.startswith("store-"):
-            try:
-                os.unlink(os.path.join(directory, name))
-            except FileNotFoundError:
-                pass
-    while True:
-        port = processes.free_port()
-        try:
-            fd = os.open(store_bind.store_file(directory, port), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:
-            continue
-        os.close(fd)
-        return port
-
-
 class LightAgent:
     def __init__(self, nproc: int, max_restarts: int, run_id: str, entry: list[str], master_addr: str):
         self.nproc, self.max_restarts, self.run_id = nproc, max_restarts, run_id
@@ -213,7 +194,7 @@ class LightAgent:
 
     def start(self, restart: int) -> Group:
         store_dir = E.STORE_DIR.get()
-        port = new_round(store_dir) if store_dir else processes.free_port()
+        port = store_bind.new_round(store_dir, processes.free_port) if store_dir else processes.free_port()
         group = Group(restart)
         self.group = group
         for local_rank in range(self.nproc):

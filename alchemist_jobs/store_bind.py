@@ -18,6 +18,7 @@ import os
 import socket
 import sys
 import time
+from collections.abc import Callable
 
 from alchemist_jobs import environment as E
 
@@ -29,13 +30,17 @@ def store_file(directory: str, port: int) -> str:
     return os.path.join(directory, f"store-{port}")
 
 
-def reserve_port(directory: str) -> int:
+def reserve_port(directory: str, free_port: Callable[[], int] | None = None) -> int:
     """A free port whose store file did not exist yet, created empty here (0600): the
-    store of one rendezvous round, never an earlier round's."""
-    from torch.distributed.elastic.utils.distributed import get_free_port
+    store of one rendezvous round, never an earlier round's. `free_port` picks candidates
+    (torch's get_free_port by default; the light agent, which never imports torch, passes
+    its own)."""
+    if free_port is None:
+        from torch.distributed.elastic.utils.distributed import get_free_port
 
+        free_port = get_free_port
     while True:
-        port = get_free_port()
+        port = free_port()
         try:
             os.close(os.open(store_file(directory, port), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
             return port
@@ -43,7 +48,7 @@ def reserve_port(directory: str) -> int:
             continue
 
 
-def new_round(directory: str) -> int:
+def new_round(directory: str, free_port: Callable[[], int] | None = None) -> int:
     """Rank 0's agent, once every agent has stopped the last round's workers (torchrun stops
     them before it rejoins, and no worker of this round starts before this returns): the
     last round's stores go, and this round's is reserved."""
@@ -53,7 +58,7 @@ def new_round(directory: str) -> int:
                 os.unlink(os.path.join(directory, name))
             except FileNotFoundError:
                 pass
-    return reserve_port(directory)
+    return reserve_port(directory, free_port)
 
 
 def apply() -> bool:

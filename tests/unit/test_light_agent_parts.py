@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from alchemist_jobs import failures, light_agent, local_backend, warm_agent
+from alchemist_jobs import failures, light_agent, local_backend, processes, store_bind, warm_agent
 from alchemist_jobs.spec import parse_spec
 from alchemist_jobs.worker_env import restarts
 
@@ -47,7 +47,7 @@ def test_each_round_has_fresh_store_files(tmp_path):
     old.write_text("last round's keys")
     (tmp_path / "store-1234.addr-0").write_text("127.0.0.1:1")
     (tmp_path / "rendezvous").write_text("")
-    port = light_agent.new_round(str(tmp_path))
+    port = store_bind.new_round(str(tmp_path), processes.free_port)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["rendezvous", f"store-{port}"]
     assert (tmp_path / f"store-{port}").stat().st_mode & 0o777 == 0o600
 
