@@ -30,6 +30,16 @@ def cli(*args: str, home: Path | None = None, timeout: float = 300, **kw) -> sub
                           env=env, capture_output=True, text=True, timeout=timeout, **kw)
 
 
+def cli_background(*args: str, home: Path | None = None) -> subprocess.Popen:
+    """Start `alchemist ARGS` as a real process and return at once; its output (stdout and
+    stderr together, text) is the process's `stdout`."""
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    if home is not None:
+        env["ALCHEMIST_HOME"] = str(home)
+    return subprocess.Popen([sys.executable, "-m", "alchemist_jobs", *args], cwd=REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
 @pytest.fixture(autouse=True)
 def _no_alchemist_thread_outlives_its_test():
     """A background thread of ours (a log follower, a watchdog) left running by one test keeps

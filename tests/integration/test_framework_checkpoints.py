@@ -9,14 +9,12 @@ from __future__ import annotations
 import os
 import re
 import signal
-import subprocess
-import sys
 import time
 
 import pytest
 
 from alchemist_jobs.rundir import read_json
-from tests.conftest import REPO
+from tests.conftest import cli_background
 from tests.integration.test_local_runs import no_process_of, only_run, wait_for
 
 pytestmark = pytest.mark.timeout(900)
@@ -111,23 +109,7 @@ def test_checkpoints_kept_to_keep_and_a_killed_worker_s_group_resumes_within_ten
     )
     out = tmp_path / "out"
     out.mkdir()
-    p = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "alchemist_jobs",
-            "run",
-            str(tmp_path / "job.yaml"),
-            "--quiet",
-            "--set",
-            f"env.OUT_DIR={out}",
-        ],
-        cwd=REPO,
-        env=dict(os.environ, PYTHONPATH=str(REPO)),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    p = cli_background("run", str(tmp_path / "job.yaml"), "--quiet", "--set", f"env.OUT_DIR={out}")
     try:
         wait_for(
             lambda: p.poll() is not None or ((home / "runs").exists() and any((home / "runs").iterdir())),

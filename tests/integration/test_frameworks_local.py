@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from alchemist_jobs.rundir import read_json
-from tests.conftest import EXAMPLES, REPO, cli
+from tests.conftest import EXAMPLES, REPO, cli, cli_background
 from tests.integration.test_framework_checkpoints import kept_checkpoints
 from tests.integration.test_local_runs import no_process_of, only_run, wait_for
 
@@ -97,23 +97,7 @@ def test_a_collective_sums_across_workers_and_a_killed_worker_restarts_the_group
     )
     out = tmp_path / "out"
     out.mkdir()
-    p = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "alchemist_jobs",
-            "run",
-            str(tmp_path / "job.yaml"),
-            "--quiet",
-            "--set",
-            f"env.OUT_DIR={out}",
-        ],
-        cwd=REPO,
-        env=dict(os.environ, PYTHONPATH=str(REPO)),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    p = cli_background("run", str(tmp_path / "job.yaml"), "--quiet", "--set", f"env.OUT_DIR={out}")
     try:
         run = wait_for(lambda: (home / "runs").exists() and only_run(home), 120, "run dir")
         first = wait_for(

@@ -8,9 +8,6 @@ hands every process the global model (bmuf, its partial last block closed) or th
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -18,7 +15,7 @@ import torch
 
 from alchemist_jobs.runtime.strategies.bmuf import block_update, start_point
 from alchemist_jobs.runtime.strategies.easgd import elastic_round
-from tests.conftest import REPO
+from tests.conftest import cli
 from tests.integration.test_local_runs import only_run
 
 pytestmark = pytest.mark.timeout(600)
@@ -63,23 +60,7 @@ def _run(tmp_path, home, algorithm: str) -> list[dict]:
     )
     out = tmp_path / "out"
     out.mkdir()
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "alchemist_jobs",
-            "run",
-            str(tmp_path / "job.yaml"),
-            "--quiet",
-            "--set",
-            f"env.OUT_DIR={out}",
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=500,
-        env=dict(os.environ, PYTHONPATH=str(REPO)),
-    )
+    r = cli("run", str(tmp_path / "job.yaml"), "--quiet", "--set", f"env.OUT_DIR={out}", timeout=500)
     logs = "".join(p.read_text()[-2000:] for p in (home / "runs").glob("*/logs/rank-*.log"))
     assert r.returncode == 0, r.stdout + r.stderr + logs
     assert only_run(home).state()["state"] == "succeeded"

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -19,7 +18,7 @@ import pytest
 from alchemist_jobs import light_agent
 from alchemist_jobs.processes import alive
 from alchemist_jobs.rundir import RunDir, read_json
-from tests.conftest import REPO
+from tests.conftest import cli, cli_background
 from tests.integration.test_local_runs import no_process_of, only_run, wait_for
 
 pytestmark = pytest.mark.timeout(600)
@@ -54,24 +53,14 @@ def start(tmp_path: Path, max_restarts: int, hold: str = "") -> tuple[subprocess
     )
     out = tmp_path / "out"
     out.mkdir()
-    p = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "alchemist_jobs",
-            "run",
-            str(tmp_path / "job.yaml"),
-            "--quiet",
-            "--set",
-            f"env.OUT_DIR={out}",
-            "--set",
-            f"env.HOLD={hold}",
-        ],
-        cwd=REPO,
-        env=dict(os.environ, PYTHONPATH=str(REPO)),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+    p = cli_background(
+        "run",
+        str(tmp_path / "job.yaml"),
+        "--quiet",
+        "--set",
+        f"env.OUT_DIR={out}",
+        "--set",
+        f"env.HOLD={hold}",
     )
     return p, out
 
@@ -162,14 +151,7 @@ def test_cancel_leaves_no_process(home, tmp_path):
     p, out = start(tmp_path, max_restarts=3)
     try:
         run, pids = ready(home, out, p)
-        r = subprocess.run(
-            [sys.executable, "-m", "alchemist_jobs", "cancel", run.run_id],
-            cwd=REPO,
-            env=dict(os.environ, PYTHONPATH=str(REPO)),
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        r = cli("cancel", run.run_id, timeout=120)
         assert r.returncode == 0, r.stdout + r.stderr
     finally:
         finish(p)
@@ -207,14 +189,7 @@ def test_a_failed_rank_is_the_run_s_root_cause_after_its_restarts(home, tmp_path
         "name: fails\ntask: {script: fail.py, framework: jax}\nprocs_per_node: 2\n"
         "max_restarts: 1\nenv: {JAX_PLATFORMS: cpu}\n"
     )
-    r = subprocess.run(
-        [sys.executable, "-m", "alchemist_jobs", "run", str(tmp_path / "job.yaml"), "--quiet"],
-        cwd=REPO,
-        env=dict(os.environ, PYTHONPATH=str(REPO)),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    r = cli("run", str(tmp_path / "job.yaml"), "--quiet", timeout=300)
     assert r.returncode != 0, r.stdout + r.stderr
     run = only_run(home)
     st = run.state()
@@ -248,23 +223,7 @@ def test_several_simulated_nodes_keep_torchrun_s_agents(home, tmp_path):
     )
     out = tmp_path / "out"
     out.mkdir()
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "alchemist_jobs",
-            "run",
-            str(tmp_path / "job.yaml"),
-            "--quiet",
-            "--set",
-            f"env.OUT_DIR={out}",
-        ],
-        cwd=REPO,
-        env=dict(os.environ, PYTHONPATH=str(REPO)),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    r = cli("run", str(tmp_path / "job.yaml"), "--quiet", "--set", f"env.OUT_DIR={out}", timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
     assert sorted(p.read_text() for p in out.glob("sum-*")) == ["2 3.0 False"] * 2
     run = only_run(home)
