@@ -1,4 +1,5 @@
-"""images/efa-install runs nothing from the EFA installer's tarball unless its signature
+"""The AWS provider's fabric installer (infra/providers/aws/fabric-install, which the training
+image runs as its FABRIC_INSTALL) runs nothing from the EFA installer's tarball unless its signature
 verifies against AWS's EFA key, pinned by fingerprint (EC2 user guide, "Get started with EFA
 and NCCL": 4E90 91BC BB97 A96B 26B1 5E59 A054 80B1 DD2D 3CCC).
 
@@ -19,7 +20,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-SCRIPT = REPO / "images" / "efa-install"
+SCRIPT = REPO / "infra" / "providers" / "aws" / "fabric-install"
 VERSION = "9.9.0"
 INSTALLER = """#!/bin/sh
 printf '%s\\n' "$*" > "$RECORD"
@@ -75,12 +76,15 @@ def served(tmp_path):
         thread.join()
 
 
-def _install(tmp_path: Path, url: str, fingerprint: str | None, version: str = VERSION):
+def _install(
+    tmp_path: Path, url: str, fingerprint: str | None, version: str = VERSION, torch_build: str = "cuda"
+):
     env = {
         **os.environ,
         "EFA_INSTALLER_URL": url,
         "EFA_LDCONF_DIR": str(tmp_path / "ld"),
         "RECORD": str(tmp_path / "record"),
+        "TORCH_BUILD": torch_build,
     }
     env.pop("EFA_INSTALLER_FINGERPRINT", None)
     if fingerprint:
@@ -125,4 +129,19 @@ def test_a_tarball_changed_after_signing_is_refused(tmp_path, served):
 def test_a_version_that_is_not_a_version_is_refused(tmp_path):
     done = _install(tmp_path, "http://127.0.0.1:9", None, "1.51.0;id")
     assert done.returncode == 2
-    assert done.stderr.strip() == "efa-install: version '1.51.0;id'; accepted: digits and dots, e.g. 1.51.0"
+    assert (
+        done.stderr.strip() == "fabric-install: version '1.51.0;id'; accepted: digits and dots, e.g. 1.51.0"
+    )
+    done = _install(tmp_path, "http://127.0.0.1:9", None, "")
+    assert done.returncode == 2
+    assert done.stderr.strip() == "fabric-install: version ''; accepted: digits and dots, e.g. 1.51.0"
+
+
+def test_an_image_without_torchs_cuda_build_is_refused_before_anything_is_downloaded(tmp_path):
+    """NCCL's net plugin serves GPUs only: with torch's CPU build the installer stops in one line."""
+    done = _install(tmp_path, "http://127.0.0.1:9", None, VERSION, "cpu")
+    assert done.returncode == 2
+    assert done.stderr.strip() == (
+        "fabric-install: TORCH_BUILD=cpu; accepted: cuda (NCCL's net plugin serves GPUs only)"
+    )
+    assert not (tmp_path / "record").exists() and not (tmp_path / "ld").exists()

@@ -18,8 +18,10 @@ from typing import Any
 EFA_RESOURCE = "vpc.amazonaws.com/efa"  # extended resource of the EFA device plugin
 # AWS's figure per EFA interface: p4d.24xlarge 4 x 100 Gbit/s, p5.48xlarge 32 x 100 Gbit/s
 EFA_GBIT_PER_DEVICE = 100.0
-# What the training image needs for EFA (images/Dockerfile.train: libfabric and aws-ofi-nccl)
-IMAGE_BUILD_ARGS = {"EFA": "1"}
+# What the training image needs for EFA: libfabric and aws-ofi-nccl, from this package's installer
+# (fabric-install, by its path in the build context) through images/Dockerfile.train's neutral
+# fabric hook; EFA installer 1.51.0 brings aws-ofi-nccl 1.22.0 and libfabric 2.7.0.
+IMAGE_BUILD_ARGS = {"FABRIC_INSTALL": "infra/providers/aws/fabric-install", "FABRIC_VERSION": "1.51.0"}
 
 
 def network_fabric(per_node: int, rdma_read: bool) -> dict[str, Any] | None:

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from infra_helpers import REPO, resources
 
-from alchemist_jobs.image_context import context_hash, image_tag
+from alchemist_jobs.image_context import context_files, context_hash, image_tag
 from infra.images import BUILD_SCRIPT, LOGIN_SCRIPT
+from infra.providers.aws.fabric import IMAGE_BUILD_ARGS
 
 
 def test_builds_push_and_export_digests(renders):
@@ -25,7 +26,7 @@ def test_builds_push_and_export_digests(renders):
     )
     # Tag and trigger are the content hash of each image's own build context (image_context),
     # with the training image's build arguments.
-    args = {"TORCH_BUILD": "cuda", "EFA": "1"}
+    args = {"TORCH_BUILD": "cuda", **IMAGE_BUILD_ARGS}
     for image, inputs in (("train", train), ("interactive", interactive)):
         assert inputs["triggers"][0] == context_hash(REPO, image, args)
         assert inputs["environment"]["TAG"] == image_tag(REPO, image, args)
@@ -53,12 +54,17 @@ def test_registry_token_is_no_input_of_the_builds(renders):
 def test_stacks_with_gpu_nodes_build_torchs_cuda_build_and_with_efa_the_efa_software(renders):
     """A stack's GPU pods run its training image: a CPU build of torch there fails every GPU
     job ("resources.gpu=1: no usable GPU"), and an EFA stack's image needs NCCL's net plugin
-    (runtime/nccl_net.py stops the worker without it)."""
-    expected = {"dev": None, "onprem-lab": "TORCH_BUILD=cuda", "aws-us-west-2": "EFA=1 TORCH_BUILD=cuda"}
+    (runtime/nccl_net.py stops the worker without it): the p4d stack's build names the AWS
+    provider's fabric installer, by its path in the build context, and its version."""
+    fabric = "FABRIC_INSTALL=infra/providers/aws/fabric-install FABRIC_VERSION=1.51.0"
+    expected = {"dev": None, "onprem-lab": "TORCH_BUILD=cuda", "aws-us-west-2": f"{fabric} TORCH_BUILD=cuda",
+                "p4d": f"{fabric} TORCH_BUILD=cuda"}  # fmt: skip
+    # the installer is in the context the tag is computed from, so its content is in the tag
+    assert "infra/providers/aws/fabric-install" in context_files(REPO, "train")
     for stack, build_args in expected.items():
         out = renders[stack]["outputs"]["alchemist"]
         assert (out["gpu"]["per_node"] > 0) == (build_args is not None), stack
-        assert ("fabric" in out["gpu"]) == ("EFA=1" in (build_args or "")), stack
+        assert ("fabric" in out["gpu"]) == ("FABRIC_INSTALL=" in (build_args or "")), stack
         train = next(
             c["inputs"]
             for c in resources(renders[stack], "command:local:Command")

@@ -35,7 +35,6 @@ def test_default_base_is_pinned_by_digest():
 
 
 def test_build_context_sends_only_what_the_image_copies():
-    ignore = (REPO / "images" / "Dockerfile.train.dockerignore").read_text().split()
     assert context_files(REPO, "interactive") == ["requirements.lock", "scripts/lock-sections"]
     train = context_files(REPO, "train")
     assert {
@@ -54,8 +53,9 @@ def test_build_context_sends_only_what_the_image_copies():
             "pyproject.toml",
             "README.md",
             "LICENSE",
-            "images/efa-install",
+            "images/no-fabric-install",
         )
+        or re.fullmatch(r"infra/providers/\w+/fabric-install", p)
         or p.startswith(("alchemist_jobs/", "monitoring/"))
         for p in train
     )
@@ -75,6 +75,10 @@ def _copy_tree(tmp_path):
         shutil.copytree(REPO / path, tmp_path / path, ignore=shutil.ignore_patterns("__pycache__"))
     for path in ("requirements.lock", "pyproject.toml", "README.md", "LICENSE"):
         shutil.copy(REPO / path, tmp_path / path)
+    for installer in (REPO / "infra" / "providers").glob("*/fabric-install"):  # FABRIC_INSTALL
+        dest = tmp_path / installer.relative_to(REPO)
+        dest.parent.mkdir(parents=True)
+        shutil.copy2(installer, dest)
     return tmp_path
 
 
@@ -87,6 +91,15 @@ def test_context_hash_follows_what_the_builder_sends(tmp_path):
     (root / "docs" / "notes.md").write_text("x\n")
     (root / "alchemist_jobs" / "__pycache__").mkdir()
     (root / "alchemist_jobs" / "__pycache__" / "spec.cpython-311.pyc").write_bytes(b"\0")
+    (root / "infra" / "providers" / "aws" / "fabric.py").write_text("x = 1\n")  # the rest of infra/
+    assert context_hash(root, "train") == train
+    # A provider's fabric installer (FABRIC_INSTALL) is in the context: changing it is a new tag.
+    with (root / "infra" / "providers" / "aws" / "fabric-install").open("a") as f:
+        f.write("# changed\n")
+    assert context_hash(root, "train") != train
+    (root / "infra" / "providers" / "aws" / "fabric-install").write_bytes(
+        (REPO / "infra" / "providers" / "aws" / "fabric-install").read_bytes()
+    )
     assert context_hash(root, "train") == train
     # A new module changes the training image, and so the interactive image built on it.
     (root / "alchemist_jobs" / "new_module.py").write_text("x = 1\n")

@@ -1,7 +1,10 @@
 """No provider is named outside its package (issue 40.1's done-when, as a grep): the product code
 (`infra/`, `alchemist_jobs/`, `monitoring/`; docs and tests excluded) outside `infra/providers/`
 imports no `pulumi_aws`/`pulumi_eks`, names no provider's services, and compares no provider
-name.
+name; and no file of the images (`images/`: Dockerfiles, ignore files, build scripts) or of
+`scripts/` names one, comments included. A provider's software for an image (its network
+fabric's libraries) is an installer in its own package that the image runs through a neutral
+build argument (`FABRIC_INSTALL` in images/Dockerfile.train).
 
 The words: the AWS provider's services and hardware (aws, amazon..., eks, efs, fsx, ecr, efa,
 irsa) and the on-prem provider's (k3s, onprem), whole words, any case. `kind` and `existing`
@@ -44,11 +47,17 @@ def product_files() -> list[Path]:
     return sorted(f for f in files if not f.relative_to(REPO).as_posix().startswith("infra/providers/"))
 
 
+def image_and_script_files() -> list[Path]:
+    """Every file of `images/` and `scripts/`, whatever its language."""
+    files = [f for d in ("images", "scripts") for f in (REPO / d).rglob("*") if f.is_file()]
+    return sorted(f for f in files if "__pycache__" not in f.parts)
+
+
 def test_no_provider_is_named_outside_its_package_but_where_listed():
     grown = {}
-    for f in product_files():
+    for f in product_files() + image_and_script_files():
         rel = f.relative_to(REPO).as_posix()
-        count = len(WORDS.findall(f.read_text()))
+        count = len(WORDS.findall(f.read_text(errors="replace")))
         if count > LEFT.get(rel, 0):
             grown[rel] = (LEFT.get(rel, 0), count)
     assert grown == {}, f"provider names outside infra/providers/ (file: (allowed, found)): {grown}"
@@ -74,3 +83,10 @@ def test_the_checks_see_what_they_look_for():
         "from pulumi_eks import Cluster"
     )
     assert all(LEFT[f] > 0 for f in LEFT) and all((REPO / f).is_file() for f in LEFT)
+    seen = {f.relative_to(REPO).as_posix() for f in image_and_script_files()}
+    assert {
+        "images/Dockerfile.train",
+        "images/Dockerfile.train.dockerignore",
+        "images/build",
+        "scripts/setup",
+    } <= seen
