@@ -217,6 +217,41 @@ def test_training_image_has_no_fabric_libraries_by_default(images):
     assert "fabric-install" not in out and "alchemist-efa.conf" not in out
 
 
+def test_a_providers_fabric_installer_runs_in_the_image_and_the_image_says_so(
+    base_image, clean_checkout, tmp_path
+):
+    """The hook's other side, with a provider's installer made for the test (a provider named
+    `lab`, whose fabric serves CPUs): images/build passes it by path and version, it runs as
+    root with its version and TORCH_BUILD before the Python packages, it is not left in the
+    image, and the image says ALCHEMIST_FABRIC_LIBRARIES=1."""
+    import os
+    import shutil
+
+    checkout = tmp_path / "checkout"
+    shutil.copytree(clean_checkout, checkout, symlinks=True)
+    installer = checkout / "infra" / "providers" / "lab" / "fabric-install"
+    installer.parent.mkdir(parents=True)
+    installer.write_text(
+        '#!/bin/sh\nset -eu\nmkdir -p /opt/lab-fabric\necho "$1 $TORCH_BUILD $(id -u)" > /opt/lab-fabric/record\n'
+    )
+    installer.chmod(0o755)
+    proc = subprocess.run([str(checkout / "images" / "build"), "--base", base_image, "--train-only",
+                           "--fabric-install", "infra/providers/lab/fabric-install", "--fabric-version", "2.0",
+                           "--name-prefix", "localhost/alchemist-fabric-check-"],
+                          cwd=checkout, env=dict(os.environ, BUILDER="podman"), capture_output=True, text=True,
+                          timeout=3000)  # fmt: skip
+    refs = dict(line.split("=", 1) for line in proc.stdout.split()) if proc.returncode == 0 else {}
+    try:
+        assert proc.returncode == 0, proc.stderr[-5000:]
+        probe = "echo $ALCHEMIST_FABRIC_LIBRARIES; cat /opt/lab-fabric/record; ls /opt/alchemist"
+        out = run_in(refs["train"], "sh", "-c", probe).stdout.splitlines()
+        assert out[:2] == ["1", "2.0 cpu 0"]
+        assert "fabric-install" not in out[2:]
+    finally:
+        for ref in refs.values():
+            subprocess.run([*PODMAN, "rmi", "-f", ref], capture_output=True)
+
+
 def test_image_context_is_what_podman_sends(base_image, clean_checkout, tmp_path):
     """The hash covers exactly the files the builder sends: a probe image with the training
     image's .dockerignore copies its whole context, and the list must equal context_files."""
