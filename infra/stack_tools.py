@@ -26,7 +26,7 @@ from infra.providers.registry import DeployTimeValue, rules
 from infra.stack_diff import compare
 
 
-def _deploy_time(config: dict[str, Any]) -> list[tuple[str, DeployTimeValue]]:
+def deploy_time_values(config: dict[str, Any]) -> list[tuple[str, DeployTimeValue]]:
     """(dotted key, its rule) of each deploy-time value the config's provider asks for."""
     try:
         provider = rules(config.get("alchemist:provider", ""))
@@ -42,7 +42,7 @@ def stand_ins(config: dict[str, Any]) -> dict[str, Any]:
     """{dotted key: stand-in} for each deploy-time value a stack's config leaves out."""
     return {
         dotted: v.stand_in
-        for dotted, v in _deploy_time(config)
+        for dotted, v in deploy_time_values(config)
         if v.key not in config[dotted.split(".", 1)[0]]
     }
 
@@ -55,7 +55,7 @@ def check(req: dict[str, Any]) -> dict[str, Any]:
     # so are the deploy-time values its deployer has yet to give.
     later = [k for k in left_out if k.split(":", 1)[1] in SECRET_KEYS]
     filled = stand_ins(config)
-    deploy_time = [[dotted, v.how] for dotted, v in _deploy_time(config) if dotted in filled]
+    deploy_time = [[dotted, v.how] for dotted, v in deploy_time_values(config) if dotted in filled]
     config = {k: dict(v) if isinstance(v, dict) else v for k, v in config.items()}
     for dotted, value in filled.items():
         section, key = dotted.split(".", 1)

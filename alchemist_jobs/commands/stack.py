@@ -29,7 +29,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         subparsers,
         "stack",
         "list, replicate and compare Pulumi stacks (stacks/)",
-        ["alchemist stack list", "alchemist stack diff prod-us prod-eu"],
+        ["alchemist stack list", "alchemist stack diff dev dev-2"],
         description=__doc__.splitlines()[0],
     )
     stack.add_argument("--root", type=Path, help="repository root (default: the one holding Pulumi.yaml)")
@@ -57,7 +57,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "write stacks/Pulumi.DST.yaml from SRC with overrides",
         [
             "alchemist stack replicate dev dev-2 --set kubernetesVersion=1.35",
-            "alchemist stack replicate prod-us prod-eu --set SECTION.region=eu-central-1",
+            "alchemist stack replicate dev dev-3 --set kind.workers=3",
         ],
     )
     p.add_argument(
@@ -84,7 +84,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         sub,
         "diff",
         "how two stacks' platforms differ (exit 1 if they do)",
-        ["alchemist stack diff prod-us prod-eu", "alchemist stack diff dev prod-us --all"],
+        ["alchemist stack diff dev dev-2", "alchemist stack diff dev dev-3 --all"],
     )
     p.add_argument(
         "--root",
