@@ -45,19 +45,56 @@ def _lines(path: Path, limit: int = 1 << 20) -> list[str]:
         return []
 
 
+_TIME = re.compile(r"^\s*time\s*:\s*(\S+)")
+_ENTRY = re.compile(r"^\[\d+\]:\s*$")
+# how an agent stops the rest of a group, not how a worker breaks
+_STOPPING = (-signal.SIGTERM, -signal.SIGINT)
+
+
+def _entries(lines: list[str]) -> list[tuple[int, int, str, list[str]]]:
+    """(rank, exit code, time, lines) of each failure entry (`[0]:` and its fields) in lines."""
+    out, current = [], None
+    for line in lines:
+        text = line.strip()
+        if _ENTRY.match(text):
+            current = [line]
+            out.append(current)
+        elif current is not None and text and (set(text) <= {"-", "="} or text == ROOT_CAUSE):
+            current = None
+        elif current is not None:
+            current.append(line)
+    found = []
+    for entry in out:
+        rank = next((int(m.group(1)) for m in map(_RANK.match, entry) if m), None)
+        code = next((int(m.group(1)) for m in map(_EXIT.match, entry) if m), None)
+        when = next((m.group(1) for m in map(_TIME.match, entry) if m), "")
+        if rank is not None and code is not None:
+            found.append((rank, code, when, [ln for ln in entry if ln.strip()]))
+    return found
+
+
 def root_cause(logs: Path) -> RootCause | None:
-    """The newest root cause any agent log of the run reports."""
+    """The newest root cause any agent log of the run reports: the failure torchrun names,
+    unless its block lists another, seen in the same second, that a signal ended. torchrun
+    orders failures by whole seconds and breaks a tie by rank, so a rank that aborts and the
+    peer whose collective then breaks tie, and it names the lower rank; the death is the cause."""
     for path in sorted(logs.glob("agent-*.log")):
         lines = _lines(path)
         starts = [i for i, line in enumerate(lines) if line.strip() == ROOT_CAUSE]
         if not starts:
             continue
-        block = lines[starts[-1] : starts[-1] + 9]
-        rank = next((int(m.group(1)) for m in map(_RANK.match, block) if m), None)
-        code = next((int(m.group(1)) for m in map(_EXIT.match, block) if m), None)
-        if rank is not None and code is not None:
-            shown = [ln for ln in block if ln.strip() and not ln.strip().startswith("=")]
-            return RootCause(rank, code, path, shown)
+        start = starts[-1]
+        root = _entries(lines[start + 1 : start + 9])
+        if not root:
+            continue
+        listed = [i for i, line in enumerate(lines[:start]) if line.strip() == "Failures:"]
+        others = _entries(lines[listed[-1] + 1 : start]) if listed else []
+        cause = root[0]
+        died = [o for o in others if o[1] < 0 and o[1] not in _STOPPING and o[2] == cause[2]]
+        if cause[1] >= 0 and died:
+            cause = died[0]
+        rank, code, _, shown = cause
+        return RootCause(rank, code, path, [ROOT_CAUSE, *shown] if cause is root[0] else shown)
     return None
 
 
