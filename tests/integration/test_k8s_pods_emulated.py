@@ -352,6 +352,7 @@ def test_sigterm_to_every_pod_is_a_preemption_and_the_restart_resumes(tmp_path, 
 OLD_STORE_TIMEOUT_S = 2 * 60
 
 
+@pytest.mark.waits  # 130 s of pod 1 waiting, nearly idle: run beside the integration tier
 def test_a_pod_0_that_starts_late_is_waited_for(tmp_path, pods_network):
     """(b) Pod 0 (the c10d store) starts long after pod 1 (a GPU scale-up, a big image
     pull). Rather than a literal 5 minutes, pod 0 is held until pod 1 has been waiting longer
