@@ -187,15 +187,32 @@ def plan_auto(root: Path, probe: Path, names: list[str], epochs: float) -> dict[
     return out
 
 
-def plan_first(
-    root: Path, names: list[str], epochs: float, rate: float, auto: dict[str, dict]
-) -> dict[str, dict]:
-    """The plan's step time for every variant, from a fresh link probe and profiles of two
-    processes computing at once; sets the plan-tau variant's tau. Sync with compression
-    (which the scaling model's profile does not take) and the auto pick: the auto plan's
-    step time."""
+_PROFILES: dict[tuple, model.Profile] = {}  # (algorithm, exchange dtype) -> its profile
+
+
+def _profile(root: Path, name: str, epochs: float) -> model.Profile:
+    """Two processes computing at once, 60 steps; once per algorithm and exchange dtype."""
+    algo = ALGOS[name]
+    key = (algo["name"], algo.get("exchange_dtype"))
+    if key not in _PROFILES:
+        spec = parse_spec(job(name, algo, epochs), "<plan>", REPO)
+        _PROFILES[key] = profile_spec(spec, root, steps=60, warmup=10, concurrent=2)
+    return _PROFILES[key]
+
+
+def set_plan_tau(root: Path, epochs: float, rate: float) -> int:
+    """The plan-tau variant's tau: `--tau auto`'s choice for this link. Chosen before the auto
+    plan is asked for its prediction of each variant, so that it predicts this tau."""
+    algo = ALGOS[PLAN_TAU]
+    a = model.Algorithm(algo["name"], algo.get("tau", 1), algo.get("overlap", False))
+    tau = model.choose_tau(_profile(root, PLAN_TAU, epochs), a, 2, _cluster(rate))
+    ALGOS[PLAN_TAU] = dict(algo, tau=tau)
+    return tau
+
+
+def _cluster(rate: float):
     probe = RESULTS / f"{out_name(rate)}-probe.json"
-    cluster = cluster_facts(
+    return cluster_facts(
         workers_per_node=1,
         link=None,
         latency_us=50.0,
@@ -204,7 +221,16 @@ def plan_first(
         job_name="tta",
         probe=probe,
     )
-    profiles: dict[tuple, model.Profile] = {}
+
+
+def plan_first(
+    root: Path, names: list[str], epochs: float, rate: float, auto: dict[str, dict]
+) -> dict[str, dict]:
+    """The plan's step time for every variant, from a fresh link probe and profiles of two
+    processes computing at once (the plan-tau variant at the tau set_plan_tau chose). Sync
+    with compression (which the scaling model's profile does not take) and the auto pick:
+    the auto plan's step time."""
+    cluster = _cluster(rate)
     out = {}
     for name in names:
         algo = ALGOS[name]
@@ -212,15 +238,8 @@ def plan_first(
             p = auto.get(name)
             out[name] = dict(tau=algo.get("tau", 1), step_s=p["step_s"] if p else None)
             continue
-        spec = parse_spec(job(name, algo, epochs), "<plan>", REPO)
-        key = (algo["name"], algo.get("exchange_dtype"))
-        if key not in profiles:
-            profiles[key] = profile_spec(spec, root, steps=60, warmup=10, concurrent=2)
-        prof = profiles[key]
+        prof = _profile(root, name, epochs)
         a = model.Algorithm(algo["name"], algo.get("tau", 1), algo.get("overlap", False))
-        if name == PLAN_TAU:
-            a = model.Algorithm(a.name, model.choose_tau(prof, a, 2, cluster), a.overlap)
-            ALGOS[name] = dict(algo, tau=a.tau)
         point = model.predict({2: prof}, [a], [2], cluster)[0]
         out[name] = dict(tau=a.tau, step_s=point.step_s, compute_s=point.compute_s, exposed_s=point.exposed_s)
         print(
@@ -270,6 +289,8 @@ def main() -> None:
     runs: dict[str, list[dict]] = {n: [] for n in args.only}
     load = [os.getloadavg()[0]]
     probe = probe_link(int(args.rate), RESULTS / f"{out_name(args.rate)}-probe.json")
+    if PLAN_TAU in args.only:
+        print(f"{PLAN_TAU}: tau {set_plan_tau(root, args.epochs, args.rate)}", flush=True)
     auto = plan_auto(root, probe, args.only, args.epochs) if AUTO in args.only else {}
     plan = plan_first(root, args.only, args.epochs, args.rate, auto)
     with Hosts(2, rate_mbit=args.rate) as hosts:
