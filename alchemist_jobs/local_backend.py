@@ -356,13 +356,15 @@ def _spec_algorithm(run: RunDir) -> str | None:
     return name if isinstance(name, str) else None
 
 
-def agents_message(procs: list[subprocess.Popen], codes: list[int | None]) -> str:
-    """What a signal that ended a torchrun agent says (a killed agent takes its workers
-    with it; torchrun's own report never says that the agent itself died)."""
+def agents_message(procs: list[subprocess.Popen], codes: list[int | None], light: bool = False) -> str:
+    """What a signal that ended a node's agent (torchrun's, or the light agent of a one-node
+    TF/JAX job) says: a killed agent takes its workers with it, and torchrun's own report
+    never says that the agent itself died."""
+    agent = "agent" if light else "torchrun agent"
     for node, (proc, code) in enumerate(zip(procs, codes)):
         if code is not None and code < 0:
             return (
-                f"the torchrun agent of node {node} (pid {proc.pid}) was killed by "
+                f"the {agent} of node {node} (pid {proc.pid}) was killed by "
                 f"{exit_text(code).split('(')[-1].rstrip(')')}; its workers were stopped "
                 "with it"
             )
@@ -780,7 +782,10 @@ class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
             ):
                 # One node (or a parameter server) failed for good: the others would wait
                 # for it until timeout.
-                message, stopped = agents_message(handle.procs, codes), True
+                message, stopped = (
+                    agents_message(handle.procs, codes, uses_light_agent(handle.request.spec)),
+                    True,
+                )
                 self._stop(handle, grace=CANCEL_GRACE_S)
                 codes = [p.poll() for p in handle.procs]
             if all(c is not None for c in codes):
@@ -797,7 +802,7 @@ class LocalScheduler(Scheduler[LocalRequest, LocalRun]):
         if tick:
             tick()
         if not stopped:  # after a stop, SIGTERM is ours: it says nothing about the cause
-            message = agents_message(handle.procs, codes)
+            message = agents_message(handle.procs, codes, uses_light_agent(handle.request.spec))
         if handle.servers is not None and not stopped and all(c == 0 for c in codes):
             handle.servers.end(grace=CANCEL_GRACE_S)  # their final checkpoints and records
         if run.state().get("state") != CANCELLED:

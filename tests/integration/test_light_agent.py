@@ -172,6 +172,10 @@ def test_the_workers_die_with_a_killed_agent(home, tmp_path):
     assert p.returncode != 0, stdout
     st = run.state()
     assert st["state"] == "failed" and "killed by SIGKILL" in st["message"], st
+    # the agent that died is named as what it was, not as torchrun's
+    assert (
+        st["message"].startswith(f"the agent of node 0 (pid {agent})") and "torchrun" not in st["message"]
+    ), st
     assert no_process_of(run) == []
 
 
