@@ -39,6 +39,7 @@ _SPEC_PEEK_BYTES = 64 << 10
 def may_need_torch(argv: list[str]) -> bool:
     """False when `alchemist run ARGV` names a TensorFlow or JAX job (a guess: see above)."""
     for a in argv:
+        a = a.removeprefix("--set=")  # argparse's other spelling of `--set KEY=VALUE`
         if a.startswith("task.framework="):
             return a.partition("=")[2] not in ("jax", "tensorflow")
     for a in argv:

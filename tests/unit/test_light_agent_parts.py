@@ -107,4 +107,7 @@ def test_the_early_interpreter_guesses_the_framework_from_the_command_line(tmp_p
     assert warm_agent.may_need_torch([str(torch)])
     assert not warm_agent.may_need_torch([str(torch), "task.framework=jax"])
     assert warm_agent.may_need_torch([str(jax), "task.framework=torch"])
+    # argparse takes `--set=KEY=VALUE` as well as `--set KEY=VALUE`
+    assert not warm_agent.may_need_torch([str(torch), "--set=task.framework=jax"])
+    assert warm_agent.may_need_torch([str(jax), "--set=task.framework=torch"])
     assert warm_agent.may_need_torch([str(tmp_path / "missing.yaml")])
