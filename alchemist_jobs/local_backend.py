@@ -321,6 +321,9 @@ class GroupRestarts:
             return ""  # another node's workers, failing because that one did
         rank = rec.get("rank") if rec is not None else node * spec.procs_per_node + local_rank
         step = rec.get("step") if rec is not None else None
+        if rec is None:  # read late: the next attempt's bootstrap has rewritten the record
+            now = next((r for r in _workers(self.run) if r.get("rank") == rank), None) or {}
+            step = (now.get("earlier_steps") or {}).get(str(attempt - 1))
         if not isinstance(step, int):  # a script that reports on rank 0 only: rank 0's step
             prog = Progress.lenient(self.run.progress() or {})
             step = prog.step if prog.restarts == attempt - 1 else None

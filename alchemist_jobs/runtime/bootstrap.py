@@ -68,12 +68,20 @@ def _redirect_output(log: Path, rank: int) -> None:
 
 
 def _record(run_dir: Path, rank: int, kind: str) -> None:
-    """Builtin workers write a fuller record (with the metrics port) themselves."""
+    """Builtin workers write a fuller record (with the metrics port) themselves. The step each
+    earlier attempt reached is kept (`earlier_steps`, by restart count): the launcher may read
+    an attempt's failure only after this one has started (local_backend.GroupRestarts)."""
     workers = run_dir / "workers"
     workers.mkdir(parents=True, exist_ok=True)
+    path = workers / f"rank-{rank}.json"
+    old = read_json(path) or {}
+    earlier = dict(old.get("earlier_steps") or {})
+    if isinstance(old.get("restart"), int) and isinstance(old.get("step"), int):
+        earlier[str(old["restart"])] = old["step"]
     write_json_atomic(
-        workers / f"rank-{rank}.json",
+        path,
         dict(
+            earlier_steps=earlier,
             rank=rank,
             local_rank=int(os.environ.get("LOCAL_RANK", 0)),
             pid=os.getpid(),

@@ -90,3 +90,45 @@ def test_status_says_restarting_until_the_new_attempts_workers_started(tmp_path:
     write_json_atomic(run.worker_file(1), dict(rank=1, pid=me, role="worker", restart=1))
     st = sched.status(run.run_id)
     assert (st.state, st.restarts) == ("running", 1)
+
+
+def test_a_failure_read_after_the_next_attempt_started_keeps_its_step(tmp_path: Path, monkeypatch):
+    """Under load the launcher may read attempt 1's failure line only after torchrun has
+    started attempt 2, whose bootstrap rewrote the rank's record (a new pid, no step yet).
+    The step attempt 1 reached stays in the record the bootstrap writes, so two identical
+    failures are still seen as one failing twice. The records here are written by the
+    bootstrap's own _record and the step as the script reporter writes it at exit."""
+    import yaml
+
+    from alchemist_jobs.local_backend import GroupRestarts
+    from alchemist_jobs.runtime.bootstrap import _record
+    from alchemist_jobs.spec import parse_spec
+
+    run = _run(tmp_path)
+    (tmp_path / "train.py").write_text("")
+    spec = parse_spec(yaml.safe_load("name: shards\ntask: {script: train.py}\nprocs_per_node: 2\n"
+                                     "max_restarts: 3\n"), "job.yaml", tmp_path)
+    write_json_atomic(run.state_file, RunRecord(
+        run_id=run.run_id, name="shards", state="running", created=1.0, launcher_pid=os.getpid(),
+        launcher_start=start_time(os.getpid()), workers=2).model_dump())
+    monkeypatch.setenv("LOCAL_RANK", "1")
+
+    def attempt_reaches(restart: int, step: int) -> None:
+        monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", str(restart))
+        _record(run.path, 1, "script")
+        rec = run.worker_file(1)
+        write_json_atomic(rec, dict(__import__("json").loads(rec.read_text()), step=step))
+
+    same = RANK_LOG.replace("raise KeyError(\"label\")", "raise ValueError(\"shard 7 is truncated\")")
+    run.rank_log(1).write_text(same.replace("KeyError: 'label'", "ValueError: shard 7 is truncated"))
+    restarts = GroupRestarts(run, spec)
+    attempt_reaches(0, 3)
+    attempt_reaches(1, 3)  # attempt 2 failed too; only now is attempt 1's line read
+    with open(run.agent_log(0), "a") as f:
+        f.write(AGENT_LINE.format(pid=100))  # attempt 1's worker: not the record's pid
+    assert restarts.poll() == ""
+    assert restarts.failures[-1].step == 3, restarts.failures
+    with open(run.agent_log(0), "a") as f:
+        f.write(AGENT_LINE.format(pid=os.getpid()))  # attempt 2's, whose record it is
+    assert restarts.poll() == ("rank 1 failed the same way on attempts 1 and 2 (ValueError: shard 7 "
+                               "is truncated, at step 3); not restarting again")
