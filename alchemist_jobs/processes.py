@@ -59,9 +59,14 @@ def popen_group(
     )
 
 
+# Linux's PID_MAX_LIMIT (include/linux/threads.h, 64-bit): no pid is above it.
+PID_MAX_LIMIT = 4 * 1024 * 1024
+
+
 def alive(pid: object) -> bool:
-    """True for a live process (a zombie counts as dead)."""
-    if not isinstance(pid, int) or pid <= 0:
+    """True for a live process (a zombie counts as dead). `pid` may come from a damaged file:
+    what no process can be (not an int, a bool, out of the kernel's range) is not alive."""
+    if isinstance(pid, bool) or not isinstance(pid, int) or not 0 < pid <= PID_MAX_LIMIT:
         return False
     try:
         os.kill(pid, 0)
