@@ -30,8 +30,11 @@ The curve: rank 0 writes the model it would hand out (bmuf: the global model, ea
 centre) every 16 steps (`curve.every_steps`); this script evaluates the snapshots after the
 run, so evaluation never holds up training. Time runs from the workers' start; the time to
 the target is interpolated linearly between the two snapshots around the crossing. Each
-variant runs `--repeats` times, round-robin (so slow drifts of the machine spread over all);
-the table gives medians and the spread (min-max).
+variant runs `--repeats` times, round-robin (so slow drifts of the machine spread over all),
+repeat r with seed r (data order and initialisation): a repeat with the same seed reruns the
+same arithmetic, so its spread would be the machine's alone, while the seeds show the spread
+of the convergence itself, which decides a time to target as much as the step time does. The
+table gives medians and the spread (min-max). The auto plan calibrates on seed 0.
 
 Writes bench/results/paradigms/two_host_tta.{md,png,json} and the probe two_host_tta-probe.json
 (other rates: two_host_tta-<rate>mbit.*); `--replot [--rate R]` redraws the figure from the JSON.
@@ -102,14 +105,14 @@ DEFAULT = [
 ]
 
 
-def job(name: str, algo: dict, epochs: float) -> dict:
+def job(name: str, algo: dict, epochs: float, seed: int = 0) -> dict:
     return dict(
         name=f"tta-{name.replace('+', '-')}",
         task=TASK,
         nodes=2,
         procs_per_node=1,
         algorithm=algo,
-        hyper=dict(batch_size=64, lr=0.02, momentum=0.9, epochs=epochs, seed=0),
+        hyper=dict(batch_size=64, lr=0.02, momentum=0.9, epochs=epochs, seed=seed),
         checkpoint={"every_steps": 1_000_000},
         curve={"every_steps": EVERY},
         data={"path": "data"},
@@ -299,7 +302,7 @@ def main() -> None:
         sched = NetnsScheduler(root, hosts)
         for rep in range(args.repeats):
             for name in args.only:
-                o = run_job(root, job(name, ALGOS[name], args.epochs), scheduler=sched)
+                o = run_job(root, job(name, ALGOS[name], args.epochs, seed=rep), scheduler=sched)
                 o["curve"] = evaluate_snapshots(RunDir(Path(o["run_dir"])), root)
                 o["tta"] = time_to_target(o["curve"], TARGET)
                 res = o["result"]
@@ -366,7 +369,7 @@ def main() -> None:
         f"per direction (measured {measured:.1f} Mbit/s); `synthetic` with a "
         f"~1M-parameter MLP, batch 64 per worker, lr 0.02, momentum 0.9, {args.epochs:g} "
         f"epochs; bmuf and easgd exchange every tau steps (the table's column). Medians of "
-        f"{args.repeats} runs each, run round-robin; load average (1 min) during the runs "
+        f"{args.repeats} runs each (seeds 0 to {args.repeats - 1}), run round-robin; load average (1 min) during the runs "
         f"{min(load):.1f} to {max(load):.1f} on {os.cpu_count()} CPUs."
         + (
             f" `auto` is `alchemist plan --auto --target {TARGET}`'s pick for this link, made "
