@@ -69,6 +69,12 @@ class SyntheticTask(_Node):
     features: int = Field(256, ge=2, description="input dimension")
     classes: int = Field(10, ge=2, description="number of classes")
     layers: int = Field(2, ge=1, le=16, description="hidden layers of the MLP")
+    data_seed: int | None = Field(
+        None,
+        ge=0,
+        description="seed of the generated data (default: hyper.seed); fixed, hyper.seed "
+        "varies only the initialisation and the data order over the same data",
+    )
 
 
 class DigitsTask(_Node):

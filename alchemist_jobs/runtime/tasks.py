@@ -88,13 +88,19 @@ def _prepare_synthetic(task: TaskSpec, seed: int) -> dict:
     )
 
 
+def _data_seed(spec: JobSpec) -> int:
+    """The synthetic data's seed: its own where the spec sets one, else the job's."""
+    own = spec.task.synthetic.data_seed
+    return spec.hyper.seed if own is None else own
+
+
 def _data_file(spec: JobSpec, root: Path) -> Path:
     t = spec.task
     if t.builtin == "digits":
         name = f"digits-v{_FORMAT}-seed{spec.hyper.seed}.pt"
     else:
         s = t.synthetic
-        name = f"synthetic-v{_FORMAT}-{s.samples}x{s.features}-c{s.classes}-seed{spec.hyper.seed}.pt"
+        name = f"synthetic-v{_FORMAT}-{s.samples}x{s.features}-c{s.classes}-seed{_data_seed(spec)}.pt"
     return root / spec.data.path / name
 
 
@@ -145,7 +151,7 @@ def load_task_data(spec: JobSpec, shared_root: Path) -> TaskData:
                 data = (
                     _prepare_digits(spec.hyper.seed)
                     if spec.task.builtin == "digits"
-                    else _prepare_synthetic(spec.task, spec.hyper.seed)
+                    else _prepare_synthetic(spec.task, _data_seed(spec))
                 )
                 tmp = path.with_suffix(f".tmp{os.getpid()}")
                 torch.save(data, tmp)
