@@ -161,6 +161,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="--auto: the test accuracy to reach",
     )
+    p.add_argument(
+        "--calibration-seeds",
+        type=_COUNT,
+        default=None,
+        help="--auto: seeds per calibration point, the fit taking their mean (default 3; "
+        "each seed is one more run per point, cached like the first)",
+    )
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     p.add_argument("--plot", type=Path, default=None, help="write a PNG of the plan")
     p.set_defaults(func=cmd_plan)
@@ -459,7 +466,8 @@ def auto_plan(args: argparse.Namespace, log=None, extra: list[dict] | None = Non
             threads=threads_per_worker(spec.resources.cpu, spec.procs_per_node),
         ),
     )
-    runs = auto.calibrate(raw, spec, spec_dir, home, args.target, log=say)
+    seeds = args.calibration_seeds or auto.CALIBRATION_SEEDS
+    runs = auto.calibrate(raw, spec, spec_dir, home, args.target, log=say, seeds=seeds)
     conv = convergence.fit(auto.observations(runs, args.target))
     # Before the first step: the calibration runs' start (auto.start_estimate), plus the
     # model's first broadcast over the link (DDP and the block algorithms start every worker
@@ -497,7 +505,8 @@ def auto_plan(args: argparse.Namespace, log=None, extra: list[dict] | None = Non
             "steps to target and final accuracy: "
             + "log(steps) = base[family](tau) + half[family] + overlap[family], each family by "
             + "least squares over its own calibration runs, piecewise linear in log2(tau) between "
-            + f"the taus they measured ({len(runs)} runs on this machine, rms {conv.rms_log:.2f} "
+            + f"the taus they measured ({len(runs)} runs on this machine, {seeds} seed(s) a point, "
+            + f"rms {conv.rms_log:.2f} "
             + "in log); a candidate outside them is not predicted",
             "step time: the scaling model over profiles of sync, bmuf and easgd; PowerSGD: its "
             "three all-reduces per bucket and its local arithmetic, all waited for",
@@ -538,9 +547,13 @@ def render_auto(plan: dict) -> str:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    if args.auto or args.target is not None:
+    if args.auto or args.target is not None or args.calibration_seeds is not None:
         if not args.auto:
-            raise UserError("--target goes with --auto; accepted: --auto --target ACCURACY")
+            if args.target is not None:
+                raise UserError("--target goes with --auto; accepted: --auto --target ACCURACY")
+            raise UserError(
+                "--calibration-seeds goes with --auto; accepted: --auto --target ACCURACY --calibration-seeds N"
+            )
         picked = auto_plan(args)
         print(json.dumps(picked, indent=2) if args.json else render_auto(picked))
         return 0

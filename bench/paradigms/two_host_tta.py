@@ -176,6 +176,7 @@ def plan_auto(root: Path, probe: Path, names: list[str], epochs: float) -> dict[
         profile_steps=60,
         step_ms=None,
         model_mb=None,
+        calibration_seeds=None,  # the default, as a user runs it
     )
     picked = auto_plan(args, log=lambda m: print(m, flush=True), extra=[ALGOS[n] for n in names if n != AUTO])
     ALGOS[AUTO] = dict(picked["pick"]["algorithm"])

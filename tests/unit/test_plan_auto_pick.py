@@ -278,3 +278,48 @@ def test_powersgd_arithmetic_is_timed_with_the_threads_a_worker_gets(monkeypatch
     auto.measure_powersgd_local(((64, 32), (64,)), (2,), reps=2, threads=1)
     assert seen and set(seen) == {1}
     assert torch.get_num_threads() == before
+
+
+def test_each_calibration_seed_is_the_job_with_the_next_seed_over_the_same_data():
+    raw = dict(SPEC, hyper=dict(SPEC["hyper"], seed=5))
+    job = parse_spec(raw, "<test>")
+    cand = auto.Candidate({"name": "bmuf", "tau": 32, "exchange_dtype": "fp16"})
+    first = parse_spec(auto.calibration_body(raw, job, cand, 0), "<test>")
+    third = parse_spec(auto.calibration_body(raw, job, cand, 2), "<test>")
+    assert first.hyper.seed == 5 and third.hyper.seed == 7
+    assert first.algorithm == third.algorithm == ALGORITHMS["bmuf"](tau=32, exchange_dtype="fp16")
+    assert third.curve.every_steps == auto.CURVE_EVERY
+    # the generated data stays the job's (its seed 5), whatever the run's own seed
+    assert third.task.synthetic.data_seed == 5 and first.task.synthetic.data_seed is None
+    assert third.task.synthetic.params == job.task.synthetic.params
+    # the first seed keeps the label older caches hold; the others are named apart
+    labels = {auto.run_label(cand, k) for k in range(3)}
+    assert auto.run_label(cand, 0) == cand.label and len(labels) == 3
+
+
+def test_the_fit_takes_the_mean_of_a_points_seeds():
+    # One point measured at three seeds counts as their mean: steps geometric, accuracy
+    # arithmetic; a candidate whose lucky seed alone cleared the floor no longer does.
+    f = Features("easgd", tau=64, half=True, overlap=True)
+    base = observations([g for g in calibration_features() if g.group != f.group])
+    seeds = [(300.0, 0.843), (340.0, 0.838), (380.0, 0.816)]
+    others = [Features("easgd", tau=t, half=True, overlap=True) for t in (8, 16, 32)]
+    extra = [Observation(g, steps_of(g), accuracy_of(g)) for g in others]
+    conv = fit(base + extra + [Observation(f, s, a) for s, a in seeds])
+    assert conv.final_accuracy(f) == pytest.approx((0.843 + 0.838 + 0.816) / 3)
+    assert conv.steps_to_target(f) == pytest.approx((300.0 * 340.0 * 380.0) ** (1 / 3))
+    one = fit(base + extra + [Observation(f, *seeds[0])])
+    floor = conv.final_accuracy(Features("sync")) - auto.ACCURACY_TOLERANCE
+    assert one.final_accuracy(f) >= floor > conv.final_accuracy(f)
+
+
+def test_calibration_seeds_without_auto_is_one_line(tmp_path, capsys):
+    import yaml
+
+    f = tmp_path / "job.yaml"
+    f.write_text(yaml.safe_dump(SPEC))
+    assert cli.main(["plan", str(f), "--calibration-seeds", "2"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--calibration-seeds goes with --auto" in err and len(err.splitlines()) == 1
+    assert cli.main(["plan", str(f), "--auto", "--target", "0.8", "--calibration-seeds", "0"]) == 2
+    assert "--calibration-seeds: '0'; accepted: a whole number >= 1" in capsys.readouterr().err
