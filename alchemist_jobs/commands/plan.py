@@ -477,8 +477,13 @@ def auto_plan(args: argparse.Namespace, log=None, extra: list[dict] | None = Non
         auto.start_estimate([r["start_s"] for r in runs.values()]) + model_bytes / cluster.link_bytes_per_s
     )
     cands = auto.candidates(spec)
+    per_seed = [convergence.fit(auto.observations(r, args.target)) for r in auto.by_seed(runs)]
     ranked, left_out = auto.rank_choices(
-        cands, conv, lambda c: auto.step_time(c, profiles, nodes, cluster, shapes), start_s
+        cands,
+        conv,
+        lambda c: auto.step_time(c, profiles, nodes, cluster, shapes),
+        start_s,
+        per_seed=per_seed if len(per_seed) > 1 else None,
     )
     if not ranked:
         raise UserError(

@@ -293,15 +293,40 @@ class Choice:
         )
 
 
+def _accuracy(conv: Fit, f: Features) -> float | None:
+    try:
+        return conv.final_accuracy(f) if conv.predictable(f) else None
+    except KeyError:  # a term this fit could not separate
+        return None
+
+
+def accuracy_margin(f: Features, per_seed: list[Fit]) -> float:
+    """One standard error of the candidate's accuracy less sync's, over the seeds: each
+    seed's runs fitted alone, the difference taken seed by seed (what makes a seed good or bad
+    for one algorithm mostly does for sync too, and cancels). 0 with fewer than two seeds."""
+    sync = Features("sync")
+    diffs = []
+    for conv in per_seed:
+        a, s = _accuracy(conv, f), _accuracy(conv, sync)
+        if a is None or s is None:
+            return 0.0
+        diffs.append(a - s)
+    return statistics.stdev(diffs) / math.sqrt(len(diffs)) if len(diffs) >= 2 else 0.0
+
+
 def rank_choices(
     cands: list[Candidate],
     conv: Fit,
     step_of: Callable[[Candidate], float],
     start_s: float,
     tolerance: float = ACCURACY_TOLERANCE,
+    per_seed: list[Fit] | None = None,
 ) -> tuple[list[Choice], list[str]]:
     """The predictable candidates whose predicted final accuracy is within `tolerance` of
-    plain sync's, fastest to the target first; and why others were left out."""
+    plain sync's, fastest to the target first; and why others were left out. With the fits of
+    each calibration seed (`per_seed`), within it by one standard error over the seeds too
+    (`accuracy_margin`): a candidate the mean puts just inside the floor is as likely to end
+    a run outside it."""
     left_out: list[str] = []
     sync = Features("sync")
     floor = conv.final_accuracy(sync) - tolerance if conv.predictable(sync) else None
@@ -314,6 +339,13 @@ def rank_choices(
         acc = conv.final_accuracy(f)
         if floor is not None and acc < floor:
             left_out.append(f"{c.label}: predicted final accuracy {acc:.4f}, below sync's less {tolerance:g}")
+            continue
+        margin = accuracy_margin(f, per_seed or [])
+        if floor is not None and acc - margin < floor:
+            left_out.append(
+                f"{c.label}: predicted final accuracy {acc:.4f}, less one standard error over the "
+                f"seeds ({margin:.4f}), below sync's less {tolerance:g}"
+            )
             continue
         steps, step = conv.steps_to_target(f), step_of(c)
         out.append(Choice(c, steps, step, start_s + steps * step, acc))
@@ -438,6 +470,15 @@ def calibrate(
         write_json_atomic(path, dict(job_key=job_key(spec), runs=runs))
     # The fit is over this calibration set: runs an older set cached stay cached, unused.
     return {run_label(c, k): runs[run_label(c, k)] for c, k in wanted}
+
+
+def by_seed(runs: dict[str, Any]) -> list[dict[str, Any]]:
+    """The calibration runs split by seed (run_label's suffix), the job's own seed first."""
+    out: dict[int, dict[str, Any]] = {}
+    for label, r in runs.items():
+        base, _, k = label.partition(" seed+")
+        out.setdefault(int(k or 0), {})[base] = r
+    return [out[k] for k in sorted(out)]
 
 
 def observations(runs: dict[str, Any], target: float) -> list[Observation]:

@@ -323,3 +323,53 @@ def test_calibration_seeds_without_auto_is_one_line(tmp_path, capsys):
     assert "--calibration-seeds goes with --auto" in err and len(err.splitlines()) == 1
     assert cli.main(["plan", str(f), "--auto", "--target", "0.8", "--calibration-seeds", "0"]) == 2
     assert "--calibration-seeds: '0'; accepted: a whole number >= 1" in capsys.readouterr().err
+
+
+def test_a_candidate_on_the_floors_edge_is_left_out_when_its_seeds_disagree():
+    # bmuf+overlap at tau 64 as measured at 100 Mbit/s: 0.99 points below sync in the mean of
+    # three seeds (-1.71, -1.42, +0.15), just inside the floor; its runs ended 1.61 points below
+    # sync in the median. bmuf without overlap at tau 64: consistently near sync.
+    sync_acc = [0.8521, 0.8574, 0.8345]
+    edge = Features("bmuf", tau=64, half=True, overlap=True)
+    steady = Features("bmuf", tau=64, half=True)
+    edge_acc = [a + d for a, d in zip(sync_acc, (-0.0171, -0.0142, 0.0015), strict=True)]
+    steady_acc = [a + d for a, d in zip(sync_acc, (0.0039, -0.0024, 0.0112), strict=True)]
+    per_seed_obs = []
+    for k in range(3):
+        obs = []
+        for f in calibration_features():
+            acc = accuracy_of(f)
+            if f.family == "sync" and not f.half:
+                acc = sync_acc[k]
+            elif f.group == edge.group:
+                acc = edge_acc[k]
+            elif f.group == steady.group:
+                acc = steady_acc[k]
+            obs.append(Observation(f, steps_of(f), acc))
+        per_seed_obs.append(obs)
+    runs_fit = fit([o for obs in per_seed_obs for o in obs])
+    per_seed = [fit(obs) for obs in per_seed_obs]
+    cands = [
+        auto.Candidate({"name": "bmuf", "tau": 64, "exchange_dtype": "fp16", **o})
+        for o in ({"overlap": True}, {})
+    ]
+
+    def step_of(c):
+        return 0.004 if c.features.overlap else 0.006
+
+    ranked, _ = auto.rank_choices(cands, runs_fit, step_of, 1.0)
+    assert [ch.candidate.features for ch in ranked] == [edge, steady]  # the mean alone: the edge wins
+    ranked, left_out = auto.rank_choices(cands, runs_fit, step_of, 1.0, per_seed=per_seed)
+    assert [ch.candidate.features for ch in ranked] == [steady]
+    assert left_out == [
+        f"bmuf+tau64+fp16+overlap: predicted final accuracy {runs_fit.final_accuracy(edge):.4f}, less one "
+        f"standard error over the seeds ({auto.accuracy_margin(edge, per_seed):.4f}), below sync's less 0.01"
+    ]
+    assert auto.accuracy_margin(edge, per_seed) == pytest.approx(0.0058, abs=1e-4)
+    assert auto.accuracy_margin(edge, per_seed[:1]) == 0.0
+
+
+def test_calibration_runs_split_by_seed():
+    cand = auto.Candidate({"name": "sync"})
+    runs = {auto.run_label(cand, k): {"seed": k} for k in (0, 1, 2)}
+    assert auto.by_seed(runs) == [{"sync": {"seed": 0}}, {"sync": {"seed": 1}}, {"sync": {"seed": 2}}]
