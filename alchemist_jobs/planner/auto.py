@@ -53,9 +53,10 @@ CALIBRATION_SEEDS = 3
 # The calibration runs. Each block family at every tau of the grid but 4 with a 16-bit wire,
 # without overlap and with it (the knots each group's steps and accuracy are interpolated
 # between), and at tau 16 in fp32 (its half term); sync plain and fp16, PowerSGD at each rank:
-# 22 runs for 22 terms (planner/convergence.py). Left uncalibrated, and so unpredicted: tau 4
-# (an exchange every 4 steps is the slow end of the grid on any link the block algorithms are
-# for) and overlap with an fp32 wire (overlap is for links too slow for fp32 to pay).
+# 22 points for 22 terms (planner/convergence.py), each run with CALIBRATION_SEEDS seeds. Left
+# uncalibrated, and so unpredicted: tau 4 (an exchange every 4 steps is the slow end of the grid
+# on any link the block algorithms are for) and overlap with an fp32 wire (overlap is for links
+# too slow for fp32 to pay).
 _BLOCK_CALIBRATION: tuple[dict[str, Any], ...] = (
     *({"tau": tau, "exchange_dtype": "fp16"} for tau in (8, 16, 32, 64)),
     {"tau": 16},
