@@ -295,10 +295,7 @@ class Choice:
 
 
 def _accuracy(conv: Fit, f: Features) -> float | None:
-    try:
-        return conv.final_accuracy(f) if conv.predictable(f) else None
-    except KeyError:  # a term this fit could not separate
-        return None
+    return conv.final_accuracy(f) if conv.predicts_accuracy(f) else None
 
 
 def accuracy_margin(f: Features, per_seed: list[Fit]) -> float:

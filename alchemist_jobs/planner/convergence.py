@@ -89,6 +89,11 @@ class Fit:
                 return False
         return True
 
+    def predicts_accuracy(self, f: Features) -> bool:
+        """The final accuracy alone (a group whose runs never reached the target has it)."""
+        t = _terms(f, self.taus, self.fixed)
+        return t is not None and all(name in self.accuracy for name in t)
+
     def steps_to_target(self, f: Features) -> float:
         terms = _terms(f, self.step_taus, self.step_fixed)
         assert terms is not None, f"{f} is not predictable"

@@ -373,3 +373,22 @@ def test_calibration_runs_split_by_seed():
     cand = auto.Candidate({"name": "sync"})
     runs = {auto.run_label(cand, k): {"seed": k} for k in (0, 1, 2)}
     assert auto.by_seed(runs) == [{"sync": {"seed": 0}}, {"sync": {"seed": 1}}, {"sync": {"seed": 2}}]
+
+
+def test_a_seed_whose_runs_never_reached_the_target_still_counts_in_the_margin():
+    # Its accuracy is measured all the same: a seed too bad to reach the target is the one the
+    # margin must not drop.
+    f = Features("bmuf", tau=64, half=True, overlap=True)
+    seeds = []
+    for k, drop in enumerate((0.0, 0.0, 0.03)):
+        obs = [
+            Observation(
+                g,
+                None if (k == 2 and g.group == f.group) else steps_of(g),
+                accuracy_of(g) - (drop if g.group == f.group else 0.0),
+            )
+            for g in calibration_features()
+        ]
+        seeds.append(fit(obs))
+    assert not seeds[2].predictable(f) and seeds[2].predicts_accuracy(f)
+    assert auto.accuracy_margin(f, seeds) == pytest.approx(0.01, abs=1e-6)
